@@ -1,0 +1,49 @@
+# kafkalog: `make run` and `make test` work on a fresh machine with Python 3.11, gcc and Java 17.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+DATA   ?= ./data
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test test-fast fuzz bench bench-quick clean setup
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+
+# (Re)install when packaging or native sources change; an editable install builds the core in place.
+$(STAMP): $(PY) pyproject.toml setup.py $(wildcard engine/_native/*.pyx engine/_native/*.pxd engine/_native/*.c engine/_native/*.h)
+	$(PIP) install -q -e '.[test,spark]'
+	$(PY) -c "import engine, sys; print('kafkalog core:', engine.IMPL)"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m engine demo --data $(DATA)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:randomly tests
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x -m "not spark" tests
+
+fuzz: $(STAMP)
+	KAFKALOG_FUZZ_CASES=2000000 $(PY) -m pytest -q tests/unit/test_codec_fuzz.py
+
+bench: $(STAMP)
+	$(PIP) install -q -e '.[test,spark,bench]'
+	$(PY) -m bench
+
+bench-quick: $(STAMP)
+	$(PIP) install -q -e '.[test,spark,bench]'
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA)
+	find engine -name '*.so' -delete
+	find engine/_native -name '_core.c' -delete
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,21 @@
+"""kafkalog: an embedded log-structured storage engine whose files are Apache Kafka's own.
+
+`engine.IMPL` says which codec is active: "cython" (the native core) or
+"python" (the pure-Python twin). The codec API is re-exported here.
+"""
+from engine.clock import Clock, ManualClock, SystemClock
+from engine.codec import (
+    IMPL,
+    Record,
+    RecordBatch,
+    crc32c,
+    decode_columnar,
+    encode_batch,
+    encode_columnar,
+    encode_control_batch,
+    iter_batches,
+)
+from engine.columns import BinaryColumn, Columns
+from engine.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
+
+__version__ = "0.1.0"

@@ -1,0 +1,4 @@
+"""`python -m engine` runs the same CLI as the `kafkalog` console script."""
+from engine.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""RecordBatch v2 constants and per-batch parameter validation shared by both codec twins.
+
+Header layout (big-endian, 61 bytes): baseOffset i64 | length i32 | partitionLeaderEpoch i32 |
+magic i8 | crc u32 (CRC-32C of bytes [21, end)) | attributes i16 | lastOffsetDelta i32 |
+baseTimestamp i64 | maxTimestamp i64 | producerId i64 | producerEpoch i16 | baseSequence i32 |
+recordsCount i32, then the records (see kafka-format.md §1). Pure functions; leaf module.
+"""
+from __future__ import annotations
+
+import struct
+
+from engine.compression import codec_id
+from engine.errors import InvalidRecordError, InvalidTimestampError
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+HEADER_SIZE_UP_TO_MAGIC = 17
+MIN_ENTRY_SIZE = 14          # smallest legal size field of any magic (LegacyRecord.RECORD_OVERHEAD_V0)
+ATTRIBUTES_OFFSET = 21
+MAGIC = 2
+MIN_RECORD_SIZE = 7          # a record of empty fields: 7 one-byte varints/bytes
+INT32_MAX = 2**31 - 1
+
+COMPRESSION_MASK = 0x07
+LOG_APPEND_TIME_FLAG = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+TIMESTAMP_TYPES = ("create", "log_append")
+
+ABORT, COMMIT = 0, 1
+CONTROL_TYPE_NAMES = {
+    -1: "UNKNOWN", 0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS",
+}
+CONTROL_KINDS = {"abort": ABORT, "commit": COMMIT}
+
+
+def _int(name: str, value, lo: int, hi: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidRecordError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidRecordError(f"{name}={value} is outside [{lo}, {hi}]")
+    return value
+
+
+def batch_attributes(
+    *,
+    base_offset: int,
+    compression,
+    timestamp_type: str,
+    log_append_time_ms,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    partition_leader_epoch: int,
+) -> tuple[int, int, int]:
+    """Validate encode_batch's keywords as Kafka's builder does; return (codec, attributes, max_ts_override).
+
+    max_ts_override is the LogAppendTime to store as maxTimestamp, or -2 for CreateTime.
+    """
+    _int("base_offset", base_offset, 0, 2**63 - 1)
+    _int("partition_leader_epoch", partition_leader_epoch, -1, INT32_MAX)
+    _int("producer_id", producer_id, -1, 2**63 - 1)
+    _int("producer_epoch", producer_epoch, -1, 32767)
+    _int("base_sequence", base_sequence, -1, INT32_MAX)
+    codec = codec_id(compression)
+    if timestamp_type not in TIMESTAMP_TYPES:
+        raise InvalidRecordError(f"timestamp_type must be one of {TIMESTAMP_TYPES}, got {timestamp_type!r}")
+    attributes = codec
+    max_ts = -2
+    if timestamp_type == "log_append":
+        if log_append_time_ms is None:
+            raise InvalidRecordError("timestamp_type='log_append' needs log_append_time_ms")
+        max_ts = _int("log_append_time_ms", log_append_time_ms, 0, 2**63 - 1)
+        attributes |= LOG_APPEND_TIME_FLAG
+    elif log_append_time_ms is not None:
+        raise InvalidRecordError("log_append_time_ms is only meaningful with timestamp_type='log_append'")
+    if transactional:
+        if producer_id == -1:
+            raise InvalidRecordError("a transactional batch needs a producer_id")
+        attributes |= TRANSACTIONAL_FLAG
+    if producer_id != -1 and (producer_epoch == -1 or base_sequence < 0):
+        raise InvalidRecordError("an idempotent batch needs producer_epoch >= 0 and base_sequence >= 0")
+    return codec, attributes, max_ts
+
+
+def control_type(kind) -> int:
+    """Map "commit"/"abort" to the control record type."""
+    try:
+        return CONTROL_KINDS[kind]
+    except (KeyError, TypeError):
+        raise InvalidRecordError(f"control batch kind must be 'commit' or 'abort', got {kind!r}") from None
+
+
+def check_timestamp(ts) -> int:
+    """A record timestamp: an int ≥ 0, or -1/None for none."""
+    if ts is None:
+        return -1
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        raise InvalidTimestampError(f"timestamp must be an int (ms) or None, got {type(ts).__name__}")
+    if ts < -1 or ts > 2**63 - 1:
+        raise InvalidTimestampError(f"invalid timestamp {ts}")
+    return ts
+
+
+def increment_sequence(sequence: int, delta: int) -> int:
+    """Kafka's sequence arithmetic: wraps from 2**31-1 to 0; -1 stays -1."""
+    if sequence < 0:
+        return -1
+    return delta - (INT32_MAX - sequence) - 1 if sequence > INT32_MAX - delta else sequence + delta
+
+
+def check_bytes(name: str, value) -> bytes | None:
+    """A key, value or header value: bytes-like or None (copied to bytes if not bytes)."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidRecordError(f"{name} must be bytes-like or None, got {type(value).__name__}")
+
+
+def normalize_headers(i: int, headers) -> list[tuple[bytes, bytes | None]]:
+    """Record i's headers as (UTF-8 key bytes, value bytes|None) pairs; keys round-trip via surrogateescape."""
+    if headers is None:
+        return []
+    if not isinstance(headers, (list, tuple)):
+        raise InvalidRecordError(f"record {i}: headers must be a list of (str, bytes|None)")
+    out = []
+    for h in headers:
+        if not isinstance(h, tuple) or len(h) != 2:
+            raise InvalidRecordError(f"record {i}: a header must be a (str, bytes|None) tuple")
+        if not isinstance(h[0], str):
+            raise InvalidRecordError(f"record {i}: a header key must be str, got {type(h[0]).__name__}")
+        out.append((h[0].encode("utf-8", "surrogateescape"), check_bytes("header value", h[1])))
+    return out
+
+
+def timestamp_delta(ts: int, base_ts: int) -> int:
+    """ts - base_ts, which must fit the varlong's int64."""
+    delta = ts - base_ts
+    if not -2**63 <= delta < 2**63:
+        raise InvalidTimestampError(f"timestamp {ts} is too far from the batch base timestamp {base_ts}")
+    return delta

@@ -1,0 +1,61 @@
+"""The selector: loads the Cython core or its pure-Python twin, once, at import.
+
+`KAFKALOG_NO_EXTENSIONS=1` forces the twin. Otherwise the core
+`engine._native._core` is used when it imports; if it does not, the twin is
+used with a warning, unless `KAFKALOG_REQUIRE_EXTENSIONS=1`, which makes that
+an ImportError. Both implementations export exactly `API`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from types import ModuleType
+
+API = (
+    "crc32c",
+    "encode_batch",
+    "encode_columnar",
+    "encode_control_batch",
+    "iter_batches",
+    "decode_columnar",
+    "RecordBatch",
+    "Record",
+)
+
+_MODULES = {"cython": "engine._native._core", "python": "engine.records"}
+
+
+def load(impl: str) -> ModuleType:
+    """Import one implementation by name ("cython" or "python") regardless of the environment."""
+    return importlib.import_module(_MODULES[impl])
+
+
+def _select() -> tuple[str, ModuleType]:
+    if os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1":
+        return "python", load("python")
+    try:
+        return "cython", load("cython")
+    except ImportError as exc:
+        if os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1":
+            raise ImportError(
+                "kafkalog: the native core engine._native._core did not load and "
+                f"KAFKALOG_REQUIRE_EXTENSIONS=1 ({exc})"
+            ) from exc
+        warnings.warn(
+            f"kafkalog: native core unavailable ({exc}); using the pure-Python twin",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return "python", load("python")
+
+
+IMPL, impl = _select()
+crc32c = impl.crc32c
+encode_batch = impl.encode_batch
+encode_columnar = impl.encode_columnar
+encode_control_batch = impl.encode_control_batch
+iter_batches = impl.iter_batches
+decode_columnar = impl.decode_columnar
+RecordBatch = impl.RecordBatch
+Record = impl.Record

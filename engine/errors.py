@@ -1,0 +1,188 @@
+"""Typed errors mirroring Kafka's, each with Kafka's error code and `retriable` flag.
+
+Every error can name where it happened: `file` (a path), `position` (byte offset
+in that file or buffer) and `offset` (a Kafka record offset). Errors pickle, so
+they cross process boundaries (Spark workers, crash-test children).
+Leaf module: imports nothing from kafkalog.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class KafkaError(Exception):
+    """Base of every kafkalog error. `code` is Kafka's protocol error code."""
+
+    code: int = -1  # UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        file: str | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.position = position
+        self.offset = offset
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(f"file {self.file}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+    def at(self, *, file: str | None = None, position_base: int = 0) -> "KafkaError":
+        """Return a copy located in `file`, with positions shifted by `position_base`."""
+        pos = None if self.position is None else self.position + position_base
+        return type(self)(self.message, file=file or self.file, position=pos, offset=self.offset)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.file, self.position, self.offset))
+
+
+def _rebuild(cls, message, file, position, offset):
+    return cls(message, file=file, position=position, offset=offset)
+
+
+# --- records and batches -------------------------------------------------------------------
+class CorruptRecordError(KafkaError):
+    """CORRUPT_MESSAGE: bad CRC, bad framing, truncated or undecodable bytes."""
+
+    code, retriable = 2, True
+
+
+class InvalidRecordError(KafkaError):
+    """INVALID_RECORD: a record that is well-formed bytes but breaks Kafka's rules."""
+
+    code = 87
+
+
+class RecordTooLargeError(KafkaError):
+    """MESSAGE_TOO_LARGE: a record, batch or decompressed stream over its limit."""
+
+    code = 10
+
+
+class RecordBatchTooLargeError(KafkaError):
+    """RECORD_LIST_TOO_LARGE: an append larger than the segment can hold."""
+
+    code = 18
+
+
+class UnsupportedCompressionTypeError(KafkaError):
+    """UNSUPPORTED_COMPRESSION_TYPE: a codec id outside 0-4 or an unknown codec name."""
+
+    code = 76
+
+
+class UnsupportedMessageFormatError(KafkaError):
+    """UNSUPPORTED_FOR_MESSAGE_FORMAT: legacy magic 0/1 or an unknown magic."""
+
+    code = 43
+
+
+class InvalidTimestampError(KafkaError):
+    """INVALID_TIMESTAMP."""
+
+    code = 32
+
+
+# --- topics, partitions, offsets ------------------------------------------------------------
+class OffsetOutOfRangeError(KafkaError):
+    """OFFSET_OUT_OF_RANGE: a fetch below the log start offset or past the end."""
+
+    code = 1
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    """UNKNOWN_TOPIC_OR_PARTITION."""
+
+    code, retriable = 3, True
+
+
+class InvalidTopicError(KafkaError):
+    """INVALID_TOPIC_EXCEPTION: a name Kafka would refuse, or a reserved internal name."""
+
+    code = 17
+
+
+class TopicAlreadyExistsError(KafkaError):
+    """TOPIC_ALREADY_EXISTS."""
+
+    code = 36
+
+
+class InvalidConfigurationError(KafkaError):
+    """INVALID_CONFIG: an unknown config name or a value out of range."""
+
+    code = 40
+
+
+class UnsupportedVersionError(KafkaError):
+    """UNSUPPORTED_VERSION: a feature or option kafkalog does not support (yet)."""
+
+    code = 35
+
+
+# --- producers and transactions ------------------------------------------------------------
+class OutOfOrderSequenceError(KafkaError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+    code = 45
+
+
+class DuplicateSequenceError(KafkaError):
+    """DUPLICATE_SEQUENCE_NUMBER."""
+
+    code = 46
+
+
+class InvalidProducerEpochError(KafkaError):
+    """INVALID_PRODUCER_EPOCH."""
+
+    code = 47
+
+
+class ProducerFencedError(KafkaError):
+    """PRODUCER_FENCED."""
+
+    code = 90
+
+
+# --- replication and storage -----------------------------------------------------------------
+class NotEnoughReplicasError(KafkaError):
+    """NOT_ENOUGH_REPLICAS."""
+
+    code, retriable = 19, True
+
+
+class KafkaStorageError(KafkaError):
+    """KAFKA_STORAGE_ERROR: an I/O failure in a log directory."""
+
+    code, retriable = 56, True
+
+
+class LogDirectoryLockedError(KafkaStorageError):
+    """The log directory's `.lock` is held by another process or engine."""
+
+    retriable = False
+
+
+def not_supported_yet(feature: str) -> UnsupportedVersionError:
+    """The error for an option that a later kafkalog release implements."""
+    return UnsupportedVersionError(f"{feature} is not supported yet by kafkalog")
+
+
+__all__ = sorted(
+    [n for n, o in list(globals().items()) if isinstance(o, type) and issubclass(o, KafkaError)]
+    + ["not_supported_yet"]
+)

@@ -1,0 +1,523 @@
+"""The pure-Python twin of the native codec: RecordBatch v2 encode/decode, varints, CRC-32C.
+
+Same API and same errors as `engine._native._core`; it is the readable reference,
+the fallback without a compiler, and a test oracle. Byte layout: kafka-format.md §1-2
+(see engine.batch_format). Decoding never trusts a length: every read is bounds-checked
+and every rejection is a typed error (CorruptRecordError for the batch frame and CRC,
+InvalidRecordError for records inside a CRC-valid batch, as Kafka). Buffers may be
+bytes, bytearray, memoryview or mmap; batches are views, not copies.
+Stateless; thread-safe. Leaf module.
+"""
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import Iterable, Iterator
+
+import crcmod.predefined
+
+from engine import batch_format as bf
+from engine import compression as comp
+from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    RecordTooLargeError,
+    UnsupportedMessageFormatError,
+)
+
+_crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+
+
+def crc32c(data, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of `data`, continuing from `crc`."""
+    return _crc32c(memoryview(data).cast("B") if not isinstance(data, bytes) else data, crc)
+
+
+# --- varints ---------------------------------------------------------------------------------
+def _uvarint(n: int, out: bytearray) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _write_varint(n: int, out: bytearray) -> None:
+    _uvarint(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF, out)
+
+
+def _write_varlong(n: int, out: bytearray) -> None:
+    _uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
+
+
+def _read_uvarint(buf, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(max_bytes):
+        if pos >= end:
+            raise InvalidRecordError("varint is truncated")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if i == max_bytes - 1 and b >> (1 if max_bytes == 10 else 4):
+                raise InvalidRecordError("varint overflows its width")
+            return value, pos
+        shift += 7
+    raise InvalidRecordError("varint is too long")
+
+
+def _read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    v, pos = _read_uvarint(buf, pos, end, 5)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def _read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
+    v, pos = _read_uvarint(buf, pos, end, 10)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+# --- records ---------------------------------------------------------------------------------
+class Record:
+    """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
+
+    For a control record `control_type` is its type id (0 ABORT, 1 COMMIT, 2-6 KRaft,
+    -1 unknown) and, for COMMIT/ABORT, `coordinator_epoch` is set; both are None otherwise.
+    """
+
+    __slots__ = ("offset", "timestamp", "key", "value", "headers", "control_type", "coordinator_epoch")
+
+    def __init__(self, offset, timestamp, key, value, headers=None, control_type=None, coordinator_epoch=None):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = [] if headers is None else headers
+        self.control_type = control_type
+        self.coordinator_epoch = coordinator_epoch
+
+    def _fields(self) -> tuple:
+        return (self.offset, self.timestamp, self.key, self.value, list(self.headers),
+                self.control_type, self.coordinator_epoch)
+
+    def __eq__(self, other) -> bool:
+        try:
+            theirs = (other.offset, other.timestamp, other.key, other.value, list(other.headers),
+                      other.control_type, other.coordinator_epoch)
+        except AttributeError:
+            return NotImplemented
+        return self._fields() == theirs
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return ("Record(offset={!r}, timestamp={!r}, key={!r}, value={!r}, headers={!r}, "
+                "control_type={!r}, coordinator_epoch={!r})").format(*self._fields())
+
+    def __reduce__(self):
+        return (Record, self._fields())
+
+
+def _unpack(i: int, rec, prev_delta: int, base_offset: int):
+    """(offset_delta, key, value, headers, timestamp) of one input record."""
+    if isinstance(rec, tuple):
+        if len(rec) != 4:
+            raise InvalidRecordError(f"record {i}: expected (key, value, headers, timestamp_ms), got {len(rec)} items")
+        key, value, headers, ts = rec
+        delta = prev_delta + 1
+    elif hasattr(rec, "offset") and hasattr(rec, "value"):
+        key, value, headers, ts = rec.key, rec.value, rec.headers, rec.timestamp
+        if not isinstance(rec.offset, int):
+            raise InvalidRecordError(f"record {i}: offset must be an int")
+        delta = rec.offset - base_offset
+        if delta <= prev_delta:
+            raise InvalidRecordError(f"record {i}: offset {rec.offset} does not increase within the batch")
+    else:
+        raise InvalidRecordError(f"record {i}: expected a tuple or a Record, got {type(rec).__name__}")
+    if delta > bf.INT32_MAX:
+        raise InvalidRecordError(f"record {i}: offset delta {delta} does not fit an int32")
+    return (delta, bf.check_bytes("key", key), bf.check_bytes("value", value),
+            bf.normalize_headers(i, headers), bf.check_timestamp(ts))
+
+
+def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:
+    body = bytearray(b"\x00")
+    _write_varlong(ts_delta, body)
+    _write_varint(delta, body)
+    for field in (key, value):
+        if field is None:
+            _write_varint(-1, body)
+        else:
+            _write_varint(len(field), body)
+            body += field
+    _write_varint(len(headers), body)
+    for hk, hv in headers:
+        _write_varint(len(hk), body)
+        body += hk
+        if hv is None:
+            _write_varint(-1, body)
+        else:
+            _write_varint(len(hv), body)
+            body += hv
+    if len(body) > bf.INT32_MAX:
+        raise InvalidRecordError("a record body exceeds 2 GiB")
+    _write_varint(len(body), out)
+    out += body
+
+
+def _assemble(records_bytes, count: int, *, base_offset, ple, codec, level, attributes,
+              last_delta, base_ts, max_ts, pid, epoch, seq) -> bytes:
+    payload = comp.compress(codec, records_bytes, level) if codec else records_bytes
+    size = bf.HEADER_SIZE + len(payload)
+    if size - bf.LOG_OVERHEAD > bf.INT32_MAX:
+        raise InvalidRecordError("a batch exceeds 2 GiB")
+    out = bytearray(bf.HEADER.pack(base_offset, size - bf.LOG_OVERHEAD, ple, bf.MAGIC, 0, attributes,
+                                   last_delta, base_ts, max_ts, pid, epoch, seq, count))
+    out += payload
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[bf.ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def encode_batch(records, *, base_offset: int = 0, compression="none", compression_level: int | None = None,
+                 timestamp_type: str = "create", log_append_time_ms: int | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False, partition_leader_epoch: int = -1,
+                 last_offset_delta: int | None = None) -> bytes:
+    """Encode one RecordBatch v2 from (key, value, headers, timestamp_ms) tuples or Records.
+
+    Tuples take consecutive offsets; a Record keeps its own offset (relative to base_offset),
+    so decoded records re-encode to the same offsets. `last_offset_delta` may extend the batch's
+    offset range past its last record, as the log cleaner does.
+    """
+    codec, attributes, max_ts = bf.batch_attributes(
+        base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
+        log_append_time_ms=log_append_time_ms, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence, transactional=transactional, partition_leader_epoch=partition_leader_epoch)
+    items = list(records) if not isinstance(records, (list, tuple)) else records
+    if not items:
+        raise InvalidRecordError("a batch needs at least one record")
+    body = bytearray()
+    prev = -1
+    base_ts = None
+    max_seen = -1
+    for i, rec in enumerate(items):
+        delta, key, value, headers, ts = _unpack(i, rec, prev, base_offset)
+        if base_ts is None:
+            base_ts = ts
+        max_seen = max(max_seen, ts)
+        _write_record(body, delta, bf.timestamp_delta(ts, base_ts), key, value, headers)
+        prev = delta
+    last = _last_delta(prev, last_offset_delta)
+    return _assemble(body, len(items), base_offset=base_offset, ple=partition_leader_epoch, codec=codec,
+                     level=compression_level, attributes=attributes, last_delta=last, base_ts=base_ts,
+                     max_ts=max_seen if max_ts == -2 else max_ts, pid=producer_id, epoch=producer_epoch,
+                     seq=base_sequence)
+
+
+def _last_delta(prev: int, last_offset_delta) -> int:
+    if last_offset_delta is None:
+        return prev
+    if not isinstance(last_offset_delta, int) or not prev <= last_offset_delta <= bf.INT32_MAX:
+        raise InvalidRecordError(f"last_offset_delta={last_offset_delta!r} must be an int in [{prev}, 2**31-1]")
+    return last_offset_delta
+
+
+def _columns_to_records(keys, values, timestamps) -> list:
+    vals = column_buffers("values", values)
+    if vals is None:
+        raise InvalidRecordError("values column is required")
+    n = len(vals[1]) - 1
+    ks = column_buffers("keys", keys)
+    if ks is not None and len(ks[1]) - 1 != n:
+        raise InvalidRecordError("keys and values columns differ in length")
+    if isinstance(timestamps, int) and not isinstance(timestamps, bool):
+        tss = [timestamps] * n
+    else:
+        tss = memoryview(timestamps).cast("B").cast("q") if timestamps is not None else [-1] * n
+        if len(tss) != n:
+            raise InvalidRecordError("timestamps column differs in length from values")
+
+    def cell(col, i):
+        data, offs, bits = col
+        if bits is not None and not bits[0][(bits[1] + i) >> 3] >> ((bits[1] + i) & 7) & 1:
+            return None
+        lo, hi = offs[i], offs[i + 1]
+        if not 0 <= lo <= hi <= len(data):
+            raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
+        return bytes(data[lo:hi])
+
+    return [(cell(ks, i) if ks else None, cell(vals, i), None, tss[i]) for i in range(n)]
+
+
+def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs) -> bytes:
+    """Encode one batch from columns: `values`/`keys` as (data, int32 offsets[, validity bitmap])
+    tuples or pyarrow binary arrays; `timestamps` an int64 buffer or one int for all records.
+    Keywords are encode_batch's. No headers."""
+    return encode_batch(_columns_to_records(keys, values, timestamps), **batch_kwargs)
+
+
+def encode_control_batch(kind: str, *, base_offset: int, producer_id: int, producer_epoch: int,
+                         coordinator_epoch: int = 0, timestamp_ms: int,
+                         partition_leader_epoch: int = -1) -> bytes:
+    """Encode a COMMIT or ABORT transaction marker batch (78 bytes)."""
+    ctype = bf.control_type(kind)
+    bf._int("coordinator_epoch", coordinator_epoch, -2**31, bf.INT32_MAX)
+    bf.batch_attributes(base_offset=base_offset, compression=0, timestamp_type="create", log_append_time_ms=None,
+                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
+                        transactional=True, partition_leader_epoch=partition_leader_epoch)
+    ts = bf.check_timestamp(timestamp_ms)
+    body = bytearray()
+    _write_record(body, 0, 0, struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), [])
+    return _assemble(body, 1, base_offset=base_offset, ple=partition_leader_epoch, codec=0, level=None,
+                     attributes=bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG, last_delta=0, base_ts=ts, max_ts=ts,
+                     pid=producer_id, epoch=producer_epoch, seq=-1)
+
+
+# --- batches ---------------------------------------------------------------------------------
+class RecordBatch:
+    """A view of one RecordBatch v2 in a buffer; header fields are parsed, records decode on demand."""
+
+    __slots__ = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+                 "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+                 "base_sequence", "records_count", "buffer", "position", "source")
+
+    def __init__(self, view: memoryview, position: int = 0, source: str | None = None) -> None:
+        (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
+         self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp, self.producer_id,
+         self.producer_epoch, self.base_sequence, self.records_count) = bf.HEADER.unpack_from(view, 0)
+        self.buffer = view
+        self.position = position
+        self.source = source
+
+    last_offset = property(lambda self: self.base_offset + self.last_offset_delta)
+    next_offset = property(lambda self: self.base_offset + self.last_offset_delta + 1)
+    size_in_bytes = property(lambda self: self.batch_length + bf.LOG_OVERHEAD)
+    compression = property(lambda self: comp.NAMES[self.attributes & bf.COMPRESSION_MASK]
+                           if self.attributes & bf.COMPRESSION_MASK < 5 else "invalid")
+    timestamp_type = property(lambda self: bf.TIMESTAMP_TYPES[bool(self.attributes & bf.LOG_APPEND_TIME_FLAG)])
+    is_transactional = property(lambda self: bool(self.attributes & bf.TRANSACTIONAL_FLAG))
+    is_control = property(lambda self: bool(self.attributes & bf.CONTROL_FLAG))
+    has_delete_horizon = property(lambda self: bool(self.attributes & bf.DELETE_HORIZON_FLAG))
+    delete_horizon_ms = property(lambda self: self.base_timestamp if self.has_delete_horizon else None)
+    last_sequence = property(lambda self: bf.increment_sequence(self.base_sequence, self.last_offset_delta))
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"count={self.records_count}, size={self.size_in_bytes}, compression={self.compression})")
+
+    def compute_crc(self) -> int:
+        """CRC-32C of the bytes the stored crc covers."""
+        return crc32c(self.buffer[bf.ATTRIBUTES_OFFSET:])
+
+    def is_valid(self) -> bool:
+        """Kafka's isValid(): large enough and the stored CRC matches."""
+        return self.size_in_bytes >= bf.HEADER_SIZE and self.compute_crc() == self.crc
+
+    def ensure_valid(self) -> None:
+        """Raise CorruptRecordError unless is_valid()."""
+        if not self.is_valid():
+            raise CorruptRecordError(
+                f"record batch CRC mismatch (stored {self.crc:#010x}, computed {self.compute_crc():#010x})",
+                file=self.source, position=self.position, offset=self.base_offset)
+
+    def _error(self, cls, message: str):
+        return cls(message, file=self.source, position=self.position, offset=self.base_offset)
+
+    def _records_section(self, max_decompressed_bytes: int):
+        codec = self.attributes & bf.COMPRESSION_MASK
+        raw = self.buffer[bf.HEADER_SIZE:]
+        if codec == 0:
+            return raw
+        try:
+            return memoryview(comp.decompress(codec, raw, max_decompressed_bytes))
+        except KafkaError as exc:
+            raise self._error(type(exc), exc.message) from None
+
+    def records(self, *, verify_crc: bool = True,
+                max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED) -> list[Record]:
+        """Decode every record (control records included, with control_type set)."""
+        if verify_crc:
+            self.ensure_valid()
+        out: list[Record] = []
+        self._walk(max_decompressed_bytes, lambda *fields: out.append(Record(*fields)))
+        return out
+
+    def _walk(self, max_decompressed_bytes: int, emit) -> None:
+        count = self.records_count
+        if count < 0:
+            raise self._error(InvalidRecordError, f"invalid record count {count}")
+        buf = self._records_section(max_decompressed_bytes)
+        end = len(buf)
+        if count * bf.MIN_RECORD_SIZE > end:
+            raise self._error(InvalidRecordError, f"record count {count} cannot fit in {end} bytes")
+        log_append = self.attributes & bf.LOG_APPEND_TIME_FLAG
+        control = self.attributes & bf.CONTROL_FLAG
+        pos = 0
+        try:
+            for _ in range(count):
+                size, pos = _read_varint(buf, pos, end)
+                start = pos
+                if size < 0 or end - pos < size:
+                    raise InvalidRecordError(f"invalid record size {size}: only {end - pos} bytes remain")
+                rend = pos + size
+                pos += 1  # attributes, unused
+                ts_delta, pos = _read_varlong(buf, pos, rend)
+                off_delta, pos = _read_varint(buf, pos, rend)
+                key, pos = _read_field(buf, pos, rend)
+                value, pos = _read_field(buf, pos, rend)
+                n_headers, pos = _read_varint(buf, pos, rend)
+                if n_headers < 0:
+                    raise InvalidRecordError(f"invalid number of record headers {n_headers}")
+                headers = []
+                for _h in range(n_headers):
+                    hk, pos = _read_field(buf, pos, rend)
+                    if hk is None:
+                        raise InvalidRecordError("invalid negative header key size")
+                    hv, pos = _read_field(buf, pos, rend)
+                    headers.append((hk.decode("utf-8", "surrogateescape"), hv))
+                if pos != rend:
+                    raise InvalidRecordError(f"invalid record size: expected {size} bytes, read {pos - start}")
+                ts = self.max_timestamp if log_append else self.base_timestamp + ts_delta
+                ctype = epoch = None
+                if control:
+                    ctype, epoch = _control(key, value)
+                emit(self.base_offset + off_delta, ts, key, value, headers, ctype, epoch)
+        except InvalidRecordError as exc:
+            raise self._error(InvalidRecordError, exc.message) from None
+        if pos != end:
+            raise self._error(InvalidRecordError,
+                              f"incorrect declared batch size: {end - pos} bytes remain after {count} records")
+
+
+def _read_field(buf, pos: int, end: int):
+    n, pos = _read_varint(buf, pos, end)
+    if n < 0:
+        return None, pos
+    if end - pos < n:
+        raise InvalidRecordError(f"field of {n} bytes overruns the record")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _control(key, value) -> tuple[int, int | None]:
+    if key is None or len(key) < 4:
+        raise InvalidRecordError("control record key is shorter than 4 bytes")
+    version, ctype = struct.unpack_from(">hh", key)
+    if version < 0:
+        raise InvalidRecordError(f"invalid control record key version {version}")
+    if ctype not in bf.CONTROL_TYPE_NAMES:
+        return -1, None
+    if ctype > bf.COMMIT:
+        return ctype, None
+    if value is None or len(value) < 6:
+        raise InvalidRecordError("end transaction marker value is shorter than 6 bytes")
+    vversion, epoch = struct.unpack_from(">hi", value)
+    if vversion < 0:
+        raise InvalidRecordError(f"invalid end transaction marker version {vversion}")
+    return ctype, epoch
+
+
+def _as_view(buffer) -> memoryview:
+    mv = memoryview(buffer)
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+def iter_batches(buffer, *, position: int = 0, source: str | None = None) -> Iterator[RecordBatch]:
+    """Walk the batches of a buffer (a `.log` file's bytes or a slice of it).
+
+    Like Kafka's file iterator it stops silently at a partial tail (fewer than 17 bytes, or a
+    batch that runs past the end); a size field below 14 is CorruptRecordError; magic 0/1 is
+    UnsupportedMessageFormatError. `position` is added to reported positions; `source` names
+    the file in errors. CRCs are checked when records are decoded (or by is_valid()).
+    """
+    mv = _as_view(buffer)
+    n = len(mv)
+    pos = 0
+    while n - pos >= bf.HEADER_SIZE_UP_TO_MAGIC:
+        base_offset, size = struct.unpack_from(">qi", mv, pos)
+        if size < bf.MIN_ENTRY_SIZE:
+            raise CorruptRecordError(f"record size {size} is smaller than the minimum {bf.MIN_ENTRY_SIZE}",
+                                     file=source, position=position + pos, offset=base_offset)
+        end = pos + bf.LOG_OVERHEAD + size
+        if end > n:
+            return
+        magic = mv[pos + 16]
+        if magic != bf.MAGIC:
+            cls = UnsupportedMessageFormatError if magic in (0, 1) else CorruptRecordError
+            what = "legacy message format" if magic in (0, 1) else "unknown magic"
+            raise cls(f"{what} (magic {magic}) is not supported", file=source, position=position + pos,
+                      offset=base_offset)
+        if size < bf.HEADER_SIZE - bf.LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch size {size + bf.LOG_OVERHEAD} is below the 61-byte header",
+                                     file=source, position=position + pos, offset=base_offset)
+        yield RecordBatch(mv[pos:end], position + pos, source)
+        pos = end
+
+
+def _bitmap(valid: list[bool]) -> tuple[bytes | None, int]:
+    nulls = valid.count(False)
+    if not nulls:
+        return None, 0
+    bits = bytearray((len(valid) + 7) // 8)
+    for i, v in enumerate(valid):
+        if v:
+            bits[i >> 3] |= 1 << (i & 7)
+    return bytes(bits), nulls
+
+
+def _binary_column(values: Iterable) -> BinaryColumn:
+    data = bytearray()
+    offsets = array("i", [0])
+    valid = []
+    for v in values:
+        valid.append(v is not None)
+        if v is not None:
+            data += v
+            if len(data) > bf.INT32_MAX:
+                raise RecordTooLargeError("columnar decode exceeds 2 GiB in one column; read a smaller range")
+        offsets.append(len(data))
+    bits, nulls = _bitmap(valid)
+    return BinaryColumn(bytes(data), offsets, bits, nulls)
+
+
+def decode_columnar(buffer, *, start_offset: int | None = None, end_offset: int | None = None,
+                    include_headers: bool = False, verify_crc: bool = True,
+                    max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED,
+                    position: int = 0, source: str | None = None) -> Columns:
+    """Decode the data records with start_offset <= offset < end_offset into Arrow-layout columns."""
+    rows: list[tuple] = []
+    next_offset = None
+    for batch in iter_batches(buffer, position=position, source=source):
+        if end_offset is not None and batch.base_offset >= end_offset:
+            break
+        next_offset = batch.next_offset if end_offset is None else min(batch.next_offset, end_offset)
+        if batch.is_control or (start_offset is not None and batch.last_offset < start_offset):
+            continue
+        if verify_crc:
+            batch.ensure_valid()
+        tstype = 1 if batch.attributes & bf.LOG_APPEND_TIME_FLAG else 0
+
+        def keep(offset, ts, key, value, headers, _c, _e, tstype=tstype):
+            if (start_offset is None or offset >= start_offset) and (end_offset is None or offset < end_offset):
+                rows.append((offset, ts, tstype, key, value, headers))
+
+        batch._walk(max_decompressed_bytes, keep)
+    headers = None
+    if include_headers:
+        list_offsets = array("i", [0])
+        flat: list = []
+        for r in rows:
+            flat.extend(r[5])
+            list_offsets.append(len(flat))
+        bits, nulls = _bitmap([bool(r[5]) for r in rows])
+        headers = HeadersColumn(list_offsets, bits, nulls,
+                                _binary_column(k.encode("utf-8", "surrogateescape") for k, _ in flat),
+                                _binary_column(v for _, v in flat))
+    return Columns(
+        offsets=array("q", (r[0] for r in rows)),
+        timestamps=array("q", (r[1] for r in rows)),
+        timestamp_types=array("i", (r[2] for r in rows)),
+        keys=_binary_column(r[3] for r in rows),
+        values=_binary_column(r[4] for r in rows),
+        headers=headers,
+        next_offset=next_offset,
+    )

@@ -1,0 +1,79 @@
+"""Build kafkalog's Cython core (engine/_native) with a pure-Python fallback.
+
+The extension is optional: when it cannot be built (no compiler, CC=/bin/false)
+the install succeeds with a warning and `engine` loads the pure-Python twin.
+With KAFKALOG_REQUIRE_EXTENSIONS=1 a failed build fails the install.
+A previously built `.so` is removed before each build so a stale one can never
+be packaged or imported in place of the current source.
+"""
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+REQUIRE = os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1"
+NATIVE = os.path.join("engine", "_native")
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that deletes stale outputs first and tolerates failure unless required."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all (DistutilsPlatformError and friends)
+            self._give_up(None, exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        target = self.get_ext_fullpath(ext.name)
+        if os.path.exists(target):
+            os.remove(target)
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # CompileError, LinkError, DistutilsExecError
+            if os.path.exists(target):
+                os.remove(target)
+            self._give_up(ext, exc)
+
+    @staticmethod
+    def _give_up(ext, exc: Exception) -> None:
+        name = ext.name if ext is not None else "the native core"
+        if REQUIRE:
+            raise RuntimeError(
+                f"kafkalog: building {name} failed and KAFKALOG_REQUIRE_EXTENSIONS=1: {exc}"
+            ) from exc
+        sys.stderr.write(
+            f"WARNING: kafkalog: could not build {name} ({exc}); "
+            "installing the pure-Python twin only\n"
+        )
+
+
+def extensions() -> list:
+    from Cython.Build import cythonize
+
+    flags = ["-O3", "-fno-strict-aliasing"] if os.name != "nt" else ["/O2"]
+    core = Extension(
+        "engine._native._core",
+        sources=[os.path.join(NATIVE, "_core.pyx"), os.path.join(NATIVE, "crc32c_impl.c")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
+    exts = cythonize(
+        [core],
+        compiler_directives={
+            "language_level": 3,
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+            "embedsignature": True,
+        },
+        quiet=True,
+    )
+    for ext in exts:  # cythonize() drops optional=True; our build_ext handles failure instead
+        ext.optional = not REQUIRE
+    return exts
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
