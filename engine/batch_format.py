@@ -145,3 +145,69 @@ def timestamp_delta(ts: int, base_ts: int) -> int:
     if not -2**63 <= delta < 2**63:
         raise InvalidTimestampError(f"timestamp {ts} is too far from the batch base timestamp {base_ts}")
     return delta
+
+
+def unpack_record(i: int, rec, prev_delta: int, base_offset: int):
+    """(offset_delta, key, value, headers, timestamp) of input record i, validated.
+
+    A (key, value, headers, timestamp_ms) tuple takes the next offset; a Record keeps its own.
+    """
+    if isinstance(rec, tuple):
+        if len(rec) != 4:
+            raise InvalidRecordError(f"record {i}: expected (key, value, headers, timestamp_ms), got {len(rec)} items")
+        key, value, headers, ts = rec
+        delta = prev_delta + 1
+    elif hasattr(rec, "offset") and hasattr(rec, "value"):
+        key, value, headers, ts = rec.key, rec.value, rec.headers, rec.timestamp
+        if not isinstance(rec.offset, int):
+            raise InvalidRecordError(f"record {i}: offset must be an int")
+        delta = rec.offset - base_offset
+        if delta <= prev_delta:
+            raise InvalidRecordError(f"record {i}: offset {rec.offset} does not increase within the batch")
+    else:
+        raise InvalidRecordError(f"record {i}: expected a tuple or a Record, got {type(rec).__name__}")
+    if delta > INT32_MAX:
+        raise InvalidRecordError(f"record {i}: offset delta {delta} does not fit an int32")
+    return (delta, check_bytes("key", key), check_bytes("value", value),
+            normalize_headers(i, headers), check_timestamp(ts))
+
+
+def last_offset_delta(prev: int, last_offset_delta) -> int:
+    """The batch's lastOffsetDelta: the last record's delta unless explicitly extended."""
+    if last_offset_delta is None:
+        return prev
+    if not isinstance(last_offset_delta, int) or not prev <= last_offset_delta <= INT32_MAX:
+        raise InvalidRecordError(f"last_offset_delta={last_offset_delta!r} must be an int in [{prev}, 2**31-1]")
+    return last_offset_delta
+
+
+def control_fields(key, value) -> tuple[int, int | None]:
+    """(control type id, coordinator epoch or None) of a control record, as Kafka parses them."""
+    if key is None or len(key) < 4:
+        raise InvalidRecordError("control record key is shorter than 4 bytes")
+    version, ctype = struct.unpack_from(">hh", key)
+    if version < 0:
+        raise InvalidRecordError(f"invalid control record key version {version}")
+    if ctype not in CONTROL_TYPE_NAMES:
+        return -1, None
+    if ctype > COMMIT:
+        return ctype, None
+    if value is None or len(value) < 6:
+        raise InvalidRecordError("end transaction marker value is shorter than 6 bytes")
+    vversion, epoch = struct.unpack_from(">hi", value)
+    if vversion < 0:
+        raise InvalidRecordError(f"invalid end transaction marker version {vversion}")
+    return ctype, epoch
+
+
+def control_batch_params(kind, *, base_offset, producer_id, producer_epoch, coordinator_epoch, timestamp_ms,
+                         partition_leader_epoch) -> tuple[bytes, bytes, int]:
+    """Validate a transaction marker's fields; return its record (key, value, timestamp)."""
+    ctype = control_type(kind)
+    _int("coordinator_epoch", coordinator_epoch, -2**31, INT32_MAX)
+    batch_attributes(base_offset=base_offset, compression=0, timestamp_type="create", log_append_time_ms=None,
+                     producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
+                     transactional=True, partition_leader_epoch=partition_leader_epoch)
+    if producer_id < 0:
+        raise InvalidRecordError("a transaction marker needs a producer_id >= 0")
+    return struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), check_timestamp(timestamp_ms)

@@ -118,28 +118,6 @@ class Record:
         return (Record, self._fields())
 
 
-def _unpack(i: int, rec, prev_delta: int, base_offset: int):
-    """(offset_delta, key, value, headers, timestamp) of one input record."""
-    if isinstance(rec, tuple):
-        if len(rec) != 4:
-            raise InvalidRecordError(f"record {i}: expected (key, value, headers, timestamp_ms), got {len(rec)} items")
-        key, value, headers, ts = rec
-        delta = prev_delta + 1
-    elif hasattr(rec, "offset") and hasattr(rec, "value"):
-        key, value, headers, ts = rec.key, rec.value, rec.headers, rec.timestamp
-        if not isinstance(rec.offset, int):
-            raise InvalidRecordError(f"record {i}: offset must be an int")
-        delta = rec.offset - base_offset
-        if delta <= prev_delta:
-            raise InvalidRecordError(f"record {i}: offset {rec.offset} does not increase within the batch")
-    else:
-        raise InvalidRecordError(f"record {i}: expected a tuple or a Record, got {type(rec).__name__}")
-    if delta > bf.INT32_MAX:
-        raise InvalidRecordError(f"record {i}: offset delta {delta} does not fit an int32")
-    return (delta, bf.check_bytes("key", key), bf.check_bytes("value", value),
-            bf.normalize_headers(i, headers), bf.check_timestamp(ts))
-
-
 def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:
     body = bytearray(b"\x00")
     _write_varlong(ts_delta, body)
@@ -201,25 +179,17 @@ def encode_batch(records, *, base_offset: int = 0, compression="none", compressi
     base_ts = None
     max_seen = -1
     for i, rec in enumerate(items):
-        delta, key, value, headers, ts = _unpack(i, rec, prev, base_offset)
+        delta, key, value, headers, ts = bf.unpack_record(i, rec, prev, base_offset)
         if base_ts is None:
             base_ts = ts
         max_seen = max(max_seen, ts)
         _write_record(body, delta, bf.timestamp_delta(ts, base_ts), key, value, headers)
         prev = delta
-    last = _last_delta(prev, last_offset_delta)
+    last = bf.last_offset_delta(prev, last_offset_delta)
     return _assemble(body, len(items), base_offset=base_offset, ple=partition_leader_epoch, codec=codec,
                      level=compression_level, attributes=attributes, last_delta=last, base_ts=base_ts,
                      max_ts=max_seen if max_ts == -2 else max_ts, pid=producer_id, epoch=producer_epoch,
                      seq=base_sequence)
-
-
-def _last_delta(prev: int, last_offset_delta) -> int:
-    if last_offset_delta is None:
-        return prev
-    if not isinstance(last_offset_delta, int) or not prev <= last_offset_delta <= bf.INT32_MAX:
-        raise InvalidRecordError(f"last_offset_delta={last_offset_delta!r} must be an int in [{prev}, 2**31-1]")
-    return last_offset_delta
 
 
 def _columns_to_records(keys, values, timestamps) -> list:
@@ -260,14 +230,11 @@ def encode_control_batch(kind: str, *, base_offset: int, producer_id: int, produ
                          coordinator_epoch: int = 0, timestamp_ms: int,
                          partition_leader_epoch: int = -1) -> bytes:
     """Encode a COMMIT or ABORT transaction marker batch (78 bytes)."""
-    ctype = bf.control_type(kind)
-    bf._int("coordinator_epoch", coordinator_epoch, -2**31, bf.INT32_MAX)
-    bf.batch_attributes(base_offset=base_offset, compression=0, timestamp_type="create", log_append_time_ms=None,
-                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
-                        transactional=True, partition_leader_epoch=partition_leader_epoch)
-    ts = bf.check_timestamp(timestamp_ms)
+    key, value, ts = bf.control_batch_params(kind, base_offset=base_offset, producer_id=producer_id,
+                                             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
+                                             timestamp_ms=timestamp_ms, partition_leader_epoch=partition_leader_epoch)
     body = bytearray()
-    _write_record(body, 0, 0, struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), [])
+    _write_record(body, 0, 0, key, value, [])
     return _assemble(body, 1, base_offset=base_offset, ple=partition_leader_epoch, codec=0, level=None,
                      attributes=bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG, last_delta=0, base_ts=ts, max_ts=ts,
                      pid=producer_id, epoch=producer_epoch, seq=-1)
@@ -380,7 +347,7 @@ class RecordBatch:
                 ts = self.max_timestamp if log_append else self.base_timestamp + ts_delta
                 ctype = epoch = None
                 if control:
-                    ctype, epoch = _control(key, value)
+                    ctype, epoch = bf.control_fields(key, value)
                 emit(self.base_offset + off_delta, ts, key, value, headers, ctype, epoch)
         except InvalidRecordError as exc:
             raise self._error(InvalidRecordError, exc.message) from None
@@ -396,24 +363,6 @@ def _read_field(buf, pos: int, end: int):
     if end - pos < n:
         raise InvalidRecordError(f"field of {n} bytes overruns the record")
     return bytes(buf[pos:pos + n]), pos + n
-
-
-def _control(key, value) -> tuple[int, int | None]:
-    if key is None or len(key) < 4:
-        raise InvalidRecordError("control record key is shorter than 4 bytes")
-    version, ctype = struct.unpack_from(">hh", key)
-    if version < 0:
-        raise InvalidRecordError(f"invalid control record key version {version}")
-    if ctype not in bf.CONTROL_TYPE_NAMES:
-        return -1, None
-    if ctype > bf.COMMIT:
-        return ctype, None
-    if value is None or len(value) < 6:
-        raise InvalidRecordError("end transaction marker value is shorter than 6 bytes")
-    vversion, epoch = struct.unpack_from(">hi", value)
-    if vversion < 0:
-        raise InvalidRecordError(f"invalid end transaction marker version {vversion}")
-    return ctype, epoch
 
 
 def _as_view(buffer) -> memoryview:

@@ -1,0 +1,1126 @@
+# cython: language_level=3
+"""The native codec: RecordBatch v2 encode/decode, columnar decode and CRC-32C.
+
+Same API, semantics and errors as the pure-Python twin `engine.records`; per-batch
+rules (parameter checks, codecs, control markers) are shared Python in
+engine.batch_format / engine.compression, per-record work is here.
+Memory safety: every read is checked against the end of its batch (or decompressed
+section) before it happens; batches hold a memoryview of their buffer, so the bytes
+(even an mmap) stay alive and cannot be resized or closed under them. Corrupt input
+raises a typed error, never crashes. Stateless; thread-safe (the GIL is held except
+while computing a large CRC).
+"""
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_CheckExact
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+from engine import batch_format as bf
+from engine import compression as comp
+from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    RecordTooLargeError,
+    UnsupportedMessageFormatError,
+)
+
+
+cdef extern from "crc32c_impl.h":
+    void kl_crc32c_init()
+    uint32_t kl_crc32c(uint32_t crc, const void *buf, size_t len) nogil
+    uint32_t kl_crc32c_software(uint32_t crc, const void *buf, size_t len) nogil
+    int kl_crc32c_hardware_available()
+    uint64_t kl_be64(const uint8_t *p) nogil
+    uint32_t kl_be32(const uint8_t *p) nogil
+    uint16_t kl_be16(const uint8_t *p) nogil
+    void kl_put64(uint8_t *p, uint64_t v) nogil
+    void kl_put32(uint8_t *p, uint32_t v) nogil
+    void kl_put16(uint8_t *p, uint16_t v) nogil
+    int kl_read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out) nogil
+    int kl_read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) nogil
+    int kl_varint_size(int32_t n) nogil
+    int kl_varlong_size(int64_t n) nogil
+    uint8_t *kl_write_varint(uint8_t *p, int32_t n) nogil
+    uint8_t *kl_write_varlong(uint8_t *p, int64_t n) nogil
+
+kl_crc32c_init()
+
+cdef enum:
+    HEADER_SIZE = 61
+    LOG_OVERHEAD = 12
+    UP_TO_MAGIC = 17
+    MIN_ENTRY_SIZE = 14
+    ATTRS_OFFSET = 21
+    MIN_RECORD_SIZE = 7
+    NOGIL_CRC_BYTES = 65536
+
+cdef uint8_t _EMPTY[1]
+
+
+# --- CRC-32C -----------------------------------------------------------------------------------
+cdef object _byte_view(object data):
+    """A 1-D unsigned-byte memoryview of any buffer."""
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+cdef uint32_t _crc_of(object data, uint32_t crc, bint software) except? 0xFFFFFFFF:
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p = _EMPTY
+    cdef Py_ssize_t n
+    if PyBytes_Check(data):
+        p = <const uint8_t *>PyBytes_AS_STRING(data)
+        n = len(<bytes>data)
+    else:
+        view = _byte_view(data)
+        n = view.shape[0]
+        if n:
+            p = &view[0]
+    if n >= NOGIL_CRC_BYTES:
+        with nogil:
+            return kl_crc32c_software(crc, p, n) if software else kl_crc32c(crc, p, n)
+    return kl_crc32c_software(crc, p, n) if software else kl_crc32c(crc, p, n)
+
+
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli) of `data`, continuing from `crc`; hardware-accelerated when available."""
+    return _crc_of(data, crc, False)
+
+
+def crc32c_software(data, crc=0):
+    """CRC-32C through the table-driven path only (tests compare it with the hardware path)."""
+    return _crc_of(data, crc, True)
+
+
+def crc32c_hardware_available():
+    """True when the SSE4.2 crc32 instruction is used."""
+    return bool(kl_crc32c_hardware_available())
+
+
+# --- native buffers (Arrow-compatible, zero-copy) ------------------------------------------
+cdef struct Grow:
+    char *data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef int grow_reserve(Grow *g, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap
+    cdef char *p
+    if g.len + extra <= g.cap:
+        return 0
+    cap = max(g.cap * 2, g.len + extra, <Py_ssize_t>256)
+    p = <char *>realloc(g.data, cap)
+    if p == NULL:
+        raise MemoryError()
+    g.data = p
+    g.cap = cap
+    return 0
+
+
+cdef inline int grow_i64(Grow *g, int64_t v) except -1:
+    if g.len + 8 > g.cap:
+        grow_reserve(g, 8)
+    memcpy(g.data + g.len, &v, 8)
+    g.len += 8
+    return 0
+
+
+cdef inline int grow_i32(Grow *g, int32_t v) except -1:
+    if g.len + 4 > g.cap:
+        grow_reserve(g, 4)
+    memcpy(g.data + g.len, &v, 4)
+    g.len += 4
+    return 0
+
+
+cdef inline int grow_bytes(Grow *g, const uint8_t *p, Py_ssize_t n) except -1:
+    if g.len + n > g.cap:
+        grow_reserve(g, n)
+    memcpy(g.data + g.len, p, n)
+    g.len += n
+    if g.len > INT32_MAX:
+        raise RecordTooLargeError("columnar decode exceeds 2 GiB in one column; read a smaller range")
+    return 0
+
+
+cdef inline int grow_bit(Grow *g, Py_ssize_t i, bint valid) except -1:
+    """Set bit i of an LSB-first bitmap (bytes are zeroed as the bitmap grows)."""
+    cdef Py_ssize_t byte = i >> 3
+    if byte >= g.len:
+        if byte >= g.cap:
+            grow_reserve(g, byte + 1 - g.len)
+        memset(g.data + g.len, 0, byte + 1 - g.len)
+        g.len = byte + 1
+    if valid:
+        g.data[byte] = g.data[byte] | <char>(1 << (i & 7))
+    return 0
+
+
+cdef class NativeBuffer:
+    """A read-only buffer owning malloc'd memory (int64 'q', int32 'i' or bytes 'B' items)."""
+
+    cdef char *data
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t itemsize
+    cdef bytes fmt
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("kafkalog native buffers are read-only")
+        view.buf = self.data
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 1
+        view.itemsize = self.itemsize
+        view.format = PyBytes_AS_STRING(self.fmt) if flags & PyBUF_FORMAT else NULL
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+
+cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
+    """Move a Grow's memory into a NativeBuffer (the Grow is left empty)."""
+    cdef NativeBuffer b = NativeBuffer.__new__(NativeBuffer)
+    if g.data == NULL:
+        g.data = <char *>malloc(1)
+        if g.data == NULL:
+            raise MemoryError()
+    b.data = g.data
+    b.nbytes = g.len
+    b.itemsize = itemsize
+    b.fmt = fmt
+    b.shape[0] = g.len // itemsize
+    b.strides[0] = itemsize
+    g.data = NULL
+    g.len = g.cap = 0
+    return b
+
+
+# --- records -----------------------------------------------------------------------------------
+cdef class Record:
+    """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
+
+    For a control record `control_type` is its type id (0 ABORT, 1 COMMIT, 2-6 KRaft,
+    -1 unknown) and, for COMMIT/ABORT, `coordinator_epoch` is set; both are None otherwise.
+    """
+
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly object headers
+    cdef readonly object control_type
+    cdef readonly object coordinator_epoch
+
+    def __init__(self, offset, timestamp, key, value, headers=None, control_type=None, coordinator_epoch=None):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = [] if headers is None else headers
+        self.control_type = control_type
+        self.coordinator_epoch = coordinator_epoch
+
+    def _fields(self):
+        return (self.offset, self.timestamp, self.key, self.value, list(self.headers),
+                self.control_type, self.coordinator_epoch)
+
+    def __eq__(self, other):
+        try:
+            theirs = (other.offset, other.timestamp, other.key, other.value, list(other.headers),
+                      other.control_type, other.coordinator_epoch)
+        except AttributeError:
+            return NotImplemented
+        return self._fields() == theirs
+
+    __hash__ = None
+
+    def __repr__(self):
+        return ("Record(offset={!r}, timestamp={!r}, key={!r}, value={!r}, headers={!r}, "
+                "control_type={!r}, coordinator_epoch={!r})").format(*self._fields())
+
+    def __reduce__(self):
+        return (Record, self._fields())
+
+
+cdef struct RecView:
+    const uint8_t *key
+    int32_t klen
+    const uint8_t *value
+    int32_t vlen
+    int64_t ts_delta
+    int32_t off_delta
+    const uint8_t *headers
+    int32_t hcount
+    const uint8_t *end
+
+
+# Record framing errors (InvalidRecordError, as Kafka), indexed by _parse_record's return code.
+_FRAMING = (
+    None,
+    "varint is truncated",
+    "varint is too long or overflows its width",
+    "invalid record size: it overruns the batch",
+    "a field overruns the record",
+    "invalid number of record headers",
+    "invalid negative header key size",
+    "invalid record size: declared and read sizes differ",
+)
+
+
+cdef inline int _varint_rc(int rc) noexcept nogil:
+    return 1 if rc == -1 else 2
+
+
+cdef inline int _skip_field(const uint8_t **pp, const uint8_t *end, const uint8_t **out, int32_t *n) noexcept nogil:
+    cdef int rc = kl_read_varint(pp, end, n)
+    if rc:
+        return _varint_rc(rc)
+    out[0] = pp[0]
+    if n[0] >= 0:
+        if n[0] > end - pp[0]:
+            return 4
+        pp[0] += n[0]
+    return 0
+
+
+cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r) noexcept nogil:
+    """Parse one record at *pp (advancing it); 0 or an index into _FRAMING."""
+    cdef int32_t size, i, hk, hv
+    cdef const uint8_t *rend
+    cdef const uint8_t *ignored
+    cdef int rc = kl_read_varint(pp, end, &size)
+    if rc:
+        return _varint_rc(rc)
+    if size < 0 or size > end - pp[0]:
+        return 3
+    rend = pp[0] + size
+    if size < 1:
+        return 7
+    pp[0] += 1  # record attributes: unused
+    rc = kl_read_varlong(pp, rend, &r.ts_delta)
+    if rc:
+        return _varint_rc(rc)
+    rc = kl_read_varint(pp, rend, &r.off_delta)
+    if rc:
+        return _varint_rc(rc)
+    rc = _skip_field(pp, rend, &r.key, &r.klen)
+    if rc:
+        return rc
+    rc = _skip_field(pp, rend, &r.value, &r.vlen)
+    if rc:
+        return rc
+    rc = kl_read_varint(pp, rend, &r.hcount)
+    if rc:
+        return _varint_rc(rc)
+    if r.hcount < 0:
+        return 5
+    r.headers = pp[0]
+    for i in range(r.hcount):
+        rc = _skip_field(pp, rend, &ignored, &hk)
+        if rc:
+            return rc
+        if hk < 0:
+            return 6
+        rc = _skip_field(pp, rend, &ignored, &hv)
+        if rc:
+            return rc
+    if pp[0] != rend:
+        return 7
+    r.end = rend
+    return 0
+
+
+cdef inline object _field(const uint8_t *p, int32_t n):
+    return None if n < 0 else PyBytes_FromStringAndSize(<const char *>p, n)
+
+
+cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count):
+    """Headers of a record that _parse_record already validated."""
+    cdef list out = []
+    cdef int32_t i, klen = 0, vlen = 0
+    cdef const uint8_t *kp
+    cdef const uint8_t *vp
+    for i in range(count):
+        kl_read_varint(&p, end, &klen)
+        kp = p
+        p += klen
+        kl_read_varint(&p, end, &vlen)
+        vp = p
+        if vlen > 0:
+            p += vlen
+        out.append((PyUnicode_DecodeUTF8(<const char *>kp, klen, "surrogateescape"), _field(vp, vlen)))
+    return out
+
+
+# --- batches -----------------------------------------------------------------------------------
+cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t position,
+                           object source) except -2:
+    """End of the batch at `pos`, or -1 where Kafka's file iterator stops (a partial tail)."""
+    cdef int32_t size
+    cdef int magic
+    cdef int64_t base_offset
+    if n - pos < UP_TO_MAGIC:
+        return -1
+    base_offset = <int64_t>kl_be64(base + pos)
+    size = <int32_t>kl_be32(base + pos + 8)
+    if size < MIN_ENTRY_SIZE:
+        raise CorruptRecordError(f"record size {size} is smaller than the minimum {MIN_ENTRY_SIZE}",
+                                 file=source, position=position + pos, offset=base_offset)
+    if size > n - pos - LOG_OVERHEAD:
+        return -1
+    magic = base[pos + 16]
+    if magic != 2:
+        if magic in (0, 1):
+            raise UnsupportedMessageFormatError(f"legacy message format (magic {magic}) is not supported",
+                                                file=source, position=position + pos, offset=base_offset)
+        raise CorruptRecordError(f"unknown magic (magic {magic}) is not supported",
+                                 file=source, position=position + pos, offset=base_offset)
+    if size < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch size {size + LOG_OVERHEAD} is below the 61-byte header",
+                                 file=source, position=position + pos, offset=base_offset)
+    return pos + LOG_OVERHEAD + size
+
+
+cdef class RecordBatch:
+    """A view of one RecordBatch v2 in a buffer; header fields are parsed, records decode on demand."""
+
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t batch_length
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int magic
+    cdef readonly uint32_t crc
+    cdef readonly int16_t attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int16_t producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t records_count
+    cdef readonly object buffer
+    cdef readonly Py_ssize_t position
+    cdef readonly object source
+    cdef const uint8_t *_p
+    cdef Py_ssize_t _n
+
+    def __init__(self, view, position=0, source=None):
+        mv = _byte_view(view)
+        cdef const uint8_t[::1] v = mv
+        if v.shape[0] < HEADER_SIZE:
+            raise CorruptRecordError("a record batch needs at least 61 bytes", file=source, position=position)
+        self._set(mv, &v[0], v.shape[0], position, source)
+
+    cdef void _set(self, object view, const uint8_t *p, Py_ssize_t n, Py_ssize_t position, object source):
+        self.buffer = view
+        self._p = p
+        self._n = n
+        self.position = position
+        self.source = source
+        self.base_offset = <int64_t>kl_be64(p)
+        self.batch_length = <int32_t>kl_be32(p + 8)
+        self.partition_leader_epoch = <int32_t>kl_be32(p + 12)
+        self.magic = <signed char>p[16]
+        self.crc = kl_be32(p + 17)
+        self.attributes = <int16_t>kl_be16(p + 21)
+        self.last_offset_delta = <int32_t>kl_be32(p + 23)
+        self.base_timestamp = <int64_t>kl_be64(p + 27)
+        self.max_timestamp = <int64_t>kl_be64(p + 35)
+        self.producer_id = <int64_t>kl_be64(p + 43)
+        self.producer_epoch = <int16_t>kl_be16(p + 51)
+        self.base_sequence = <int32_t>kl_be32(p + 53)
+        self.records_count = <int32_t>kl_be32(p + 57)
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size_in_bytes(self):
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self):
+        cdef int codec = self.attributes & 0x07
+        return comp.NAMES[codec] if codec < 5 else "invalid"
+
+    @property
+    def timestamp_type(self):
+        return bf.TIMESTAMP_TYPES[1 if self.attributes & 0x08 else 0]
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & 0x10)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & 0x20)
+
+    @property
+    def has_delete_horizon(self):
+        return bool(self.attributes & 0x40)
+
+    @property
+    def delete_horizon_ms(self):
+        return self.base_timestamp if self.attributes & 0x40 else None
+
+    @property
+    def last_sequence(self):
+        return bf.increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"count={self.records_count}, size={self.size_in_bytes}, compression={self.compression})")
+
+    def compute_crc(self):
+        """CRC-32C of the bytes the stored crc covers."""
+        return kl_crc32c(0, self._p + ATTRS_OFFSET, self._n - ATTRS_OFFSET)
+
+    cdef bint _valid(self):
+        return self._n >= HEADER_SIZE and kl_crc32c(0, self._p + ATTRS_OFFSET, self._n - ATTRS_OFFSET) == self.crc
+
+    def is_valid(self):
+        """Kafka's isValid(): large enough and the stored CRC matches."""
+        return self._valid()
+
+    def ensure_valid(self):
+        """Raise CorruptRecordError unless is_valid()."""
+        if not self._valid():
+            raise self._error(CorruptRecordError,
+                              f"record batch CRC mismatch (stored {self.crc:#010x}, computed {self.compute_crc():#010x})")
+
+    cdef object _error(self, cls, str message):
+        return cls(message, file=self.source, position=self.position, offset=self.base_offset)
+
+    cdef object _section(self, Py_ssize_t limit):
+        """The records section: None for uncompressed (read in place), else the decompressed bytes."""
+        cdef int codec = self.attributes & 0x07
+        if codec == 0:
+            return None
+        try:
+            return comp.decompress(codec, self.buffer[HEADER_SIZE:], limit)
+        except KafkaError as exc:
+            raise self._error(type(exc), exc.message) from None
+
+    cdef int _check_count(self, Py_ssize_t available) except -1:
+        if self.records_count < 0:
+            raise self._error(InvalidRecordError, f"invalid record count {self.records_count}")
+        if <int64_t>self.records_count * MIN_RECORD_SIZE > available:
+            raise self._error(InvalidRecordError,
+                              f"record count {self.records_count} cannot fit in {available} bytes")
+        return 0
+
+    cdef int _framing_error(self, int rc) except -1:
+        raise self._error(InvalidRecordError, _FRAMING[rc])
+
+    cdef int _check_end(self, const uint8_t *p, const uint8_t *end) except -1:
+        if p != end:
+            raise self._error(InvalidRecordError,
+                              f"incorrect declared batch size: {end - p} bytes remain after {self.records_count} records")
+        return 0
+
+    def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
+        """Decode every record (control records included, with control_type set)."""
+        cdef object owner
+        cdef const uint8_t *p
+        cdef const uint8_t *end
+        cdef RecView rv
+        cdef Record r
+        cdef int rc
+        cdef int32_t i
+        cdef bint log_append = self.attributes & 0x08
+        cdef bint control = self.attributes & 0x20
+        cdef list out = []
+        if verify_crc:
+            self.ensure_valid()
+        owner = self._section(max_decompressed_bytes)
+        p, end = _section_bounds(self, owner)
+        self._check_count(end - p)
+        for i in range(self.records_count):
+            rc = _parse_record(&p, end, &rv)
+            if rc:
+                self._framing_error(rc)
+            r = Record.__new__(Record)
+            r.offset = self.base_offset + rv.off_delta
+            r.timestamp = self.max_timestamp if log_append else self.base_timestamp + rv.ts_delta
+            r.key = _field(rv.key, rv.klen)
+            r.value = _field(rv.value, rv.vlen)
+            r.headers = _headers_list(rv.headers, rv.end, rv.hcount) if rv.hcount else []
+            if control:
+                try:
+                    r.control_type, r.coordinator_epoch = bf.control_fields(r.key, r.value)
+                except InvalidRecordError as exc:
+                    raise self._error(InvalidRecordError, exc.message) from None
+            out.append(r)
+        self._check_end(p, end)
+        return out
+
+
+cdef inline (const uint8_t *, const uint8_t *) _section_bounds(RecordBatch b, object owner):
+    cdef const uint8_t *p
+    cdef Py_ssize_t n
+    if owner is None:
+        return b._p + HEADER_SIZE, b._p + b._n
+    if PyByteArray_Check(owner):
+        p = <const uint8_t *>PyByteArray_AS_STRING(owner)
+    else:
+        p = <const uint8_t *>PyBytes_AS_STRING(owner)
+    n = len(owner)
+    return p, p + n
+
+
+cdef class _BatchIterator:
+    cdef object mv
+    cdef const uint8_t[::1] view
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t n
+    cdef Py_ssize_t position
+    cdef object source
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t end = _frame_end(&self.view[0] if self.n else _EMPTY, self.n, self.pos,
+                                         self.position, self.source)
+        cdef RecordBatch b
+        if end < 0:
+            raise StopIteration
+        b = RecordBatch.__new__(RecordBatch)
+        b._set(self.mv[self.pos:end], &self.view[self.pos], end - self.pos, self.position + self.pos, self.source)
+        self.pos = end
+        return b
+
+
+def iter_batches(buffer, *, position=0, source=None):
+    """Walk the batches of a buffer (a `.log` file's bytes or a slice of it).
+
+    Like Kafka's file iterator it stops silently at a partial tail (fewer than 17 bytes, or a
+    batch that runs past the end); a size field below 14 is CorruptRecordError; magic 0/1 is
+    UnsupportedMessageFormatError. `position` is added to reported positions; `source` names
+    the file in errors. CRCs are checked when records are decoded (or by is_valid()).
+    """
+    cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
+    it.mv = _byte_view(buffer)
+    it.view = it.mv
+    it.n = it.view.shape[0]
+    it.pos = 0
+    it.position = position
+    it.source = source
+    return it
+
+
+# --- columnar decode ---------------------------------------------------------------------------
+cdef struct BinCol:
+    Grow data
+    Grow offsets
+    Grow bits
+    Py_ssize_t nulls
+
+
+cdef int bincol_init(BinCol *c) except -1:
+    memset(c, 0, sizeof(BinCol))
+    return grow_i32(&c.offsets, 0)
+
+
+cdef void bincol_free(BinCol *c) noexcept:
+    free(c.data.data)
+    free(c.offsets.data)
+    free(c.bits.data)
+
+
+cdef inline int bincol_add(BinCol *c, Py_ssize_t row, const uint8_t *p, int32_t n) except -1:
+    if n < 0:
+        c.nulls += 1
+        grow_bit(&c.bits, row, False)
+    else:
+        if n:
+            grow_bytes(&c.data, p, n)
+        grow_bit(&c.bits, row, True)
+    return grow_i32(&c.offsets, <int32_t>c.data.len)
+
+
+cdef object bincol_take(BinCol *c):
+    bits = take(&c.bits, 1, b"B") if c.nulls else None
+    return BinaryColumn(take(&c.data, 1, b"B"), take(&c.offsets, 4, b"i"), bits, c.nulls)
+
+
+cdef struct ColState:
+    Grow offsets
+    Grow timestamps
+    Grow tstypes
+    BinCol keys
+    BinCol values
+    Grow list_offsets
+    Grow list_bits
+    Py_ssize_t list_nulls
+    BinCol hkeys
+    BinCol hvalues
+    Py_ssize_t rows
+    Py_ssize_t nheaders
+
+
+cdef int _add_headers(ColState *s, const uint8_t *p, const uint8_t *end, int32_t count) except -1:
+    """Append the headers of a record that _parse_record already validated."""
+    cdef int32_t i, klen = 0, vlen = 0
+    for i in range(count):
+        kl_read_varint(&p, end, &klen)
+        bincol_add(&s.hkeys, s.nheaders, p, klen)
+        p += klen
+        kl_read_varint(&p, end, &vlen)
+        bincol_add(&s.hvalues, s.nheaders, p, vlen)
+        if vlen > 0:
+            p += vlen
+        s.nheaders += 1
+    grow_bit(&s.list_bits, s.rows, count > 0)
+    if count == 0:
+        s.list_nulls += 1
+    return grow_i32(&s.list_offsets, <int32_t>s.nheaders)
+
+
+def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_headers=False, verify_crc=True,
+                    max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED, position=0, source=None):
+    """Decode the data records with start_offset <= offset < end_offset into Arrow-layout columns."""
+    cdef object mv = _byte_view(buffer)
+    cdef const uint8_t[::1] view = mv
+    cdef Py_ssize_t n = view.shape[0]
+    cdef const uint8_t *base = &view[0] if n else _EMPTY
+    cdef Py_ssize_t pos = 0, end, start
+    cdef int64_t lo = -1 if start_offset is None else start_offset
+    cdef int64_t hi = INT64_MAX if end_offset is None else end_offset
+    cdef bint headers = include_headers
+    cdef object next_offset = None
+    cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
+    cdef ColState s
+    cdef RecView rv
+    cdef const uint8_t *p
+    cdef const uint8_t *rend
+    cdef int64_t offset, ts
+    cdef int32_t i, tstype
+    cdef int rc
+    memset(&s, 0, sizeof(ColState))
+    try:
+        bincol_init(&s.keys)
+        bincol_init(&s.values)
+        bincol_init(&s.hkeys)
+        bincol_init(&s.hvalues)
+        grow_i32(&s.list_offsets, 0)
+        while True:
+            end = _frame_end(base, n, pos, position, source)
+            if end < 0:
+                break
+            start = pos
+            b._set(None, base + pos, end - pos, position + pos, source)
+            pos = end
+            if b.base_offset >= hi:
+                break
+            next_offset = min(b.base_offset + b.last_offset_delta + 1, hi)
+            if b.attributes & 0x20 or b.base_offset + b.last_offset_delta < lo:
+                continue
+            if verify_crc:
+                b.ensure_valid()
+            if b.attributes & 0x07:
+                b.buffer = mv[start:end]
+            owner = b._section(max_decompressed_bytes)
+            p, rend = _section_bounds(b, owner)
+            b._check_count(rend - p)
+            tstype = 1 if b.attributes & 0x08 else 0
+            for i in range(b.records_count):
+                rc = _parse_record(&p, rend, &rv)
+                if rc:
+                    b._framing_error(rc)
+                offset = b.base_offset + rv.off_delta
+                if offset < lo or offset >= hi:
+                    continue
+                ts = b.max_timestamp if tstype else b.base_timestamp + rv.ts_delta
+                grow_i64(&s.offsets, offset)
+                grow_i64(&s.timestamps, ts)
+                grow_i32(&s.tstypes, tstype)
+                bincol_add(&s.keys, s.rows, rv.key, rv.klen)
+                bincol_add(&s.values, s.rows, rv.value, rv.vlen)
+                if headers:
+                    _add_headers(&s, rv.headers, rv.end, rv.hcount)
+                s.rows += 1
+            b._check_end(p, rend)
+        header_col = None
+        if headers:
+            list_bits = take(&s.list_bits, 1, b"B") if s.list_nulls else None
+            header_col = HeadersColumn(take(&s.list_offsets, 4, b"i"), list_bits, s.list_nulls,
+                                       bincol_take(&s.hkeys), bincol_take(&s.hvalues))
+        return Columns(
+            offsets=take(&s.offsets, 8, b"q"),
+            timestamps=take(&s.timestamps, 8, b"q"),
+            timestamp_types=take(&s.tstypes, 4, b"i"),
+            keys=bincol_take(&s.keys),
+            values=bincol_take(&s.values),
+            headers=header_col,
+            next_offset=next_offset,
+        )
+    finally:
+        free(s.offsets.data)
+        free(s.timestamps.data)
+        free(s.tstypes.data)
+        free(s.list_offsets.data)
+        free(s.list_bits.data)
+        bincol_free(&s.keys)
+        bincol_free(&s.values)
+        bincol_free(&s.hkeys)
+        bincol_free(&s.hvalues)
+
+
+# --- encode ------------------------------------------------------------------------------------
+cdef struct RecInfo:
+    const uint8_t *key
+    Py_ssize_t klen
+    const uint8_t *value
+    Py_ssize_t vlen
+    int64_t ts
+    int32_t off_delta
+    PyObject *headers      # a normalized list of (bytes, bytes|None), kept alive by `keep`, or NULL
+    int32_t hcount
+    Py_ssize_t hsize
+    int32_t body
+
+
+cdef struct Params:
+    int64_t base_offset
+    int32_t ple
+    int codec
+    int16_t attributes
+    int64_t max_ts        # LogAppendTime to store, or -2 for the records' max
+    int64_t pid
+    int16_t epoch
+    int32_t seq
+
+
+cdef inline int _field_ptr(object obj, const uint8_t **p, Py_ssize_t *n) except -1:
+    if obj is None:
+        n[0] = -1
+    else:
+        p[0] = <const uint8_t *>PyBytes_AS_STRING(obj)
+        n[0] = len(<bytes>obj)
+    return 0
+
+
+cdef int _fill_item(RecInfo *r, Py_ssize_t i, object item, int32_t prev, int64_t base_offset, list keep) except -1:
+    """Fill r from input record i: a fast path for plain tuples, the shared validator otherwise."""
+    cdef tuple t
+    cdef object key, value, headers, ts
+    cdef bint fast = False
+    if type(item) is tuple and len(<tuple>item) == 4:
+        t = <tuple>item
+        key, value, headers, ts = t[0], t[1], t[2], t[3]
+        fast = ((key is None or PyBytes_CheckExact(key)) and (value is None or PyBytes_CheckExact(value))
+                and headers is None and PyLong_CheckExact(ts) and prev < INT32_MAX)
+        if fast:
+            try:
+                r.ts = ts
+            except OverflowError:
+                fast = False
+            else:
+                fast = r.ts >= -1
+    if fast:
+        r.off_delta = prev + 1
+        r.hcount = 0
+        r.headers = NULL
+    else:
+        fields = bf.unpack_record(i, item, prev, base_offset)
+        keep.append(fields)
+        delta, key, value, headers, ts = fields
+        r.off_delta = delta
+        r.ts = ts
+        r.hcount = len(headers)
+        r.headers = <PyObject *>headers if headers else NULL
+    _field_ptr(key, &r.key, &r.klen)
+    _field_ptr(value, &r.value, &r.vlen)
+    return 0
+
+
+cdef int64_t _sizes(RecInfo *infos, Py_ssize_t n, int64_t base_ts) except -1:
+    """Compute each record's body size (checking limits); return the records section size."""
+    cdef Py_ssize_t i
+    cdef int64_t body, total = 0, hsize
+    cdef RecInfo *r
+    for i in range(n):
+        r = &infos[i]
+        if base_ts < 0 and r.ts > INT64_MAX + base_ts:
+            bf.timestamp_delta(r.ts, base_ts)
+        hsize = 0
+        if r.headers != NULL:
+            for hk, hv in <list>r.headers:
+                hsize += kl_varint_size(len(hk)) + len(hk)
+                hsize += 1 if hv is None else kl_varint_size(len(hv)) + len(hv)
+        r.hsize = hsize
+        body = (1 + kl_varlong_size(r.ts - base_ts) + kl_varint_size(r.off_delta) + kl_varint_size(r.hcount) + hsize
+                + (1 if r.klen < 0 else kl_varint_size(<int32_t>r.klen) + r.klen)
+                + (1 if r.vlen < 0 else kl_varint_size(<int32_t>r.vlen) + r.vlen))
+        if body > INT32_MAX:
+            raise InvalidRecordError("a record body exceeds 2 GiB")
+        r.body = <int32_t>body
+        total += kl_varint_size(r.body) + body
+        if total > INT32_MAX - HEADER_SIZE:
+            raise InvalidRecordError("a batch exceeds 2 GiB")
+    return total
+
+
+cdef uint8_t *_put_field(uint8_t *p, const uint8_t *src, Py_ssize_t n) noexcept:
+    if n < 0:
+        return kl_write_varint(p, -1)
+    p = kl_write_varint(p, <int32_t>n)
+    memcpy(p, src, n)
+    return p + n
+
+
+cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, int64_t base_ts):
+    cdef Py_ssize_t i
+    cdef RecInfo *r
+    for i in range(n):
+        r = &infos[i]
+        p = kl_write_varint(p, r.body)
+        p[0] = 0
+        p = kl_write_varlong(p + 1, r.ts - base_ts)
+        p = kl_write_varint(p, r.off_delta)
+        p = _put_field(p, r.key, r.klen)
+        p = _put_field(p, r.value, r.vlen)
+        p = kl_write_varint(p, r.hcount)
+        if r.headers != NULL:
+            for hk, hv in <list>r.headers:
+                p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hk), len(hk))
+                if hv is None:
+                    p = kl_write_varint(p, -1)
+                else:
+                    p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hv), len(hv))
+
+
+cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, object last_offset_delta):
+    """Write header + records (compressing if asked) and the CRC; return the batch."""
+    cdef int64_t base_ts = infos[0].ts, max_ts = -1, section
+    cdef Py_ssize_t i
+    cdef int32_t last
+    cdef bytes out
+    cdef uint8_t *h
+    cdef uint8_t *tmp
+    cdef Py_ssize_t size
+    for i in range(n):
+        if infos[i].ts > max_ts:
+            max_ts = infos[i].ts
+    if pr.max_ts != -2:
+        max_ts = pr.max_ts
+    last = bf.last_offset_delta(infos[n - 1].off_delta, last_offset_delta)
+    section = _sizes(infos, n, base_ts)
+    if pr.codec == 0:
+        out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + section)
+        h = <uint8_t *>PyBytes_AS_STRING(out)
+        _write_records(h + HEADER_SIZE, infos, n, base_ts)
+    else:
+        tmp = <uint8_t *>malloc(section if section else 1)
+        if tmp == NULL:
+            raise MemoryError()
+        try:
+            _write_records(tmp, infos, n, base_ts)
+            payload = comp.compress(pr.codec, (<char *>tmp)[:section], level)
+        finally:
+            free(tmp)
+        if len(payload) > INT32_MAX - HEADER_SIZE:
+            raise InvalidRecordError("a batch exceeds 2 GiB")
+        out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + len(payload))
+        h = <uint8_t *>PyBytes_AS_STRING(out)
+        memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(payload), len(payload))
+    size = len(out)
+    kl_put64(h, <uint64_t>pr.base_offset)
+    kl_put32(h + 8, <uint32_t>(size - LOG_OVERHEAD))
+    kl_put32(h + 12, <uint32_t>pr.ple)
+    h[16] = 2
+    kl_put16(h + 21, <uint16_t>pr.attributes)
+    kl_put32(h + 23, <uint32_t>last)
+    kl_put64(h + 27, <uint64_t>base_ts)
+    kl_put64(h + 35, <uint64_t>max_ts)
+    kl_put64(h + 43, <uint64_t>pr.pid)
+    kl_put16(h + 51, <uint16_t>pr.epoch)
+    kl_put32(h + 53, <uint32_t>pr.seq)
+    kl_put32(h + 57, <uint32_t>n)
+    kl_put32(h + 17, kl_crc32c(0, h + ATTRS_OFFSET, size - ATTRS_OFFSET))
+    return out
+
+
+cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta):
+    cdef Py_ssize_t n = len(items), i
+    cdef RecInfo *infos
+    cdef int32_t prev = -1
+    cdef list keep = []
+    if n == 0:
+        raise InvalidRecordError("a batch needs at least one record")
+    if n > INT32_MAX:
+        raise InvalidRecordError("a batch holds at most 2**31-1 records")
+    infos = <RecInfo *>malloc(n * sizeof(RecInfo))
+    if infos == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            _fill_item(&infos[i], i, items[i], prev, pr.base_offset, keep)
+            prev = infos[i].off_delta
+        return _finish(infos, n, pr, level, last_offset_delta)
+    finally:
+        free(infos)
+
+
+cdef int _params(Params *pr, base_offset, compression, timestamp_type, log_append_time_ms, producer_id,
+                 producer_epoch, base_sequence, transactional, partition_leader_epoch) except -1:
+    codec, attributes, max_ts = bf.batch_attributes(
+        base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
+        log_append_time_ms=log_append_time_ms, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence, transactional=transactional, partition_leader_epoch=partition_leader_epoch)
+    pr.base_offset = base_offset
+    pr.ple = partition_leader_epoch
+    pr.codec = codec
+    pr.attributes = attributes
+    pr.max_ts = max_ts
+    pr.pid = producer_id
+    pr.epoch = producer_epoch
+    pr.seq = base_sequence
+    return 0
+
+
+def encode_batch(records, *, base_offset=0, compression="none", compression_level=None,
+                 timestamp_type="create", log_append_time_ms=None, producer_id=-1, producer_epoch=-1,
+                 base_sequence=-1, transactional=False, partition_leader_epoch=-1, last_offset_delta=None):
+    """Encode one RecordBatch v2 from (key, value, headers, timestamp_ms) tuples or Records.
+
+    Tuples take consecutive offsets; a Record keeps its own offset (relative to base_offset),
+    so decoded records re-encode to the same offsets. `last_offset_delta` may extend the batch's
+    offset range past its last record, as the log cleaner does.
+    """
+    cdef Params pr
+    _params(&pr, base_offset, compression, timestamp_type, log_append_time_ms, producer_id, producer_epoch,
+            base_sequence, transactional, partition_leader_epoch)
+    items = records if type(records) is list else list(records)
+    return _encode_items(items, &pr, compression_level, last_offset_delta)
+
+
+def encode_control_batch(kind, *, base_offset, producer_id, producer_epoch, coordinator_epoch=0, timestamp_ms,
+                         partition_leader_epoch=-1):
+    """Encode a COMMIT or ABORT transaction marker batch (78 bytes)."""
+    cdef Params pr
+    key, value, ts = bf.control_batch_params(kind, base_offset=base_offset, producer_id=producer_id,
+                                             producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
+                                             timestamp_ms=timestamp_ms, partition_leader_epoch=partition_leader_epoch)
+    pr.base_offset = base_offset
+    pr.ple = partition_leader_epoch
+    pr.codec = 0
+    pr.attributes = 0x30
+    pr.max_ts = -2
+    pr.pid = producer_id
+    pr.epoch = producer_epoch
+    pr.seq = -1
+    return _encode_items([(key, value, None, ts)], &pr, None, None)
+
+
+cdef int64_t _ts_at(int64_t scalar, const int64_t[::1] tss, Py_ssize_t i) except? -2:
+    cdef int64_t ts = scalar
+    if tss is not None:
+        ts = tss[i]
+    if ts < -1:
+        bf.check_timestamp(ts)
+    return ts
+
+
+def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
+    """Encode one batch from columns: `values`/`keys` as (data, int32 offsets[, validity bitmap])
+    tuples or pyarrow binary arrays; `timestamps` an int64 buffer or one int for all records.
+    Keywords are encode_batch's. No headers."""
+    cdef Params pr
+    cdef const uint8_t[::1] vdata, kdata, vbits, kbits
+    cdef const int32_t[::1] voffs, koffs
+    cdef const int64_t[::1] tss = None
+    cdef Py_ssize_t n, i, vbit0 = 0, kbit0 = 0, vlen = 0, klen = 0
+    cdef bint has_keys, vnull, knull
+    cdef RecInfo *infos
+    cdef RecInfo *r
+    cdef int32_t lo, hi
+    level = batch_kwargs.pop("compression_level", None)
+    last_offset_delta = batch_kwargs.pop("last_offset_delta", None)
+    _params(&pr, batch_kwargs.pop("base_offset", 0), batch_kwargs.pop("compression", "none"),
+            batch_kwargs.pop("timestamp_type", "create"), batch_kwargs.pop("log_append_time_ms", None),
+            batch_kwargs.pop("producer_id", -1), batch_kwargs.pop("producer_epoch", -1),
+            batch_kwargs.pop("base_sequence", -1), batch_kwargs.pop("transactional", False),
+            batch_kwargs.pop("partition_leader_epoch", -1))
+    if batch_kwargs:
+        raise TypeError(f"encode_columnar() got unexpected keyword arguments {sorted(batch_kwargs)}")
+    vcol = column_buffers("values", values)
+    if vcol is None:
+        raise InvalidRecordError("values column is required")
+    kcol = column_buffers("keys", keys)
+    vdata, voffs = vcol[0], vcol[1]
+    n = voffs.shape[0] - 1
+    has_keys = kcol is not None
+    if has_keys:
+        kdata, koffs = kcol[0], kcol[1]
+        if koffs.shape[0] - 1 != n:
+            raise InvalidRecordError("keys and values columns differ in length")
+        if kcol[2] is not None:
+            kbits, kbit0 = kcol[2]
+    if vcol[2] is not None:
+        vbits, vbit0 = vcol[2]
+    scalar = -1
+    if timestamps is None or (isinstance(timestamps, int) and not isinstance(timestamps, bool)):
+        scalar = bf.check_timestamp(timestamps)
+    else:
+        tss = memoryview(timestamps).cast("B").cast("q")
+        if tss.shape[0] != n:
+            raise InvalidRecordError("timestamps column differs in length from values")
+    if n <= 0:
+        raise InvalidRecordError("a batch needs at least one record")
+    infos = <RecInfo *>malloc(n * sizeof(RecInfo))
+    if infos == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            r = &infos[i]
+            r.off_delta = <int32_t>i
+            r.ts = _ts_at(scalar, tss, i)
+            r.headers = NULL
+            r.hcount = 0
+            vnull = vbits is not None and not (vbits[(vbit0 + i) >> 3] >> ((vbit0 + i) & 7)) & 1
+            lo, hi = voffs[i], voffs[i + 1]
+            if not vnull and not (0 <= lo <= hi <= vdata.shape[0]):
+                raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
+            r.vlen = -1 if vnull else hi - lo
+            r.value = &vdata[0] + lo if r.vlen > 0 else _EMPTY
+            r.klen = -1
+            if has_keys:
+                knull = kbits is not None and not (kbits[(kbit0 + i) >> 3] >> ((kbit0 + i) & 7)) & 1
+                lo, hi = koffs[i], koffs[i + 1]
+                if not knull and not (0 <= lo <= hi <= kdata.shape[0]):
+                    raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
+                r.klen = -1 if knull else hi - lo
+                r.key = &kdata[0] + lo if r.klen > 0 else _EMPTY
+        return _finish(infos, n, &pr, level, last_offset_delta)
+    finally:
+        free(infos)
