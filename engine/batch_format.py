@@ -21,6 +21,13 @@ ATTRIBUTES_OFFSET = 21
 MAGIC = 2
 MIN_RECORD_SIZE = 7          # a record of empty fields: 7 one-byte varints/bytes
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+# messages shared by both codec twins
+BAD_BATCH_OFFSETS = "batch offsets are negative, or its next offset overflows int64"
+BAD_OFFSET_DELTA = "record offset delta is outside [0, lastOffsetDelta]"
+TIMESTAMP_OVERFLOW = "record timestamp overflows int64"
+SIZE_MISMATCH = "invalid record size: declared and read sizes differ"
 
 COMPRESSION_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08

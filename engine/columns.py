@@ -152,9 +152,9 @@ def column_buffers(name: str, col):
         return None
     if hasattr(col, "buffers") and hasattr(col, "offset"):  # pyarrow Binary/String array
         validity, offsets, data = col.buffers()[:3]
-        offs = memoryview(offsets).cast("i")[col.offset:col.offset + len(col) + 1]
-        bits = None if col.null_count == 0 else (memoryview(validity), col.offset)
-        return memoryview(data), offs, bits
+        offs = memoryview(offsets).cast("B").cast("i")[col.offset:col.offset + len(col) + 1]
+        bits = None if col.null_count == 0 else (memoryview(validity).cast("B"), col.offset)
+        return memoryview(data if data is not None else b"").cast("B"), offs, bits
     if not isinstance(col, tuple) or len(col) not in (2, 3):
         raise InvalidRecordError(f"{name} must be (data, offsets[, validity]) or a pyarrow binary array")
     data, offsets = memoryview(col[0]).cast("B"), memoryview(col[1])

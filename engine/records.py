@@ -323,10 +323,11 @@ class RecordBatch:
         try:
             for _ in range(count):
                 size, pos = _read_varint(buf, pos, end)
-                start = pos
                 if size < 0 or end - pos < size:
                     raise InvalidRecordError(f"invalid record size {size}: only {end - pos} bytes remain")
                 rend = pos + size
+                if size < 1:
+                    raise InvalidRecordError(bf.SIZE_MISMATCH)
                 pos += 1  # attributes, unused
                 ts_delta, pos = _read_varlong(buf, pos, rend)
                 off_delta, pos = _read_varint(buf, pos, rend)
@@ -343,8 +344,14 @@ class RecordBatch:
                     hv, pos = _read_field(buf, pos, rend)
                     headers.append((hk.decode("utf-8", "surrogateescape"), hv))
                 if pos != rend:
-                    raise InvalidRecordError(f"invalid record size: expected {size} bytes, read {pos - start}")
-                ts = self.max_timestamp if log_append else self.base_timestamp + ts_delta
+                    raise InvalidRecordError(bf.SIZE_MISMATCH)
+                if not 0 <= off_delta <= self.last_offset_delta:
+                    raise InvalidRecordError(bf.BAD_OFFSET_DELTA)
+                ts = self.base_timestamp + ts_delta
+                if not -2**63 <= ts <= bf.INT64_MAX:
+                    raise InvalidRecordError(bf.TIMESTAMP_OVERFLOW)
+                if log_append:
+                    ts = self.max_timestamp
                 ctype = epoch = None
                 if control:
                     ctype, epoch = bf.control_fields(key, value)
@@ -398,6 +405,9 @@ def iter_batches(buffer, *, position: int = 0, source: str | None = None) -> Ite
         if size < bf.HEADER_SIZE - bf.LOG_OVERHEAD:
             raise CorruptRecordError(f"batch size {size + bf.LOG_OVERHEAD} is below the 61-byte header",
                                      file=source, position=position + pos, offset=base_offset)
+        (last_delta,) = struct.unpack_from(">i", mv, pos + 23)
+        if base_offset < 0 or last_delta < 0 or base_offset >= bf.INT64_MAX - last_delta:
+            raise CorruptRecordError(bf.BAD_BATCH_OFFSETS, file=source, position=position + pos, offset=base_offset)
         yield RecordBatch(mv[pos:end], position + pos, source)
         pos = end
 

@@ -5,7 +5,7 @@ Same API, semantics and errors as the pure-Python twin `engine.records`; per-bat
 rules (parameter checks, codecs, control markers) are shared Python in
 engine.batch_format / engine.compression, per-record work is here.
 Memory safety: every read is checked against the end of its batch (or decompressed
-section) before it happens; batches hold a memoryview of their buffer, so the bytes
+section) before it happens, and offset/timestamp arithmetic is checked for overflow; batches hold a memoryview of their buffer, so the bytes
 (even an mmap) stay alive and cannot be resized or closed under them. Corrupt input
 raises a typed error, never crashes. Stateless; thread-safe (the GIL is held except
 while computing a large CRC).
@@ -45,6 +45,7 @@ cdef extern from "crc32c_impl.h":
     void kl_put16(uint8_t *p, uint16_t v) nogil
     int kl_read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out) nogil
     int kl_read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) nogil
+    int kl_add_overflow(int64_t a, int64_t b, int64_t *out) nogil
     int kl_varint_size(int32_t n) nogil
     int kl_varlong_size(int64_t n) nogil
     uint8_t *kl_write_varint(uint8_t *p, int32_t n) nogil
@@ -276,6 +277,7 @@ cdef struct RecView:
     const uint8_t *headers
     int32_t hcount
     const uint8_t *end
+    int64_t ts
 
 
 # Record framing errors (InvalidRecordError, as Kafka), indexed by _parse_record's return code.
@@ -287,7 +289,9 @@ _FRAMING = (
     "a field overruns the record",
     "invalid number of record headers",
     "invalid negative header key size",
-    "invalid record size: declared and read sizes differ",
+    bf.SIZE_MISMATCH,
+    bf.BAD_OFFSET_DELTA,
+    bf.TIMESTAMP_OVERFLOW,
 )
 
 
@@ -307,8 +311,9 @@ cdef inline int _skip_field(const uint8_t **pp, const uint8_t *end, const uint8_
     return 0
 
 
-cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r) noexcept nogil:
-    """Parse one record at *pp (advancing it); 0 or an index into _FRAMING."""
+cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r, int32_t last_delta,
+                       int64_t base_ts) noexcept nogil:
+    """Parse one record at *pp (advancing it) and compute its stored timestamp; 0 or an index into _FRAMING."""
     cdef int32_t size, i, hk, hv
     cdef const uint8_t *rend
     cdef const uint8_t *ignored
@@ -327,6 +332,10 @@ cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r) noexc
     rc = kl_read_varint(pp, rend, &r.off_delta)
     if rc:
         return _varint_rc(rc)
+    if r.off_delta < 0 or r.off_delta > last_delta:
+        return 8
+    if kl_add_overflow(base_ts, r.ts_delta, &r.ts):
+        return 9
     rc = _skip_field(pp, rend, &r.key, &r.klen)
     if rc:
         return rc
@@ -380,7 +389,7 @@ cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count):
 cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t position,
                            object source) except -2:
     """End of the batch at `pos`, or -1 where Kafka's file iterator stops (a partial tail)."""
-    cdef int32_t size
+    cdef int32_t size, last_delta
     cdef int magic
     cdef int64_t base_offset
     if n - pos < UP_TO_MAGIC:
@@ -402,6 +411,9 @@ cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py
     if size < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(f"batch size {size + LOG_OVERHEAD} is below the 61-byte header",
                                  file=source, position=position + pos, offset=base_offset)
+    last_delta = <int32_t>kl_be32(base + pos + 23)
+    if base_offset < 0 or last_delta < 0 or base_offset >= INT64_MAX - last_delta:
+        raise CorruptRecordError(bf.BAD_BATCH_OFFSETS, file=source, position=position + pos, offset=base_offset)
     return pos + LOG_OVERHEAD + size
 
 
@@ -520,8 +532,12 @@ cdef class RecordBatch:
         return cls(message, file=self.source, position=self.position, offset=self.base_offset)
 
     cdef object _section(self, Py_ssize_t limit):
-        """The records section: None for uncompressed (read in place), else the decompressed bytes."""
+        """The records section: None for uncompressed (read in place), else the decompressed bytes.
+
+        A negative record count is refused first, before any decompression work."""
         cdef int codec = self.attributes & 0x07
+        if self.records_count < 0:
+            raise self._error(InvalidRecordError, f"invalid record count {self.records_count}")
         if codec == 0:
             return None
         try:
@@ -530,8 +546,6 @@ cdef class RecordBatch:
             raise self._error(type(exc), exc.message) from None
 
     cdef int _check_count(self, Py_ssize_t available) except -1:
-        if self.records_count < 0:
-            raise self._error(InvalidRecordError, f"invalid record count {self.records_count}")
         if <int64_t>self.records_count * MIN_RECORD_SIZE > available:
             raise self._error(InvalidRecordError,
                               f"record count {self.records_count} cannot fit in {available} bytes")
@@ -564,12 +578,12 @@ cdef class RecordBatch:
         p, end = _section_bounds(self, owner)
         self._check_count(end - p)
         for i in range(self.records_count):
-            rc = _parse_record(&p, end, &rv)
+            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
             if rc:
                 self._framing_error(rc)
             r = Record.__new__(Record)
             r.offset = self.base_offset + rv.off_delta
-            r.timestamp = self.max_timestamp if log_append else self.base_timestamp + rv.ts_delta
+            r.timestamp = self.max_timestamp if log_append else rv.ts
             r.key = _field(rv.key, rv.klen)
             r.value = _field(rv.value, rv.vlen)
             r.headers = _headers_list(rv.headers, rv.end, rv.hcount) if rv.hcount else []
@@ -753,13 +767,13 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
             b._check_count(rend - p)
             tstype = 1 if b.attributes & 0x08 else 0
             for i in range(b.records_count):
-                rc = _parse_record(&p, rend, &rv)
+                rc = _parse_record(&p, rend, &rv, b.last_offset_delta, b.base_timestamp)
                 if rc:
                     b._framing_error(rc)
                 offset = b.base_offset + rv.off_delta
                 if offset < lo or offset >= hi:
                     continue
-                ts = b.max_timestamp if tstype else b.base_timestamp + rv.ts_delta
+                ts = b.max_timestamp if tstype else rv.ts
                 grow_i64(&s.offsets, offset)
                 grow_i64(&s.timestamps, ts)
                 grow_i32(&s.tstypes, tstype)
@@ -1056,7 +1070,8 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
     tuples or pyarrow binary arrays; `timestamps` an int64 buffer or one int for all records.
     Keywords are encode_batch's. No headers."""
     cdef Params pr
-    cdef const uint8_t[::1] vdata, kdata, vbits, kbits
+    cdef const uint8_t[::1] vdata, kdata
+    cdef const uint8_t[::1] vbits = None, kbits = None  # an unassigned memoryview is not None
     cdef const int32_t[::1] voffs, koffs
     cdef const int64_t[::1] tss = None
     cdef Py_ssize_t n, i, vbit0 = 0, kbit0 = 0, vlen = 0, klen = 0

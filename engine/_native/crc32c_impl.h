@@ -70,6 +70,7 @@ static inline int kl_read_varlong(const uint8_t **pp, const uint8_t *end, int64_
     if (rc == 0) *out = (int64_t)((v >> 1) ^ (0ull - (v & 1)));
     return rc;
 }
+static inline int kl_add_overflow(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
 static inline int kl_uvarint_size(uint64_t v) { int n = 1; while (v > 0x7F) { v >>= 7; n++; } return n; }
 static inline int kl_varint_size(int32_t n) { return kl_uvarint_size((uint32_t)(((uint32_t)n << 1) ^ (uint32_t)(n >> 31))); }
 static inline int kl_varlong_size(int64_t n) { return kl_uvarint_size(((uint64_t)n << 1) ^ (uint64_t)(n >> 63)); }

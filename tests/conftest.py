@@ -1,0 +1,43 @@
+"""Suite-wide conventions.
+
+- The run fails at start when KAFKALOG_REQUIRE_EXTENSIONS=1 but the pure-Python twin loaded
+  (unless KAFKALOG_NO_EXTENSIONS=1 asked for the twin on purpose).
+- `codec` is parametrised over every available implementation, so one pytest process runs the
+  same vectors through the Cython core and the pure-Python twin.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import engine
+from engine import codec as codec_selector
+
+
+def _implementations() -> list[str]:
+    if os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1":
+        return ["python"]
+    try:
+        codec_selector.load("cython")
+    except ImportError:
+        return ["python"]
+    return ["cython", "python"]
+
+
+IMPLEMENTATIONS = _implementations()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    required = os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1"
+    forced_twin = os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1"
+    if required and not forced_twin and engine.IMPL != "cython":
+        raise pytest.UsageError(
+            "KAFKALOG_REQUIRE_EXTENSIONS=1 but engine.IMPL is 'python': the native core did not load"
+        )
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def codec(request):
+    """The codec module of one implementation (engine._native._core or engine.records)."""
+    return codec_selector.load(request.param)

@@ -1,0 +1,209 @@
+"""Bad input gets a typed error that names where, identically from both implementations."""
+from __future__ import annotations
+
+import gzip
+import struct
+
+import cramjam
+import pytest
+
+import engine.errors as E
+from engine import compression as comp
+from engine import codec as selector
+from tests.conftest import IMPLEMENTATIONS
+
+IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]
+GOOD = [(b"k", b"v", None, 1_700_000_000_000)]
+
+
+def _same_error(call, cls):
+    """Run call(impl) on every implementation; all must raise `cls` with the same message."""
+    messages = set()
+    for impl in IMPLS:
+        with pytest.raises(cls) as info:
+            call(impl)
+        messages.add(info.value.message)
+    assert len(messages) == 1, messages
+    return info.value
+
+
+@pytest.mark.parametrize("records,cls", [
+    ([], E.InvalidRecordError),
+    ([("not bytes", b"v", None, 0)], E.InvalidRecordError),
+    ([(b"k", 42, None, 0)], E.InvalidRecordError),
+    ([(b"k", b"v", [(b"bytes-key", b"x")], 0)], E.InvalidRecordError),
+    ([(b"k", b"v", [("k",)], 0)], E.InvalidRecordError),
+    ([(b"k", b"v", "not a list", 0)], E.InvalidRecordError),
+    ([(b"k", b"v", None, "yesterday")], E.InvalidTimestampError),
+    ([(b"k", b"v", None, True)], E.InvalidTimestampError),
+    ([(b"k", b"v", None, -2)], E.InvalidTimestampError),
+    ([(b"k", b"v", None, 2**64)], E.InvalidTimestampError),
+    ([(b"k", b"v", None)], E.InvalidRecordError),
+    ([object()], E.InvalidRecordError),
+])
+def test_bad_records(records, cls):
+    _same_error(lambda impl: impl.encode_batch(records), cls)
+
+
+@pytest.mark.parametrize("kwargs,cls", [
+    ({"compression": "brotli"}, E.UnsupportedCompressionTypeError),
+    ({"compression": 7}, E.UnsupportedCompressionTypeError),
+    ({"timestamp_type": "now"}, E.InvalidRecordError),
+    ({"timestamp_type": "log_append"}, E.InvalidRecordError),
+    ({"log_append_time_ms": 5}, E.InvalidRecordError),
+    ({"transactional": True}, E.InvalidRecordError),
+    ({"producer_id": 7}, E.InvalidRecordError),
+    ({"producer_id": 7, "producer_epoch": 0}, E.InvalidRecordError),
+    ({"base_offset": -1}, E.InvalidRecordError),
+    ({"base_offset": "0"}, E.InvalidRecordError),
+    ({"partition_leader_epoch": -2}, E.InvalidRecordError),
+    ({"last_offset_delta": -1}, E.InvalidRecordError),
+])
+def test_bad_batch_parameters(kwargs, cls):
+    _same_error(lambda impl: impl.encode_batch(GOOD, **kwargs), cls)
+
+
+def test_records_keep_their_offsets_and_must_increase():
+    for impl in IMPLS:
+        recs = [impl.Record(10, 1, b"a", b"1"), impl.Record(13, 2, b"b", b"2")]
+        (batch,) = impl.iter_batches(impl.encode_batch(recs, base_offset=10, last_offset_delta=5))
+        assert [r.offset for r in batch.records()] == [10, 13] and batch.last_offset == 15
+    _same_error(lambda impl: impl.encode_batch([impl.Record(5, 1, None, b""), impl.Record(5, 1, None, b"")],
+                                               base_offset=5), E.InvalidRecordError)
+    _same_error(lambda impl: impl.encode_batch([impl.Record(3, 1, None, b"")], base_offset=5), E.InvalidRecordError)
+
+
+@pytest.mark.parametrize("kind", ["prepare", None, 1])
+def test_bad_control_kind(kind):
+    _same_error(lambda impl: impl.encode_control_batch(kind, base_offset=0, producer_id=1, producer_epoch=0,
+                                                       timestamp_ms=0), E.InvalidRecordError)
+
+
+def test_control_batch_needs_a_producer():
+    _same_error(lambda impl: impl.encode_control_batch("abort", base_offset=0, producer_id=-1, producer_epoch=0,
+                                                       timestamp_ms=0), E.InvalidRecordError)
+
+
+def _batch(**kwargs) -> bytearray:
+    return bytearray(IMPLS[0].encode_batch([(b"key", b"value", [("h", b"x")], 1_700_000_000_000)] * 3, **kwargs))
+
+
+def _fix_crc(buf: bytearray) -> bytes:
+    struct.pack_into(">I", buf, 17, IMPLS[0].crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def _decode_all(impl, data, **kw):
+    for b in impl.iter_batches(data, **kw):
+        b.records()
+
+
+def test_partial_tail_is_invisible_like_kafka():
+    whole = bytes(_batch()) * 2
+    for impl in IMPLS:
+        for cut in (len(whole) // 2 + 1, len(whole) - 1, len(whole) // 2 + 16):
+            assert len(list(impl.iter_batches(whole[:cut]))) == 1
+        assert len(list(impl.iter_batches(whole[:16]))) == 0
+
+
+def test_size_below_14_is_corrupt_and_names_file_and_position():
+    buf = bytes(_batch()) + struct.pack(">qi", 99, 13) + b"\x02" * 8
+    err = _same_error(lambda impl: list(impl.iter_batches(buf, position=4096, source="x.log")), E.CorruptRecordError)
+    assert (err.file, err.position, err.offset) == ("x.log", 4096 + len(_batch()), 99)
+    assert "x.log" in str(err) and "4096" not in err.message
+
+
+@pytest.mark.parametrize("magic,cls", [(0, E.UnsupportedMessageFormatError), (1, E.UnsupportedMessageFormatError),
+                                       (3, E.CorruptRecordError)])
+def test_magic(magic, cls):
+    buf = _batch()
+    buf[16] = magic
+    err = _same_error(lambda impl: list(impl.iter_batches(bytes(buf), source="s.log")), cls)
+    assert err.position == 0 and err.file == "s.log"
+
+
+def test_crc_mismatch_is_corrupt_with_offset():
+    buf = _batch(base_offset=77)
+    buf[-1] ^= 0x01
+    err = _same_error(lambda impl: _decode_all(impl, bytes(buf), source="f.log"), E.CorruptRecordError)
+    assert (err.offset, err.position, err.file) == (77, 0, "f.log")
+    for impl in IMPLS:
+        (batch,) = impl.iter_batches(bytes(buf))
+        assert not batch.is_valid()
+        with pytest.raises(E.CorruptRecordError):
+            impl.decode_columnar(bytes(buf))
+        # verify_crc=False still never crashes on a flipped value byte
+        assert len(batch.records(verify_crc=False)) == 3
+
+
+@pytest.mark.parametrize("mutate,cls", [
+    (lambda b: struct.pack_into(">i", b, 57, -1), E.InvalidRecordError),           # negative count
+    (lambda b: struct.pack_into(">i", b, 57, 10**6), E.InvalidRecordError),        # count cannot fit
+    (lambda b: struct.pack_into(">i", b, 57, 2), E.InvalidRecordError),            # bytes remain after count
+    (lambda b: struct.pack_into(">h", b, 21, 5), E.UnsupportedCompressionTypeError),  # codec id 5
+    (lambda b: struct.pack_into(">i", b, 23, 1), E.InvalidRecordError),            # record past lastOffsetDelta
+])
+def test_crc_valid_but_broken_batches(mutate, cls):
+    buf = _batch()
+    mutate(buf)
+    data = _fix_crc(buf)
+    _same_error(lambda impl: _decode_all(impl, data), cls)
+    _same_error(lambda impl: impl.decode_columnar(data), cls)
+
+
+def test_base_offset_outside_the_crc_is_still_checked():
+    buf = _batch()
+    struct.pack_into(">q", buf, 0, -5)
+    _same_error(lambda impl: list(impl.iter_batches(bytes(buf))), E.CorruptRecordError)
+    struct.pack_into(">q", buf, 0, 2**63 - 1)
+    _same_error(lambda impl: list(impl.iter_batches(bytes(buf))), E.CorruptRecordError)
+
+
+def _compressed_batch(codec_id: int, payload: bytes, count: int) -> bytes:
+    buf = bytearray(_batch())
+    del buf[61:]
+    buf += payload
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    struct.pack_into(">h", buf, 21, codec_id)
+    struct.pack_into(">i", buf, 57, count)
+    return _fix_crc(buf)
+
+
+@pytest.mark.parametrize("codec_name", ["gzip", "snappy", "lz4", "zstd"])
+def test_decompression_bomb_is_bounded(codec_name):
+    cid = comp.codec_id(codec_name)
+    bomb = comp.compress(cid, b"\x00" * (16 << 20))
+    data = _compressed_batch(cid, bomb, 1)
+    err = _same_error(lambda impl: next(iter(impl.iter_batches(data))).records(max_decompressed_bytes=1 << 20),
+                      E.RecordTooLargeError)
+    assert err.position == 0
+    _same_error(lambda impl: impl.decode_columnar(data, max_decompressed_bytes=1 << 20), E.RecordTooLargeError)
+
+
+@pytest.mark.parametrize("codec_name,payload", [
+    ("gzip", b"\x1f\x8b\x08\x00garbage"),
+    ("gzip", gzip.compress(b"x" * 100)[:-9]),
+    ("snappy", b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x10\x00abc"),
+    ("snappy", b"\x0a\xfe\xff garbage"),
+    ("lz4", b"\x04\x22\x4d\x18\x60\x40\x00"),
+    ("lz4", b"\x04\x22\x4d\x18\x40\x40\x00\x00\x00\x00\x00"),  # dependent blocks
+    ("lz4", b"not a frame"),
+    ("zstd", b"\x28\xb5\x2f\xfd garbage"),
+    ("zstd", bytes(cramjam.zstd.compress(b"y" * 1000))[:-3]),
+])
+def test_undecodable_compressed_streams_are_corrupt(codec_name, payload):
+    data = _compressed_batch(comp.codec_id(codec_name), payload, 1)
+    _same_error(lambda impl: _decode_all(impl, data), E.CorruptRecordError)
+
+
+def test_read_only_and_mmap_buffers(tmp_path):
+    import mmap
+
+    path = tmp_path / "x.log"
+    path.write_bytes(bytes(_batch()) * 3)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for impl in IMPLS:
+            batches = list(impl.iter_batches(mm))
+            assert [len(b.records()) for b in batches] == [3, 3, 3]
+            assert len(impl.decode_columnar(mm)) == 9
+            del batches

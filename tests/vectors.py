@@ -1,0 +1,60 @@
+"""Access to Kafka-written vectors in ../shared/vectors/kafka-written (expected.jsonl per case)."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("KAFKALOG_SHARED", ROOT.parent / "shared"))
+KAFKA_WRITTEN = SHARED / "vectors" / "kafka-written"
+CASES = ["basic-0", "codecs-0", "compacted-0", "multiseg-0", "txn-0"]
+METADATA_LOG = KAFKA_WRITTEN / "__cluster_metadata-0.00000000000000000000.log"
+
+
+def case_dir(case: str) -> Path:
+    path = KAFKA_WRITTEN / case
+    if not path.is_dir():
+        raise FileNotFoundError(f"Kafka vectors missing: {path} (set KAFKALOG_SHARED to the shared/ folder)")
+    return path
+
+
+def expected_lines(path: Path) -> list[dict]:
+    with open(path, "rb") as f:
+        return [json.loads(line) for line in f.read().split(b"\n") if line]
+
+
+def expected(case: str) -> list[dict]:
+    return expected_lines(case_dir(case) / "expected.jsonl")
+
+
+def b64(value: str | None) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def segments(lines: list[dict]) -> dict[str, dict]:
+    """{log file name: {"segment": line, "batches": [(batch line, [record lines])]}} in file order."""
+    out: dict[str, dict] = {}
+    current = None
+    for line in lines:
+        kind = line["type"]
+        if kind == "segment":
+            current = out.setdefault(line["file"], {"segment": line, "batches": []})
+        elif kind == "batch":
+            current["batches"].append((line, []))
+        elif kind == "record":
+            current["batches"][-1][1].append(line)
+    return out
+
+
+def all_logs() -> list[tuple[str, Path, list[dict]]]:
+    """(label, .log path, expected lines) for every Kafka-written segment, the KRaft one included."""
+    out = []
+    for case in CASES:
+        lines = expected(case)
+        for name in segments(lines):
+            out.append((f"{case}/{name}", case_dir(case) / name, lines))
+    out.append(("__cluster_metadata-0", METADATA_LOG,
+                expected_lines(KAFKA_WRITTEN / "__cluster_metadata-0.expected.jsonl")))
+    return out
