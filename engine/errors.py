@@ -40,11 +40,6 @@ class KafkaError(Exception):
             where.append(f"offset {self.offset}")
         return f"{self.message} ({', '.join(where)})" if where else self.message
 
-    def at(self, *, file: str | None = None, position_base: int = 0) -> "KafkaError":
-        """Return a copy located in `file`, with positions shifted by `position_base`."""
-        pos = None if self.position is None else self.position + position_base
-        return type(self)(self.message, file=file or self.file, position=pos, offset=self.offset)
-
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.message, self.file, self.position, self.offset))
 

@@ -1,0 +1,62 @@
+"""engine.IMPL follows the environment: native by default, the twin when forced, an error when
+the native core is required but missing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+
+from tests.conftest import IMPLEMENTATIONS
+
+PROBE = "import engine, warnings; print(engine.IMPL)"
+
+
+def _run(env_updates: dict, code: str = PROBE, shadow: str | None = None) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter; with `shadow`, import kafkalog from that tree instead.
+
+    -S keeps site from installing the editable-install import hook, which would win over PYTHONPATH.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKALOG_")}
+    env.update(env_updates)
+    flags = ["-W", "always"]
+    if shadow:
+        env["PYTHONPATH"] = os.pathsep.join([shadow, sysconfig.get_paths()["purelib"]])
+        flags.append("-S")
+    return subprocess.run([sys.executable, *flags, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=shadow or None)
+
+
+def test_impl_matches_this_process():
+    import engine
+
+    forced = os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1"
+    assert engine.IMPL == ("python" if forced else IMPLEMENTATIONS[0])
+
+
+def test_no_extensions_forces_the_twin():
+    out = _run({"KAFKALOG_NO_EXTENSIONS": "1", "KAFKALOG_REQUIRE_EXTENSIONS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "python"
+    assert "RuntimeWarning" not in out.stderr  # asked for, so no warning
+
+
+def test_missing_core_warns_or_fails_when_required(tmp_path):
+    """Shadow engine._native._core with a module that fails to import, as a missing .so would."""
+    shadow = tmp_path / "shadow"
+    (shadow / "engine" / "_native").mkdir(parents=True)
+    import engine
+
+    src = os.path.dirname(engine.__file__)
+    for name in os.listdir(src):
+        if name.endswith(".py"):
+            (shadow / "engine" / name).write_text(open(os.path.join(src, name)).read())
+    (shadow / "engine" / "_native" / "__init__.py").write_text("")
+    (shadow / "engine" / "_native" / "_core.py").write_text("raise ImportError('no native core here')\n")
+    loose = _run({}, shadow=str(shadow))
+    assert loose.returncode == 0, loose.stderr
+    assert loose.stdout.strip() == "python"
+    assert "RuntimeWarning" in loose.stderr and "no native core here" in loose.stderr
+    strict = _run({"KAFKALOG_REQUIRE_EXTENSIONS": "1"}, shadow=str(shadow))
+    assert strict.returncode != 0
+    assert "KAFKALOG_REQUIRE_EXTENSIONS=1" in strict.stderr
