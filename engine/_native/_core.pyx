@@ -10,6 +10,7 @@ section) before it happens, and offset/timestamp arithmetic is checked for overf
 raises a typed error, never crashes. Stateless; thread-safe (the GIL is held except
 while computing a large CRC).
 """
+cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize
@@ -221,18 +222,23 @@ cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
 
 
 # --- records -----------------------------------------------------------------------------------
+@cython.no_gc
+@cython.freelist(64)
 cdef class Record:
     """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
 
     For a control record `control_type` is its type id (0 ABORT, 1 COMMIT, 2-6 KRaft,
     -1 unknown) and, for COMMIT/ABORT, `coordinator_epoch` is set; both are None otherwise.
+    Records hold only bytes, ints and their header list, so they cannot form reference
+    cycles and stay out of the cyclic GC (decoding millions would otherwise trigger it
+    constantly); a record without headers creates its empty list only when asked.
     """
 
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
     cdef readonly object key
     cdef readonly object value
-    cdef readonly object headers
+    cdef object _headers
     cdef readonly object control_type
     cdef readonly object coordinator_epoch
 
@@ -241,9 +247,13 @@ cdef class Record:
         self.timestamp = timestamp
         self.key = key
         self.value = value
-        self.headers = [] if headers is None else headers
+        self._headers = headers or None
         self.control_type = control_type
         self.coordinator_epoch = coordinator_epoch
+
+    @property
+    def headers(self):
+        return [] if self._headers is None else self._headers
 
     def _fields(self):
         return (self.offset, self.timestamp, self.key, self.value, list(self.headers),
@@ -586,7 +596,8 @@ cdef class RecordBatch:
             r.timestamp = self.max_timestamp if log_append else rv.ts
             r.key = _field(rv.key, rv.klen)
             r.value = _field(rv.value, rv.vlen)
-            r.headers = _headers_list(rv.headers, rv.end, rv.hcount) if rv.hcount else []
+            if rv.hcount:
+                r._headers = _headers_list(rv.headers, rv.end, rv.hcount)
             if control:
                 try:
                     r.control_type, r.coordinator_epoch = bf.control_fields(r.key, r.value)
@@ -719,6 +730,40 @@ cdef int _add_headers(ColState *s, const uint8_t *p, const uint8_t *end, int32_t
     return grow_i32(&s.list_offsets, <int32_t>s.nheaders)
 
 
+cdef int _reserve_columns(ColState *s, const uint8_t *base, Py_ssize_t n, int64_t lo, int64_t hi) except -1:
+    """Size the output buffers once from the headers of the batches in [lo, hi) (no CRC, no
+    decoding), so they do not grow by repeated realloc-and-copy. A record needs at least 7 bytes,
+    which bounds the count a corrupt header can claim; compressed batches may still grow them."""
+    cdef Py_ssize_t pos = 0, size, section, rows = 0, data = 0
+    cdef int32_t count
+    cdef int64_t first, last
+    while n - pos >= HEADER_SIZE:
+        size = <int32_t>kl_be32(base + pos + 8)
+        if size < HEADER_SIZE - LOG_OVERHEAD or size > n - pos - LOG_OVERHEAD:
+            break
+        first = <int64_t>kl_be64(base + pos)
+        last = <int64_t>(<uint64_t>first + <uint64_t><int64_t><int32_t>kl_be32(base + pos + 23))  # a hint: wrap, no UB
+        if first >= hi:
+            break
+        section = size + LOG_OVERHEAD - HEADER_SIZE
+        count = <int32_t>kl_be32(base + pos + 57)
+        if count > 0 and last >= lo and not base[pos + 22] & 0x20:  # data batches in range
+            rows += min(<Py_ssize_t>count, section // MIN_RECORD_SIZE + 1)
+            if not base[pos + 22] & 0x07:
+                data += section
+        pos += size + LOG_OVERHEAD
+    grow_reserve(&s.offsets, 8 * rows)
+    grow_reserve(&s.timestamps, 8 * rows)
+    grow_reserve(&s.tstypes, 4 * rows)
+    grow_reserve(&s.keys.offsets, 4 * rows)
+    grow_reserve(&s.values.offsets, 4 * rows)
+    grow_reserve(&s.keys.data, data)
+    grow_reserve(&s.values.data, data)
+    grow_reserve(&s.keys.bits, rows // 8 + 1)
+    grow_reserve(&s.values.bits, rows // 8 + 1)
+    return 0
+
+
 def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_headers=False, verify_crc=True,
                     max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED, position=0, source=None):
     """Decode the data records with start_offset <= offset < end_offset into Arrow-layout columns."""
@@ -746,6 +791,7 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
         bincol_init(&s.hkeys)
         bincol_init(&s.hvalues)
         grow_i32(&s.list_offsets, 0)
+        _reserve_columns(&s, base, n, lo, hi)
         while True:
             end = _frame_end(base, n, pos, position, source)
             if end < 0:
