@@ -15,7 +15,7 @@ $(PY):
 
 # (Re)install when packaging or native sources change; an editable install builds the core in place.
 $(STAMP): $(PY) pyproject.toml setup.py $(wildcard engine/_native/*.pyx engine/_native/*.pxd engine/_native/*.c engine/_native/*.h)
-	$(PIP) install -q -e '.[test,spark]'
+	$(PIP) install -q -e '.[test,spark,bench]'
 	$(PY) -c "import engine, sys; print('kafkalog core:', engine.IMPL)"
 	touch $(STAMP)
 
@@ -35,11 +35,9 @@ fuzz: $(STAMP)
 	KAFKALOG_FUZZ_CASES=2000000 $(PY) -m pytest -q tests/unit/test_codec_fuzz.py
 
 bench: $(STAMP)
-	$(PIP) install -q -e '.[test,spark,bench]'
 	$(PY) -m bench
 
 bench-quick: $(STAMP)
-	$(PIP) install -q -e '.[test,spark,bench]'
 	$(PY) -m bench --quick
 
 clean:

@@ -255,9 +255,32 @@ def _lz4_frame_decompress(data, limit: int) -> bytearray:
 
 
 # --- zstd ------------------------------------------------------------------------------------
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _zstd_content_size(src: bytes) -> int | None:
+    """Frame_Content_Size from the first frame's header, when the writer recorded it."""
+    if len(src) < 6 or src[:4] != _ZSTD_MAGIC:
+        return None
+    fhd = src[4]
+    fcs_flag, single_segment, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or len(src) < pos + width:
+        return None
+    value = int.from_bytes(src[pos:pos + width], "little")
+    return value + 256 if width == 2 else value
+
+
 def _zstd_decompress(data, limit: int) -> bytearray:
     src = bytes(data)
-    size = min(limit, max(64 << 10, 8 * len(src)))
+    size = _zstd_content_size(src)
+    if size is not None:
+        if size > limit:
+            raise _too_large("zstd", limit)
+        exact = True
+    else:  # zstd-jni's streaming writer records no size: guess, and grow on overflow
+        size, exact = min(limit, max(64 << 10, 4 * len(src))), False
     while True:
         out = bytearray(size)
         try:
@@ -267,7 +290,10 @@ def _zstd_decompress(data, limit: int) -> bytearray:
                 raise
             if size >= limit:
                 raise _too_large("zstd", limit) from None
-            size = min(limit, size * 4)
+            size, exact = min(limit, max(size * 4, 64 << 10)), False  # several frames: sizes unknown
             continue
-        del out[n:]
+        if n != size:
+            if exact:
+                raise CorruptRecordError(f"zstd frame declares {size} bytes but holds {n}")
+            del out[n:]
         return out

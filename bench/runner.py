@@ -1,0 +1,164 @@
+"""The benchmark runner: kafkalog and its peers measured side by side in one run.
+
+Every workload names kafkalog's contender first and its peers after it. After a warm-up, each
+repetition runs every contender of every workload once, in rotating order (interleaved, so
+machine noise hits all of them alike); a run repeats the contender's call until `min_time` has
+passed. Reported: the median time per call, the min-max spread, records/s and MB/s, and for each
+peer the ratio peer_time / kafkalog_time (> 1 means kafkalog is faster) with its spread across
+repetitions. Nothing is asserted: the numbers are reported, never tested.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import engine
+
+
+@dataclass
+class Contender:
+    name: str
+    call: Callable[[], object]
+
+
+@dataclass
+class Workload:
+    """One measured operation: `records` and `nbytes` are what a single call processes."""
+
+    group: str
+    name: str
+    records: int
+    nbytes: int
+    contenders: list[Contender]
+    targets: dict[str, float] = field(default_factory=dict)   # peer name -> wanted ratio
+    not_yet: str | None = None                                 # why it cannot run yet
+
+
+def _time_call(call: Callable[[], object], min_time: float) -> float:
+    n, start = 0, time.perf_counter()
+    while True:
+        call()
+        n += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / n
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.start = total, 0, time.perf_counter()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        width = 30
+        filled = width * self.done // max(1, self.total)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                         f"{time.perf_counter() - self.start:5.0f}s {label[:50]:<50}")
+        sys.stderr.flush()
+        if self.done == self.total:
+            sys.stderr.write("\n")
+
+
+def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
+    """Measure every runnable workload; return the results document (also the JSON written out)."""
+    active = [w for w in workloads if w.not_yet is None]
+    samples = {(w.group, w.name, c.name): [] for w in active for c in w.contenders}
+    progress = Progress(sum(len(w.contenders) for w in active) * (reps + 1))
+    for rep in range(-1, reps):  # rep -1 is the warm-up
+        for w in active:
+            order = w.contenders[rep % len(w.contenders):] + w.contenders[:rep % len(w.contenders)]
+            for c in order:
+                t = _time_call(c.call, min_time / 4 if rep < 0 else min_time)
+                if rep >= 0:
+                    samples[(w.group, w.name, c.name)].append(t)
+                progress.step(f"{w.group}: {w.name} [{c.name}]")
+    rows = []
+    for w in workloads:
+        row = {"group": w.group, "workload": w.name, "records": w.records, "bytes": w.nbytes,
+               "not_yet": w.not_yet, "contenders": [], "ratios": []}
+        if w.not_yet is None:
+            ours = samples[(w.group, w.name, w.contenders[0].name)]
+            for c in w.contenders:
+                ts = samples[(w.group, w.name, c.name)]
+                med = statistics.median(ts)
+                row["contenders"].append({
+                    "name": c.name, "median_s": med, "min_s": min(ts), "max_s": max(ts),
+                    "records_per_s": w.records / med, "mb_per_s": w.nbytes / med / 1e6,
+                })
+                if c is not w.contenders[0]:
+                    per_rep = [theirs / mine for theirs, mine in zip(ts, ours)]
+                    row["ratios"].append({
+                        "peer": c.name, "ratio": med / statistics.median(ours),
+                        "min": min(per_rep), "max": max(per_rep), "target": w.targets.get(c.name),
+                    })
+        rows.append(row)
+    return {"machine": machine(), "reps": reps, "min_time_s": min_time, "rows": rows}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import os
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "kafkalog_impl": engine.IMPL, "platform": platform.platform()}
+
+
+def _rate(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f} "
+
+
+def markdown(doc: dict) -> str:
+    """The results table: one line per (workload, peer)."""
+    m = doc["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, kafkalog core `{m['kafkalog_impl']}`; "
+        f"{doc['reps']} interleaved repetitions after a warm-up, medians with min-max spread.",
+        "",
+        "| group | workload | kafkalog | peer | peer figure | ratio (spread) | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        if row["not_yet"]:
+            lines.append(f"| {row['group']} | {row['workload']} | not yet | | | | {row['not_yet']} |")
+            continue
+        ours = row["contenders"][0]
+        figure = f"{_rate(ours['records_per_s'])}rec/s, {ours['mb_per_s']:.0f} MB/s"
+        spread = f"(±{(ours['max_s'] - ours['min_s']) / ours['median_s'] * 50:.0f}%)"
+        if not row["ratios"]:
+            lines.append(f"| {row['group']} | {row['workload']} | {figure} {spread} | — | | | |")
+        for r, peer in zip(row["ratios"], row["contenders"][1:]):
+            target = "" if r["target"] is None else (
+                f"≥ {r['target']:g}× {'met' if r['ratio'] >= r['target'] else 'NOT met'}")
+            lines.append(
+                f"| {row['group']} | {row['workload']} | {figure} {spread} | {peer['name']} | "
+                f"{_rate(peer['records_per_s'])}rec/s, {peer['mb_per_s']:.0f} MB/s | "
+                f"**{r['ratio']:.2f}×** ({r['min']:.2f}–{r['max']:.2f}) | {target} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(doc: dict, out_dir) -> tuple[str, str]:
+    """Write latest.md and latest.json into out_dir; return their paths."""
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    md, js = os.path.join(out_dir, "latest.md"), os.path.join(out_dir, "latest.json")
+    with open(md, "w") as f:
+        f.write(markdown(doc))
+    with open(js, "w") as f:
+        json.dump(doc, f, indent=1)
+    return md, js
