@@ -218,3 +218,16 @@ def control_batch_params(kind, *, base_offset, producer_id, producer_epoch, coor
     if producer_id < 0:
         raise InvalidRecordError("a transaction marker needs a producer_id >= 0")
     return struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), check_timestamp(timestamp_ms)
+
+
+def record_fields(r) -> tuple:
+    """A record's fields in constructor order (either twin's Record, or anything shaped like one)."""
+    return (r.offset, r.timestamp, r.key, r.value, list(r.headers), r.control_type, r.coordinator_epoch)
+
+
+def record_equals(r, other):
+    """Records are equal when all their fields are, whichever twin made them."""
+    try:
+        return record_fields(r) == record_fields(other)
+    except AttributeError:
+        return NotImplemented

@@ -96,26 +96,17 @@ class Record:
         self.control_type = control_type
         self.coordinator_epoch = coordinator_epoch
 
-    def _fields(self) -> tuple:
-        return (self.offset, self.timestamp, self.key, self.value, list(self.headers),
-                self.control_type, self.coordinator_epoch)
-
     def __eq__(self, other) -> bool:
-        try:
-            theirs = (other.offset, other.timestamp, other.key, other.value, list(other.headers),
-                      other.control_type, other.coordinator_epoch)
-        except AttributeError:
-            return NotImplemented
-        return self._fields() == theirs
+        return bf.record_equals(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return ("Record(offset={!r}, timestamp={!r}, key={!r}, value={!r}, headers={!r}, "
-                "control_type={!r}, coordinator_epoch={!r})").format(*self._fields())
+                "control_type={!r}, coordinator_epoch={!r})").format(*bf.record_fields(self))
 
     def __reduce__(self):
-        return (Record, self._fields())
+        return (Record, bf.record_fields(self))
 
 
 def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:

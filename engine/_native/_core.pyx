@@ -129,20 +129,20 @@ cdef int grow_reserve(Grow *g, Py_ssize_t extra) except -1:
     return 0
 
 
-cdef inline int grow_i64(Grow *g, int64_t v) except -1:
-    if g.len + 8 > g.cap:
-        grow_reserve(g, 8)
-    memcpy(g.data + g.len, &v, 8)
-    g.len += 8
+cdef inline int grow_put(Grow *g, const void *v, Py_ssize_t n) except -1:
+    if g.len + n > g.cap:
+        grow_reserve(g, n)
+    memcpy(g.data + g.len, v, n)
+    g.len += n
     return 0
+
+
+cdef inline int grow_i64(Grow *g, int64_t v) except -1:
+    return grow_put(g, &v, 8)
 
 
 cdef inline int grow_i32(Grow *g, int32_t v) except -1:
-    if g.len + 4 > g.cap:
-        grow_reserve(g, 4)
-    memcpy(g.data + g.len, &v, 4)
-    g.len += 4
-    return 0
+    return grow_put(g, &v, 4)
 
 
 cdef inline int grow_bytes(Grow *g, const uint8_t *p, Py_ssize_t n) except -1:
@@ -255,26 +255,17 @@ cdef class Record:
     def headers(self):
         return [] if self._headers is None else self._headers
 
-    def _fields(self):
-        return (self.offset, self.timestamp, self.key, self.value, list(self.headers),
-                self.control_type, self.coordinator_epoch)
-
     def __eq__(self, other):
-        try:
-            theirs = (other.offset, other.timestamp, other.key, other.value, list(other.headers),
-                      other.control_type, other.coordinator_epoch)
-        except AttributeError:
-            return NotImplemented
-        return self._fields() == theirs
+        return bf.record_equals(self, other)
 
     __hash__ = None
 
     def __repr__(self):
         return ("Record(offset={!r}, timestamp={!r}, key={!r}, value={!r}, headers={!r}, "
-                "control_type={!r}, coordinator_epoch={!r})").format(*self._fields())
+                "control_type={!r}, coordinator_epoch={!r})").format(*bf.record_fields(self))
 
     def __reduce__(self):
-        return (Record, self._fields())
+        return (Record, bf.record_fields(self))
 
 
 cdef struct RecView:
