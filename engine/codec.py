@@ -19,6 +19,7 @@ API = (
     "encode_control_batch",
     "iter_batches",
     "decode_columnar",
+    "index_search",
     "RecordBatch",
     "Record",
 )
@@ -57,5 +58,6 @@ encode_columnar = impl.encode_columnar
 encode_control_batch = impl.encode_control_batch
 iter_batches = impl.iter_batches
 decode_columnar = impl.decode_columnar
+index_search = impl.index_search
 RecordBatch = impl.RecordBatch
 Record = impl.Record

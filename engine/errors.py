@@ -166,6 +166,16 @@ class KafkaStorageError(KafkaError):
     code, retriable = 56, True
 
 
+class CorruptIndexError(KafkaStorageError):
+    """An index file fails its sanity check (Kafka's CorruptIndexException)."""
+
+    retriable = False
+
+
+class InvalidOffsetError(KafkaError):
+    """An index or log append whose offset does not increase (Kafka's InvalidOffsetException)."""
+
+
 class LogDirectoryLockedError(KafkaStorageError):
     """The log directory's `.lock` is held by another process or engine."""
 

@@ -471,3 +471,28 @@ def decode_columnar(buffer, *, start_offset: int | None = None, end_offset: int 
         headers=headers,
         next_offset=next_offset,
     )
+
+
+def index_search(buffer, entries: int, entry_size: int, target: int) -> int:
+    """Slot of the largest entry whose key <= target in a Kafka index (-1 if none).
+
+    The key is an entry's first field: a big-endian int32 relative offset (8-byte `.index`
+    entries) or int64 timestamp (12-byte `.timeindex` entries). A plain binary search gives the
+    same slot as Kafka's warm-section search, which only changes which pages are touched first.
+    """
+    if entry_size not in (8, 12):
+        raise ValueError("entry_size must be 8 (offset index) or 12 (time index)")
+    mv = _as_view(buffer)
+    if entries < 0 or entries * entry_size > len(mv):
+        raise ValueError(f"{entries} entries of {entry_size} bytes exceed the {len(mv)}-byte index")
+    fmt = ">q" if entry_size == 12 else ">i"
+    lo, hi = 0, entries - 1
+    if entries == 0 or struct.unpack_from(fmt, mv, 0)[0] > target:
+        return -1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if struct.unpack_from(fmt, mv, mid * entry_size)[0] <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

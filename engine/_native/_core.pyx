@@ -1176,3 +1176,51 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
         return _finish(infos, n, &pr, level, last_offset_delta)
     finally:
         free(infos)
+
+
+# --- index search ------------------------------------------------------------------------------
+cdef inline int64_t _index_key(const uint8_t *p, Py_ssize_t slot, int entry_size) noexcept nogil:
+    """Entry key: the int64 timestamp of a 12-byte time-index entry, else the int32 relative offset."""
+    if entry_size == 12:
+        return <int64_t>kl_be64(p + slot * 12)
+    return <int32_t>kl_be32(p + slot * entry_size)
+
+
+cdef Py_ssize_t _largest_le(const uint8_t *p, Py_ssize_t lo, Py_ssize_t hi, int entry_size,
+                            int64_t target) noexcept nogil:
+    """Largest slot in [lo, hi] whose key <= target, given key(lo) <= target."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if _index_key(p, mid, entry_size) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def index_search(buffer, Py_ssize_t entries, int entry_size, int64_t target):
+    """Slot of the largest entry whose key <= target in a Kafka index (-1 if none).
+
+    The key is an entry's first field: a big-endian int32 relative offset (8-byte `.index`
+    entries) or int64 timestamp (12-byte `.timeindex` entries). Like Kafka's
+    AbstractIndex.indexSlotRangeFor, the last 8 KiB of entries (the "warm" section, which
+    recent reads keep in the page cache) are searched first.
+    """
+    cdef const uint8_t[::1] view = _byte_view(buffer)
+    cdef const uint8_t *p
+    cdef Py_ssize_t warm, first_hot
+    if entry_size not in (8, 12):
+        raise ValueError("entry_size must be 8 (offset index) or 12 (time index)")
+    if entries < 0 or entries * entry_size > view.shape[0]:
+        raise ValueError(f"{entries} entries of {entry_size} bytes exceed the {view.shape[0]}-byte index")
+    if entries == 0:
+        return -1
+    p = &view[0]
+    warm = 8192 // entry_size
+    first_hot = max(<Py_ssize_t>0, entries - 1 - warm)
+    if _index_key(p, first_hot, entry_size) < target:
+        return _largest_le(p, first_hot, entries - 1, entry_size, target)
+    if _index_key(p, 0, entry_size) > target:
+        return -1
+    return _largest_le(p, 0, first_hot, entry_size, target)

@@ -1,0 +1,59 @@
+"""Kafka's file and directory names (LogFileUtils, LocalLog, Topic).
+
+Segment files are `<base offset, 20 digits>.<suffix>`; a partition directory is
+`<topic>-<partition>`; temporary suffixes `.deleted`, `.cleaned`, `.swap` follow the normal one.
+Pure functions; thread-safe.
+"""
+from __future__ import annotations
+
+import re
+
+from engine.errors import InvalidTopicError
+
+LOG, INDEX, TIME_INDEX, TXN_INDEX, SNAPSHOT = ".log", ".index", ".timeindex", ".txnindex", ".snapshot"
+DELETED, CLEANED, SWAP = ".deleted", ".cleaned", ".swap"
+SEGMENT_SUFFIXES = (LOG, INDEX, TIME_INDEX, TXN_INDEX)
+MAX_TOPIC_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def file_name(offset: int, suffix: str) -> str:
+    """`00000000000000000042.log` for (42, ".log")."""
+    return f"{offset:020d}{suffix}"
+
+
+def offset_from_file_name(name: str) -> int:
+    """The offset a segment or snapshot file is named after (the text before the first '.')."""
+    return int(name.split(".", 1)[0])
+
+
+def validate_topic(topic: str) -> str:
+    """Refuse what Kafka refuses: empty, '.', '..', over 249 chars, or chars outside [a-zA-Z0-9._-]."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicError(f"topic name must be a non-empty string, got {topic!r}")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {topic!r}")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(topic)} characters, the maximum is {MAX_TOPIC_LENGTH}")
+    if not _LEGAL.fullmatch(topic):
+        raise InvalidTopicError(f"topic name {topic!r} may only contain ASCII letters, digits, '.', '_' and '-'")
+    return topic
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    validate_topic(topic)
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise InvalidTopicError(f"partition must be a non-negative int, got {partition!r}")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a `<topic>-<partition>` directory name, or None if it is not one."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not part.isdigit() or not topic:
+        return None
+    try:
+        validate_topic(topic)
+    except InvalidTopicError:
+        return None
+    return topic, int(part)

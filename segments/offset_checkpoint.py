@@ -1,0 +1,56 @@
+"""OffsetCheckpointFile: `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`replication-offset-checkpoint` (high watermarks) and `cleaner-offset-checkpoint`.
+
+Byte layout (UTF-8 text, '\\n' line ends): a version line `0`, a count line, then one
+`<topic> <partition> <offset>` line per entry. An empty file reads as no entries.
+Crash policy: written whole to `<file>.tmp`, fsynced, renamed over the file, directory fsynced;
+a reader that finds it unreadable treats it as absent (Kafka then recovers everything).
+Thread-safety: writers are serialised by the caller (the log manager).
+"""
+from __future__ import annotations
+
+from engine.errors import KafkaStorageError
+from segments.fs import FileSystem
+
+RECOVERY_POINT = "recovery-point-offset-checkpoint"
+LOG_START = "log-start-offset-checkpoint"
+HIGH_WATERMARK = "replication-offset-checkpoint"
+CLEANER = "cleaner-offset-checkpoint"
+
+
+def render(entries: dict[tuple[str, int], int]) -> bytes:
+    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def parse(text: str, path: str = "") -> dict[tuple[str, int], int]:
+    """Entries of a checkpoint file; KafkaStorageError when malformed."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return {}
+    try:
+        if int(lines[0]) != 0:
+            raise ValueError(f"unsupported version {lines[0]}")
+        count = int(lines[1])
+        entries = {}
+        for line in lines[2:]:
+            topic, partition, offset = line.split()
+            entries[(topic, int(partition))] = int(offset)
+        if len(entries) != count or len(lines) - 2 != count:
+            raise ValueError(f"expected {count} entries, found {len(lines) - 2}")
+    except (ValueError, IndexError) as exc:
+        raise KafkaStorageError(f"malformed checkpoint file: {exc}", file=path) from exc
+    return entries
+
+
+def read(fs: FileSystem, path: str) -> dict[tuple[str, int], int]:
+    if not fs.exists(path):
+        return {}
+    with fs.open(path, "rb") as f:
+        return parse(f.read().decode("utf-8"), path)
+
+
+def write(fs: FileSystem, path: str, entries: dict[tuple[str, int], int]) -> None:
+    fs.atomic_write(path, render(entries))

@@ -1,0 +1,52 @@
+"""`.index`: the sparse offset index of one segment (Kafka's OffsetIndex).
+
+Byte layout: 8-byte big-endian entries `relativeOffset int32 | position int32`, where
+relativeOffset = offset - segment base and position is a byte position in the `.log`. An entry
+maps the **last offset of a batch** to the position where that batch starts. Offsets strictly
+increase. See segments.index for file handling, crash policy and thread-safety.
+"""
+from __future__ import annotations
+
+import struct
+
+from engine.errors import CorruptIndexError, InvalidOffsetError
+from segments.index import INT32_MAX, MmapIndex
+
+
+class OffsetIndex(MmapIndex):
+    ENTRY = struct.Struct(">ii")
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(absolute offset, position) of entry `slot`."""
+        rel, pos = self._raw(slot)
+        return self.base_offset + rel, pos
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+
+    def append(self, offset: int, position: int) -> None:
+        if self.entries and offset <= self.last_offset:
+            raise InvalidOffsetError(f"index entry for offset {offset} does not follow {self.last_offset}",
+                                     file=self.path, offset=offset)
+        self._put(self.relative(offset), position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= `offset`, or (base, 0) if none."""
+        rel = min(offset - self.base_offset, INT32_MAX)
+        slot = self._search(rel) if rel >= 0 else -1
+        return (self.base_offset, 0) if slot < 0 else self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries with offset >= `offset`."""
+        rel = offset - self.base_offset
+        slot = self._search(min(rel, INT32_MAX)) if rel >= 0 else -1
+        if slot >= 0 and self._raw(slot)[0] == rel:
+            slot -= 1
+        self.truncate_to_entries(slot + 1)
+
+    def sanity_check(self) -> None:
+        super().sanity_check()
+        if self.entries and self.last_offset < self.base_offset:
+            raise CorruptIndexError(f"last offset {self.last_offset} is below the base {self.base_offset}",
+                                    file=self.path)

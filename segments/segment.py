@@ -1,0 +1,390 @@
+"""One log segment: `<base>.log` with its `.index`, `.timeindex` and `.txnindex` (Kafka's LogSegment).
+
+Byte layout: the `.log` is concatenated RecordBatch v2 batches, no header (kafka-format.md §3.2);
+the indexes are described in their modules. Appends follow Kafka exactly: an offset-index entry
+(last offset of the batch, its start position) and a time-index entry are written when more than
+`index.interval.bytes` accumulated since the previous entry, checked before this append counts;
+the time index gets a final entry on roll and close. Reads are zero-copy memoryviews over an mmap
+of the `.log`.
+Crash policy: appends are write()s (in the page cache at once, on disk after `flush()`);
+`recover()` re-validates every batch (size, magic, CRC, records), truncates a torn or corrupt tail
+at the last valid batch and rebuilds the indexes. A truncation never pulls pages from under a
+live view: if views of the old bytes are alive, the kept prefix is written to a new file that
+replaces the old one, and the views keep the old inode.
+Thread-safety: one writer at a time (the owning Log serialises appends, truncation, roll);
+reads may run concurrently with an append and see a consistent prefix.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+from dataclasses import dataclass
+
+from engine import codec
+from engine.errors import CorruptRecordError, KafkaError, KafkaStorageError, RecordBatchTooLargeError
+from segments import names
+from segments.fs import FileSystem
+from segments.offset_index import OffsetIndex
+from segments.time_index import TimeIndex
+from segments.txn_index import TxnIndex
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class SegmentConfig:
+    """The per-segment knobs (Kafka's topic configs of the same names)."""
+
+    index_interval_bytes: int = 4096
+    max_index_size: int = 10 * 1024 * 1024
+    segment_jitter_ms: int = 0
+    segment_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class OffsetPosition:
+    """The batch that holds (or follows) an offset: its base offset, position and size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+class LogSegment:
+    def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
+                 *, suffix: str = "", writable: bool = True) -> None:
+        self.fs, self.dir, self.base_offset, self.config, self.suffix = fs, directory, base_offset, config, suffix
+        self.writable = writable
+        self.created_ms = now_ms
+        self.log_path = self._path(names.LOG)
+        try:
+            self._f = fs.open(self.log_path, "ab+" if writable else "rb")
+            self._size = os.fstat(self._f.fileno()).st_size
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
+        self._maps: list = []           # every mmap of the .log that may still have live views
+        self._map = None                # the newest one
+        self._lock = threading.RLock()
+        self._max_ts: tuple[int, int] | None = None  # (max timestamp so far, last offset of its batch)
+        self._rolling_ts: int | None = None
+        self._rolling_ts_loaded = False
+        self.bytes_since_last_index_entry = 0
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+
+    def _path(self, kind: str) -> str:
+        return os.path.join(self.dir, names.file_name(self.base_offset, kind) + self.suffix)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self._size})"
+
+    # --- indexes (opened lazily: a directory of many segments opens fast) ----------------------
+    @property
+    def offset_index(self) -> OffsetIndex:
+        with self._lock:
+            if self._offset_index is None:
+                self._offset_index = OffsetIndex(self.fs, self._path(names.INDEX), self.base_offset,
+                                                 self.config.max_index_size, self.writable)
+            return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        with self._lock:
+            if self._time_index is None:
+                self._time_index = TimeIndex(self.fs, self._path(names.TIME_INDEX), self.base_offset,
+                                             self.config.max_index_size, self.writable)
+            return self._time_index
+
+    def index_files_exist(self) -> bool:
+        return self.fs.exists(self._path(names.INDEX))
+
+    # --- reading ------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def view(self, start: int = 0, end: int | None = None) -> memoryview:
+        """A zero-copy view of the `.log` bytes [start, end)."""
+        with self._lock:
+            end = self._size if end is None else min(end, self._size)
+            if end <= start:
+                return memoryview(b"")
+            if self._map is None or len(self._map) < end:
+                self._remap()
+            return memoryview(self._map)[start:end]
+
+    def _remap(self) -> None:
+        self._release_maps()
+        self._map = self.fs.mmap(self._f, self._size, writable=False)
+        self._maps.append(self._map)
+
+    def _release_maps(self) -> bool:
+        """Close every mapping without live views; True if none is left."""
+        alive = []
+        for m in self._maps:
+            try:
+                m.close()
+            except BufferError:
+                alive.append(m)
+        self._maps = alive
+        if self._map is not None and self._map not in alive:
+            self._map = None
+        return not alive
+
+    def batches(self, start_position: int = 0, end_position: int | None = None):
+        """The batches of the segment from `start_position` (Kafka's file iterator semantics)."""
+        return codec.iter_batches(self.view(start_position, end_position), position=start_position,
+                                  source=self.log_path)
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> OffsetPosition | None:
+        """The first batch at or after `start_position` whose last offset >= `offset`."""
+        for batch in self.batches(start_position):
+            if batch.last_offset >= offset:
+                return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes)
+        return None
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = True) -> tuple[int, memoryview] | None:
+        """(position, view) of whole batches from the one holding `start_offset`, at most `max_size`
+        bytes (or one batch with min_one_message) and never past `max_position`; None past the end."""
+        start = self.translate_offset(start_offset, self.offset_index.lookup(start_offset)[1])
+        if start is None:
+            return None
+        limit = self._size if max_position is None else min(max_position, self._size)
+        if start.position >= limit:
+            return start.position, memoryview(b"")
+        end = start.position
+        for batch in self.batches(start.position, limit):
+            if end + batch.size_in_bytes - start.position > max_size and not (min_one_message and end == start.position):
+                break
+            end += batch.size_in_bytes
+        return start.position, self.view(start.position, end)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= `timestamp` and offset >= starting_offset."""
+        _, index_offset = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(index_offset, starting_offset))[1]
+        for batch in self.batches(position):
+            if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
+                for rec in batch.records():
+                    if rec.control_type is None and rec.timestamp >= timestamp and rec.offset >= starting_offset:
+                        return rec.timestamp, rec.offset
+        return None
+
+    # --- timestamps ---------------------------------------------------------------------------
+    def _max_timestamp_and_offset(self) -> tuple[int, int]:
+        with self._lock:
+            if self._max_ts is None:
+                self._max_ts = self.time_index.last_entry()
+                last_indexed = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
+                for batch in self.batches(last_indexed):
+                    if batch.max_timestamp > self._max_ts[0]:
+                        self._max_ts = (batch.max_timestamp, batch.last_offset)
+            return self._max_ts
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_and_offset()[0]
+
+    def largest_timestamp(self) -> int:
+        """The segment's max timestamp, or the `.log` mtime when it has none (Kafka's retention rule)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.fs.mtime_ms(self.log_path)
+
+    def _rolling_timestamp(self) -> int | None:
+        if not self._rolling_ts_loaded:
+            first = next(iter(self.batches()), None)
+            self._rolling_ts = first.max_timestamp if first is not None else None
+            self._rolling_ts_loaded = True
+        return self._rolling_ts
+
+    def time_waited_for_roll(self, now_ms: int, incoming_max_ts: int) -> int:
+        rolling = self._rolling_timestamp()
+        if rolling is not None and rolling >= 0:
+            return incoming_max_ts - rolling
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, incoming_bytes: int, incoming_max_ts: int, incoming_last_offset: int,
+                    now_ms: int, segment_bytes: int) -> bool:
+        """Kafka's LogSegment.shouldRoll."""
+        waited = self._size > 0 and self.time_waited_for_roll(now_ms, incoming_max_ts) > \
+            self.config.segment_ms - self.roll_jitter_ms
+        return (self._size > segment_bytes - incoming_bytes or waited or self.offset_index.is_full()
+                or self.time_index.is_full() or not 0 <= incoming_last_offset - self.base_offset <= INT32_MAX)
+
+    # --- writing ------------------------------------------------------------------------------
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data) -> None:
+        """Append whole batches; index them as Kafka's LogSegment.append does."""
+        size = len(data)
+        if not size:
+            return
+        with self._lock:
+            position = self._size
+            if position == 0:
+                self._rolling_ts, self._rolling_ts_loaded = largest_timestamp, True
+            if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+                raise RecordBatchTooLargeError(
+                    f"offset {largest_offset} does not fit an int32 relative to base {self.base_offset}",
+                    file=self.log_path, offset=largest_offset)
+            if position + size > INT32_MAX:
+                raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
+            try:
+                self.fs.write(self._f, data)
+            except OSError as exc:
+                self._restore_after_failed_write(position)
+                raise KafkaStorageError(f"append failed: {exc}", file=self.log_path, position=position) from exc
+            self._size = position + size
+            max_ts, max_off = self._max_timestamp_and_offset()
+            if largest_timestamp > max_ts:
+                self._max_ts = (largest_timestamp, offset_of_max_timestamp)
+            if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
+                self.offset_index.append(largest_offset, position)
+                self.time_index.maybe_append(*self._max_ts)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += size
+
+    def _restore_after_failed_write(self, position: int) -> None:
+        """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""
+        try:
+            self._truncate_log(position)
+        except (OSError, KafkaError):
+            pass  # the segment will be recovered on the next open
+
+    def _truncate_log(self, size: int) -> None:
+        if self._release_maps():
+            self.fs.truncate(self._f, size)
+        else:  # live views map the old bytes: give them the old inode, continue in a new file
+            tmp = self.log_path + ".truncating"
+            with self.fs.open(tmp, "wb+") as out:
+                self.fs.write(out, self.view(0, size))
+                self.fs.fsync(out)
+            self._f.close()
+            self._maps, self._map = [], None
+            self.fs.rename(tmp, self.log_path)
+            self._f = self.fs.open(self.log_path, "ab+")
+        self._size = size
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset >= `offset`; return the bytes removed."""
+        with self._lock:
+            mapping = self.translate_offset(offset, self.offset_index.lookup(offset)[1])
+            self.offset_index.truncate_to(offset)
+            self.time_index.truncate_to(offset)
+            self.txn_index.truncate_to(offset)
+            self.offset_index.resize(self.config.max_index_size)
+            self.time_index.resize(self.config.max_index_size)
+            if mapping is None:
+                return 0
+            removed = self._size - mapping.position
+            self._truncate_log(mapping.position)
+            if self._size == 0:
+                self._rolling_ts, self._rolling_ts_loaded = None, True
+            self.bytes_since_last_index_entry = 0
+            self._max_ts = None
+            return removed
+
+    def recover(self) -> int:
+        """Validate every batch, truncate at the first invalid one, rebuild the indexes; return bytes removed."""
+        with self._lock:
+            self.offset_index.reset(self.config.max_index_size)
+            self.time_index.reset(self.config.max_index_size)
+            self.txn_index.reset()
+            valid = last_index_entry = 0
+            max_ts = (-1, self.base_offset)
+            try:
+                for batch in self.batches():
+                    batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
+                    if not 0 <= batch.last_offset - self.base_offset <= INT32_MAX:
+                        raise CorruptRecordError("batch offset out of the segment's int32 range",
+                                                 file=self.log_path, position=batch.position)
+                    if batch.max_timestamp > max_ts[0]:
+                        max_ts = (batch.max_timestamp, batch.last_offset)
+                    if valid - last_index_entry > self.config.index_interval_bytes:
+                        self.offset_index.append(batch.last_offset, valid)
+                        self.time_index.maybe_append(*max_ts)
+                        last_index_entry = valid
+                    valid += batch.size_in_bytes
+            except KafkaError:  # the first invalid batch ends the valid prefix
+                pass
+            truncated = self._size - valid
+            if truncated:
+                self._truncate_log(valid)
+            self._max_ts = max_ts
+            self.offset_index.trim_to_valid_size()
+            self.time_index.maybe_append(*max_ts, skip_full_check=True)
+            self.time_index.trim_to_valid_size()
+            self.bytes_since_last_index_entry = 0
+            self._rolling_ts_loaded = False
+            return truncated
+
+    def read_next_offset(self) -> int:
+        """One past the last offset of the last batch, or the base offset when empty."""
+        position = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
+        nxt = self.base_offset
+        for batch in self.batches(position):
+            nxt = batch.next_offset
+        return nxt
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def on_become_inactive(self) -> None:
+        """On roll: final time-index entry, indexes trimmed to their entries."""
+        with self._lock:
+            self.time_index.maybe_append(*self._max_timestamp_and_offset(), skip_full_check=True)
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def flush(self) -> None:
+        with self._lock:
+            try:
+                self.fs.fsync(self._f)
+                if self._offset_index is not None:
+                    self._offset_index.flush()
+                if self._time_index is not None:
+                    self._time_index.flush()
+                self.txn_index.flush()
+            except OSError as exc:
+                raise KafkaStorageError(f"flush failed: {exc}", file=self.log_path) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self.writable and (self._max_ts is not None or self._time_index is not None):
+                self.time_index.maybe_append(*self._max_timestamp_and_offset(), skip_full_check=True)
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.close()
+            self.txn_index.close()
+            self._release_maps()
+            self._maps, self._map = [], None
+            self._f.close()
+
+    def files(self) -> list[str]:
+        return [self._path(kind) for kind in names.SEGMENT_SUFFIXES]
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename every file of the segment (e.g. to `.deleted`), keeping them open."""
+        with self._lock:
+            for kind in names.SEGMENT_SUFFIXES:
+                old = self._path(kind)
+                if self.fs.exists(old):
+                    self.fs.rename(old, os.path.join(self.dir, names.file_name(self.base_offset, kind) + suffix))
+            self.suffix = suffix
+            self.log_path = self._path(names.LOG)
+            for index, kind in ((self._offset_index, names.INDEX), (self._time_index, names.TIME_INDEX)):
+                if index is not None:
+                    index.path = self._path(kind)
+            self.txn_index.path = self._path(names.TXN_INDEX)
+
+    def delete_files(self) -> None:
+        """Close and remove every file of the segment."""
+        self.close()
+        for path in self.files():
+            if self.fs.exists(path):
+                self.fs.remove(path)

@@ -1,0 +1,68 @@
+"""`.timeindex`: the sparse time index of one segment (Kafka's TimeIndex).
+
+Byte layout: 12-byte big-endian entries `timestamp int64 | relativeOffset int32`. Entry (T, O)
+says the largest timestamp up to and including offset O is T, with O the last offset of the batch
+holding T. Appended only when T grows strictly; the last slot is reserved (`is_full` at
+max_entries - 1) for the final entry written on roll and close. See segments.index for file
+handling, crash policy and thread-safety.
+"""
+from __future__ import annotations
+
+import struct
+
+from engine.errors import CorruptIndexError, InvalidOffsetError
+from segments.index import MmapIndex
+
+
+class TimeIndex(MmapIndex):
+    ENTRY = struct.Struct(">qi")
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(timestamp, absolute offset) of entry `slot`."""
+        ts, rel = self._raw(slot)
+        return ts, self.base_offset + rel
+
+    def last_entry(self) -> tuple[int, int]:
+        """The last entry, or (-1, base offset) when empty."""
+        return self.entry(self.entries - 1) if self.entries else (-1, self.base_offset)
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries - 1
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Append (timestamp, offset) if the timestamp grew; refuse going back in offset or time."""
+        last_ts, last_off = self.last_entry()
+        if self.entries and offset < last_off:
+            raise InvalidOffsetError(f"time index offset {offset} is below the last entry's {last_off}",
+                                     file=self.path, offset=offset)
+        if self.entries and timestamp < last_ts:
+            raise InvalidOffsetError(f"time index timestamp {timestamp} is below the last entry's {last_ts}",
+                                     file=self.path, offset=offset)
+        if timestamp > last_ts:
+            if not skip_full_check and self.is_full():
+                raise InvalidOffsetError("attempt to append to a full time index", file=self.path)
+            with self._lock:
+                if self.entries >= self.max_entries:
+                    raise InvalidOffsetError("the time index has no room left", file=self.path)
+                self.ENTRY.pack_into(self._map, self.entries * self.entry_size, timestamp, self.relative(offset))
+                self.entries += 1
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= `timestamp`, or (-1, base)."""
+        slot = self._search(timestamp)
+        return (-1, self.base_offset) if slot < 0 else self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries with offset >= `offset`."""
+        n = self.entries
+        while n and self.entry(n - 1)[1] >= offset:
+            n -= 1
+        self.truncate_to_entries(n)
+
+    def sanity_check(self) -> None:
+        super().sanity_check()
+        if self.entries:
+            first_ts, _ = self.entry(0)
+            last_ts, last_off = self.last_entry()
+            if last_ts < first_ts or last_off < self.base_offset:
+                raise CorruptIndexError("time index entries are out of order", file=self.path)
