@@ -46,6 +46,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dump_log(args: argparse.Namespace) -> int:
+    from engine import dump_log
+
+    return dump_log.dump([f for f in args.files.split(",") if f], as_json=args.json, deep=args.deep_iteration,
+                         print_data=args.print_data_log, verify_index_only=args.verify_index_only,
+                         index_sanity_check=args.index_sanity_check, base_offset=args.base_offset)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkalog", description=engine.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kafkalog {engine.__version__} ({engine.IMPL})")
@@ -54,5 +62,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--data", default="./data", help="log directory (default ./data)")
     demo.add_argument("--records", type=int, default=200_000, help="records to encode and decode")
     demo.set_defaults(func=_demo)
+    dump = sub.add_parser("dump-log", help="print segment, index and snapshot files as kafka-dump-log does")
+    dump.add_argument("--files", required=True, help="comma-separated files (.log, .index, .timeindex, ...)")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record")
+    dump.add_argument("--print-data-log", action="store_true", help="print keys and payloads (implies deep)")
+    dump.add_argument("--verify-index-only", action="store_true", help="check index entries against the log")
+    dump.add_argument("--index-sanity-check", action="store_true", help="run Kafka's index sanity checks")
+    dump.add_argument("--json", action="store_true", help="JSON lines (the vectors' expected.jsonl fields)")
+    dump.add_argument("--base-offset", type=int, help="base offset for a file not named by its offset")
+    dump.set_defaults(func=_dump_log)
     args = parser.parse_args(argv)
     return args.func(args)

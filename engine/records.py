@@ -297,10 +297,14 @@ class RecordBatch:
         if verify_crc:
             self.ensure_valid()
         out: list[Record] = []
-        self._walk(max_decompressed_bytes, lambda *fields: out.append(Record(*fields)))
+        self.walk(lambda *fields: out.append(Record(*fields[:7])), max_decompressed_bytes)
         return out
 
-    def _walk(self, max_decompressed_bytes: int, emit) -> None:
+    def walk(self, emit, max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED) -> None:
+        """The reference record walker (no CRC check): for each record call
+        emit(offset, timestamp, key, value, headers, control_type, coordinator_epoch,
+        stored_timestamp, size_in_bytes), where timestamp is as Kafka reports it and
+        stored_timestamp is baseTimestamp + delta as written."""
         count = self.records_count
         if count < 0:
             raise self._error(InvalidRecordError, f"invalid record count {count}")
@@ -313,6 +317,7 @@ class RecordBatch:
         pos = 0
         try:
             for _ in range(count):
+                start = pos
                 size, pos = _read_varint(buf, pos, end)
                 if size < 0 or end - pos < size:
                     raise InvalidRecordError(f"invalid record size {size}: only {end - pos} bytes remain")
@@ -338,15 +343,14 @@ class RecordBatch:
                     raise InvalidRecordError(bf.SIZE_MISMATCH)
                 if not 0 <= off_delta <= self.last_offset_delta:
                     raise InvalidRecordError(bf.BAD_OFFSET_DELTA)
-                ts = self.base_timestamp + ts_delta
-                if not -2**63 <= ts <= bf.INT64_MAX:
+                stored = self.base_timestamp + ts_delta
+                if not -2**63 <= stored <= bf.INT64_MAX:
                     raise InvalidRecordError(bf.TIMESTAMP_OVERFLOW)
-                if log_append:
-                    ts = self.max_timestamp
+                ts = self.max_timestamp if log_append else stored
                 ctype = epoch = None
                 if control:
                     ctype, epoch = bf.control_fields(key, value)
-                emit(self.base_offset + off_delta, ts, key, value, headers, ctype, epoch)
+                emit(self.base_offset + off_delta, ts, key, value, headers, ctype, epoch, stored, pos - start)
         except InvalidRecordError as exc:
             raise self._error(InvalidRecordError, exc.message) from None
         if pos != end:
@@ -446,11 +450,11 @@ def decode_columnar(buffer, *, start_offset: int | None = None, end_offset: int 
             batch.ensure_valid()
         tstype = 1 if batch.attributes & bf.LOG_APPEND_TIME_FLAG else 0
 
-        def keep(offset, ts, key, value, headers, _c, _e, tstype=tstype):
+        def keep(offset, ts, key, value, headers, *_ignored, tstype=tstype):
             if (start_offset is None or offset >= start_offset) and (end_offset is None or offset < end_offset):
                 rows.append((offset, ts, tstype, key, value, headers))
 
-        batch._walk(max_decompressed_bytes, keep)
+        batch.walk(keep, max_decompressed_bytes)
     headers = None
     if include_headers:
         list_offsets = array("i", [0])

@@ -171,7 +171,7 @@ class LogSegment:
         for batch in self.batches(position):
             if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
                 for rec in batch.records():
-                    if rec.control_type is None and rec.timestamp >= timestamp and rec.offset >= starting_offset:
+                    if rec.timestamp >= timestamp and rec.offset >= starting_offset:  # markers count, as in Kafka
                         return rec.timestamp, rec.offset
         return None
 

@@ -1,0 +1,231 @@
+"""A log directory: its partitions' logs and the files at its root (Kafka's LogManager).
+
+Root files: `.lock` (held with a POSIX record lock while open), `meta.properties` (Java
+Properties text), `.kafka_cleanshutdown` (its presence means the last close was clean; deleted as
+soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoint`,
+`log-start-offset-checkpoint` (only starts above the first segment base) and
+`replication-offset-checkpoint` (high watermarks).
+Crash policy: checkpoints are atomic (tmp + fsync + rename + dir fsync); an unreadable one is
+treated as absent (full recovery). The clean-shutdown marker is written last on close, after
+every log is flushed and every checkpoint written.
+Threads: one background thread runs the flush (`flush.ms`), retention and checkpoint tasks on the
+injected clock; it stops on `close()`. Public methods are thread-safe.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+
+from engine.clock import Clock, SystemClock
+from engine.errors import KafkaError, LogDirectoryLockedError, UnknownTopicOrPartitionError
+from segments import names, offset_checkpoint, partition_metadata
+from segments.fs import FileSystem
+from segments.log import Log
+from segments.log_config import LogConfig
+
+log = logging.getLogger("kafkalog.log_manager")
+
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+
+_held: set[str] = set()             # directories this process has open (POSIX locks are per process)
+_held_lock = threading.Lock()
+
+
+class LogManager:
+    RETENTION_CHECK_MS = 300_000
+    FLUSH_CHECK_MS = 1_000
+    CHECKPOINT_MS = 60_000
+    HW_CHECKPOINT_MS = 5_000
+
+    def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
+                 configs=None, background: bool = True) -> None:
+        """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config."""
+        self.dir = os.path.abspath(directory)
+        self.fs = fs or FileSystem()
+        self.clock = clock or SystemClock()
+        self._configs = configs or (lambda topic: LogConfig())
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._closed = False
+        self.fs.makedirs(self.dir)
+        self._lock_file = self._acquire_lock()
+        try:
+            self._ensure_meta_properties()
+            marker = os.path.join(self.dir, CLEAN_SHUTDOWN)
+            self.clean_shutdown = self.fs.exists(marker)
+            if self.clean_shutdown:
+                self.fs.remove(marker)
+                self.fs.fsync_dir(self.dir)
+            self._load_logs()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._stop = threading.Event()
+        self._thread = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-manager:{self.dir}", daemon=True)
+            self._thread.start()
+
+    # --- directory ownership ------------------------------------------------------------------
+    def _acquire_lock(self):
+        with _held_lock:
+            if self.dir in _held:
+                raise LogDirectoryLockedError("the log directory is already open in this process", file=self.dir)
+            try:
+                handle = self.fs.lock(os.path.join(self.dir, LOCK_FILE))
+            except OSError as exc:
+                raise LogDirectoryLockedError(
+                    f"the log directory is locked by another process ({exc.strerror})", file=self.dir) from exc
+            _held.add(self.dir)
+            return handle
+
+    def _release_lock(self) -> None:
+        with _held_lock:
+            _held.discard(self.dir)
+        self._lock_file.close()
+
+    def _ensure_meta_properties(self) -> None:
+        path = os.path.join(self.dir, META_PROPERTIES)
+        if self.fs.exists(path):
+            return
+        text = (f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+                f"version=1\ncluster.id={partition_metadata.new_topic_id()}\nnode.id=0\n"
+                f"directory.id={partition_metadata.new_topic_id()}\n")
+        self.fs.atomic_write(path, text.encode())
+
+    # --- loading ------------------------------------------------------------------------------
+    def _checkpoint(self, name: str) -> dict:
+        path = os.path.join(self.dir, name)
+        try:
+            return offset_checkpoint.read(self.fs, path)
+        except KafkaError as exc:
+            log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
+            return {}
+
+    def _load_logs(self) -> None:
+        recovery = self._checkpoint(offset_checkpoint.RECOVERY_POINT)
+        starts = self._checkpoint(offset_checkpoint.LOG_START)
+        hws = self._checkpoint(offset_checkpoint.HIGH_WATERMARK)
+        for entry in sorted(self.fs.listdir(self.dir)):
+            path = os.path.join(self.dir, entry)
+            tp = names.parse_partition_dir(entry)
+            if tp is None or not os.path.isdir(path):
+                if entry.endswith("-delete") and os.path.isdir(path):
+                    shutil.rmtree(path)  # a deletion that did not finish
+                continue
+            self._logs[tp] = Log(self.fs, path, self._configs(tp[0]), self.clock,
+                                 recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
+                                 high_watermark=hws.get(tp, 0), clean_shutdown=self.clean_shutdown)
+
+    # --- logs ---------------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log:
+        try:
+            return self._logs[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir) from None
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> Log:
+        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log)."""
+        with self._lock:
+            key = (topic, partition)
+            if key in self._logs:
+                return self._logs[key]
+            path = os.path.join(self.dir, names.partition_dir_name(topic, partition))
+            self.fs.makedirs(path)
+            partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id())
+            self.fs.fsync_dir(self.dir)
+            self._logs[key] = Log(self.fs, path, self._configs(topic), self.clock)
+            return self._logs[key]
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close the log, move its directory aside (`...-delete`) and remove it."""
+        with self._lock:
+            lg = self._logs.pop((topic, partition), None)
+            if lg is None:
+                raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
+            lg.close()
+            doomed = f"{lg.dir}.{uuid.uuid4().hex}-delete"
+            self.fs.rename(lg.dir, doomed)
+            self.fs.fsync_dir(self.dir)
+            shutil.rmtree(doomed)
+
+    # --- background work ------------------------------------------------------------------------
+    def _run(self) -> None:
+        due = {"flush": 0, "retention": 0, "checkpoint": 0, "hw": 0}
+        every = {"flush": self.FLUSH_CHECK_MS, "retention": self.RETENTION_CHECK_MS,
+                 "checkpoint": self.CHECKPOINT_MS, "hw": self.HW_CHECKPOINT_MS}
+        start = self.clock.time_ms()
+        due = {k: start + v for k, v in every.items()}
+        while not self._stop.is_set():
+            now = self.clock.time_ms()
+            for task in [t for t, at in due.items() if at <= now]:
+                try:
+                    {"flush": self.flush_due_logs, "retention": self.cleanup_logs,
+                     "checkpoint": self.checkpoint_recovery_points, "hw": self.checkpoint_high_watermarks}[task]()
+                except KafkaError as exc:
+                    log.error("background %s task failed: %s", task, exc)
+                due[task] = now + every[task]
+            self.clock.wait(self._stop, max(1, min(due.values()) - self.clock.time_ms()))
+
+    def flush_due_logs(self) -> int:
+        return sum(lg.maybe_flush_on_time() for lg in self.logs().values())
+
+    def cleanup_logs(self) -> int:
+        """Retention for every log, then removal of `.deleted` files past their delay."""
+        removed = 0
+        for lg in self.logs().values():
+            removed += lg.delete_old_segments()
+            lg.delete_pending_files()
+        return removed
+
+    def checkpoint_recovery_points(self) -> None:
+        logs = self.logs()
+        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.RECOVERY_POINT),
+                                {tp: lg.recovery_point for tp, lg in logs.items()})
+        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.LOG_START),
+                                {tp: lg.log_start_offset for tp, lg in logs.items()
+                                 if lg.log_start_offset > lg.segments[0].base_offset})
+
+    def checkpoint_high_watermarks(self) -> None:
+        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.HIGH_WATERMARK),
+                                {tp: lg.high_watermark for tp, lg in self.logs().items()})
+
+    # --- shutdown -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the background thread, flush and close every log, write the checkpoints, then the
+        clean-shutdown marker, and release the directory."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if hasattr(self.clock, "wake"):
+            self.clock.wake()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            for lg in self.logs().values():
+                lg.close()
+            self.checkpoint_recovery_points()
+            self.checkpoint_high_watermarks()
+            self.fs.atomic_write(os.path.join(self.dir, CLEAN_SHUTDOWN),
+                                 json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
+        finally:
+            self._release_lock()
+
+    def __enter__(self) -> "LogManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
