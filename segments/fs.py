@@ -53,7 +53,8 @@ class FileSystem:
     def mmap(self, f: BinaryIO, length: int, writable: bool) -> mmap.mmap:
         return mmap.mmap(f.fileno(), length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
 
-    def msync(self, m: mmap.mmap) -> None:
+    def msync(self, f: BinaryIO, m: mmap.mmap) -> None:
+        """Flush an mmap of `f` to disk."""
         m.flush()
 
     def listdir(self, path: str) -> list[str]:
@@ -142,6 +143,13 @@ class FaultyFileSystem(FileSystem):
         super().fsync(f)
         with self._lock:
             self._synced[os.path.abspath(f.name)] = os.fstat(f.fileno()).st_size
+
+    def msync(self, f: BinaryIO, m: mmap.mmap) -> None:
+        if self._trip("fsync")[0]:
+            raise self._eio("msync")
+        super().msync(f, m)
+        with self._lock:
+            self._synced[os.path.abspath(f.name)] = len(m)
 
     def truncate(self, f: BinaryIO, size: int) -> None:
         if self._trip("truncate")[0]:

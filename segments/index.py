@@ -108,7 +108,7 @@ class MmapIndex:
     def flush(self) -> None:
         with self._lock:
             if self._map is not None and self.writable:
-                self.fs.msync(self._map)
+                self.fs.msync(self._f, self._map)
 
     def close(self) -> None:
         with self._lock:

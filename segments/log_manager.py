@@ -65,6 +65,8 @@ class LogManager:
                 self.fs.fsync_dir(self.dir)
             self._load_logs()
         except BaseException:
+            for lg in self._logs.values():
+                lg.close()
             self._release_lock()
             raise
         self._stop = threading.Event()

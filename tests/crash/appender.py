@@ -1,0 +1,30 @@
+"""The child process of the SIGKILL crash test: appends batches to a log directory in a loop
+with flush.messages=1 and prints `ACK <first> <last> <crc>` after each append returns."""
+from __future__ import annotations
+
+import random
+import sys
+
+import engine
+from segments.log_config import LogConfig
+from segments.log_manager import LogManager
+
+
+def main(directory: str, seed: int) -> None:
+    rng = random.Random(seed)
+    config = LogConfig.from_dict({"flush.messages": 1, "segment.bytes": 64 * 1024, "index.interval.bytes": 512})
+    manager = LogManager(directory, configs=lambda topic: config)
+    log = manager.logs().get(("crash", 0)) or manager.create_log("crash", 0)
+    while True:
+        n = rng.randint(1, 20)
+        batch = engine.encode_batch([(b"k%d" % rng.randrange(100), rng.randbytes(rng.randint(0, 300)), None,
+                                      1_700_000_000_000 + i) for i in range(n)],
+                                    compression=rng.choice(["none", "lz4", "zstd"]))
+        info = log.append_as_leader(batch)
+        stored = next(iter(engine.iter_batches(log.read(info.first_offset, max_bytes=1).records)))
+        sys.stdout.write(f"ACK {info.first_offset} {info.last_offset} {stored.crc}\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
