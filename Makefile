@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast fuzz bench bench-quick clean setup
+.PHONY: run test test-fast fuzz crash bench bench-quick clean setup
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test-fast: $(STAMP)
 
 fuzz: $(STAMP)
 	KAFKALOG_FUZZ_CASES=2000000 $(PY) -m pytest -q tests/unit/test_codec_fuzz.py
+
+crash: $(STAMP)
+	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 $(PY) -m pytest -q tests/crash
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -3,11 +3,12 @@ and the scaling plots."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from bench import codec, runner
+import tempfile
+
+from bench import codec, log, runner
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
@@ -38,9 +39,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small data, few repetitions (CI smoke test)")
     parser.add_argument("--out", default=RESULTS, help="where latest.md, latest.json and plots go")
+    parser.add_argument("--scratch", default=None, help="where benchmark logs are written (default: the temp dir)")
     args = parser.parse_args(argv)
     reps, min_time = (2, 0.05) if args.quick else (5, 0.4)
-    doc = runner.run(codec.workloads(args.quick), reps=reps, min_time=min_time)
+    with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
+        doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch),
+                         reps=reps, min_time=min_time)
+        doc["figures"] = log.figures(args.quick, scratch)
     curve = codec.record_size_curve(args.quick)
     doc["curves"] = {"record_size": curve}
     md, js = runner.write(doc, args.out)
@@ -48,7 +53,6 @@ def main(argv=None) -> int:
     with open(md) as f:
         sys.stdout.write(f.read())
     print(f"\nwrote {md}, {js} and {os.path.join(args.out, 'record_size.png')}")
-    json.dumps(doc)
     return 0
 
 

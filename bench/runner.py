@@ -148,6 +148,12 @@ def markdown(doc: dict) -> str:
                 f"| {row['group']} | {row['workload']} | {figure} {spread} | {peer['name']} | "
                 f"{_rate(peer['records_per_s'])}rec/s, {peer['mb_per_s']:.0f} MB/s | "
                 f"**{r['ratio']:.2f}×** ({r['min']:.2f}–{r['max']:.2f}) | {target} |")
+    if doc.get("figures"):
+        lines += ["", "| figure | value | target |", "|---|---|---|"]
+        for f in doc["figures"]:
+            target = "" if "target" not in f else (
+                f"≥ {f['target']:g} {f['unit']} {'met' if f['value'] >= f['target'] else 'NOT met'}")
+            lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {target} |")
     return "\n".join(lines) + "\n"
 
 

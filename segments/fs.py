@@ -1,4 +1,4 @@
-"""The file-system seam: every open, write, fsync, rename, truncate and mmap of the log layer.
+"""The file-system seam: every open, write, pwrite, fsync, rename, truncate and mmap of the log layer.
 
 `FileSystem` does the real thing with unbuffered files (a returned write() is in the page
 cache, so it survives a process crash; only fsync makes it survive a power loss).
@@ -31,6 +31,20 @@ class FileSystem:
             done += f.write(view[done:])
         return done
 
+    def writev(self, f: BinaryIO, buffers: list, total: int) -> None:
+        """Write `total` bytes from the buffers, in order, without joining them."""
+        n = os.writev(f.fileno(), buffers)
+        if n == total:
+            return
+        views = [memoryview(b).cast("B") for b in buffers]  # a short write: resume where it stopped
+        while views:
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views:
+                views[0] = views[0][n:]
+                n = os.writev(f.fileno(), views)
+
     def fsync(self, f: BinaryIO) -> None:
         os.fsync(f.fileno())
 
@@ -53,9 +67,10 @@ class FileSystem:
     def mmap(self, f: BinaryIO, length: int, writable: bool) -> mmap.mmap:
         return mmap.mmap(f.fileno(), length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
 
-    def msync(self, f: BinaryIO, m: mmap.mmap) -> None:
-        """Flush an mmap of `f` to disk."""
-        m.flush()
+    def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
+        """Write `data` at `offset` (index entries)."""
+        if os.pwrite(f.fileno(), data, offset) != len(data):
+            raise OSError(errno.EIO, f"short pwrite to {f.name}")
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
@@ -137,6 +152,9 @@ class FaultyFileSystem(FileSystem):
             raise self._eio("write")
         return super().write(f, data)
 
+    def writev(self, f: BinaryIO, buffers: list, total: int) -> None:
+        self.write(f, b"".join(bytes(memoryview(b)) for b in buffers))
+
     def fsync(self, f: BinaryIO) -> None:
         if self._trip("fsync")[0]:
             raise self._eio("fsync")
@@ -144,12 +162,10 @@ class FaultyFileSystem(FileSystem):
         with self._lock:
             self._synced[os.path.abspath(f.name)] = os.fstat(f.fileno()).st_size
 
-    def msync(self, f: BinaryIO, m: mmap.mmap) -> None:
-        if self._trip("fsync")[0]:
-            raise self._eio("msync")
-        super().msync(f, m)
-        with self._lock:
-            self._synced[os.path.abspath(f.name)] = len(m)
+    def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
+        if self._trip("write")[0]:
+            raise self._eio("pwrite")
+        super().pwrite(f, data, offset)
 
     def truncate(self, f: BinaryIO, size: int) -> None:
         if self._trip("truncate")[0]:

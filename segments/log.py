@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine import codec
 from engine.clock import Clock
@@ -42,12 +43,12 @@ from segments.segment import LogSegment
 log = logging.getLogger("kafkalog.log")
 
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+HEADER_SIZE = 61
 _OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 
 
-@dataclass(frozen=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What an append did: offsets assigned and the max timestamp (with the last offset of its batch)."""
 
     first_offset: int
@@ -228,27 +229,31 @@ class Log:
                 raise InvalidRecordError("clients may not write control batches", file=self.dir, offset=b.base_offset)
             if b.records_count != b.last_offset_delta + 1 and not b.is_control:
                 raise InvalidRecordError("a produced batch must have consecutive offsets", file=self.dir)
-        buf = bytearray(data)
+        view = memoryview(data).cast("B")
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         with self._lock:
             now = self.clock.time_ms()
             offset = self._leo
             max_ts, offset_of_max = -1, offset
+            pieces = []
             for b in batches:
-                pos = b.position
-                _OFFSET.pack_into(buf, pos, offset)
-                _EPOCH.pack_into(buf, pos + 12, leader_epoch)
-                if log_append:
-                    struct.pack_into(">h", buf, pos + 21, b.attributes | 0x08)
-                    _OFFSET.pack_into(buf, pos + 35, now)
-                    struct.pack_into(">I", buf, pos + 17, codec.crc32c(memoryview(buf)[pos + 21:pos + b.size_in_bytes]))
+                pos, end = b.position, b.position + b.size_in_bytes
+                header = bytearray(view[pos:pos + HEADER_SIZE])  # patch a copy of the header, never the payload
+                _OFFSET.pack_into(header, 0, offset)
+                _EPOCH.pack_into(header, 12, leader_epoch)
+                if log_append:  # the timestamp type and maxTimestamp are covered by the CRC: recompute it
+                    struct.pack_into(">h", header, 21, b.attributes | 0x08)
+                    _OFFSET.pack_into(header, 35, now)
+                    crc = codec.crc32c(view[pos + HEADER_SIZE:end], codec.crc32c(memoryview(header)[21:]))
+                    struct.pack_into(">I", header, 17, crc)
+                pieces += (header, view[pos + HEADER_SIZE:end])
                 batch_max = now if log_append else b.max_timestamp
                 last = offset + b.last_offset_delta
                 if batch_max > max_ts:
                     max_ts, offset_of_max = batch_max, last
                 offset = last + 1
-            return self._append(buf, self._leo, offset - 1, max_ts, offset_of_max, now if log_append else -1,
-                                len(batches))
+            return self._append(pieces, len(view), self._leo, offset - 1, max_ts, offset_of_max,
+                                now if log_append else -1, len(batches))
 
     def append_as_follower(self, data) -> AppendInfo:
         """Append batches with their offsets as they are (a replica copying its leader)."""
@@ -265,16 +270,16 @@ class Log:
                 prev = b.last_offset
                 if b.max_timestamp > max_ts:
                     max_ts, offset_of_max = b.max_timestamp, b.last_offset
-            return self._append(data, batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches))
+            return self._append(data, len(data), batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches))
 
-    def _append(self, data, first: int, last: int, max_ts: int, offset_of_max: int, append_time: int,
+    def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int, append_time: int,
                 count: int) -> AppendInfo:
-        seg = self._maybe_roll(len(data), first, last, max_ts)
-        seg.append(last, max_ts, offset_of_max, data)
+        seg = self._maybe_roll(size, first, last, max_ts)
+        seg.append(last, max_ts, offset_of_max, data, size)
         self._leo = last + 1
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
-        return AppendInfo(first, last, max_ts, offset_of_max, append_time, count, len(data))
+        return AppendInfo(first, last, max_ts, offset_of_max, append_time, count, size)
 
     def _maybe_roll(self, size: int, first: int, last: int, max_ts: int) -> LogSegment:
         seg = self.active_segment
@@ -299,6 +304,7 @@ class Log:
             seg.resize_indexes(self.config.segment_index_bytes)
             self._add(seg)
             self.flush(base)
+            old.release_handle()
             return seg
 
     # --- flushing -------------------------------------------------------------------------------
@@ -313,6 +319,8 @@ class Log:
                 if seg.base_offset >= offset and seg is not self.active_segment:
                     break
                 seg.flush()
+                if seg is not self.active_segment:
+                    seg.release_handle()
                 new_files |= seg.base_offset >= self.recovery_point
             if new_files:
                 self.fs.fsync_dir(self.dir)

@@ -26,8 +26,9 @@ class OffsetIndex(MmapIndex):
         return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
-        if self.entries and offset <= self.last_offset:
-            raise InvalidOffsetError(f"index entry for offset {offset} does not follow {self.last_offset}",
+        last = self.last_offset
+        if self.entries and offset <= last:
+            raise InvalidOffsetError(f"index entry for offset {offset} does not follow {last}",
                                      file=self.path, offset=offset)
         self._put(self.relative(offset), position)
 

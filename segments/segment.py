@@ -58,9 +58,11 @@ class LogSegment:
         self.writable = writable
         self.created_ms = now_ms
         self.log_path = self._path(names.LOG)
+        self._f = None  # the append handle: opened by the first write, released when the segment rolls
         try:
-            self._f = fs.open(self.log_path, "ab+" if writable else "rb")
-            self._size = os.fstat(self._f.fileno()).st_size
+            if writable and not fs.exists(self.log_path):
+                fs.open(self.log_path, "ab").close()
+            self._size = fs.size(self.log_path)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
         self._offset_index: OffsetIndex | None = None
@@ -119,8 +121,24 @@ class LogSegment:
 
     def _remap(self) -> None:
         self._release_maps()
-        self._map = self.fs.mmap(self._f, self._size, writable=False)
+        with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
+            self._map = self.fs.mmap(f, self._size, writable=False)
         self._maps.append(self._map)
+
+    def _handle(self):
+        if self._f is None:
+            self._f = self.fs.open(self.log_path, "ab+")
+        return self._f
+
+    def release_handle(self) -> None:
+        """Close the write handles (an inactive segment needs none; reads use mappings)."""
+        with self._lock:
+            if self._f is not None:
+                self._f.close()
+                self._f = None
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.release_handle()
 
     def _release_maps(self) -> bool:
         """Close every mapping without live views; True if none is left."""
@@ -217,9 +235,12 @@ class LogSegment:
                 or self.time_index.is_full() or not 0 <= incoming_last_offset - self.base_offset <= INT32_MAX)
 
     # --- writing ------------------------------------------------------------------------------
-    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data) -> None:
-        """Append whole batches; index them as Kafka's LogSegment.append does."""
-        size = len(data)
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,
+               size: int | None = None) -> None:
+        """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in
+        all); index them as Kafka's LogSegment.append does."""
+        if size is None:
+            size = len(data)
         if not size:
             return
         with self._lock:
@@ -233,7 +254,10 @@ class LogSegment:
             if position + size > INT32_MAX:
                 raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
             try:
-                self.fs.write(self._f, data)
+                if isinstance(data, list):
+                    self.fs.writev(self._handle(), data, size)
+                else:
+                    self.fs.write(self._handle(), data)
             except OSError as exc:
                 self._restore_after_failed_write(position)
                 raise KafkaStorageError(f"append failed: {exc}", file=self.log_path, position=position) from exc
@@ -256,16 +280,15 @@ class LogSegment:
 
     def _truncate_log(self, size: int) -> None:
         if self._release_maps():
-            self.fs.truncate(self._f, size)
+            self.fs.truncate(self._handle(), size)
         else:  # live views map the old bytes: give them the old inode, continue in a new file
             tmp = self.log_path + ".truncating"
             with self.fs.open(tmp, "wb+") as out:
                 self.fs.write(out, self.view(0, size))
                 self.fs.fsync(out)
-            self._f.close()
+            self.release_handle()
             self._maps, self._map = [], None
             self.fs.rename(tmp, self.log_path)
-            self._f = self.fs.open(self.log_path, "ab+")
         self._size = size
 
     def truncate_to(self, offset: int) -> int:
@@ -295,17 +318,21 @@ class LogSegment:
             self.txn_index.reset()
             valid = last_index_entry = 0
             max_ts = (-1, self.base_offset)
+            offsets, times, last_indexed_ts = bytearray(), bytearray(), -1  # entries, written in one go
+            base, interval = self.base_offset, self.config.index_interval_bytes
             try:
                 for batch in self.batches():
                     batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
-                    if not 0 <= batch.last_offset - self.base_offset <= INT32_MAX:
+                    if not 0 <= batch.last_offset - base <= INT32_MAX:
                         raise CorruptRecordError("batch offset out of the segment's int32 range",
                                                  file=self.log_path, position=batch.position)
                     if batch.max_timestamp > max_ts[0]:
                         max_ts = (batch.max_timestamp, batch.last_offset)
-                    if valid - last_index_entry > self.config.index_interval_bytes:
-                        self.offset_index.append(batch.last_offset, valid)
-                        self.time_index.maybe_append(*max_ts)
+                    if valid - last_index_entry > interval:  # Kafka's cadence, as in append()
+                        offsets += OffsetIndex.ENTRY.pack(batch.last_offset - base, valid)
+                        if max_ts[0] > last_indexed_ts:
+                            times += TimeIndex.ENTRY.pack(max_ts[0], max_ts[1] - base)
+                            last_indexed_ts = max_ts[0]
                         last_index_entry = valid
                     valid += batch.size_in_bytes
             except KafkaError:  # the first invalid batch ends the valid prefix
@@ -314,6 +341,8 @@ class LogSegment:
             if truncated:
                 self._truncate_log(valid)
             self._max_ts = max_ts
+            self.offset_index.load_entries(offsets)
+            self.time_index.load_entries(times)
             self.offset_index.trim_to_valid_size()
             self.time_index.maybe_append(*max_ts, skip_full_check=True)
             self.time_index.trim_to_valid_size()
@@ -344,7 +373,7 @@ class LogSegment:
     def flush(self) -> None:
         with self._lock:
             try:
-                self.fs.fsync(self._f)
+                self.fs.fsync(self._handle())
                 if self._offset_index is not None:
                     self._offset_index.flush()
                 if self._time_index is not None:
@@ -363,7 +392,7 @@ class LogSegment:
             self.txn_index.close()
             self._release_maps()
             self._maps, self._map = [], None
-            self._f.close()
+            self.release_handle()
 
     def files(self) -> list[str]:
         return [self._path(kind) for kind in names.SEGMENT_SUFFIXES]

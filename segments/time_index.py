@@ -44,8 +44,7 @@ class TimeIndex(MmapIndex):
             with self._lock:
                 if self.entries >= self.max_entries:
                     raise InvalidOffsetError("the time index has no room left", file=self.path)
-                self.ENTRY.pack_into(self._map, self.entries * self.entry_size, timestamp, self.relative(offset))
-                self.entries += 1
+                self._write_entry(timestamp, self.relative(offset))
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest entry with timestamp <= `timestamp`, or (-1, base)."""
