@@ -20,6 +20,7 @@ API = (
     "iter_batches",
     "decode_columnar",
     "index_search",
+    "prepare_leader_append",
     "RecordBatch",
     "Record",
 )
@@ -59,5 +60,6 @@ encode_control_batch = impl.encode_control_batch
 iter_batches = impl.iter_batches
 decode_columnar = impl.decode_columnar
 index_search = impl.index_search
+prepare_leader_append = impl.prepare_leader_append
 RecordBatch = impl.RecordBatch
 Record = impl.Record

@@ -500,3 +500,49 @@ def index_search(buffer, entries: int, entry_size: int, target: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_append_time: int,
+                          max_batch_bytes: int, allow_control: bool = False, source: str | None = None):
+    """Check a producer's batches and prepare them for a leader's append.
+
+    Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets and (unless
+    `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
+    epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
+    Returns (pieces, next_offset, max_timestamp, offset_of_max_timestamp, batch_count), where pieces
+    alternate a patched 61-byte header copy and a zero-copy view of the rest of the batch, ready for writev.
+    """
+    mv = _as_view(buffer)
+    offset, max_ts, off_max, pieces, end = first_offset, -1, first_offset, [], 0
+    batches = 0
+    for b in iter_batches(mv, source=source):
+        pos, end = b.position, b.position + b.size_in_bytes
+        if b.size_in_bytes > max_batch_bytes:
+            raise RecordTooLargeError(f"batch of {b.size_in_bytes} bytes exceeds max.message.bytes={max_batch_bytes}",
+                                      file=source, offset=b.base_offset)
+        if not b.is_valid():
+            raise CorruptRecordError("record batch CRC mismatch", file=source, position=pos, offset=b.base_offset)
+        if b.is_control:
+            if not allow_control:
+                raise InvalidRecordError("clients may not write control batches", file=source, offset=b.base_offset)
+        elif b.records_count != b.last_offset_delta + 1:
+            raise InvalidRecordError("a produced batch must have consecutive offsets", file=source,
+                                     offset=b.base_offset)
+        header = bytearray(mv[pos:pos + bf.HEADER_SIZE])
+        struct.pack_into(">q", header, 0, offset)
+        struct.pack_into(">i", header, 12, leader_epoch)
+        batch_max = b.max_timestamp
+        if log_append_time >= 0:
+            batch_max = log_append_time
+            struct.pack_into(">h", header, 21, b.attributes | bf.LOG_APPEND_TIME_FLAG)
+            struct.pack_into(">q", header, 35, log_append_time)
+            crc = crc32c(mv[pos + bf.HEADER_SIZE:end], crc32c(bytes(header[bf.ATTRIBUTES_OFFSET:])))
+            struct.pack_into(">I", header, 17, crc)
+        pieces += (header, mv[pos + bf.HEADER_SIZE:end])
+        if batch_max > max_ts:
+            max_ts, off_max = batch_max, offset + b.last_offset_delta
+        offset += b.last_offset_delta + 1
+        batches += 1
+    if end != len(mv) or batches == 0:
+        raise CorruptRecordError("the appended bytes are not a sequence of whole record batches", file=source)
+    return pieces, offset, max_ts, off_max, batches

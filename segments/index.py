@@ -4,11 +4,13 @@ Byte layout: fixed-size big-endian entries, no header, no checksum. While a segm
 its index file is preallocated to `segment.index.bytes` (rounded down to whole entries) and
 filled from the start; it is trimmed to `entries * entry_size` on roll and close. Like Kafka,
 opening an existing file trusts its whole length as valid entries, which is why trimming matters.
-Lookups binary-search a read mapping; entries are written with pwrite() into the same page cache
-(a store into a shared mapping takes a write-protect fault whenever writeback has cleaned the
-page, ~10x the cost of the system call under a steady append load).
-Crash policy: `flush()` fsyncs; after a crash the owning segment is recovered (its index rebuilt)
-unless it lies below the recovery point.
+Lookups binary-search a read mapping; new entries are buffered and written with one pwrite() per
+64 (or before any read of the index) into the same page cache (a store into a shared mapping takes
+a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
+under a steady append load).
+Crash policy: `flush()` writes buffered entries and fsyncs. A crash can lose buffered entries,
+which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its
+index rebuilt) unless it lies below the recovery point, and every flushed segment has its entries.
 Thread-safety: one writer; lookups may run concurrently with appends (a lookup sees a prefix).
 """
 from __future__ import annotations
@@ -34,6 +36,8 @@ class MmapIndex:
         self.entry_size = self.ENTRY.size
         self._lock = threading.RLock()
         self._writer = None  # the write handle, held only while entries are being appended
+        self._pending = bytearray()  # entries counted in `entries` but not yet written
+        self._last = None  # the last entry's raw fields, cached
         try:
             new = not fs.exists(path)
             if new and not writable:
@@ -61,7 +65,14 @@ class MmapIndex:
 
     # --- entries --------------------------------------------------------------------------------
     def _raw(self, slot: int) -> tuple:
+        if self._pending:
+            self._write_pending()
         return self.ENTRY.unpack_from(self._map, slot * self.entry_size)
+
+    def _last_raw(self) -> tuple | None:
+        if self._last is None and self.entries:
+            self._last = self._raw(self.entries - 1)
+        return self._last
 
     def _put(self, *fields) -> None:
         with self._lock:
@@ -71,16 +82,29 @@ class MmapIndex:
             self._write_entry(*fields)
 
     def _write_entry(self, *fields) -> None:
-        """Write the next entry (room already checked)."""
-        if self._writer is None:
-            self._writer = self.fs.open(self.path, "r+b")
-        self.fs.pwrite(self._writer, self.ENTRY.pack(*fields), self.entries * self.entry_size)
+        """Add the next entry (room already checked); written with the next batch of entries."""
+        self._pending += self.ENTRY.pack(*fields)
+        self._last = fields
         self.entries += 1
+        if len(self._pending) >= 64 * self.entry_size:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            if self._writer is None:
+                self._writer = self.fs.open(self.path, "r+b")
+            start = (self.entries - len(self._pending) // self.entry_size) * self.entry_size
+            self.fs.pwrite(self._writer, bytes(self._pending), start)
+            self._pending.clear()
 
     def load_entries(self, data: bytes) -> None:
         """Append many already-ordered packed entries with one write (index rebuilding)."""
         with self._lock:
+            self._write_pending()
             count = len(data) // self.entry_size
+            self._last = None
             if self.entries + count > self.max_entries:
                 raise KafkaStorageError(f"{count} entries do not fit the index ({self.max_entries} slots)",
                                         file=self.path)
@@ -91,13 +115,16 @@ class MmapIndex:
                 self.entries += count
 
     def release_handle(self) -> None:
-        """Close the write handle (reopened by the next append)."""
+        """Write buffered entries and close the write handle (reopened by the next append)."""
         with self._lock:
+            self._write_pending()
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
 
     def _search(self, key: int) -> int:
+        if self._pending:
+            self._write_pending()
         return codec.index_search(self._map, self.entries, self.entry_size, key) if self.entries else -1
 
     def is_full(self) -> bool:
@@ -117,6 +144,7 @@ class MmapIndex:
     def resize(self, new_size: int) -> None:
         """Set the file to `new_size` bytes (whole entries), keeping the entries."""
         with self._lock:
+            self._write_pending()
             length = max(self._round(new_size), self.size_in_bytes())
             if self._map is not None and len(self._map) == length:
                 return
@@ -131,17 +159,22 @@ class MmapIndex:
 
     def truncate_to_entries(self, n: int) -> None:
         with self._lock:
+            self._write_pending()
             self.entries = min(self.entries, n)
+            self._last = None
 
     def reset(self, max_index_size: int) -> None:
         """Drop every entry and preallocate again (before a segment is recovered)."""
         with self._lock:
+            self._pending.clear()
             self.entries = 0
+            self._last = None
             self.resize(max_index_size)
 
     def flush(self) -> None:
         with self._lock:
             if self.writable:
+                self._write_pending()
                 if self._writer is None:
                     self._writer = self.fs.open(self.path, "r+b")
                 self.fs.fsync(self._writer)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import struct
 import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -29,7 +28,6 @@ from engine.clock import Clock
 from engine.errors import (
     CorruptRecordError,
     InvalidOffsetError,
-    InvalidRecordError,
     KafkaError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -43,9 +41,6 @@ from segments.segment import LogSegment
 log = logging.getLogger("kafkalog.log")
 
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
-HEADER_SIZE = 61
-_OFFSET = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
 
 
 class AppendInfo(NamedTuple):
@@ -223,37 +218,16 @@ class Log:
 
     def append_as_leader(self, data, *, leader_epoch: int = 0, allow_control: bool = False) -> AppendInfo:
         """Append batches built by a producer, assigning offsets from the LEO and stamping the leader epoch."""
-        batches = self._validate(data)
-        for b in batches:
-            if b.is_control and not allow_control:
-                raise InvalidRecordError("clients may not write control batches", file=self.dir, offset=b.base_offset)
-            if b.records_count != b.last_offset_delta + 1 and not b.is_control:
-                raise InvalidRecordError("a produced batch must have consecutive offsets", file=self.dir)
-        view = memoryview(data).cast("B")
-        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        size = memoryview(data).nbytes
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self.config.segment_bytes}",
+                                           file=self.dir)
         with self._lock:
-            now = self.clock.time_ms()
-            offset = self._leo
-            max_ts, offset_of_max = -1, offset
-            pieces = []
-            for b in batches:
-                pos, end = b.position, b.position + b.size_in_bytes
-                header = bytearray(view[pos:pos + HEADER_SIZE])  # patch a copy of the header, never the payload
-                _OFFSET.pack_into(header, 0, offset)
-                _EPOCH.pack_into(header, 12, leader_epoch)
-                if log_append:  # the timestamp type and maxTimestamp are covered by the CRC: recompute it
-                    struct.pack_into(">h", header, 21, b.attributes | 0x08)
-                    _OFFSET.pack_into(header, 35, now)
-                    crc = codec.crc32c(view[pos + HEADER_SIZE:end], codec.crc32c(memoryview(header)[21:]))
-                    struct.pack_into(">I", header, 17, crc)
-                pieces += (header, view[pos + HEADER_SIZE:end])
-                batch_max = now if log_append else b.max_timestamp
-                last = offset + b.last_offset_delta
-                if batch_max > max_ts:
-                    max_ts, offset_of_max = batch_max, last
-                offset = last + 1
-            return self._append(pieces, len(view), self._leo, offset - 1, max_ts, offset_of_max,
-                                now if log_append else -1, len(batches))
+            append_time = self.clock.time_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+            first = self._leo
+            pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
+                data, first, leader_epoch, append_time, self.config.max_message_bytes, allow_control, self.dir)
+            return self._append(pieces, size, first, end - 1, max_ts, offset_of_max, append_time, count)
 
     def append_as_follower(self, data) -> AppendInfo:
         """Append batches with their offsets as they are (a replica copying its leader)."""

@@ -23,7 +23,8 @@ class OffsetIndex(MmapIndex):
 
     @property
     def last_offset(self) -> int:
-        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+        last = self._last_raw()
+        return self.base_offset + last[0] if last else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
         last = self.last_offset

@@ -87,6 +87,8 @@ class LogSegment:
     # --- indexes (opened lazily: a directory of many segments opens fast) ----------------------
     @property
     def offset_index(self) -> OffsetIndex:
+        if self._offset_index is not None:
+            return self._offset_index
         with self._lock:
             if self._offset_index is None:
                 self._offset_index = OffsetIndex(self.fs, self._path(names.INDEX), self.base_offset,
@@ -95,6 +97,8 @@ class LogSegment:
 
     @property
     def time_index(self) -> TimeIndex:
+        if self._time_index is not None:
+            return self._time_index
         with self._lock:
             if self._time_index is None:
                 self._time_index = TimeIndex(self.fs, self._path(names.TIME_INDEX), self.base_offset,
@@ -195,6 +199,8 @@ class LogSegment:
 
     # --- timestamps ---------------------------------------------------------------------------
     def _max_timestamp_and_offset(self) -> tuple[int, int]:
+        if self._max_ts is not None:
+            return self._max_ts
         with self._lock:
             if self._max_ts is None:
                 self._max_ts = self.time_index.last_entry()

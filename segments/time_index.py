@@ -24,7 +24,8 @@ class TimeIndex(MmapIndex):
 
     def last_entry(self) -> tuple[int, int]:
         """The last entry, or (-1, base offset) when empty."""
-        return self.entry(self.entries - 1) if self.entries else (-1, self.base_offset)
+        last = self._last_raw()
+        return (last[0], self.base_offset + last[1]) if last else (-1, self.base_offset)
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries - 1
