@@ -9,7 +9,8 @@ On-disk layout: a `<topic>-<partition>/` directory of segments (segments.segment
 Crash policy: on open, leftovers of deletion/cleaning (`.deleted`, `.cleaned`, `.swap`) are
 resolved as Kafka does; after an unclean shutdown every segment from the one holding the
 recovery point is re-validated, a corrupt or torn tail is truncated at the last valid batch and
-every later segment is dropped; a segment whose `.index` is missing is rebuilt. What was done
+every later segment is dropped; a segment whose `.index` is missing, or whose index file is not a
+whole number of entries, is rebuilt. What was done
 is returned in `recovery` (a RecoveryReport) and logged.
 Thread-safety: appends, roll, truncation and retention hold the log's lock; reads take it only
 to snapshot the segment list.
@@ -81,7 +82,6 @@ class Log:
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
                  clean_shutdown: bool = False) -> None:
         self.fs, self.dir, self.config, self.clock = fs, directory, config, clock
-        self.topic_partition = names.parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         self._lock = threading.RLock()
         self._segments: dict[int, LogSegment] = {}
         self._bases: list[int] = []
@@ -106,7 +106,7 @@ class Log:
         for base in sorted(logs):
             seg = LogSegment(self.fs, self.dir, base, self.config.segment, now)
             self._add(seg)
-            if not seg.index_files_exist():
+            if not seg.index_files_exist() or not seg.index_sizes_valid():
                 self._recover_segment(seg, report)
             else:
                 try:

@@ -164,7 +164,6 @@ class LogManager:
 
     # --- background work ------------------------------------------------------------------------
     def _run(self) -> None:
-        due = {"flush": 0, "retention": 0, "checkpoint": 0, "hw": 0}
         every = {"flush": self.FLUSH_CHECK_MS, "retention": self.RETENTION_CHECK_MS,
                  "checkpoint": self.CHECKPOINT_MS, "hw": self.HW_CHECKPOINT_MS}
         start = self.clock.time_ms()

@@ -108,6 +108,14 @@ class LogSegment:
     def index_files_exist(self) -> bool:
         return self.fs.exists(self._path(names.INDEX))
 
+    def index_sizes_valid(self) -> bool:
+        """A cheap load-time check (file sizes only, indexes stay unopened): whole entries in each index."""
+        for kind, size in ((names.INDEX, OffsetIndex.ENTRY.size), (names.TIME_INDEX, TimeIndex.ENTRY.size)):
+            path = self._path(kind)
+            if self.fs.exists(path) and self.fs.size(path) % size:
+                return False
+        return True
+
     # --- reading ------------------------------------------------------------------------------
     @property
     def size(self) -> int:

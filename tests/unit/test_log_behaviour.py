@@ -359,3 +359,79 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert (lg.log_start_offset, lg.log_end_offset, [s.base_offset for s in lg.segments]) == (1000, 1000, [1000])
     assert lg.append_as_leader(batch(1)).first_offset == 1000
     lg.close()
+
+
+def test_jitter_shortens_segment_ms(tmp_path):
+    import random as _random
+
+    _random.seed(5)
+    lg = new_log(tmp_path, **{"segment.ms": 10_000, "segment.jitter.ms": 4_000})
+    jitter = lg.active_segment.roll_jitter_ms
+    assert 0 <= jitter < 4_000
+    lg.append_as_leader(batch(1, ts=T0))
+    lg.append_as_leader(batch(1, ts=T0 + 10_000 - jitter))  # exactly segment.ms - jitter: no roll
+    assert len(lg.segments) == 1
+    lg.append_as_leader(batch(1, ts=T0 + 10_001 - jitter))
+    assert len(lg.segments) == 2
+    lg.close()
+
+
+def test_relative_offset_overflow_rolls(tmp_path):
+    lg = new_log(tmp_path)
+    lg.append_as_follower(batch(1, base_offset=0))
+    lg.append_as_follower(batch(1, base_offset=2**31))  # 2**31 - 0 does not fit the segment's int32
+    assert [s.base_offset for s in lg.segments] == [0, 2**31]
+    lg.close()
+
+
+def test_corruption_in_a_middle_segment_drops_the_later_ones(tmp_path):
+    lg = new_log(tmp_path, **{"segment.bytes": 400})
+    for _ in range(8):
+        lg.append_as_leader(batch(3))
+    bases = [s.base_offset for s in lg.segments]
+    middle = lg.segments[1].log_path
+    lg.close()
+    with open(middle, "r+b") as f:  # flip a byte inside the middle segment's second batch
+        f.seek(150)
+        byte = f.read(1)[0]
+        f.seek(150)
+        f.write(bytes([byte ^ 0xFF]))
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.bytes": 400}), ManualClock(T0))
+    assert lg.recovery.bytes_truncated > 0
+    assert lg.recovery.segments_dropped == bases[2:]
+    assert [s.base_offset for s in lg.segments] == bases[:2]
+    assert lg.log_end_offset == verify_log(lg)[-1].next_offset < bases[2]
+    lg.close()
+
+
+def test_an_index_of_partial_entries_is_rebuilt(tmp_path):
+    with LogManager(str(tmp_path), background=False) as manager:
+        lg = manager.create_log("t", 0)
+        for _ in range(5):
+            lg.append_as_leader(batch(40))
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    good = index.read_bytes()
+    index.write_bytes(good + b"\x01\x02\x03")  # not a whole number of 8-byte entries
+    with LogManager(str(tmp_path), background=False) as manager:  # even after a clean shutdown
+        assert manager.get_log("t", 0).recovery.segments_recovered == [0]
+    assert index.read_bytes() == good
+
+
+def test_dump_log_exit_code_flags_a_mismatched_index(tmp_path):
+    import io
+
+    from engine import dump_log
+
+    with LogManager(str(tmp_path), background=False) as manager:
+        lg = manager.create_log("t", 0)
+        for _ in range(5):
+            lg.append_as_leader(batch(40))
+    d = tmp_path / "t-0"
+    files = [str(d / "00000000000000000000.log"), str(d / "00000000000000000000.index")]
+    assert dump_log.dump(files, verify_index_only=True, out=io.StringIO()) == 0
+    data = bytearray((d / "00000000000000000000.index").read_bytes())
+    data[3] ^= 0x01  # the first entry's relative offset now names another offset
+    (d / "00000000000000000000.index").write_bytes(bytes(data))
+    out = io.StringIO()
+    assert dump_log.dump(files, verify_index_only=True, out=out) == 1
+    assert "does not match the log" in out.getvalue()
