@@ -41,7 +41,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 bench-quick: $(STAMP)
-	$(PY) -m bench --quick
+	$(PY) -m bench --quick --out build/bench-quick
 
 clean:
 	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA)

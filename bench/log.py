@@ -1,5 +1,6 @@
-"""Segmented-log workloads: append throughput against a raw sequential write() of the same bytes,
-random read-by-offset latency, recovery scan speed, and opening a directory of many segments."""
+"""Segmented-log workloads against their peers: append throughput (raw sequential write() of the same
+bytes; sqlite3 in WAL mode), random reads by offset and by timestamp (sqlite3), the recovery scan
+(a raw read() of the same bytes) and opening a directory of many segments (stat() of every file)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import tempfile
 import time
 
 import engine
+from bench.peers import SqliteLog, raw_read, stat_all
 from bench.runner import Contender, Workload
 from engine.clock import ManualClock, SystemClock
 from segments.fs import FileSystem
@@ -19,14 +21,12 @@ from segments.log_config import LogConfig
 T0 = 1_700_000_000_000
 
 
-def _records_per_batch(batch_bytes: int) -> int:
+def records_per_batch(batch_bytes: int) -> int:
     return batch_bytes // 132  # ~131 encoded bytes a record: a "1 MiB" batch stays under max.message.bytes
 
 
-def _batches(batch_bytes: int, total: int) -> list[bytes]:
-    per = _records_per_batch(batch_bytes)
-    one = engine.encode_batch([(b"%016d" % i, b"v" * 100, None, T0 + i) for i in range(per)])
-    return [one] * max(1, total // len(one))
+def make_records(n: int) -> list[tuple]:
+    return [(b"%016d" % i, b"v" * 100, None, T0 + i) for i in range(n)]
 
 
 def _append_log(batches: list[bytes], scratch: str):
@@ -50,51 +50,105 @@ def _append_raw(batches: list[bytes], scratch: str):
     return call
 
 
+def _append_sqlite(chunks: list[list], scratch: str):
+    def call():
+        d = tempfile.mkdtemp(dir=scratch)
+        db = SqliteLog(os.path.join(d, "log.db"))
+        for c in chunks:
+            db.append(c)
+        db.close()
+        shutil.rmtree(d)
+    return call
+
+
 def workloads(quick: bool, scratch: str) -> list[Workload]:
-    total = (16 << 20) if quick else (128 << 20)
+    total = (8 << 20) if quick else (64 << 20)
     out = []
     for batch_bytes, label in ((16 << 10, "16 KiB"), (1 << 20, "1 MiB")):
-        batches = _batches(batch_bytes, total)
-        nbytes = sum(len(b) for b in batches)
-        records = len(batches) * _records_per_batch(batch_bytes)
-        out.append(Workload("log append", f"100 B records, {label} batches, flush at roll only", records, nbytes, [
-            Contender("kafkalog", _append_log(batches, scratch)),
-            Contender("raw write()", _append_raw(batches, scratch))], targets={"raw write()": 0.7}))
+        per = records_per_batch(batch_bytes)
+        chunk = make_records(per)
+        one = engine.encode_batch(chunk)
+        count = max(1, total // len(one))
+        batches = [one] * count
+        out.append(Workload("log append", f"100 B records, {label} batches, flush at roll only", count * per,
+                            count * len(one), [
+                                Contender("kafkalog", _append_log(batches, scratch)),
+                                Contender("raw write()", _append_raw(batches, scratch)),
+                                Contender("sqlite3 WAL", _append_sqlite([chunk] * count, scratch))],
+                            targets={"raw write()": 0.7}))
     return out
 
 
+def _figure(name: str, value: float, unit: str, peer: str, peer_value: float, lower_is_better: bool,
+            target: float | None = None) -> dict:
+    """A measured figure beside its peer; ratio > 1 means kafkalog is better."""
+    ratio = (peer_value / value) if lower_is_better else (value / peer_value)
+    fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value, "ratio": ratio}
+    if target is not None:
+        fig["target"] = target
+    return fig
+
+
+def _percentiles(samples: list[int]) -> tuple[float, float]:
+    samples = sorted(samples)
+    return samples[len(samples) // 2] / 1000, samples[int(len(samples) * 0.99)] / 1000
+
+
 def figures(quick: bool, scratch: str) -> list[dict]:
-    """Figures without a peer: read latency, recovery speed, opening many segments."""
-    out = []
+    """Reads, recovery and opening, each against its peer, on one log built here."""
     size = (64 << 20) if quick else (1 << 30)
     d = tempfile.mkdtemp(dir=scratch)
-    path = os.path.join(d, "big-0")
-    lg = Log(FileSystem(), path, LogConfig(), SystemClock())
-    one = _batches(16 << 10, 1)[0]
-    for _ in range(size // len(one)):
-        lg.append_as_leader(one)
+    lg = Log(FileSystem(), os.path.join(d, "big-0"), LogConfig(), SystemClock())
+    db = SqliteLog(os.path.join(d, "big.db"))
+    per = records_per_batch(16 << 10)
+    rounds = size // (per * 131)
+    for r in range(rounds):
+        chunk = [(b"%016d" % i, b"v" * 100, None, T0 + r * per + i) for i in range(per)]
+        lg.append_as_leader(engine.encode_batch(chunk))
+        db.append(chunk)
     end = lg.log_end_offset
+    label = f"{lg.size_in_bytes() / 2**30:.2f} GiB log, 16 KiB batches"
     rng = random.Random(1)
-    lat = []
-    for _ in range(2000 if quick else 20000):
+    n = 2000 if quick else 20000
+    ours, theirs = [], []
+    for _ in range(n):
         target = rng.randrange(end)
         t = time.perf_counter_ns()
-        first = next(iter(engine.iter_batches(lg.read(target, max_bytes=1).records)))
-        lat.append(time.perf_counter_ns() - t)
-        assert first.base_offset <= target <= first.last_offset
-    lat.sort()
-    label = f"{lg.size_in_bytes() / 2**30:.2f} GiB log, 16 KiB batches"
-    out.append({"name": f"random read by offset, p50 ({label})", "value": lat[len(lat) // 2] / 1000, "unit": "µs"})
-    out.append({"name": f"random read by offset, p99 ({label})", "value": lat[int(len(lat) * 0.99)] / 1000,
-                "unit": "µs"})
+        cols = engine.decode_columnar(lg.read(target, max_bytes=1).records, start_offset=target, end_offset=target + 1)
+        value = cols.values.to_pylist()[0]
+        ours.append(time.perf_counter_ns() - t)
+        t = time.perf_counter_ns()
+        row = db.read(target)[0]
+        theirs.append(time.perf_counter_ns() - t)
+        assert value == row[3]
+    (o50, o99), (s50, s99) = _percentiles(ours), _percentiles(theirs)
+    out = [_figure(f"random read by offset, p50 ({label})", o50, "µs", "sqlite3 WAL", s50, True),
+           _figure(f"random read by offset, p99 ({label})", o99, "µs", "sqlite3 WAL", s99, True)]
+    ours, theirs = [], []
+    for _ in range(n // 4):
+        ts = T0 + rng.randrange(end)
+        t = time.perf_counter_ns()
+        found = lg.offset_for_timestamp(ts)
+        ours.append(time.perf_counter_ns() - t)
+        t = time.perf_counter_ns()
+        row = db.offset_for_timestamp(ts)
+        theirs.append(time.perf_counter_ns() - t)
+        assert found == tuple(row)
+    (o50, o99), (s50, s99) = _percentiles(ours), _percentiles(theirs)
+    out += [_figure(f"random read by timestamp, p50 ({label})", o50, "µs", "sqlite3 WAL", s50, True),
+            _figure(f"random read by timestamp, p99 ({label})", o99, "µs", "sqlite3 WAL", s99, True)]
     seg = lg.active_segment
-    speeds = []
+    speeds, raw = [], []
     for _ in range(3):
         t = time.perf_counter()
         assert seg.recover() == 0
         speeds.append(seg.size / (time.perf_counter() - t) / 1e9)
-    out.append({"name": f"recovery scan from page cache ({label})", "value": statistics.median(speeds),
-                "unit": "GB/s", "target": 3.0})
+        t = time.perf_counter()
+        raw_read(seg.log_path)
+        raw.append(seg.size / (time.perf_counter() - t) / 1e9)
+    out.append(_figure(f"recovery scan from page cache ({label})", statistics.median(speeds), "GB/s",
+                       "raw read() of the same bytes", statistics.median(raw), False, target=3.0))
+    db.close()
     lg.close()
     shutil.rmtree(d)
     out.append(_open_many(2000 if quick else 10_000, scratch))
@@ -117,5 +171,9 @@ def _open_many(count: int, scratch: str) -> dict:
     elapsed = time.perf_counter() - t
     assert len(lg.segments) == count and lg.log_end_offset == count * 10
     lg.close()
+    t = time.perf_counter()
+    stat_all(path)
+    floor = time.perf_counter() - t
     shutil.rmtree(d)
-    return {"name": f"open a directory of {count:,} segments (clean shutdown)", "value": elapsed, "unit": "s"}
+    return _figure(f"open a directory of {count:,} segments (clean shutdown)", elapsed, "s",
+                   "listdir + stat() of every file", floor, True)

@@ -82,7 +82,7 @@ def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
     rows = []
     for w in workloads:
         row = {"group": w.group, "workload": w.name, "records": w.records, "bytes": w.nbytes,
-               "not_yet": w.not_yet, "contenders": [], "ratios": []}
+               "not_yet": w.not_yet, "peers": [c.name for c in w.contenders[1:]], "contenders": [], "ratios": []}
         if w.not_yet is None:
             ours = samples[(w.group, w.name, w.contenders[0].name)]
             for c in w.contenders:
@@ -134,7 +134,8 @@ def markdown(doc: dict) -> str:
     ]
     for row in doc["rows"]:
         if row["not_yet"]:
-            lines.append(f"| {row['group']} | {row['workload']} | not yet | | | | {row['not_yet']} |")
+            lines.append(f"| {row['group']} | {row['workload']} | not yet | {', '.join(row['peers'])} | | | "
+                         f"{row['not_yet']} |")
             continue
         ours = row["contenders"][0]
         figure = f"{_rate(ours['records_per_s'])}rec/s, {ours['mb_per_s']:.0f} MB/s"
@@ -149,11 +150,13 @@ def markdown(doc: dict) -> str:
                 f"{_rate(peer['records_per_s'])}rec/s, {peer['mb_per_s']:.0f} MB/s | "
                 f"**{r['ratio']:.2f}×** ({r['min']:.2f}–{r['max']:.2f}) | {target} |")
     if doc.get("figures"):
-        lines += ["", "| figure | value | target |", "|---|---|---|"]
+        lines += ["", "| figure | kafkalog | peer | peer figure | ratio (> 1: kafkalog better) | target |",
+                  "|---|---|---|---|---|---|"]
         for f in doc["figures"]:
             target = "" if "target" not in f else (
                 f"≥ {f['target']:g} {f['unit']} {'met' if f['value'] >= f['target'] else 'NOT met'}")
-            lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {target} |")
+            lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {f['peer']} | "
+                         f"{f['peer_value']:.3g} {f['unit']} | **{f['ratio']:.2f}×** | {target} |")
     return "\n".join(lines) + "\n"
 
 

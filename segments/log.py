@@ -321,7 +321,7 @@ class Log:
         for seg in self.segments_from(start_offset):
             if start_offset >= bound:
                 break
-            limit = seg.translate_offset(bound, seg.offset_index.lookup(bound)[1])
+            limit = None if bound >= leo else seg.translate_offset(bound, seg.offset_index.lookup(bound)[1])
             got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message)
             if got is None:
                 continue  # nothing at or after start_offset in this segment (a gap): try the next

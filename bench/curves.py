@@ -1,0 +1,124 @@
+"""Scaling curves: throughput vs partitions and vs log size, and peak memory vs records, each with a
+raw-file peer on the same plot. Curves are measured once per point (they show a shape, not a ratio)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import engine
+from bench.log import make_records, records_per_batch
+from bench.peers import raw_read
+from engine.clock import SystemClock
+from segments.fs import FileSystem
+from segments.log import Log
+from segments.log_config import LogConfig
+from segments.log_manager import LogManager
+
+
+def _batch_16k() -> bytes:
+    return engine.encode_batch(make_records(records_per_batch(16 << 10)))
+
+
+def partitions_curve(quick: bool, scratch: str) -> dict:
+    """MB/s appending 16 KiB batches round-robin over N partitions (one log directory)."""
+    points = [1, 10, 100] if quick else [1, 10, 100, 1000]
+    total = (8 << 20) if quick else (128 << 20)
+    batch = _batch_16k()
+    rounds = max(1, total // len(batch))
+    curve = {"partitions": points, "series": {"kafkalog append": [], "raw write() to N files": []}}
+    for n in points:
+        d = tempfile.mkdtemp(dir=scratch)
+        with LogManager(d, background=False) as manager:
+            logs = [manager.create_log("bench", p) for p in range(n)]
+            t = time.perf_counter()
+            for i in range(rounds):
+                logs[i % n].append_as_leader(batch)
+            curve["series"]["kafkalog append"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        fds = [os.open(os.path.join(d, f"raw{p}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND) for p in range(n)]
+        t = time.perf_counter()
+        for i in range(rounds):
+            os.write(fds[i % n], batch)
+        curve["series"]["raw write() to N files"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(d)
+    return curve
+
+
+def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
+    """Append and columnar-consume MB/s for logs of growing size (1 MiB batches, 1 GiB segments)."""
+    points = [10 << 20, 100 << 20] if quick else [10 << 20, 100 << 20, 1 << 30] + ([10 << 30] if long else [])
+    batch = engine.encode_batch(make_records(records_per_batch(1 << 20)))
+    names = ("kafkalog append", "raw write()", "kafkalog consume (columnar)", "raw read()")
+    curve = {"log_bytes": points, "series": {name: [] for name in names}, "long_mode": long}
+    for size in points:
+        d = tempfile.mkdtemp(dir=scratch)
+        lg = Log(FileSystem(), os.path.join(d, "size-0"), LogConfig(), SystemClock())
+        rounds = max(1, size // len(batch))
+        t = time.perf_counter()
+        for _ in range(rounds):
+            lg.append_as_leader(batch)
+        curve["series"]["kafkalog append"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        t = time.perf_counter()
+        for _ in range(rounds):
+            os.write(fd, batch)
+        os.close(fd)
+        curve["series"]["raw write()"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        t = time.perf_counter()
+        offset, rows = 0, 0
+        while offset < lg.log_end_offset:
+            fetch = lg.read(offset, max_bytes=8 << 20)
+            cols = engine.decode_columnar(fetch.records)
+            rows += len(cols)
+            offset = cols.next_offset
+        curve["series"]["kafkalog consume (columnar)"].append(lg.size_in_bytes() / (time.perf_counter() - t) / 1e6)
+        assert rows == lg.log_end_offset
+        t = time.perf_counter()
+        raw_read(os.path.join(d, "raw"))
+        curve["series"]["raw read()"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        lg.close()
+        shutil.rmtree(d)
+    return curve
+
+
+_MEMORY_CHILD = r"""
+import json, os, resource, sys, tempfile
+import engine
+from engine.clock import SystemClock
+from segments.fs import FileSystem
+from segments.log import Log
+from segments.log_config import LogConfig
+path, count, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lg = Log(FileSystem(), path, LogConfig(), SystemClock())
+for start in range(0, count, per):
+    lg.append_as_leader(engine.encode_batch([(b"%016d" % i, b"v" * 100, None, 1) for i in range(start, min(start + per, count))]))
+after_append = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+offset = rows = 0
+while offset < lg.log_end_offset:
+    cols = engine.decode_columnar(lg.read(offset, max_bytes=8 << 20).records)
+    rows += len(cols)
+    offset = cols.next_offset
+assert rows == count
+print(json.dumps({"append_kib": after_append, "read_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def memory_curve(quick: bool, scratch: str) -> dict:
+    """Peak RSS (MiB) of a process that appends N records to a log, then reads them all back."""
+    points = [100_000, 1_000_000] if quick else [1_000_000, 10_000_000]
+    curve = {"records": points, "series": {"log append path": [], "log append + read path": []}}
+    for n in points:
+        d = tempfile.mkdtemp(dir=scratch)
+        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, os.path.join(d, "mem-0"), str(n),
+                              str(records_per_batch(16 << 10))], capture_output=True, text=True, check=True)
+        peak = json.loads(out.stdout)
+        curve["series"]["log append path"].append(peak["append_kib"] / 1024)
+        curve["series"]["log append + read path"].append(peak["read_kib"] / 1024)
+        shutil.rmtree(d)
+    return curve
