@@ -10,6 +10,7 @@ repetitions. Nothing is asserted: the numbers are reported, never tested.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -104,13 +105,9 @@ def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
 
 def machine() -> dict:
     cpu = platform.processor() or platform.machine()
-    try:
+    if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import os
-
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "kafkalog_impl": engine.IMPL, "platform": platform.platform()}
 
@@ -162,8 +159,6 @@ def markdown(doc: dict) -> str:
 
 def write(doc: dict, out_dir) -> tuple[str, str]:
     """Write latest.md and latest.json into out_dir; return their paths."""
-    import os
-
     os.makedirs(out_dir, exist_ok=True)
     md, js = os.path.join(out_dir, "latest.md"), os.path.join(out_dir, "latest.json")
     with open(md, "w") as f:

@@ -37,10 +37,8 @@ _LZ4_WRITE_BLOCK = 64 << 10
 def codec_id(compression: str | int) -> int:
     """Map a codec name ("none", "gzip", ...) or id (0-4) to its id."""
     if isinstance(compression, str):
-        try:
+        if compression.lower() in NAMES:
             return NAMES.index(compression.lower())
-        except ValueError:
-            pass
     elif isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 4:
         return compression
     raise UnsupportedCompressionTypeError(

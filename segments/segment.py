@@ -16,6 +16,7 @@ reads may run concurrently with an append and see a consistent prefix.
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -30,6 +31,7 @@ from segments.time_index import TimeIndex
 from segments.txn_index import TxnIndex
 
 INT32_MAX = 2**31 - 1
+log = logging.getLogger("kafkalog.segment")
 
 
 @dataclass(frozen=True)
@@ -289,8 +291,8 @@ class LogSegment:
         """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""
         try:
             self._truncate_log(position)
-        except (OSError, KafkaError):
-            pass  # the segment will be recovered on the next open
+        except (OSError, KafkaError) as exc:  # then recovery cuts it on the next open
+            log.error("could not cut a failed append back to %d in %s: %s", position, self.log_path, exc)
 
     def _truncate_log(self, size: int) -> None:
         if self._release_maps():
@@ -349,8 +351,8 @@ class LogSegment:
                             last_indexed_ts = max_ts[0]
                         last_index_entry = valid
                     valid += batch.size_in_bytes
-            except KafkaError:  # the first invalid batch ends the valid prefix
-                pass
+            except KafkaError as exc:  # the first invalid batch ends the valid prefix
+                log.warning("recovering %s: stopped at position %d: %s", self.log_path, valid, exc)
             truncated = self._size - valid
             if truncated:
                 self._truncate_log(valid)

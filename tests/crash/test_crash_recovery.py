@@ -88,7 +88,7 @@ def _end_of_batch(partition: Path, base_offset: int) -> int | None:
             if b.base_offset == base_offset:
                 return b.position + b.size_in_bytes
     except engine.CorruptRecordError:
-        pass
+        return None  # a torn tail before the batch: it is not in the last file
     return None
 
 
