@@ -79,19 +79,23 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     return out
 
 
-def _figure(name: str, value: float, unit: str, peer: str, peer_value: float, lower_is_better: bool,
+def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[float], lower_is_better: bool,
             target: float | None = None) -> dict:
-    """A measured figure beside its peer; ratio > 1 means kafkalog is better."""
-    ratio = (peer_value / value) if lower_is_better else (value / peer_value)
-    fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value, "ratio": ratio}
+    """Repeated paired measurements beside a peer: medians, the ratio (> 1: kafkalog better) and its
+    min-max spread over the repetitions."""
+    ratios = [(t / o) if lower_is_better else (o / t) for o, t in zip(ours, theirs)]
+    value, peer_value = statistics.median(ours), statistics.median(theirs)
+    fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value,
+           "ratio": (peer_value / value) if lower_is_better else (value / peer_value),
+           "spread": [min(ratios), max(ratios)], "samples": [ours, theirs]}
     if target is not None:
         fig["target"] = target
     return fig
 
 
-def _percentiles(samples: list[int]) -> tuple[float, float]:
-    samples = sorted(samples)
-    return samples[len(samples) // 2] / 1000, samples[int(len(samples) * 0.99)] / 1000
+def _percentile(samples: list[int], pct: float) -> float:
+    """The pct-th percentile of nanosecond samples, in microseconds."""
+    return sorted(samples)[int(len(samples) * pct)] / 1000
 
 
 def figures(quick: bool, scratch: str) -> list[dict]:
@@ -109,34 +113,38 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     end = lg.log_end_offset
     label = f"{lg.size_in_bytes() / 2**30:.2f} GiB log, 16 KiB batches"
     rng = random.Random(1)
-    n = 2000 if quick else 20000
-    ours, theirs = [], []
-    for _ in range(n):
+    n = 1000 if quick else 10000
+
+    def by_offset():
         target = rng.randrange(end)
         t = time.perf_counter_ns()
         cols = engine.decode_columnar(lg.read(target, max_bytes=1).records, start_offset=target, end_offset=target + 1)
         value = cols.values.to_pylist()[0]
-        ours.append(time.perf_counter_ns() - t)
+        mine = time.perf_counter_ns() - t
         t = time.perf_counter_ns()
         row = db.read(target)[0]
-        theirs.append(time.perf_counter_ns() - t)
+        theirs = time.perf_counter_ns() - t
         assert value == row[3]
-    (o50, o99), (s50, s99) = _percentiles(ours), _percentiles(theirs)
-    out = [_figure(f"random read by offset, p50 ({label})", o50, "µs", "sqlite3 WAL", s50, True),
-           _figure(f"random read by offset, p99 ({label})", o99, "µs", "sqlite3 WAL", s99, True)]
-    ours, theirs = [], []
-    for _ in range(n // 4):
+        return mine, theirs
+
+    def by_timestamp():
         ts = T0 + rng.randrange(end)
         t = time.perf_counter_ns()
         found = lg.offset_for_timestamp(ts)
-        ours.append(time.perf_counter_ns() - t)
+        mine = time.perf_counter_ns() - t
         t = time.perf_counter_ns()
         row = db.offset_for_timestamp(ts)
-        theirs.append(time.perf_counter_ns() - t)
+        theirs = time.perf_counter_ns() - t
         assert found == tuple(row)
-    (o50, o99), (s50, s99) = _percentiles(ours), _percentiles(theirs)
-    out += [_figure(f"random read by timestamp, p50 ({label})", o50, "µs", "sqlite3 WAL", s50, True),
-            _figure(f"random read by timestamp, p99 ({label})", o99, "µs", "sqlite3 WAL", s99, True)]
+        return mine, theirs
+
+    out = []
+    for what, probe in (("offset", by_offset), ("timestamp", by_timestamp)):
+        reps = [[probe() for _ in range(n)] for _ in range(3)]  # three repetitions, interleaved per probe
+        for pct, name in ((0.5, "p50"), (0.99, "p99")):
+            ours = [_percentile([m for m, _ in r], pct) for r in reps]
+            theirs = [_percentile([t for _, t in r], pct) for r in reps]
+            out.append(_figure(f"random read by {what}, {name} ({label})", ours, "µs", "sqlite3 WAL", theirs, True))
     seg = lg.active_segment
     speeds, raw = [], []
     for _ in range(3):
@@ -146,8 +154,8 @@ def figures(quick: bool, scratch: str) -> list[dict]:
         t = time.perf_counter()
         raw_read(seg.log_path)
         raw.append(seg.size / (time.perf_counter() - t) / 1e9)
-    out.append(_figure(f"recovery scan from page cache ({label})", statistics.median(speeds), "GB/s",
-                       "raw read() of the same bytes", statistics.median(raw), False, target=3.0))
+    out.append(_figure(f"recovery scan from page cache ({label})", speeds, "GB/s",
+                       "raw read() of the same bytes", raw, False, target=3.0))
     db.close()
     lg.close()
     shutil.rmtree(d)
@@ -166,14 +174,16 @@ def _open_many(count: int, scratch: str) -> dict:
             f.write(engine.encode_batch([(None, b"x" * 50, None, T0 + i)] * 10, base_offset=base))
         open(os.path.join(path, f"{base:020d}.index"), "wb").close()
         open(os.path.join(path, f"{base:020d}.timeindex"), "wb").close()
-    t = time.perf_counter()
-    lg = Log(FileSystem(), path, LogConfig(), ManualClock(T0), clean_shutdown=True, recovery_point=count * 10)
-    elapsed = time.perf_counter() - t
-    assert len(lg.segments) == count and lg.log_end_offset == count * 10
-    lg.close()
-    t = time.perf_counter()
-    stat_all(path)
-    floor = time.perf_counter() - t
+    ours, floors = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        lg = Log(FileSystem(), path, LogConfig(), ManualClock(T0), clean_shutdown=True, recovery_point=count * 10)
+        ours.append(time.perf_counter() - t)
+        assert len(lg.segments) == count and lg.log_end_offset == count * 10
+        lg.close()
+        t = time.perf_counter()
+        stat_all(path)
+        floors.append(time.perf_counter() - t)
     shutil.rmtree(d)
-    return _figure(f"open a directory of {count:,} segments (clean shutdown)", elapsed, "s",
-                   "listdir + stat() of every file", floor, True)
+    return _figure(f"open a directory of {count:,} segments (clean shutdown)", ours, "s",
+                   "listdir + stat() of every file", floors, True)

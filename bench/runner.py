@@ -147,13 +147,14 @@ def markdown(doc: dict) -> str:
                 f"{_rate(peer['records_per_s'])}rec/s, {peer['mb_per_s']:.0f} MB/s | "
                 f"**{r['ratio']:.2f}×** ({r['min']:.2f}–{r['max']:.2f}) | {target} |")
     if doc.get("figures"):
-        lines += ["", "| figure | kafkalog | peer | peer figure | ratio (> 1: kafkalog better) | target |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| figure (median of 3) | kafkalog | peer | peer figure | ratio, > 1: kafkalog better "
+                  "(spread) | target |", "|---|---|---|---|---|---|"]
         for f in doc["figures"]:
             target = "" if "target" not in f else (
                 f"≥ {f['target']:g} {f['unit']} {'met' if f['value'] >= f['target'] else 'NOT met'}")
             lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {f['peer']} | "
-                         f"{f['peer_value']:.3g} {f['unit']} | **{f['ratio']:.2f}×** | {target} |")
+                         f"{f['peer_value']:.3g} {f['unit']} | **{f['ratio']:.2f}×** "
+                         f"({f['spread'][0]:.2f}–{f['spread'][1]:.2f}) | {target} |")
     return "\n".join(lines) + "\n"
 
 
