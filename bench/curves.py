@@ -88,24 +88,27 @@ def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
 
 
 _MEMORY_CHILD = r"""
-import json, os, resource, sys, tempfile
+import json, os, sys, tempfile
 import engine
 from engine.clock import SystemClock
 from segments.fs import FileSystem
 from segments.log import Log
 from segments.log_config import LogConfig
+def peak_kib():  # this process's own high-water mark (ru_maxrss can inherit the parent's across exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 path, count, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lg = Log(FileSystem(), path, LogConfig(), SystemClock())
 for start in range(0, count, per):
     lg.append_as_leader(engine.encode_batch([(b"%016d" % i, b"v" * 100, None, 1) for i in range(start, min(start + per, count))]))
-after_append = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after_append = peak_kib()
 offset = rows = 0
 while offset < lg.log_end_offset:
     cols = engine.decode_columnar(lg.read(offset, max_bytes=8 << 20).records)
     rows += len(cols)
     offset = cols.next_offset
 assert rows == count
-print(json.dumps({"append_kib": after_append, "read_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"append_kib": after_append, "read_kib": peak_kib()}))
 """
 
 

@@ -64,8 +64,9 @@ class FileSystem:
         finally:
             os.close(fd)
 
-    def mmap(self, f: BinaryIO, length: int, writable: bool) -> mmap.mmap:
-        return mmap.mmap(f.fileno(), length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+    def mmap(self, f: BinaryIO, length: int, writable: bool, offset: int = 0) -> mmap.mmap:
+        return mmap.mmap(f.fileno(), length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ,
+                         offset=offset)
 
     def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
         """Write `data` at `offset` (index entries)."""

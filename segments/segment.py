@@ -17,6 +17,7 @@ reads may run concurrently with an append and see a consistent prefix.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import random
 import threading
@@ -31,6 +32,7 @@ from segments.time_index import TimeIndex
 from segments.txn_index import TxnIndex
 
 INT32_MAX = 2**31 - 1
+WINDOW_BYTES = 1 << 20
 log = logging.getLogger("kafkalog.segment")
 
 
@@ -124,11 +126,23 @@ class LogSegment:
         return self._size
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of the `.log` bytes [start, end)."""
+        """A zero-copy view of the `.log` bytes [start, end).
+
+        A view of WINDOW_BYTES or more maps only its own (page-aligned) window, unmapped once the
+        caller drops the view, so scanning a large log does not keep every page it touched mapped in
+        this process; smaller views share one mapping of the whole file.
+        """
         with self._lock:
             end = self._size if end is None else min(end, self._size)
             if end <= start:
                 return memoryview(b"")
+            if end - start >= WINDOW_BYTES:
+                self._release_maps()
+                aligned = start - start % mmap.ALLOCATIONGRANULARITY
+                with self.fs.open(self.log_path, "rb") as f:
+                    window = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
+                self._maps.append(window)
+                return memoryview(window)[start - aligned:end - aligned]
             if self._map is None or len(self._map) < end:
                 self._remap()
             return memoryview(self._map)[start:end]

@@ -352,6 +352,22 @@ def test_views_survive_truncation(tmp_path):
     lg.close()
 
 
+def test_large_views_map_their_own_window_and_survive_truncation(tmp_path):
+    from segments.segment import WINDOW_BYTES
+
+    lg = new_log(tmp_path)
+    for _ in range(40):
+        lg.append_as_leader(batch(400, size=200))
+    view = lg.read(0, max_bytes=8 << 20).records
+    assert len(view) >= WINDOW_BYTES  # a windowed mapping, not the whole-file one
+    before = bytes(view)
+    lg.truncate_to(400)
+    assert bytes(view) == before and lg.log_end_offset == 400
+    del view
+    assert len(read_all(lg)) == 400
+    lg.close()
+
+
 def test_truncate_fully_and_start_at(tmp_path):
     lg = new_log(tmp_path)
     lg.append_as_leader(batch(3))
