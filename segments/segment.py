@@ -126,26 +126,29 @@ class LogSegment:
         return self._size
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of the `.log` bytes [start, end).
-
-        A view of WINDOW_BYTES or more maps only its own (page-aligned) window, unmapped once the
-        caller drops the view, so scanning a large log does not keep every page it touched mapped in
-        this process; smaller views share one mapping of the whole file.
-        """
+        """A zero-copy view of the `.log` bytes [start, end) through the segment's shared mapping."""
         with self._lock:
             end = self._size if end is None else min(end, self._size)
             if end <= start:
                 return memoryview(b"")
-            if end - start >= WINDOW_BYTES:
-                self._release_maps()
-                aligned = start - start % mmap.ALLOCATIONGRANULARITY
-                with self.fs.open(self.log_path, "rb") as f:
-                    window = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
-                self._maps.append(window)
-                return memoryview(window)[start - aligned:end - aligned]
             if self._map is None or len(self._map) < end:
                 self._remap()
             return memoryview(self._map)[start:end]
+
+    def window(self, start: int, end: int) -> memoryview:
+        """A zero-copy view for a reader to keep: a view of WINDOW_BYTES or more maps only its own
+        (page-aligned) window, unmapped once the reader drops it, so scanning a large log does not keep
+        every page it read mapped in this process; smaller ones use the shared mapping."""
+        with self._lock:
+            end = min(end, self._size)
+            if end - start < WINDOW_BYTES:
+                return self.view(start, end)
+            self._release_maps()
+            aligned = start - start % mmap.ALLOCATIONGRANULARITY
+            with self.fs.open(self.log_path, "rb") as f:
+                mapping = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
+            self._maps.append(mapping)
+            return memoryview(mapping)[start - aligned:end - aligned]
 
     def _remap(self) -> None:
         self._release_maps()
@@ -203,12 +206,14 @@ class LogSegment:
         limit = self._size if max_position is None else min(max_position, self._size)
         if start.position >= limit:
             return start.position, memoryview(b"")
-        end = start.position
-        for batch in self.batches(start.position, limit):
-            if end + batch.size_in_bytes - start.position > max_size and not (min_one_message and end == start.position):
+        want = max(max_size, start.size) if min_one_message else max_size
+        data = self.window(start.position, min(limit, start.position + want))
+        end = 0
+        for batch in codec.iter_batches(data):  # the whole batches inside the window
+            if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
                 break
             end += batch.size_in_bytes
-        return start.position, self.view(start.position, end)
+        return start.position, data[:end]
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` and offset >= starting_offset."""
