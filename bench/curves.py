@@ -1,5 +1,6 @@
 """Scaling curves: throughput vs partitions and vs log size, and peak memory vs records, each with a
-raw-file peer on the same plot. Curves are measured once per point (they show a shape, not a ratio)."""
+raw-file peer on the same plot. Curves are measured once per point (they show a shape, not a ratio);
+every timed phase starts after os.sync(), so no phase pays for the previous one's dirty pages."""
 from __future__ import annotations
 
 import json
@@ -35,11 +36,13 @@ def partitions_curve(quick: bool, scratch: str) -> dict:
         d = tempfile.mkdtemp(dir=scratch)
         with LogManager(d, background=False) as manager:
             logs = [manager.create_log("bench", p) for p in range(n)]
+            os.sync()
             t = time.perf_counter()
             for i in range(rounds):
                 logs[i % n].append_as_leader(batch)
             curve["series"]["kafkalog append"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
         fds = [os.open(os.path.join(d, f"raw{p}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND) for p in range(n)]
+        os.sync()
         t = time.perf_counter()
         for i in range(rounds):
             os.write(fds[i % n], batch)
@@ -60,11 +63,13 @@ def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
         d = tempfile.mkdtemp(dir=scratch)
         lg = Log(FileSystem(), os.path.join(d, "size-0"), LogConfig(), SystemClock())
         rounds = max(1, size // len(batch))
+        os.sync()
         t = time.perf_counter()
         for _ in range(rounds):
             lg.append_as_leader(batch)
         curve["series"]["kafkalog append"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
         fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.sync()
         t = time.perf_counter()
         for _ in range(rounds):
             os.write(fd, batch)
