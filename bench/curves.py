@@ -60,34 +60,36 @@ def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
     names = ("kafkalog append", "raw write()", "kafkalog consume (columnar)", "raw read()")
     curve = {"log_bytes": points, "series": {name: [] for name in names}, "long_mode": long}
     for size in points:
+        rounds = max(1, size // len(batch))
+        nbytes = rounds * len(batch)
         d = tempfile.mkdtemp(dir=scratch)
         lg = Log(FileSystem(), os.path.join(d, "size-0"), LogConfig(), SystemClock())
-        rounds = max(1, size // len(batch))
         os.sync()
         t = time.perf_counter()
         for _ in range(rounds):
             lg.append_as_leader(batch)
-        curve["series"]["kafkalog append"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
+        curve["series"]["kafkalog append"].append(nbytes / (time.perf_counter() - t) / 1e6)
+        t = time.perf_counter()
+        offset, rows = 0, 0
+        while offset < lg.log_end_offset:
+            cols = engine.decode_columnar(lg.read(offset, max_bytes=8 << 20).records)
+            rows += len(cols)
+            offset = cols.next_offset
+        curve["series"]["kafkalog consume (columnar)"].append(lg.size_in_bytes() / (time.perf_counter() - t) / 1e6)
+        assert rows == lg.log_end_offset
+        lg.close()
+        shutil.rmtree(d)  # each side starts with the same free page cache
+        d = tempfile.mkdtemp(dir=scratch)
         fd = os.open(os.path.join(d, "raw"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.sync()
         t = time.perf_counter()
         for _ in range(rounds):
             os.write(fd, batch)
         os.close(fd)
-        curve["series"]["raw write()"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
-        t = time.perf_counter()
-        offset, rows = 0, 0
-        while offset < lg.log_end_offset:
-            fetch = lg.read(offset, max_bytes=8 << 20)
-            cols = engine.decode_columnar(fetch.records)
-            rows += len(cols)
-            offset = cols.next_offset
-        curve["series"]["kafkalog consume (columnar)"].append(lg.size_in_bytes() / (time.perf_counter() - t) / 1e6)
-        assert rows == lg.log_end_offset
+        curve["series"]["raw write()"].append(nbytes / (time.perf_counter() - t) / 1e6)
         t = time.perf_counter()
         raw_read(os.path.join(d, "raw"))
-        curve["series"]["raw read()"].append(rounds * len(batch) / (time.perf_counter() - t) / 1e6)
-        lg.close()
+        curve["series"]["raw read()"].append(nbytes / (time.perf_counter() - t) / 1e6)
         shutil.rmtree(d)
     return curve
 
