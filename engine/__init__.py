@@ -17,5 +17,11 @@ from engine.codec import (
 )
 from engine.columns import BinaryColumn, Columns
 from engine.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
+from engine.errors import __all__ as _errors
 
 __version__ = "0.1.0"
+__all__ = [
+    "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
+    "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
+    *_errors,
+]

@@ -199,9 +199,6 @@ cdef class NativeBuffer:
         view.suboffsets = NULL
         view.internal = NULL
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
 
 cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
     """Move a Grow's memory into a NativeBuffer (the Grow is left empty)."""
