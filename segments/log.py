@@ -186,11 +186,22 @@ class Log:
     def active_segment(self) -> LogSegment:
         return self._segments[self._bases[-1]]
 
-    def segments_from(self, offset: int) -> list[LogSegment]:
-        """The segment holding `offset` (the greatest base <= offset) and every later one."""
-        with self._lock:
-            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-            return [self._segments[b] for b in self._bases[i:]]
+    def segments_from(self, offset: int):
+        """The segment holding `offset` (the greatest base <= offset), then every later one, lazily
+        (a read usually needs only the first; a log may have thousands)."""
+        last = None
+        while True:
+            with self._lock:  # a few bases at a time, resuming after the last base seen (not an index)
+                i = (bisect.bisect_right(self._bases, last) if last is not None
+                     else max(0, bisect.bisect_right(self._bases, offset) - 1))
+                chunk = self._bases[i:i + 8]
+            if not chunk:
+                return
+            for base in chunk:
+                seg = self._segments.get(base)
+                if seg is not None:  # skip one removed meanwhile (retention, truncation)
+                    yield seg
+            last = chunk[-1]
 
     @property
     def log_end_offset(self) -> int:
