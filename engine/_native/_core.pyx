@@ -1018,18 +1018,25 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, objec
     return out
 
 
-cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta):
-    cdef Py_ssize_t n = len(items), i
+cdef RecInfo *_alloc_infos(Py_ssize_t n) except NULL:
+    """Room to describe n records (1 <= n <= 2**31-1); the caller frees it."""
     cdef RecInfo *infos
-    cdef int32_t prev = -1
-    cdef list keep = []
-    if n == 0:
+    if n <= 0:
         raise InvalidRecordError("a batch needs at least one record")
     if n > INT32_MAX:
         raise InvalidRecordError("a batch holds at most 2**31-1 records")
     infos = <RecInfo *>malloc(n * sizeof(RecInfo))
     if infos == NULL:
         raise MemoryError()
+    return infos
+
+
+cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta):
+    cdef Py_ssize_t n = len(items), i
+    cdef RecInfo *infos
+    cdef int32_t prev = -1
+    cdef list keep = []
+    infos = _alloc_infos(n)
     try:
         for i in range(n):
             _fill_item(&infos[i], i, items[i], prev, pr.base_offset, keep)
@@ -1144,11 +1151,7 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
         tss = memoryview(timestamps).cast("B").cast("q")
         if tss.shape[0] != n:
             raise InvalidRecordError("timestamps column differs in length from values")
-    if n <= 0:
-        raise InvalidRecordError("a batch needs at least one record")
-    infos = <RecInfo *>malloc(n * sizeof(RecInfo))
-    if infos == NULL:
-        raise MemoryError()
+    infos = _alloc_infos(n)
     try:
         for i in range(n):
             r = &infos[i]
