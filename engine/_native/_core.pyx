@@ -1097,6 +1097,21 @@ def encode_control_batch(kind, *, base_offset, producer_id, producer_epoch, coor
     return _encode_items([(key, value, None, ts)], &pr, None, None)
 
 
+cdef int _column_cell(const uint8_t[::1] data, const int32_t[::1] offsets, const uint8_t[::1] bits,
+                      Py_ssize_t bit0, Py_ssize_t i, const uint8_t **ptr, Py_ssize_t *length) except -1:
+    """Row i of an Arrow-layout binary column: a pointer and length, or length -1 for null."""
+    cdef int32_t lo, hi
+    if bits is not None and not (bits[(bit0 + i) >> 3] >> ((bit0 + i) & 7)) & 1:
+        length[0] = -1
+        return 0
+    lo, hi = offsets[i], offsets[i + 1]
+    if not (0 <= lo <= hi <= data.shape[0]):
+        raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
+    length[0] = hi - lo
+    ptr[0] = &data[0] + lo if length[0] > 0 else _EMPTY
+    return 0
+
+
 cdef int64_t _ts_at(int64_t scalar, const int64_t[::1] tss, Py_ssize_t i) except? -2:
     cdef int64_t ts = scalar
     if tss is not None:
@@ -1115,11 +1130,10 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
     cdef const uint8_t[::1] vbits = None, kbits = None  # an unassigned memoryview is not None
     cdef const int32_t[::1] voffs, koffs
     cdef const int64_t[::1] tss = None
-    cdef Py_ssize_t n, i, vbit0 = 0, kbit0 = 0, vlen = 0, klen = 0
-    cdef bint has_keys, vnull, knull
+    cdef Py_ssize_t n, i, vbit0 = 0, kbit0 = 0
+    cdef bint has_keys
     cdef RecInfo *infos
     cdef RecInfo *r
-    cdef int32_t lo, hi
     level = batch_kwargs.pop("compression_level", None)
     last_offset_delta = batch_kwargs.pop("last_offset_delta", None)
     _params(&pr, batch_kwargs.pop("base_offset", 0), batch_kwargs.pop("compression", "none"),
@@ -1159,20 +1173,10 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
             r.ts = _ts_at(scalar, tss, i)
             r.headers = NULL
             r.hcount = 0
-            vnull = vbits is not None and not (vbits[(vbit0 + i) >> 3] >> ((vbit0 + i) & 7)) & 1
-            lo, hi = voffs[i], voffs[i + 1]
-            if not vnull and not (0 <= lo <= hi <= vdata.shape[0]):
-                raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
-            r.vlen = -1 if vnull else hi - lo
-            r.value = &vdata[0] + lo if r.vlen > 0 else _EMPTY
+            _column_cell(vdata, voffs, vbits, vbit0, i, &r.value, &r.vlen)
             r.klen = -1
             if has_keys:
-                knull = kbits is not None and not (kbits[(kbit0 + i) >> 3] >> ((kbit0 + i) & 7)) & 1
-                lo, hi = koffs[i], koffs[i + 1]
-                if not knull and not (0 <= lo <= hi <= kdata.shape[0]):
-                    raise InvalidRecordError(f"column offsets [{lo}, {hi}) out of bounds at row {i}")
-                r.klen = -1 if knull else hi - lo
-                r.key = &kdata[0] + lo if r.klen > 0 else _EMPTY
+                _column_cell(kdata, koffs, kbits, kbit0, i, &r.key, &r.klen)
         return _finish(infos, n, &pr, level, last_offset_delta)
     finally:
         free(infos)

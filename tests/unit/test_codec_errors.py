@@ -207,3 +207,18 @@ def test_read_only_and_mmap_buffers(tmp_path):
             assert [len(b.records()) for b in batches] == [3, 3, 3]
             assert len(impl.decode_columnar(mm)) == 9
             del batches
+
+
+def test_columnar_offsets_out_of_bounds_are_refused_and_nulls_are_not_checked():
+    from array import array
+
+    data = b"abcdef"
+    bad = array("i", [0, 3, 9])  # the second value ends past the data
+    _same_error(lambda impl: impl.encode_columnar(values=(data, bad), timestamps=1), E.InvalidRecordError)
+    err = _same_error(lambda impl: impl.encode_columnar(values=(data, array("i", [0, 2, 4])), keys=(data, bad),
+                                                        timestamps=1), E.InvalidRecordError)
+    assert "out of bounds at row 1" in err.message  # the key column's check, not a length mismatch
+    only_first_valid = bytes([0b01])  # row 1 is null: its (bogus) offsets are never looked at
+    for impl in IMPLS:
+        (batch,) = impl.iter_batches(impl.encode_columnar(values=(data, bad, only_first_valid), timestamps=1))
+        assert [r.value for r in batch.records()] == [b"abc", None]
