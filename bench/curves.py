@@ -12,7 +12,8 @@ import tempfile
 import time
 
 import engine
-from bench.log import make_records, records_per_batch
+from bench.codec import make_records
+from bench.log import records_per_batch
 from bench.peers import raw_read
 from engine.clock import SystemClock
 from segments.fs import FileSystem
@@ -22,7 +23,7 @@ from segments.log_manager import LogManager
 
 
 def _batch_16k() -> bytes:
-    return engine.encode_batch(make_records(records_per_batch(16 << 10)))
+    return engine.encode_batch(make_records(records_per_batch(16 << 10), 100))
 
 
 def partitions_curve(quick: bool, scratch: str) -> dict:
@@ -56,7 +57,7 @@ def partitions_curve(quick: bool, scratch: str) -> dict:
 def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
     """Append and columnar-consume MB/s for logs of growing size (1 MiB batches, 1 GiB segments)."""
     points = [10 << 20, 100 << 20] if quick else [10 << 20, 100 << 20, 1 << 30] + ([10 << 30] if long else [])
-    batch = engine.encode_batch(make_records(records_per_batch(1 << 20)))
+    batch = engine.encode_batch(make_records(records_per_batch(1 << 20), 100))
     names = ("kafkalog append", "raw write()", "kafkalog consume (columnar)", "raw read()")
     curve = {"log_bytes": points, "series": {name: [] for name in names}, "long_mode": long}
     for size in points:

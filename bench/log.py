@@ -11,6 +11,7 @@ import tempfile
 import time
 
 import engine
+from bench.codec import make_records
 from bench.peers import SqliteLog, raw_read, stat_all
 from bench.runner import Contender, Workload
 from engine.clock import ManualClock, SystemClock
@@ -23,10 +24,6 @@ T0 = 1_700_000_000_000
 
 def records_per_batch(batch_bytes: int) -> int:
     return batch_bytes // 132  # ~131 encoded bytes a record: a "1 MiB" batch stays under max.message.bytes
-
-
-def make_records(n: int) -> list[tuple]:
-    return [(b"%016d" % i, b"v" * 100, None, T0 + i) for i in range(n)]
 
 
 def _append_log(batches: list[bytes], scratch: str):
@@ -66,7 +63,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     out = []
     for batch_bytes, label in ((16 << 10, "16 KiB"), (1 << 20, "1 MiB")):
         per = records_per_batch(batch_bytes)
-        chunk = make_records(per)
+        chunk = make_records(per, 100)
         one = engine.encode_batch(chunk)
         count = max(1, total // len(one))
         batches = [one] * count

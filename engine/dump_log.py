@@ -145,7 +145,7 @@ class Dumper:
         with open(log_path, "rb") as f:
             data = f.read()
         try:
-            return {b.position: b for b in reference.iter_batches(bytes(data))}
+            return {b.position: b for b in reference.iter_batches(data)}
         except KafkaError:
             return {}
 
