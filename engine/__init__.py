@@ -16,12 +16,18 @@ from engine.codec import (
     iter_batches,
 )
 from engine.columns import BinaryColumn, Columns
+from engine.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
 from engine.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
 from engine.errors import __all__ as _errors
+
+from engine.engine import Engine, open  # noqa: E402,A004 (after the leaves it builds on)
+from engine.producer import Producer  # noqa: E402
+from engine.consumer import Consumer  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
     "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
     "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
+    "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndTimestamp", "RecordMetadata",
     *_errors,
 ]

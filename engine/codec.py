@@ -23,6 +23,11 @@ API = (
     "prepare_leader_append",
     "RecordBatch",
     "Record",
+    "ConsumerRecord",
+    "consumer_record",
+    "murmur2",
+    "RecordAccumulator",
+    "RecordFuture",
 )
 
 _MODULES = {"cython": "engine._native._core", "python": "engine.records"}
@@ -63,3 +68,8 @@ index_search = impl.index_search
 prepare_leader_append = impl.prepare_leader_append
 RecordBatch = impl.RecordBatch
 Record = impl.Record
+ConsumerRecord = impl.ConsumerRecord
+consumer_record = impl.consumer_record
+murmur2 = impl.murmur2
+RecordAccumulator = impl.RecordAccumulator
+RecordFuture = impl.RecordFuture

@@ -116,6 +116,18 @@ class TopicAlreadyExistsError(KafkaError):
     code = 36
 
 
+class InvalidPartitionsError(KafkaError):
+    """INVALID_PARTITIONS."""
+
+    code = 37
+
+
+class InvalidReplicationFactorError(KafkaError):
+    """INVALID_REPLICATION_FACTOR."""
+
+    code = 38
+
+
 class InvalidConfigurationError(KafkaError):
     """INVALID_CONFIG: an unknown config name or a value out of range."""
 
@@ -147,6 +159,16 @@ class InvalidProducerEpochError(KafkaError):
     code = 47
 
 
+class InvalidTxnStateError(KafkaError):
+    """INVALID_TXN_STATE."""
+
+    code = 48
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """A consumer has no position for a partition and auto_offset_reset is 'none'."""
+
+
 class ProducerFencedError(KafkaError):
     """PRODUCER_FENCED."""
 
@@ -158,6 +180,16 @@ class NotEnoughReplicasError(KafkaError):
     """NOT_ENOUGH_REPLICAS."""
 
     code, retriable = 19, True
+
+
+class KafkaTimeoutError(KafkaError):
+    """REQUEST_TIMED_OUT: an operation did not finish in time."""
+
+    code, retriable = 7, True
+
+
+class IllegalStateError(KafkaError):
+    """A client used after close(), or a call that its state does not allow."""
 
 
 class KafkaStorageError(KafkaError):

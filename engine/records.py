@@ -18,7 +18,9 @@ import crcmod.predefined
 
 from engine import batch_format as bf
 from engine import compression as comp
+from engine import accumulator
 from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.structs import CONSUMER_RECORD_FIELDS, consumer_record_fields, consumer_record_repr, header_size
 from engine.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -107,6 +109,35 @@ class Record:
 
     def __reduce__(self):
         return (Record, bf.record_fields(self))
+
+
+class ConsumerRecord:
+    """A record as a consumer sees it, with kafka-python's fields (timestamp_type 0 CreateTime, 1 LogAppendTime)."""
+
+    __slots__ = CONSUMER_RECORD_FIELDS
+
+    def __init__(self, *fields) -> None:
+        for name, value in zip(CONSUMER_RECORD_FIELDS, fields, strict=True):
+            setattr(self, name, value)
+        if self.headers is None:
+            self.headers = []
+
+    def __eq__(self, other) -> bool:
+        return consumer_record_fields(self) == consumer_record_fields(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return consumer_record_repr(self)
+
+    def __reduce__(self):
+        return (consumer_record, consumer_record_fields(self))
+
+
+consumer_record = ConsumerRecord
+murmur2 = accumulator.murmur2
+RecordAccumulator = accumulator.RecordAccumulator
+RecordFuture = accumulator.RecordFuture
 
 
 def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:
@@ -299,6 +330,29 @@ class RecordBatch:
         out: list[Record] = []
         self.walk(lambda *fields: out.append(Record(*fields[:7])), max_decompressed_bytes)
         return out
+
+    def consumer_records(self, topic: str, partition: int, start_offset: int,
+                         max_records: int) -> tuple[list, int]:
+        """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`
+        (none for a control batch); returns (records, next_offset to fetch from)."""
+        if self.is_control:
+            return [], self.next_offset
+        if max_records <= 0:
+            return [], start_offset
+        self.ensure_valid()
+        out: list[ConsumerRecord] = []
+        epoch = self.partition_leader_epoch if self.partition_leader_epoch >= 0 else None
+        tstype = 1 if self.attributes & bf.LOG_APPEND_TIME_FLAG else 0
+
+        def keep(offset, ts, key, value, headers, *_ignored):
+            if offset >= start_offset:
+                out.append(ConsumerRecord(topic, partition, epoch, offset, ts, tstype, key, value, headers, None,
+                                          -1 if key is None else len(key), -1 if value is None else len(value),
+                                          header_size(headers)))
+        self.walk(keep)
+        if len(out) > max_records:
+            return out[:max_records], out[max_records].offset
+        return out, self.next_offset
 
     def walk(self, emit, max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED) -> None:
         """The reference record walker (no CRC check): for each record call

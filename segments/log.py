@@ -54,6 +54,7 @@ class AppendInfo(NamedTuple):
     log_append_time: int
     batches: int
     size: int
+    duplicate: bool = False  # a producer's resend of a batch already in the log: nothing was appended
 
 
 @dataclass
@@ -288,9 +289,20 @@ class Log:
             seg = LogSegment(self.fs, self.dir, base, self.config.segment, self.clock.time_ms())
             seg.resize_indexes(self.config.segment_index_bytes)
             self._add(seg)
+            self._after_roll(base)
             self.flush(base)
             old.release_handle()
             return seg
+
+    # --- hooks for the layers above (producer state keeps its snapshots in step) -----------------
+    def _after_roll(self, new_base: int) -> None:
+        """Called under the lock once a new active segment starting at `new_base` exists."""
+
+    def _after_segments_deleted(self, bases: list[int]) -> None:
+        """Called under the lock after retention removed the segments with these base offsets."""
+
+    def _after_truncation(self) -> None:
+        """Called under the lock after the log was truncated (its end offset went down)."""
 
     # --- flushing -------------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
@@ -373,6 +385,7 @@ class Log:
             self.recovery_point = min(self.recovery_point, offset)
             self.high_watermark = min(self.high_watermark, offset)
             self.log_start_offset = min(self.log_start_offset, offset)
+            self._after_truncation()
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -384,6 +397,7 @@ class Log:
             self._add(LogSegment(self.fs, self.dir, offset, self.config.segment, self.clock.time_ms()))
             self.active_segment.resize_indexes(self.config.segment_index_bytes)
             self._leo = self.log_start_offset = self.recovery_point = self.high_watermark = offset
+            self._after_truncation()
 
     # --- retention ----------------------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
@@ -442,6 +456,7 @@ class Log:
                 self._pending_deletes.append((due, seg))
             self.log_start_offset = max(self.log_start_offset, self._bases[0])
             self.recovery_point = max(self.recovery_point, self.log_start_offset)
+            self._after_segments_deleted([seg.base_offset for seg in doomed])
             return len(doomed)
 
     def delete_pending_files(self) -> int:

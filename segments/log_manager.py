@@ -45,12 +45,20 @@ class LogManager:
     HW_CHECKPOINT_MS = 5_000
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
-                 configs=None, background: bool = True) -> None:
-        """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config."""
+                 configs=None, background: bool = True, log_class: type[Log] = Log, log_options: dict | None = None,
+                 tasks: dict | None = None) -> None:
+        """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
+        logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
+        background thread's schedule."""
         self.dir = os.path.abspath(directory)
         self.fs = fs or FileSystem()
         self.clock = clock or SystemClock()
         self._configs = configs or (lambda topic: LogConfig())
+        self._log_class, self._log_options = log_class, dict(log_options or {})
+        self._tasks = {"flush": (self.FLUSH_CHECK_MS, self.flush_due_logs),
+                       "retention": (self.RETENTION_CHECK_MS, self.cleanup_logs),
+                       "checkpoint": (self.CHECKPOINT_MS, self.checkpoint_recovery_points),
+                       "hw": (self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks), **(tasks or {})}
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
         self._closed = False
@@ -122,9 +130,10 @@ class LogManager:
                 if entry.endswith("-delete") and os.path.isdir(path):
                     shutil.rmtree(path)  # a deletion that did not finish
                 continue
-            self._logs[tp] = Log(self.fs, path, self._configs(tp[0]), self.clock,
-                                 recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
-                                 high_watermark=hws.get(tp, 0), clean_shutdown=self.clean_shutdown)
+            self._logs[tp] = self._log_class(
+                self.fs, path, self._configs(tp[0]), self.clock, recovery_point=recovery.get(tp, 0),
+                log_start_offset=starts.get(tp, 0), high_watermark=hws.get(tp, 0),
+                clean_shutdown=self.clean_shutdown, **self._log_options)
 
     # --- logs ---------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log:
@@ -147,36 +156,38 @@ class LogManager:
             self.fs.makedirs(path)
             partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id())
             self.fs.fsync_dir(self.dir)
-            self._logs[key] = Log(self.fs, path, self._configs(topic), self.clock)
+            self._logs[key] = self._log_class(self.fs, path, self._configs(topic), self.clock, **self._log_options)
             return self._logs[key]
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log, move its directory aside (`...-delete`) and remove it."""
+        shutil.rmtree(self.set_aside(topic, partition, "delete"))
+
+    def set_aside(self, topic: str, partition: int, kind: str) -> str:
+        """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`)."""
         with self._lock:
             lg = self._logs.pop((topic, partition), None)
             if lg is None:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
             lg.close()
-            doomed = f"{lg.dir}.{uuid.uuid4().hex}-delete"
-            self.fs.rename(lg.dir, doomed)
+            moved = f"{lg.dir}.{uuid.uuid4().hex}-{kind}"
+            self.fs.rename(lg.dir, moved)
             self.fs.fsync_dir(self.dir)
-            shutil.rmtree(doomed)
+            return moved
 
     # --- background work ------------------------------------------------------------------------
     def _run(self) -> None:
-        every = {"flush": self.FLUSH_CHECK_MS, "retention": self.RETENTION_CHECK_MS,
-                 "checkpoint": self.CHECKPOINT_MS, "hw": self.HW_CHECKPOINT_MS}
         start = self.clock.time_ms()
-        due = {k: start + v for k, v in every.items()}
+        due = {k: start + every for k, (every, _) in self._tasks.items()}
         while not self._stop.is_set():
             now = self.clock.time_ms()
             for task in [t for t, at in due.items() if at <= now]:
+                every, run = self._tasks[task]
                 try:
-                    {"flush": self.flush_due_logs, "retention": self.cleanup_logs,
-                     "checkpoint": self.checkpoint_recovery_points, "hw": self.checkpoint_high_watermarks}[task]()
+                    run()
                 except KafkaError as exc:
                     log.error("background %s task failed: %s", task, exc)
-                due[task] = now + every[task]
+                due[task] = now + every
             self.clock.wait(self._stop, max(1, min(due.values()) - self.clock.time_ms()))
 
     def flush_due_logs(self) -> int:

@@ -15,15 +15,29 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_CheckExact
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+import random as _random_module
+
+from engine import accumulator as _acc
 from engine import batch_format as bf
 from engine import compression as comp
 from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.structs import consumer_record_fields, consumer_record_repr, header_size
 from engine.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -219,6 +233,55 @@ cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
 
 
 # --- records -----------------------------------------------------------------------------------
+@cython.no_gc
+@cython.freelist(256)
+cdef class ConsumerRecord:
+    """A record as a consumer sees it, with kafka-python's fields (timestamp_type 0 CreateTime, 1 LogAppendTime)."""
+
+    cdef readonly object topic
+    cdef readonly int32_t partition
+    cdef readonly object leader_epoch
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly object key
+    cdef readonly object value
+    cdef object _headers
+    cdef readonly int32_t serialized_key_size
+    cdef readonly int32_t serialized_value_size
+    cdef readonly int32_t serialized_header_size
+
+    @property
+    def headers(self):
+        return [] if self._headers is None else self._headers
+
+    @property
+    def checksum(self):
+        return None
+
+    def __eq__(self, other):
+        return consumer_record_fields(self) == consumer_record_fields(other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return consumer_record_repr(self)
+
+    def __reduce__(self):
+        return (consumer_record, consumer_record_fields(self))
+
+
+def consumer_record(topic, partition, leader_epoch, offset, timestamp, timestamp_type, key, value, headers,
+                    checksum, serialized_key_size, serialized_value_size, serialized_header_size):
+    """Build a ConsumerRecord from kafka-python's field order (checksum is always None)."""
+    cdef ConsumerRecord r = ConsumerRecord.__new__(ConsumerRecord)
+    r.topic, r.partition, r.leader_epoch, r.offset, r.timestamp = topic, partition, leader_epoch, offset, timestamp
+    r.timestamp_type, r.key, r.value, r._headers = timestamp_type, key, value, headers or None
+    r.serialized_key_size, r.serialized_value_size = serialized_key_size, serialized_value_size
+    r.serialized_header_size = serialized_header_size
+    return r
+
+
 @cython.no_gc
 @cython.freelist(64)
 cdef class Record:
@@ -558,6 +621,61 @@ cdef class RecordBatch:
                               f"incorrect declared batch size: {end - p} bytes remain after {self.records_count} records")
         return 0
 
+    cdef object _open(self, bint verify_crc, Py_ssize_t limit, const uint8_t **p, const uint8_t **end):
+        """Check the CRC (if asked) and the record count; point p/end at the records section, and
+        return the object that owns it (None when it is the batch's own bytes)."""
+        if verify_crc:
+            self.ensure_valid()
+        owner = self._section(limit)
+        p[0], end[0] = _section_bounds(self, owner)
+        self._check_count(end[0] - p[0])
+        return owner
+
+    def consumer_records(self, topic, int32_t partition, int64_t start_offset, Py_ssize_t max_records):
+        """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`
+        (none for a control batch); returns (records, next_offset to fetch from)."""
+        cdef object owner
+        cdef const uint8_t *p
+        cdef const uint8_t *end
+        cdef RecView rv
+        cdef ConsumerRecord r
+        cdef int rc
+        cdef int32_t i
+        cdef int64_t offset
+        cdef bint log_append = self.attributes & 0x08
+        cdef list out = []
+        cdef object epoch = self.partition_leader_epoch if self.partition_leader_epoch >= 0 else None
+        if self.attributes & 0x20 or max_records <= 0:
+            return out, self.base_offset + self.last_offset_delta + 1 if self.attributes & 0x20 else start_offset
+        owner = self._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+        for i in range(self.records_count):
+            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
+            if rc:
+                self._framing_error(rc)
+            offset = self.base_offset + rv.off_delta
+            if offset < start_offset:
+                continue
+            if len(out) == max_records:
+                return out, offset
+            r = ConsumerRecord.__new__(ConsumerRecord)
+            r.topic = topic
+            r.partition = partition
+            r.leader_epoch = epoch
+            r.offset = offset
+            r.timestamp = self.max_timestamp if log_append else rv.ts
+            r.timestamp_type = log_append
+            r.key = _field(rv.key, rv.klen)
+            r.value = _field(rv.value, rv.vlen)
+            r.serialized_key_size = rv.klen
+            r.serialized_value_size = rv.vlen
+            r.serialized_header_size = -1
+            if rv.hcount:
+                r._headers = _headers_list(rv.headers, rv.end, rv.hcount)
+                r.serialized_header_size = header_size(r._headers)
+            out.append(r)
+        self._check_end(p, end)
+        return out, self.base_offset + self.last_offset_delta + 1
+
     def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """Decode every record (control records included, with control_type set)."""
         cdef object owner
@@ -570,11 +688,7 @@ cdef class RecordBatch:
         cdef bint log_append = self.attributes & 0x08
         cdef bint control = self.attributes & 0x20
         cdef list out = []
-        if verify_crc:
-            self.ensure_valid()
-        owner = self._section(max_decompressed_bytes)
-        p, end = _section_bounds(self, owner)
-        self._check_count(end - p)
+        owner = self._open(verify_crc, max_decompressed_bytes, &p, &end)
         for i in range(self.records_count):
             rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
             if rc:
@@ -1295,3 +1409,301 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
     if pos != n or batches == 0:
         raise CorruptRecordError("the appended bytes are not a sequence of whole record batches", file=source)
     return pieces, offset, max_ts, off_max, batches
+
+
+# --- producer: partitioner, accumulator, futures ------------------------------------------------
+cdef uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t m = 0x5bd1e995U, h = 0x9747b28cU ^ <uint32_t>n, k
+    cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
+    for i in range(0, tail, 4):
+        k = <uint32_t>p[i] | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h = (h * m) ^ k
+    if n & 3 == 3:
+        h ^= <uint32_t>p[tail + 2] << 16
+    if n & 3 >= 2:
+        h ^= <uint32_t>p[tail + 1] << 8
+    if n & 3 >= 1:
+        h = (h ^ p[tail]) * m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+def murmur2(data):
+    """Kafka's Utils.murmur2 of `data` as a signed int32."""
+    cdef const uint8_t[::1] v = _byte_view(data)
+    return <int32_t>_murmur2(&v[0] if v.shape[0] else _EMPTY, v.shape[0])
+
+
+@cython.no_gc
+@cython.freelist(256)
+cdef class RecordFuture:
+    """kafka-python's FutureRecordMetadata: the outcome of one send()."""
+
+    cdef readonly object batch
+    cdef readonly Py_ssize_t index
+
+    def __init__(self, batch, index):
+        self.batch = batch
+        self.index = index
+
+    def get(self, timeout=None):
+        """The record's metadata once its batch is appended (sending it now if it is pending)."""
+        return self.batch.wait(self.index)
+
+    @property
+    def is_done(self):
+        return self.batch.done
+
+    @property
+    def value(self):
+        return self.batch.result(self.index) if self.batch.done and self.batch.error is None else None
+
+    @property
+    def exception(self):
+        return self.batch.error
+
+    def succeeded(self):
+        return self.batch.done and self.batch.error is None
+
+    def failed(self):
+        return self.batch.done and self.batch.error is not None
+
+    def add_callback(self, f, *args, **kwargs):
+        self.batch.on_done(self.index, _acc.bind(f, args, kwargs), None)
+        return self
+
+    def add_errback(self, f, *args, **kwargs):
+        self.batch.on_done(self.index, None, _acc.bind(f, args, kwargs))
+        return self
+
+    def add_both(self, f, *args, **kwargs):
+        g = _acc.bind(f, args, kwargs)
+        self.batch.on_done(self.index, g, g)
+        return self
+
+
+cdef class _Topic:
+    cdef Py_ssize_t count, limit, cap, sticky, sticky_bytes
+    cdef list open
+    cdef list all
+    cdef Py_ssize_t *sizes
+
+    def __dealloc__(self):
+        free(self.sizes)
+
+
+cdef inline void _acquire(PyThread_type_lock lock) noexcept:
+    if not PyThread_acquire_lock(lock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(lock, WAIT_LOCK)
+
+
+cdef class RecordAccumulator:
+    """Kafka's RecordAccumulator with its built-in partitioner (see engine.accumulator, its twin)."""
+
+    cdef Py_ssize_t _batch_size, _max_request
+    cdef object _lookup, _drain, _on_full, _on_open, _clock, _partitioner, _random
+    cdef dict _topics
+    cdef list _sealed
+    cdef PyThread_type_lock _lock
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+
+    def __init__(self, *, batch_size, max_request_size, lookup, drain, on_full, on_open=None, clock=None,
+                 partitioner=None, seed=None):
+        self._batch_size = batch_size
+        self._max_request = max_request_size
+        self._lookup, self._drain, self._on_full, self._on_open = lookup, drain, on_full, on_open
+        self._clock, self._partitioner = clock, partitioner
+        self._random = _random_module.Random(seed)
+        self._topics = {}
+        self._sealed = []
+
+    cdef object _now(self):
+        cdef timespec ts
+        if self._clock is not None:
+            return self._clock.time_ms()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+    cdef _Topic _topic(self, topic):
+        cdef _Topic t = <_Topic>self._topics.get(topic)
+        cdef Py_ssize_t i
+        if t is not None:
+            return t
+        count, max_message = self._lookup(topic)  # outside the lock: it may take the engine's
+        t = _Topic.__new__(_Topic)
+        t.count = count
+        t.limit = min(self._max_request, max_message)
+        t.cap = min(self._batch_size, t.limit)
+        t.open = [None] * t.count
+        t.all = list(range(t.count))
+        t.sticky = -1
+        t.sticky_bytes = 0
+        t.sizes = <Py_ssize_t *>malloc(t.count * sizeof(Py_ssize_t))
+        if t.sizes == NULL:
+            raise MemoryError()
+        for i in range(t.count):
+            t.sizes[i] = 0
+        _acquire(self._lock)
+        t = <_Topic>self._topics.setdefault(topic, t)
+        PyThread_release_lock(self._lock)
+        return t
+
+    cdef Py_ssize_t _choose(self, _Topic t, topic, key, partition) except -1:
+        cdef Py_ssize_t p
+        if partition is None and self._partitioner is not None:
+            partition = self._partitioner(key, t.all, t.all)
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < t.count:
+                raise _acc.bad_partition(topic, partition, t.count)
+            return partition
+        if key is not None:
+            return (<int64_t>(_murmur2(<const uint8_t *>PyBytes_AS_STRING(key), len(<bytes>key)) & 0x7fffffff)
+                    % t.count)
+        p = t.sticky
+        if p < 0:
+            p = t.sticky = self._random.randrange(t.count)
+        return p
+
+    cdef void _seal(self, _Topic t, Py_ssize_t p):
+        self._sealed.append(t.open[p])
+        t.open[p] = None
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """Add one record; returns its future (see engine.accumulator)."""
+        cdef Py_ssize_t size = _acc.RECORD_OVERHEAD, p
+        cdef _Topic t
+        cdef bint full = False, opened = False, sticky = partition is None and key is None
+        cdef RecordFuture f
+        cdef object batch, spare = None
+        cdef list records
+        if value is not None:
+            if not PyBytes_CheckExact(value):
+                value = bf.check_bytes("value", value)
+            size += len(<bytes>value)
+        if key is not None:
+            if not PyBytes_CheckExact(key):
+                key = bf.check_bytes("key", key)
+            size += len(<bytes>key)
+        if headers:
+            headers, hsize = _acc.checked_headers(headers)
+            size += hsize
+        else:
+            headers = None
+        if timestamp_ms is None:
+            timestamp_ms = self._now()
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise _acc.bad_timestamp(timestamp_ms)
+        t = self._topic(topic)
+        if size + HEADER_SIZE > t.limit:
+            raise _acc.record_too_large(size + HEADER_SIZE, t.limit, topic)
+        sticky = sticky and self._partitioner is None
+        while True:  # build a batch outside the lock if one may be needed, then re-check under it
+            _acquire(self._lock)
+            try:
+                p = self._choose(t, topic, key, partition)
+                batch = t.open[p]
+                if batch is not None and t.sizes[p] + size > t.cap:
+                    self._seal(t, p)
+                    batch = None
+                    full = True
+                if batch is None:
+                    if spare is None or spare.partition != p:
+                        spare = None
+                    else:
+                        batch, spare = spare, None
+                        t.open[p] = batch
+                        t.sizes[p] = HEADER_SIZE
+                        opened = True
+                if batch is not None:
+                    records = batch.records
+                    records.append((key, value, headers, timestamp_ms))
+                    t.sizes[p] += size
+                    if sticky:
+                        t.sticky_bytes += size
+                        if t.sticky_bytes >= self._batch_size:
+                            t.sticky = -1
+                            t.sticky_bytes = 0
+                    if t.sizes[p] >= t.cap:
+                        self._seal(t, p)
+                        full = True
+                    f = RecordFuture.__new__(RecordFuture)
+                    f.batch = batch
+                    f.index = len(records) - 1
+                    break
+            finally:
+                PyThread_release_lock(self._lock)
+            spare = _acc.ProducerBatch(topic, p, self._now(), self._drain)
+        if opened and self._on_open is not None:
+            self._on_open()
+        if full:
+            self._on_full()
+        return f
+
+    def seal(self, batch):
+        """Seal `batch` if it is still open."""
+        cdef _Topic t = <_Topic>self._topics.get(batch.topic)
+        _acquire(self._lock)
+        if t is not None and t.open[batch.partition] is batch:
+            self._seal(t, batch.partition)
+        PyThread_release_lock(self._lock)
+
+    def seal_all(self):
+        cdef _Topic t
+        cdef Py_ssize_t p
+        _acquire(self._lock)
+        for t in self._topics.values():
+            for p in range(t.count):
+                if t.open[p] is not None:
+                    self._seal(t, p)
+        PyThread_release_lock(self._lock)
+
+    def seal_expired(self, int64_t now_ms, int64_t linger_ms):
+        """Seal the open batches at least `linger_ms` old; the next expiry time, or -1 if none is open."""
+        cdef _Topic t
+        cdef Py_ssize_t p
+        cdef int64_t nxt = -1, created
+        _acquire(self._lock)
+        try:
+            for t in self._topics.values():
+                for p in range(t.count):
+                    b = t.open[p]
+                    if b is None:
+                        continue
+                    created = b.created_ms
+                    if now_ms - created >= linger_ms:
+                        self._seal(t, p)
+                    elif nxt < 0 or created + linger_ms < nxt:
+                        nxt = created + linger_ms
+        finally:
+            PyThread_release_lock(self._lock)
+        return nxt
+
+    def take_sealed(self):
+        """The sealed batches in sealing order (the accumulator forgets them)."""
+        _acquire(self._lock)
+        out, self._sealed = self._sealed, []
+        PyThread_release_lock(self._lock)
+        return out
+
+    def forget_topic(self, topic):
+        """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
+        cdef _Topic t
+        _acquire(self._lock)
+        t = <_Topic>self._topics.pop(topic, None)
+        if t is not None:
+            self._sealed.extend([b for b in t.open if b is not None])
+        PyThread_release_lock(self._lock)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # the leaf modules of the engine package: they may import only each other
 LEAVES = {
     "engine.errors", "engine.records", "engine.batch_format", "engine.compression", "engine.columns",
-    "engine.clock", "engine.codec", "engine._native",
+    "engine.clock", "engine.codec", "engine._native", "engine.structs", "engine.accumulator",
 }
 RANK = {"leaf": 0, "segments": 1, "txn": 2, "replication": 3, "engine": 4}
 

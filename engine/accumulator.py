@@ -1,0 +1,327 @@
+"""The producer's record accumulator (Kafka's RecordAccumulator + BuiltInPartitioner): the pure-Python
+twin of the native one, and the batch type both share.
+
+`RecordAccumulator.send()` validates one record, picks its partition (explicit, a custom
+partitioner, `toPositive(murmur2(key)) % n`, or the sticky partition for a null key, which moves
+on after `batch_size` bytes), appends it to that partition's open `ProducerBatch` and returns a
+`RecordFuture`. A batch is sealed when the next record would not fit (`batch_size`, capped by
+`max_request_size` and the topic's `max.message.bytes`), when its linger expires
+(`seal_expired`), or when asked (`seal`, `seal_all`); sealed batches wait, in sealing order, in
+`take_sealed()`, and `on_full()` is called after a full batch is sealed. Records are kept as
+(key, value, headers, timestamp) tuples, ready for `encode_batch`.
+Thread-safety: the native accumulator mutates its state while holding the GIL and runs no Python
+code in between, so sends from many threads are safe; this twin takes a lock. A batch is completed
+once, by whichever thread appended it; callbacks run in that thread.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from engine import batch_format as bf
+from engine.errors import InvalidTimestampError, RecordTooLargeError, UnknownTopicOrPartitionError
+from engine.structs import RecordMetadata, metadata
+
+log = logging.getLogger("kafkalog.producer")
+
+RECORD_OVERHEAD = 21  # an upper bound of a record's framing (size, attributes, deltas, field lengths)
+
+
+class ProducerBatch:
+    """Records bound for one partition, appended together; their futures resolve when it completes."""
+
+    __slots__ = ("topic", "partition", "records", "created_ms", "drain", "done", "base_offset",
+                 "log_append_time", "error", "_waiters")
+
+    def __init__(self, topic: str, partition: int, created_ms: int, drain) -> None:
+        self.topic, self.partition, self.created_ms, self.drain = topic, partition, created_ms, drain
+        self.records: list[tuple] = []
+        self.done = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self._waiters: list | None = None
+
+    def complete(self, base_offset: int, log_append_time: int = -1) -> None:
+        """The batch was appended at `base_offset` (-1 when acks=0)."""
+        self.base_offset, self.log_append_time = base_offset, log_append_time
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        waiters, self._waiters = self._waiters, None
+        for index, callback, errback in waiters or ():
+            self._notify(index, callback, errback)
+
+    def _notify(self, index: int, callback, errback) -> None:
+        try:
+            if self.error is None:
+                if callback is not None:
+                    callback(self.result(index))
+            elif errback is not None:
+                errback(self.error)
+        except Exception:
+            log.exception("a producer callback raised")
+
+    def result(self, index: int) -> RecordMetadata:
+        """Record `index`'s metadata (the batch must be done); raises the batch's error."""
+        if self.error is not None:
+            raise self.error
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        return metadata(self.topic, self.partition, offset, self.records[index], self.log_append_time)
+
+    def wait(self, index: int) -> RecordMetadata:
+        """Push the batch out if it is still pending, then return record `index`'s metadata."""
+        if not self.done:
+            self.drain(self)
+        return self.result(index)
+
+    def on_done(self, index: int, callback, errback) -> None:
+        """Call `callback(metadata)` or `errback(error)` once the batch is done (now, if it is)."""
+        if self.done:
+            self._notify(index, callback, errback)
+        else:
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append((index, callback, errback))
+
+
+def bind(f, args, kwargs):
+    """kafka-python's callback convention: f(*args, result, **kwargs)."""
+    return (lambda result: f(*args, result, **kwargs)) if args or kwargs else f
+
+
+def checked_headers(headers) -> tuple[list, int]:
+    """Validated headers (a list of (str, bytes|None)) and their size estimate."""
+    normalized = bf.normalize_headers(0, headers)
+    size = sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in normalized)
+    return [(k, v) for (k, _), (_, v) in zip(headers, normalized)], size
+
+
+def record_too_large(size: int, limit: int, topic: str) -> RecordTooLargeError:
+    return RecordTooLargeError(f"the record is {size} bytes when serialized, more than the {limit}-byte limit "
+                               f"(max.request.size / max.message.bytes of {topic!r})")
+
+
+def bad_partition(topic: str, partition, count: int) -> UnknownTopicOrPartitionError:
+    return UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for topic {topic!r}")
+
+
+def bad_timestamp(timestamp_ms) -> InvalidTimestampError:
+    return InvalidTimestampError(f"timestamp_ms must be an int >= 0 or None, got {timestamp_ms!r}")
+
+
+def murmur2(data) -> int:
+    """Kafka's Utils.murmur2 of `data` as a signed int32."""
+    data = bytes(data)
+    m, n = 0x5BD1E995, len(data)
+    h = (0x9747B28C ^ n) & 0xFFFFFFFF
+    tail = n & ~3
+    for i in range(0, tail, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = n & 3
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h = ((h ^ data[tail]) * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+class RecordFuture:
+    """kafka-python's FutureRecordMetadata: the outcome of one send()."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self.batch, self.index = batch, index
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata once its batch is appended (sending it now if it is pending)."""
+        return self.batch.wait(self.index)
+
+    @property
+    def is_done(self) -> bool:
+        return self.batch.done
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        return self.batch.result(self.index) if self.batch.done and self.batch.error is None else None
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self.batch.error
+
+    def succeeded(self) -> bool:
+        return self.batch.done and self.batch.error is None
+
+    def failed(self) -> bool:
+        return self.batch.done and self.batch.error is not None
+
+    def add_callback(self, f, *args, **kwargs) -> "RecordFuture":
+        self.batch.on_done(self.index, bind(f, args, kwargs), None)
+        return self
+
+    def add_errback(self, f, *args, **kwargs) -> "RecordFuture":
+        self.batch.on_done(self.index, None, bind(f, args, kwargs))
+        return self
+
+    def add_both(self, f, *args, **kwargs) -> "RecordFuture":
+        g = bind(f, args, kwargs)
+        self.batch.on_done(self.index, g, g)
+        return self
+
+
+class _Topic:
+    __slots__ = ("count", "limit", "cap", "open", "sizes", "sticky", "sticky_bytes", "all")
+
+    def __init__(self, count: int, limit: int, batch_size: int) -> None:
+        self.count, self.limit, self.cap = count, limit, min(batch_size, limit)
+        self.open: list[ProducerBatch | None] = [None] * count
+        self.sizes = [0] * count
+        self.sticky, self.sticky_bytes = -1, 0
+        self.all = list(range(count))
+
+
+class RecordAccumulator:
+    def __init__(self, *, batch_size: int, max_request_size: int, lookup, drain, on_full, on_open=None,
+                 clock=None, partitioner=None, seed: int | None = None) -> None:
+        """`lookup(topic) -> (partitions, max_message_bytes)`; `drain(batch)` pushes one batch out;
+        `on_full()` runs after a full batch is sealed, `on_open()` when a partition's batch opens."""
+        self._batch_size, self._max_request = batch_size, max_request_size
+        self._lookup, self._drain, self._on_full, self._on_open = lookup, drain, on_full, on_open
+        self._clock, self._partitioner = clock, partitioner
+        self._random = random.Random(seed)
+        self._topics: dict[str, _Topic] = {}
+        self._sealed: list[ProducerBatch] = []
+        self._lock = threading.RLock()
+
+    def _topic(self, topic: str) -> _Topic:
+        t = self._topics.get(topic)
+        if t is None:
+            count, max_message = self._lookup(topic)
+            t = self._topics[topic] = _Topic(count, min(self._max_request, max_message), self._batch_size)
+        return t
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None) -> RecordFuture:
+        """Add one record; returns its future (see the module docstring)."""
+        value = bf.check_bytes("value", value)
+        key = bf.check_bytes("key", key)
+        size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        if headers:
+            headers, hsize = checked_headers(headers)
+            size += hsize
+        else:
+            headers = None
+        if timestamp_ms is None:
+            timestamp_ms = self._clock.time_ms() if self._clock is not None else time.time_ns() // 1_000_000
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise bad_timestamp(timestamp_ms)
+        with self._lock:
+            t = self._topic(topic)
+            if size + bf.HEADER_SIZE > t.limit:
+                raise record_too_large(size + bf.HEADER_SIZE, t.limit, topic)
+            p = self._choose(t, topic, key, partition)
+            full = False
+            batch = t.open[p]
+            if batch is not None and t.sizes[p] + size > t.cap:
+                self._seal(t, p)
+                batch, full = None, True
+            if batch is None:
+                batch = t.open[p] = ProducerBatch(topic, p, self._now(), self._drain)
+                t.sizes[p] = bf.HEADER_SIZE
+                if self._on_open is not None:
+                    self._on_open()
+            batch.records.append((key, value, headers, timestamp_ms))
+            t.sizes[p] += size
+            if partition is None and key is None and self._partitioner is None:
+                t.sticky_bytes += size
+                if t.sticky_bytes >= self._batch_size:
+                    t.sticky, t.sticky_bytes = -1, 0
+            if t.sizes[p] >= t.cap:
+                self._seal(t, p)
+                full = True
+            future = RecordFuture(batch, len(batch.records) - 1)
+        if full:
+            self._on_full()
+        return future
+
+    def _now(self) -> int:
+        return self._clock.time_ms() if self._clock is not None else time.time_ns() // 1_000_000
+
+    def _choose(self, t: _Topic, topic: str, key, partition) -> int:
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < t.count:
+                raise bad_partition(topic, partition, t.count)
+            return partition
+        if self._partitioner is not None:
+            chosen = self._partitioner(key, t.all, t.all)
+            return self._choose(t, topic, key, chosen)
+        if key is not None:
+            return (murmur2(key) & 0x7FFFFFFF) % t.count
+        if t.sticky < 0:
+            t.sticky = self._random.randrange(t.count)
+        return t.sticky
+
+    def _seal(self, t: _Topic, p: int) -> None:
+        self._sealed.append(t.open[p])
+        t.open[p] = None
+
+    def seal(self, batch: ProducerBatch) -> None:
+        """Seal `batch` if it is still open."""
+        with self._lock:
+            t = self._topics.get(batch.topic)
+            if t is not None and t.open[batch.partition] is batch:
+                self._seal(t, batch.partition)
+
+    def seal_all(self) -> None:
+        with self._lock:
+            for t in self._topics.values():
+                for p in range(t.count):
+                    if t.open[p] is not None:
+                        self._seal(t, p)
+
+    def seal_expired(self, now_ms: int, linger_ms: int) -> int:
+        """Seal the open batches at least `linger_ms` old; the next expiry time, or -1 if none is open."""
+        nxt = -1
+        with self._lock:
+            for t in self._topics.values():
+                for p in range(t.count):
+                    b = t.open[p]
+                    if b is None:
+                        continue
+                    if now_ms - b.created_ms >= linger_ms:
+                        self._seal(t, p)
+                    elif nxt < 0 or b.created_ms + linger_ms < nxt:
+                        nxt = b.created_ms + linger_ms
+        return nxt
+
+    def take_sealed(self) -> list[ProducerBatch]:
+        """The sealed batches in sealing order (the accumulator forgets them)."""
+        with self._lock:
+            out, self._sealed = self._sealed, []
+            return out
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
+        with self._lock:
+            t = self._topics.pop(topic, None)
+            if t is not None:
+                self._sealed.extend(b for b in t.open if b is not None)
+
+
+__all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture", "murmur2", "RecordMetadata"]

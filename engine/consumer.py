@@ -1,0 +1,278 @@
+"""A kafka-python-shaped consumer over an Engine, without consumer groups (yet).
+
+Reads go straight to the partition logs: whole batches up to the high watermark (never past it),
+decoded by the native core into ConsumerRecords with kafka-python's fields. Control batches are
+never returned and offset gaps (compaction) are skipped. Positions live in the consumer; `poll()`
+and iteration move them past every record they return.
+Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
+fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
+consumer_timeout_ms=inf). `group_id` and isolation_level='read_committed' raise "not supported yet"
+until consumer groups and transactions exist: they are never quietly ignored.
+Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
+thread-safe. poll(timeout_ms) waits on the engine's clock for an append.
+"""
+from __future__ import annotations
+
+import math
+
+from engine import codec
+from engine.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    not_supported_yet,
+)
+from engine.structs import OffsetAndTimestamp, TopicPartition
+
+RESETS = ("earliest", "latest", "none")
+
+
+def _positive(name: str, value) -> int:
+    if type(value) is not int or value < 1:
+        raise InvalidConfigurationError(f"{name}={value!r} must be an int >= 1")
+    return value
+
+
+class Consumer:
+    def __init__(self, engine, *topics: str, group_id=None, auto_offset_reset: str = "latest",
+                 max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
+                 max_partition_fetch_bytes: int = 1048576, isolation_level: str = "read_uncommitted",
+                 consumer_timeout_ms: float = math.inf, key_deserializer=None, value_deserializer=None,
+                 client_id: str | None = None, **unknown) -> None:
+        if unknown:
+            raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
+        if group_id is not None:
+            raise not_supported_yet(f"group_id={group_id!r} (consumer groups and committed offsets)")
+        if isolation_level == "read_committed":
+            raise not_supported_yet("isolation_level='read_committed' (transactions)")
+        if isolation_level != "read_uncommitted":
+            raise InvalidConfigurationError(f"isolation_level={isolation_level!r} must be 'read_uncommitted'")
+        if auto_offset_reset not in RESETS:
+            raise InvalidConfigurationError(f"auto_offset_reset={auto_offset_reset!r} must be one of {RESETS}")
+        if not (isinstance(consumer_timeout_ms, (int, float)) and consumer_timeout_ms >= 0):
+            raise InvalidConfigurationError(f"consumer_timeout_ms={consumer_timeout_ms!r} must be >= 0")
+        self._engine = engine
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = _positive("max_poll_records", max_poll_records)
+        self.fetch_max_bytes = _positive("fetch_max_bytes", fetch_max_bytes)
+        self.max_partition_fetch_bytes = _positive("max_partition_fetch_bytes", max_partition_fetch_bytes)
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self._key_de, self._value_de = key_deserializer, value_deserializer
+        self.client_id = client_id
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._subscription: set[str] | None = None
+        self._paused: set[TopicPartition] = set()
+        self._next = 0
+        self._closed = False
+        if topics:
+            self.subscribe(list(topics))
+
+    # --- assignment -------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+
+    def subscribe(self, topics) -> None:
+        """Subscribe to topics; with no group, this consumer is their only member and gets every partition."""
+        self._check()
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if self._subscription is None and self._positions:
+            raise IllegalStateError("subscribe() after assign(): call unsubscribe() first")
+        parts = [TopicPartition(t, p) for t in topics for p in range(self._engine.partitions_for(t))]
+        self._subscription = set(topics)
+        self._positions = {tp: self._positions.get(tp) for tp in parts}
+
+    def assign(self, partitions) -> None:
+        """Read exactly these TopicPartitions."""
+        self._check()
+        if self._subscription is not None:
+            raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
+        parts = [TopicPartition(*tp) for tp in partitions]
+        for tp in parts:
+            self._engine.log(tp.topic, tp.partition)  # raises for an unknown topic or partition
+        self._positions = {tp: self._positions.get(tp) for tp in parts}
+
+    def unsubscribe(self) -> None:
+        self._subscription = None
+        self._positions = {}
+        self._paused = set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    def subscription(self) -> set[str] | None:
+        return None if self._subscription is None else set(self._subscription)
+
+    def topics(self) -> set[str]:
+        return set(self._engine.list_topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self._engine.partitions_for(topic)))
+
+    def pause(self, *partitions) -> None:
+        self._paused.update(self._assigned(partitions))
+
+    def resume(self, *partitions) -> None:
+        self._paused.difference_update(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def _assigned(self, partitions) -> list[TopicPartition]:
+        for tp in partitions:
+            if tp not in self._positions:
+                raise IllegalStateError(f"{tp} is not assigned to this consumer")
+        return list(partitions)
+
+    # --- positions --------------------------------------------------------------------------------
+    def _log(self, tp: TopicPartition):
+        return self._engine.log(tp.topic, tp.partition)
+
+    def _reset(self, tp: TopicPartition) -> int:
+        if self.auto_offset_reset == "none":
+            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
+        lg = self._log(tp)
+        pos = lg.log_start_offset if self.auto_offset_reset == "earliest" else lg.high_watermark
+        self._positions[tp] = pos
+        return pos
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record to fetch (resolving auto_offset_reset if needed)."""
+        self._check()
+        pos = self._positions[self._assigned([tp])[0]]
+        return self._reset(tp) if pos is None else pos
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._check()
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        self._positions[self._assigned([tp])[0]] = offset
+
+    def seek_to_beginning(self, *partitions) -> None:
+        for tp in self._assigned(partitions or list(self._positions)):
+            self._positions[tp] = self._log(tp).log_start_offset
+
+    def seek_to_end(self, *partitions) -> None:
+        for tp in self._assigned(partitions or list(self._positions)):
+            self._positions[tp] = self._log(tp).high_watermark
+
+    def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
+        return {tp: self._log(tp).log_start_offset for tp in partitions}
+
+    def end_offsets(self, partitions) -> dict[TopicPartition, int]:
+        """The high watermark: the offset after the last record a read_uncommitted consumer can see."""
+        return {tp: self._log(tp).high_watermark for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given one (None if none is visible)."""
+        out = {}
+        for tp, ts in timestamps.items():
+            if type(ts) is not int or ts < 0:
+                raise ValueError(f"timestamp for {tp} must be an int >= 0, got {ts!r}")
+            lg = self._log(tp)
+            found = lg.offset_for_timestamp(ts)
+            out[tp] = (OffsetAndTimestamp(found[1], found[0], None)
+                       if found is not None and found[1] < lg.high_watermark else None)
+        return out
+
+    def commit(self, offsets=None) -> None:
+        raise not_supported_yet("commit() (consumer groups and committed offsets)")
+
+    # --- fetching ---------------------------------------------------------------------------------
+    def _fetch(self, max_records: int) -> dict[TopicPartition, list]:
+        out: dict[TopicPartition, list] = {}
+        budget, remaining = self.fetch_max_bytes, max_records
+        order = list(self._positions)
+        if not order:
+            return out
+        start = self._next % len(order)
+        self._next += 1
+        for tp in order[start:] + order[:start]:
+            if remaining <= 0 or budget <= 0:
+                break
+            if tp in self._paused:
+                continue
+            lg = self._log(tp)
+            pos = self._positions[tp]
+            if pos is None:
+                pos = self._reset(tp)
+            hw = lg.high_watermark
+            if pos >= hw:
+                continue
+            try:
+                data = lg.read(pos, min(self.max_partition_fetch_bytes, budget), upper_bound=hw)
+            except OffsetOutOfRangeError:
+                if self.auto_offset_reset == "none":
+                    raise
+                self._reset(tp)
+                continue
+            budget -= data.records.nbytes
+            records: list = []
+            nxt = pos
+            for batch in codec.iter_batches(data.records, source=lg.dir):
+                if batch.next_offset <= nxt:
+                    continue
+                got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records))
+                records += got
+                if len(records) >= remaining:
+                    break
+            self._positions[tp] = nxt
+            if records:
+                out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
+                remaining -= len(records)
+        return out
+
+    def _deserialize(self, records: list) -> list:
+        kd, vd = self._key_de, self._value_de
+        return [codec.consumer_record(
+            r.topic, r.partition, r.leader_epoch, r.offset, r.timestamp, r.timestamp_type,
+            kd(r.key) if kd and r.key is not None else r.key, vd(r.value) if vd and r.value is not None else r.value,
+            r.headers, None, r.serialized_key_size, r.serialized_value_size, r.serialized_header_size)
+            for r in records]
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list]:
+        """Records by partition, at most `max_records` (max_poll_records); waits up to `timeout_ms` for some."""
+        self._check()
+        limit = self.max_poll_records if max_records is None else _positive("max_records", max_records)
+        got = self._fetch(limit)
+        if got or timeout_ms <= 0:
+            return got
+        clock = self._engine.clock
+        deadline = clock.time_ms() + timeout_ms
+        event = self._engine.watch()
+        try:
+            while True:
+                got = self._fetch(limit)
+                left = deadline - clock.time_ms()
+                if got or left <= 0 or self._closed:
+                    return got
+                self._engine.wait_for_data(event, left)
+                event.clear()
+        finally:
+            self._engine.unwatch(event)
+
+    def __iter__(self):
+        """Every record in order per partition; stops after consumer_timeout_ms without one (kafka-python)."""
+        while not self._closed:
+            wait = self.consumer_timeout_ms if math.isfinite(self.consumer_timeout_ms) else 3_600_000
+            batch = self.poll(timeout_ms=wait)
+            if not batch:
+                if math.isfinite(self.consumer_timeout_ms):
+                    return
+                continue
+            for records in batch.values():
+                yield from records
+
+    def close(self, autocommit: bool = True) -> None:
+        self._closed = True
+
+    def _forget_topic(self, topic: str) -> None:
+        """The engine deleted `topic`: drop its partitions from the assignment."""
+        self._positions = {tp: pos for tp, pos in self._positions.items() if tp.topic != topic}
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

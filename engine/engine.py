@@ -1,0 +1,313 @@
+"""The Engine: one open log directory with its topics, their partitions' logs, producer ids and
+background work; the clients (`producer()`, `consumer()`) are made from it.
+
+On disk: Kafka's log directory (segments.log_manager) plus `kafkalog.metadata` (engine.metadata).
+Partitions have one replica for now, so the high watermark follows the log end after every append
+and acks=1 and acks='all' mean the same.
+Crash policy: a topic is created by writing its partition directories (each with its
+`partition.metadata`) and then the catalogue; it is deleted by rewriting the catalogue first and then
+removing the directories. A partition directory the catalogue does not know (a crash in between,
+or another topic id) is renamed `-stray`, as KRaft brokers do, so nothing is lost.
+Threads: every public method is thread-safe; the log manager's background thread runs flush,
+retention, checkpoints and producer-id expiry, and stops on close().
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import NamedTuple
+
+from engine import metadata
+from engine.clock import Clock, SystemClock
+from engine.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    not_supported_yet,
+)
+from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
+from segments import partition_metadata
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from segments.log_manager import LogManager
+from txn.unified_log import DEFAULT_EXPIRATION_MS, UnifiedLog
+
+PRODUCER_EXPIRATION_CHECK_MS = 600_000
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    topic_id: str
+    partitions: list[PartitionDescription]
+    config: dict
+
+
+class Engine:
+    """An open log directory. Use `engine.open(path)`; close it (or use `with`) to shut down cleanly."""
+
+    def __init__(self, path: str, *, clock: Clock | None = None, fs: FileSystem | None = None,
+                 background: bool = True, topic_defaults: dict | None = None,
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, **unknown) -> None:
+        if unknown:
+            raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+        self.path = os.path.abspath(path)
+        self.clock = clock or SystemClock()
+        self.fs = fs or FileSystem()
+        self.defaults = LogConfig.from_dict(topic_defaults)
+        if not isinstance(producer_id_expiration_ms, int) or producer_id_expiration_ms < 1:
+            raise InvalidConfigurationError(f"producer.id.expiration.ms={producer_id_expiration_ms!r} must be >= 1")
+        self._lock = threading.RLock()
+        self._closed = False
+        self._clients: weakref.WeakSet = weakref.WeakSet()
+        self._waiters: set[threading.Event] = set()
+        self.fs.makedirs(self.path)
+        found = metadata.read(self.fs, self.path)
+        self._catalogue = found or Catalogue()
+        self._logs = LogManager(
+            self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
+            log_class=UnifiedLog, log_options={"producer_id_expiration_ms": producer_id_expiration_ms},
+            tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers)})
+        try:
+            self._reconcile(adopt=found is None)
+            highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
+            self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
+            self._catalogue.producer_id_block_end = self._next_pid
+            metadata.write(self.fs, self.path, self._catalogue)
+        except BaseException:
+            self._logs.close()
+            raise
+
+    # --- catalogue ------------------------------------------------------------------------------
+    def _log_config(self, topic: str) -> LogConfig:
+        rec = self._catalogue.topics.get(topic)
+        return LogConfig.from_dict(rec.config if rec else None, base=self.defaults)
+
+    def _reconcile(self, adopt: bool) -> None:
+        """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside."""
+        for (topic, partition), lg in sorted(self._logs.logs().items()):
+            topic_id = partition_metadata.read(self.fs, lg.dir)
+            rec = self._catalogue.topics.get(topic)
+            if adopt and topic not in INTERNAL_TOPICS:
+                if rec is None:
+                    rec = self._catalogue.topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
+                rec.partitions = max(rec.partitions, partition + 1)
+                if topic_id is None:
+                    partition_metadata.write(self.fs, lg.dir, rec.topic_id)
+            elif rec is None or topic_id != rec.topic_id or partition >= rec.partitions:
+                self._logs.set_aside(topic, partition, "stray")
+        for name, rec in self._catalogue.topics.items():
+            for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
+                self._logs.create_log(name, p, rec.topic_id)
+
+    def _save(self) -> None:
+        metadata.write(self.fs, self.path, self._catalogue)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the engine is closed", file=self.path)
+
+    # --- topics ---------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: dict | None = None) -> TopicDescription:
+        """Create a topic with `partitions` partitions and config overrides (Kafka's dotted names)."""
+        with self._lock:
+            self._check_open()
+            metadata.validate_new_topic(name, self._catalogue.topics)
+            if type(partitions) is not int or partitions < 1:
+                raise InvalidPartitionsError(f"partitions must be an int >= 1, got {partitions!r}")
+            if type(replication_factor) is not int or replication_factor < 1:
+                raise InvalidReplicationFactorError(
+                    f"replication_factor must be an int >= 1, got {replication_factor!r}")
+            if replication_factor > 1:
+                raise not_supported_yet(f"replication_factor={replication_factor} (in-process replicas)")
+            overrides = dict(config or {})
+            LogConfig.from_dict(overrides, base=self.defaults)
+            if name in self._catalogue.topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides)
+            self._catalogue.topics[name] = rec
+            try:
+                for p in range(partitions):
+                    self._logs.create_log(name, p, rec.topic_id)
+                self._save()
+            except BaseException:
+                del self._catalogue.topics[name]
+                for p in range(partitions):
+                    if (name, p) in self._logs.logs():
+                        self._logs.delete_log(name, p)
+                raise
+            return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            self._check_open()
+            rec = self._topic(name)
+            del self._catalogue.topics[name]
+            self._save()
+            for client in list(self._clients):
+                client._forget_topic(name)
+            for p in range(rec.partitions):
+                self._logs.delete_log(name, p)
+
+    def list_topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._catalogue.topics)
+
+    def _topic(self, name: str) -> TopicRecord:
+        rec = self._catalogue.topics.get(name)
+        if rec is None:
+            if name in INTERNAL_TOPICS:
+                raise InvalidTopicError(f"{name!r} is an internal topic reserved for the engine")
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", file=self.path)
+        return rec
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions (log start, LEO, high watermark, bytes, segments) and the effective config."""
+        with self._lock:
+            rec = self._topic(name)
+            parts = []
+            for p in range(rec.partitions):
+                lg = self.log(name, p)
+                parts.append(PartitionDescription(p, lg.log_start_offset, lg.log_end_offset, lg.high_watermark,
+                                                  lg.size_in_bytes(), len(lg.segments)))
+            return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict())
+
+    def alter_topic_config(self, name: str, config: dict) -> dict:
+        """Set config overrides (a None value removes one); returns the effective config."""
+        with self._lock:
+            self._check_open()
+            rec = self._topic(name)
+            merged = {**rec.config, **config}
+            merged = {k: v for k, v in merged.items() if v is not None}
+            new = LogConfig.from_dict(merged, base=self.defaults)
+            rec.config = merged
+            self._save()
+            for p in range(rec.partitions):
+                self.log(name, p).config = new
+            return new.to_dict()
+
+    def partitions_for(self, topic: str) -> int:
+        with self._lock:
+            return self._topic(topic).partitions
+
+    def log(self, topic: str, partition: int) -> UnifiedLog:
+        """The log of one partition (for tools and tests; clients go through producers and consumers)."""
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
+        return self._logs.get_log(topic, partition)
+
+    # --- the produce path ----------------------------------------------------------------------
+    def _producer_layout(self, topic: str) -> tuple[int, int]:
+        with self._lock:
+            self._check_open()
+            rec = self._topic(topic)
+            return rec.partitions, self._log_config(topic).max_message_bytes
+
+    def append(self, topic: str, partition: int, data) -> "AppendInfo":  # noqa: F821 (segments.log)
+        """Append a producer's batch to a partition as its leader; the high watermark follows (one replica)."""
+        self._check_open()
+        lg = self.log(topic, partition)
+        info = lg.append_as_leader(data)
+        lg.update_high_watermark(lg.log_end_offset)
+        if self._waiters:
+            for ev in list(self._waiters):
+                ev.set()
+        return info
+
+    def wait_for_data(self, event: threading.Event, timeout_ms: float) -> None:
+        """Block until an append (event registered with `watch`) or `timeout_ms` of clock time."""
+        self.clock.wait(event, timeout_ms)
+
+    def watch(self) -> threading.Event:
+        ev = threading.Event()
+        with self._lock:
+            self._waiters.add(ev)
+        return ev
+
+    def unwatch(self, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.discard(event)
+
+    def allocate_producer_id(self) -> int:
+        """A producer id never handed out before in this directory (persisted a block at a time)."""
+        with self._lock:
+            self._check_open()
+            pid = self._next_pid
+            self._next_pid += 1
+            if pid >= self._catalogue.producer_id_block_end:
+                self._catalogue.producer_id_block_end = pid + metadata.PRODUCER_ID_BLOCK
+                self._save()
+            return pid
+
+    def expire_producers(self) -> int:
+        return sum(lg.remove_expired_producers() for lg in self._logs.logs().values())
+
+    # --- clients --------------------------------------------------------------------------------
+    def producer(self, **config):
+        """A kafka-python-shaped Producer writing to this engine (see engine.producer)."""
+        from engine.producer import Producer
+        return self._register(Producer(self, **config))
+
+    def consumer(self, *topics: str, **config):
+        """A kafka-python-shaped Consumer reading from this engine (see engine.consumer)."""
+        from engine.consumer import Consumer
+        return self._register(Consumer(self, *topics, **config))
+
+    def _register(self, client):
+        with self._lock:
+            self._check_open()
+            self._clients.add(client)
+        return client
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fsync every log up to its end (what flush.messages=1 would do after each append)."""
+        for lg in self._logs.logs().values():
+            lg.flush()
+
+    def close(self) -> None:
+        """Close clients, then shut down cleanly: snapshots, checkpoints, the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            clients = list(self._clients)
+        errors = []
+        for client in clients:
+            try:
+                client.close()
+            except KafkaError as exc:
+                errors.append(exc)
+        with self._lock:
+            self._closed = True
+        self._logs.close()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Engine({self.path!r}, topics={len(self._catalogue.topics)}, closed={self._closed})"
+
+
+def open(path: str, **config) -> Engine:  # noqa: A001 (engine.open mirrors the built-in's role)
+    """Open (creating if needed) the log directory `path`; see Engine for the options."""
+    return Engine(path, **config)

@@ -1,0 +1,73 @@
+"""`kafkalog.metadata`: the engine's catalogue at the root of a log directory (what a KRaft
+controller's metadata log holds for a broker): every topic's id, partition count and config
+overrides (Kafka's dotted names), and the end of the last producer-id block handed out.
+
+Byte layout: UTF-8 JSON `{"version": 1, "topics": {name: {"id", "partitions", "config"}},
+"producer_id_block_end": N}`. Kafka ignores the file; topic ids match each `partition.metadata`.
+Crash policy: rewritten whole (tmp + fsync + rename + dir fsync), so a crash leaves the old or the
+new catalogue, never a mix. A directory without it (a Kafka broker's, or an old one) is adopted from
+its partition directories. Thread-safety: the Engine serialises writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidTopicError, KafkaStorageError
+from segments import names
+from segments.fs import FileSystem
+
+FILE = "kafkalog.metadata"
+VERSION = 1
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass
+class TopicRecord:
+    topic_id: str
+    partitions: int
+    config: dict = field(default_factory=dict)
+
+
+@dataclass
+class Catalogue:
+    topics: dict[str, TopicRecord] = field(default_factory=dict)
+    producer_id_block_end: int = 0
+
+
+def read(fs: FileSystem, directory: str) -> Catalogue | None:
+    """The catalogue, or None when the directory has none."""
+    path = os.path.join(directory, FILE)
+    if not fs.exists(path):
+        return None
+    try:
+        with fs.open(path, "rb") as f:
+            doc = json.loads(f.read().decode())
+        if doc.get("version") != VERSION:
+            raise ValueError(f"version {doc.get('version')!r}")
+        topics = {name: TopicRecord(t["id"], int(t["partitions"]), dict(t["config"]))
+                  for name, t in doc["topics"].items()}
+        return Catalogue(topics, int(doc["producer_id_block_end"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise KafkaStorageError(f"unreadable engine metadata ({exc})", file=path) from None
+
+
+def write(fs: FileSystem, directory: str, cat: Catalogue) -> None:
+    doc = {"version": VERSION,
+           "topics": {name: {"id": t.topic_id, "partitions": t.partitions, "config": t.config}
+                      for name, t in sorted(cat.topics.items())},
+           "producer_id_block_end": cat.producer_id_block_end}
+    fs.atomic_write(os.path.join(directory, FILE), json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
+def validate_new_topic(name: str, existing) -> None:
+    """Kafka's rules for a topic a user creates: a legal name, not internal, no '.'/'_' collision."""
+    names.validate_topic(name)
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"{name!r} is an internal topic reserved for the engine")
+    folded = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == folded:
+            raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")

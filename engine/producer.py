@@ -1,0 +1,245 @@
+"""A kafka-python-shaped producer over an Engine.
+
+`send()` is the accumulator's (engine._native, per record); this class moves whole batches: it
+encodes each sealed batch once (with the producer id, epoch and the partition's next sequence when
+idempotent) and appends it to the partition, retrying retriable errors with the same bytes, so a
+retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
+Configs are kafka-python's names with Kafka's defaults (acks='all', enable_idempotence=True,
+linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000).
+Threads: send/flush/close are thread-safe. One sender thread per producer seals batches whose
+linger expired and appends them; full batches are appended by the sending thread itself. Batches
+are appended one at a time, in sealing order, so records of a partition keep their send order.
+"""
+from __future__ import annotations
+
+import random
+import threading
+from typing import NamedTuple
+
+from engine import batch_format as bf
+from engine import codec
+from engine.accumulator import ProducerBatch, bad_partition
+from engine.errors import IllegalStateError, InvalidConfigurationError, KafkaError
+
+ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
+COMPRESSION = (None, "none", "gzip", "snappy", "lz4", "zstd")
+_UNSET = object()
+
+
+class BatchAppend(NamedTuple):
+    """Where one batch of a send_batch() call landed."""
+
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+def _int(name: str, value, minimum: int) -> int:
+    if type(value) is not int or value < minimum:
+        raise InvalidConfigurationError(f"{name}={value!r} must be an int >= {minimum}")
+    return value
+
+
+class Producer:
+    """`send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)` returns a future
+    (`get()`, `add_callback`, `add_errback`); `send_batch`, `flush`, `close`, `partitions_for`."""
+
+    def __init__(self, engine, *, acks="all", enable_idempotence=_UNSET, linger_ms: int = 0,
+                 batch_size: int = 16384, compression_type: str | None = None,
+                 max_request_size: int = 1048576, partitioner=None, retries: int = 2**31 - 1,
+                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000, key_serializer=None,
+                 value_serializer=None, client_id: str | None = None, **unknown) -> None:
+        if unknown:
+            raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
+        if acks not in ACKS:
+            raise InvalidConfigurationError(f"acks={acks!r} must be 0, 1 or 'all'")
+        self.acks = ACKS[acks]
+        if enable_idempotence is _UNSET:
+            enable_idempotence = self.acks == -1  # Kafka turns it off quietly when it was not asked for
+        elif enable_idempotence not in (True, False):
+            raise InvalidConfigurationError(f"enable_idempotence={enable_idempotence!r} must be a bool")
+        elif enable_idempotence and self.acks != -1:
+            raise InvalidConfigurationError("enable_idempotence=True requires acks='all'")
+        if compression_type not in COMPRESSION:
+            raise InvalidConfigurationError(f"compression_type={compression_type!r} must be one of {COMPRESSION}")
+        for name, fn in (("partitioner", partitioner), ("key_serializer", key_serializer),
+                         ("value_serializer", value_serializer)):
+            if fn is not None and not callable(fn):
+                raise InvalidConfigurationError(f"{name} must be callable")
+        self.linger_ms = _int("linger_ms", linger_ms, 0)
+        self.batch_size = _int("batch_size", batch_size, 0)
+        self.max_request_size = _int("max_request_size", max_request_size, bf.HEADER_SIZE + 1)
+        self.retries = _int("retries", retries, 0)
+        self.retry_backoff_ms = _int("retry_backoff_ms", retry_backoff_ms, 0)
+        self.delivery_timeout_ms = _int("delivery_timeout_ms", delivery_timeout_ms, 1)
+        self.compression = compression_type or "none"
+        self.client_id = client_id
+        self._engine, self._clock = engine, engine.clock
+        self.idempotent = enable_idempotence
+        self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) if self.idempotent else (-1, -1)
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._send_lock = threading.RLock()
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._closed = self._flushing = False
+        clock = None if type(engine.clock).__name__ == "SystemClock" else engine.clock
+        self._acc = codec.RecordAccumulator(
+            batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine._producer_layout,
+            drain=self._force, on_full=self._drain, on_open=self._wake.set, clock=clock, partitioner=partitioner)
+        if key_serializer is None and value_serializer is None:
+            self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
+        else:
+            self._key_ser, self._value_ser = key_serializer, value_serializer
+            self.send = self._send_serialized
+        self._thread = threading.Thread(target=self._run, name="kafkalog-producer-sender", daemon=True)
+        self._thread.start()
+
+    def _send_serialized(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        if self._value_ser is not None and value is not None:
+            value = self._value_ser(value)
+        if self._key_ser is not None and key is not None:
+            key = self._key_ser(key)
+        return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
+
+    # --- moving batches -------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Append every sealed batch, in sealing order."""
+        with self._send_lock:
+            for batch in self._acc.take_sealed():
+                self._append(batch)
+
+    def _force(self, batch: ProducerBatch) -> None:
+        """A future's get() on a pending batch: seal and append it now."""
+        self._acc.seal(batch)
+        self._drain()
+        if not batch.done:
+            batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
+
+    def _append(self, batch: ProducerBatch) -> None:
+        if self._closed and not self._flushing:
+            batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
+            return
+        tp = (batch.topic, batch.partition)
+        seq = self._sequences.get(tp, 0)
+        try:
+            data = codec.encode_batch(batch.records, compression=self.compression, producer_id=self.producer_id,
+                                      producer_epoch=self.producer_epoch,
+                                      base_sequence=seq if self.idempotent else -1)
+        except KafkaError as exc:
+            batch.fail(exc)
+            return
+        attempt = 0
+        while True:
+            try:
+                info = self._engine.append(batch.topic, batch.partition, data)
+            except KafkaError as exc:
+                expired = self._clock.time_ms() - batch.created_ms >= self.delivery_timeout_ms
+                if exc.retriable and attempt < self.retries and not expired and not self._stop.is_set():
+                    attempt += 1
+                    self._clock.wait(self._stop, self.retry_backoff_ms)
+                    continue
+                if exc.retriable and self.idempotent:
+                    self._bump_epoch()  # the batch may or may not be in the log: start a fresh sequence space
+                batch.fail(exc)
+                return
+            if self.idempotent:
+                self._sequences[tp] = bf.increment_sequence(seq, len(batch.records))
+            batch.complete(info.first_offset if self.acks else -1, info.log_append_time)
+            return
+
+    def _bump_epoch(self) -> None:
+        self.producer_epoch += 1
+        self._sequences.clear()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            now = self._clock.time_ms()
+            nxt = self._acc.seal_expired(now, self.linger_ms)
+            self._drain()
+            self._clock.wait(self._wake, 3_600_000 if nxt < 0 else max(0, nxt - self._clock.time_ms()))
+
+    def _forget_topic(self, topic: str) -> None:
+        """The engine deleted `topic`: fail what is pending for it and forget its layout."""
+        self._acc.forget_topic(topic)
+        self._drain()
+
+    # --- kafka-python API -----------------------------------------------------------------------
+    def send_batch(self, topic: str, records, partition: int | None = None) -> list[BatchAppend]:
+        """Append many (key, value) or (key, value, headers, timestamp_ms) records at once, partitioned as
+        send() would; each partition's records go out as whole batches, after what send() queued."""
+        count, limit = self._engine._producer_layout(topic)
+        now = self._clock.time_ms()
+        groups: dict[int, list] = {}
+        sticky = partition
+        for rec in records:
+            key, value, headers, ts = rec if len(rec) == 4 else (rec[0], rec[1], None, None)
+            if partition is not None:
+                p = partition
+            elif key is not None:
+                p = (codec.murmur2(key) & 0x7FFFFFFF) % count
+            else:
+                if sticky is None:
+                    sticky = random.randrange(count)
+                p = sticky
+            groups.setdefault(p, []).append((key, value, headers, now if ts is None else ts))
+        budget = min(limit, self.max_request_size) - bf.HEADER_SIZE
+        out = []
+        self.flush()
+        with self._send_lock:
+            for p, recs in sorted(groups.items()):
+                if type(p) is not int or not 0 <= p < count:
+                    raise bad_partition(topic, p, count)
+                for chunk in _chunks(recs, budget):
+                    batch = ProducerBatch(topic, p, now, self._force)
+                    batch.records = chunk
+                    self._append(batch)
+                    batch.result(0)  # raises the append's error
+                    out.append(BatchAppend(p, batch.base_offset, len(chunk)))
+        return out
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Append everything sent so far."""
+        self._acc.seal_all()
+        self._drain()
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self._engine.partitions_for(topic)))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender thread; later sends raise IllegalStateError."""
+        if self._closed:
+            return
+        self._flushing = True
+        self.flush()
+        self._closed = True
+        self._flushing = False
+        self.send = self._closed_send
+        self._stop.set()
+        self._wake.set()
+        if hasattr(self._clock, "wake"):
+            self._clock.wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _closed_send(self, *args, **kwargs):
+        raise IllegalStateError("cannot send after the producer is closed")
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _chunks(records: list, budget: int):
+    """Runs of records whose estimated encoded size stays within `budget` (at least one record each)."""
+    chunk, size = [], 0
+    for rec in records:
+        n = 21 + (len(rec[0]) if rec[0] is not None else 0) + (len(rec[1]) if rec[1] is not None else 0)
+        if chunk and size + n > budget:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(rec)
+        size += n
+    if chunk:
+        yield chunk

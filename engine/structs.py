@@ -1,0 +1,65 @@
+"""The small value types clients exchange, shaped like kafka-python's (`kafka.structs`).
+
+`TopicPartition`, `OffsetAndTimestamp` and `RecordMetadata` are named tuples with kafka-python's
+fields, so code that unpacks them keeps working. Immutable; thread-safe. Leaf module.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = None
+
+
+class RecordMetadata(NamedTuple):
+    """Where a sent record landed (offset -1 with acks=0, as Kafka)."""
+
+    topic: str
+    partition: int
+    topic_partition: TopicPartition
+    offset: int
+    timestamp: int
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+def header_size(headers) -> int:
+    """Kafka's serialized header size of (str, bytes|None) pairs: key and value bytes, as kafka-python reports."""
+    if not headers:
+        return -1
+    return sum(len(k.encode("utf-8", "surrogateescape")) + (len(v) if v is not None else 0) for k, v in headers)
+
+
+def metadata(topic: str, partition: int, offset: int, record: tuple, log_append_time: int) -> RecordMetadata:
+    """The RecordMetadata of `record` = (key, value, headers, timestamp) appended at `offset`."""
+    key, value, headers, ts = record
+    return RecordMetadata(topic, partition, TopicPartition(topic, partition), offset,
+                          ts if log_append_time < 0 else log_append_time, None,
+                          -1 if key is None else len(key), -1 if value is None else len(value), header_size(headers))
+
+
+CONSUMER_RECORD_FIELDS = ("topic", "partition", "leader_epoch", "offset", "timestamp", "timestamp_type", "key",
+                          "value", "headers", "checksum", "serialized_key_size", "serialized_value_size",
+                          "serialized_header_size")
+
+
+def consumer_record_fields(r) -> tuple | None:
+    """A ConsumerRecord's fields in kafka-python's order (None for anything else)."""
+    try:
+        return tuple(getattr(r, f) for f in CONSUMER_RECORD_FIELDS)
+    except AttributeError:
+        return None
+
+
+def consumer_record_repr(r) -> str:
+    return "ConsumerRecord(" + ", ".join(f"{f}={getattr(r, f)!r}" for f in CONSUMER_RECORD_FIELDS) + ")"
