@@ -84,6 +84,8 @@ class Engine:
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers)})
         try:
             self._reconcile(adopt=found is None)
+            for lg in self._logs.logs().values():  # the only replica leads: Kafka's makeLeader moves HW to LEO
+                lg.update_high_watermark(lg.log_end_offset)
             highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid

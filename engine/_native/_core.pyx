@@ -1562,8 +1562,8 @@ cdef class RecordAccumulator:
         PyThread_release_lock(self._lock)
         return t
 
-    cdef Py_ssize_t _choose(self, _Topic t, topic, key, partition) except -1:
-        cdef Py_ssize_t p
+    cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, partition) except -2:
+        """The partition an explicit choice, the custom partitioner or the key gives; -1 for sticky."""
         if partition is None and self._partitioner is not None:
             partition = self._partitioner(key, t.all, t.all)
         if partition is not None:
@@ -1573,10 +1573,12 @@ cdef class RecordAccumulator:
         if key is not None:
             return (<int64_t>(_murmur2(<const uint8_t *>PyBytes_AS_STRING(key), len(<bytes>key)) & 0x7fffffff)
                     % t.count)
-        p = t.sticky
-        if p < 0:
-            p = t.sticky = self._random.randrange(t.count)
-        return p
+        return -1
+
+    cdef Py_ssize_t _sticky(self, _Topic t) except -1:
+        if t.sticky < 0:
+            t.sticky = self._random.randrange(t.count)
+        return t.sticky
 
     cdef void _seal(self, _Topic t, Py_ssize_t p):
         self._sealed.append(t.open[p])
@@ -1586,7 +1588,8 @@ cdef class RecordAccumulator:
         """Add one record; returns its future (see engine.accumulator)."""
         cdef Py_ssize_t size = _acc.RECORD_OVERHEAD, p
         cdef _Topic t
-        cdef bint full = False, opened = False, sticky = partition is None and key is None
+        cdef bint full = False, opened = False, sticky
+        cdef Py_ssize_t fixed
         cdef RecordFuture f
         cdef object batch, spare = None
         cdef list records
@@ -1610,11 +1613,12 @@ cdef class RecordAccumulator:
         t = self._topic(topic)
         if size + HEADER_SIZE > t.limit:
             raise _acc.record_too_large(size + HEADER_SIZE, t.limit, topic)
-        sticky = sticky and self._partitioner is None
+        fixed = self._fixed_partition(t, topic, key, partition)
+        sticky = fixed < 0
         while True:  # build a batch outside the lock if one may be needed, then re-check under it
             _acquire(self._lock)
             try:
-                p = self._choose(t, topic, key, partition)
+                p = self._sticky(t) if sticky else fixed
                 batch = t.open[p]
                 if batch is not None and t.sizes[p] + size > t.cap:
                     self._seal(t, p)

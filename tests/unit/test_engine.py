@@ -1,0 +1,174 @@
+"""The Engine: topics and their configs, persistence across close and kill -9, directory locking,
+stray directories, and typed errors that leave nothing behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import engine
+from engine.errors import (
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    LogDirectoryLockedError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+
+
+def open_engine(path, **kw):
+    return engine.open(str(path), clock=engine.ManualClock(), background=False, **kw)
+
+
+def test_topic_lifecycle(tmp_path):
+    with open_engine(tmp_path) as e:
+        d = e.create_topic("events", partitions=3, config={"segment.bytes": 1 << 20, "retention.ms": 1000})
+        assert [p.partition for p in d.partitions] == [0, 1, 2]
+        assert d.config["segment.bytes"] == 1 << 20 and d.config["cleanup.policy"] == "delete"
+        with open(os.path.join(tmp_path, "events-1", "partition.metadata")) as f:
+            assert f.read() == f"version: 0\ntopic_id: {d.topic_id}"
+        e.create_topic("other")
+        assert e.list_topics() == ["events", "other"]
+        assert e.alter_topic_config("events", {"retention.ms": 5000, "segment.bytes": None})["retention.ms"] == 5000
+        assert e.log("events", 0).config.retention_ms == 5000 and e.log("events", 0).config.segment_bytes == 1 << 30
+        e.delete_topic("other")
+        assert e.list_topics() == ["events"] and not os.path.exists(tmp_path / "other-0")
+        e.create_topic("other", partitions=2)  # a name can be reused after deletion
+        assert len(e.describe_topic("other").partitions) == 2
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda e: e.create_topic("bad name"), InvalidTopicError),
+    (lambda e: e.create_topic("x" * 250), InvalidTopicError),
+    (lambda e: e.create_topic(".."), InvalidTopicError),
+    (lambda e: e.create_topic("__consumer_offsets"), InvalidTopicError),
+    (lambda e: e.create_topic("__transaction_state"), InvalidTopicError),
+    (lambda e: e.create_topic("a_b"), InvalidTopicError),  # collides with a.b
+    (lambda e: e.create_topic("a.b"), TopicAlreadyExistsError),
+    (lambda e: e.create_topic("n", partitions=0), InvalidPartitionsError),
+    (lambda e: e.create_topic("n", partitions="3"), InvalidPartitionsError),
+    (lambda e: e.create_topic("n", replication_factor=0), InvalidReplicationFactorError),
+    (lambda e: e.create_topic("n", replication_factor=3), UnsupportedVersionError),
+    (lambda e: e.create_topic("n", config={"segment.bytes": -1}), InvalidConfigurationError),
+    (lambda e: e.create_topic("n", config={"no.such.config": 1}), InvalidConfigurationError),
+    (lambda e: e.create_topic("n", config={"cleanup.policy": "compact"}), UnsupportedVersionError),
+    (lambda e: e.alter_topic_config("a.b", {"retention.ms": "soon"}), InvalidConfigurationError),
+    (lambda e: e.alter_topic_config("nope", {}), UnknownTopicOrPartitionError),
+    (lambda e: e.delete_topic("nope"), UnknownTopicOrPartitionError),
+    (lambda e: e.describe_topic("nope"), UnknownTopicOrPartitionError),
+    (lambda e: e.log("__consumer_offsets", 0), InvalidTopicError),
+])
+def test_bad_admin_calls_are_typed_and_write_nothing(tmp_path, call, error):
+    with open_engine(tmp_path) as e:
+        e.create_topic("a.b")
+        before = sorted(os.listdir(tmp_path)), e.describe_topic("a.b")
+        with pytest.raises(error):
+            call(e)
+        assert (sorted(os.listdir(tmp_path)), e.describe_topic("a.b")) == before
+
+
+def test_unknown_engine_option(tmp_path):
+    with pytest.raises(InvalidConfigurationError):
+        engine.open(str(tmp_path), replicas=3)
+
+
+def test_close_and_reopen_keep_everything(tmp_path):
+    with open_engine(tmp_path) as e:
+        tid = e.create_topic("events", partitions=2, config={"retention.ms": 1234}).topic_id
+        with e.producer() as p:
+            for i in range(100):
+                p.send("events", key=b"k%d" % i, value=b"v%d" % i)
+            pid = p.producer_id
+    assert os.path.exists(tmp_path / ".kafka_cleanshutdown")
+    with open_engine(tmp_path) as e:
+        d = e.describe_topic("events")
+        assert d.topic_id == tid and d.config["retention.ms"] == 1234
+        assert sum(p.log_end_offset for p in d.partitions) == 100
+        with e.consumer("events", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+            assert sorted(r.value for r in c) == sorted(b"v%d" % i for i in range(100))
+        assert e.producer().producer_id > pid
+
+
+def test_a_second_open_fails_clearly(tmp_path):
+    with open_engine(tmp_path):
+        with pytest.raises(LogDirectoryLockedError):
+            open_engine(tmp_path)
+        other = subprocess.run([sys.executable, "-c", f"import engine; engine.open({str(tmp_path)!r})"],
+                               capture_output=True, text=True)
+        assert other.returncode != 0 and "LogDirectoryLockedError" in other.stderr
+
+
+def test_unknown_partition_directories_are_set_aside(tmp_path):
+    with open_engine(tmp_path) as e:
+        e.create_topic("events")
+    os.makedirs(tmp_path / "ghost-0")  # e.g. a create that crashed before the catalogue was written
+    with open_engine(tmp_path) as e:
+        assert e.list_topics() == ["events"]
+    assert any(n.startswith("ghost-0.") and n.endswith("-stray") for n in os.listdir(tmp_path))
+
+
+def test_a_kafka_directory_without_a_catalogue_is_adopted(tmp_path):
+    with open_engine(tmp_path) as e:
+        tid = e.create_topic("events", partitions=2).topic_id
+        with e.producer() as p:
+            p.send("events", value=b"kept", partition=1).get()
+    os.remove(tmp_path / "kafkalog.metadata")
+    with open_engine(tmp_path) as e:
+        d = e.describe_topic("events")
+        assert d.topic_id == tid and len(d.partitions) == 2 and d.partitions[1].log_end_offset == 1
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys
+    import engine
+    path, progress = sys.argv[1], sys.argv[2]
+    e = engine.open(path)
+    if "t" not in e.list_topics():
+        e.create_topic("t", config={"segment.bytes": 4096})
+    p = e.producer(linger_ms=60_000)
+    n = 0
+    while True:
+        for i in range(10):
+            p.send("t", value=b"%d" % (n * 10 + i), partition=0)
+        p.flush()
+        n += 1
+        with open(progress + ".tmp", "w") as f:
+            json.dump({"pid": p.producer_id, "epoch": p.producer_epoch, "batches": n}, f)
+        os.replace(progress + ".tmp", progress)
+""")
+
+
+@pytest.mark.parametrize("kill_after", [5, 37])
+def test_kill_9_mid_produce_then_resend_is_a_duplicate(tmp_path, kill_after):
+    data, progress = str(tmp_path / "data"), str(tmp_path / "progress.json")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, data, progress])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(progress) and json.load(open(progress))["batches"] >= kill_after:
+                break
+            time.sleep(0.005)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    state = json.load(open(progress))
+    with engine.open(data) as e:
+        lg = e.log("t", 0)
+        assert lg.log_end_offset % 10 == 0 and lg.log_end_offset >= state["batches"] * 10
+        k = state["batches"] - 1  # the last batch the child saw acknowledged
+        resend = engine.encode_batch([(None, b"%d" % (k * 10 + i), None, 1) for i in range(10)],
+                                     producer_id=state["pid"], producer_epoch=state["epoch"], base_sequence=k * 10)
+        info = lg.append_as_leader(resend)
+        assert info.duplicate and info.first_offset == k * 10
+        with e.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+            assert [r.value for r in c] == [b"%d" % i for i in range(lg.log_end_offset)]
+        assert e.producer().producer_id > state["pid"]

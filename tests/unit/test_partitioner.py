@@ -1,0 +1,105 @@
+"""Kafka's partitioner (kafka-format.md §13) and the accumulator, native and twin side by side."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from engine.accumulator import ProducerBatch
+
+# clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.testMurmur2
+KAFKA_VECTORS = {
+    "21": -973932308, "foobar": -790332482, "a-little-bit-long-string": -985981536,
+    "a-little-bit-longer-string": -1486304829, "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    "abc": 479470107,
+}
+
+
+def test_murmur2_matches_kafkas_vectors(codec):
+    for text, expected in KAFKA_VECTORS.items():
+        assert codec.murmur2(text.encode()) == expected
+
+
+def test_murmur2_matches_kafka_python_on_random_keys(codec):
+    rng = random.Random(7)
+    for n in range(300):
+        key = bytes(rng.randrange(256) for _ in range(n % 37))
+        ours = codec.murmur2(key)
+        assert ours & 0xFFFFFFFF == kafka_python_murmur2(key) & 0xFFFFFFFF
+        assert -2**31 <= ours < 2**31
+
+
+def accumulator(codec, sealed, **kw):
+    holder = {}
+    acc = codec.RecordAccumulator(batch_size=kw.pop("batch_size", 1000), max_request_size=1 << 20,
+                                  lookup=lambda topic: (kw.get("partitions", 5), 1048588),
+                                  drain=lambda batch: None, on_full=lambda: sealed.extend(holder["a"].take_sealed()),
+                                  seed=3, partitioner=kw.get("partitioner"))
+    holder["a"] = acc
+    return acc
+
+
+def test_keyed_records_go_where_java_puts_them(codec):
+    sealed = []
+    acc = accumulator(codec, sealed)
+    for i in range(200):
+        key = os.urandom(i % 20 + 1)
+        f = acc.send("t", value=b"v", key=key)
+        assert f.batch.partition == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 5
+
+
+def test_null_keys_stick_to_a_partition_until_batch_size_bytes(codec):
+    sealed = []
+    acc = accumulator(codec, sealed, batch_size=1000)
+    parts = [acc.send("t", value=bytes(79)).batch.partition for _ in range(100)]  # 100 bytes each with overhead
+    runs = [parts[i:i + 10] for i in range(0, 100, 10)]
+    assert all(len(set(run)) == 1 for run in runs)  # 10 records = batch_size bytes, then a new pick
+    assert len(set(parts)) > 1
+
+
+def test_batches_seal_at_batch_size_and_keep_order(codec):
+    sealed = []
+    acc = accumulator(codec, sealed, batch_size=500)
+    futures = [acc.send("t", value=b"%03d" % i + bytes(60), partition=1) for i in range(50)]
+    acc.seal_all()
+    sealed.extend(acc.take_sealed())
+    assert [f.index for f in futures[:3]] == [0, 1, 2]
+    values = [r[1][:3] for b in sealed for r in b.records]
+    assert values == [b"%03d" % i for i in range(50)]
+    assert all(61 + 84 * len(b.records) <= 500 for b in sealed)  # 21 + 63 bytes per record estimate
+
+
+def test_native_and_twin_accumulators_agree():
+    pytest.importorskip("engine._native._core")
+    from engine.codec import load
+    outcomes = []
+    for impl in ("cython", "python"):
+        sealed = []
+        acc = accumulator(load(impl), sealed, batch_size=300)
+        for i in range(300):
+            acc.send("t", value=b"x" * (i % 40), key=None if i % 3 else b"k%d" % i, timestamp_ms=i,
+                     headers=[("h", b"1")] if i % 7 == 0 else None)
+        acc.seal_all()
+        sealed.extend(acc.take_sealed())
+        outcomes.append([(b.partition, b.records) for b in sealed])
+    assert outcomes[0] == outcomes[1]
+
+
+def test_linger_expiry_seals_only_old_batches(codec):
+    sealed = []
+    acc = accumulator(codec, sealed)
+    a = acc.send("t", value=b"a", partition=0, timestamp_ms=0).batch
+    assert acc.seal_expired(a.created_ms + 5, 10) == a.created_ms + 10
+    assert acc.take_sealed() == []
+    assert acc.seal_expired(a.created_ms + 10, 10) == -1
+    assert acc.take_sealed() == [a]
+    assert isinstance(a, ProducerBatch)
+
+
+def test_custom_partitioner_result_is_checked(codec):
+    from engine.errors import UnknownTopicOrPartitionError
+    acc = accumulator(codec, [], partitioner=lambda key, allp, avail: 9)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        acc.send("t", value=b"v")
