@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from bench import codec, curves, log, runner
+from bench import clients, codec, curves, log, runner
 from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -19,13 +19,8 @@ def not_yet() -> list[Workload]:
     def row(group, name, peers, why):
         return Workload(group, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
                         not_yet=why)
-    engine_issue, spark_issue = "needs the engine's Producer/Consumer", "needs the Spark DataSource"
+    engine_issue, spark_issue = "not measured yet", "needs the Spark DataSource"
     return [
-        row("produce", "per-record send() of 1 M x 100 B records",
-            ["confluent-kafka mock cluster", "plain-Python f.write loop"], engine_issue),
-        row("produce", "bulk send_batch() of 1 M x 100 B records", ["confluent-kafka mock cluster"], engine_issue),
-        row("consume", "per-record poll() of 1 M records", ["confluent-kafka mock cluster"], engine_issue),
-        row("consume", "bulk consume of 1 M records", ["confluent-kafka mock cluster"], engine_issue),
         row("memory", "peak RSS of the producer and consumer paths at 1 M and 10 M records",
             ["confluent-kafka mock cluster"], engine_issue),
         row("spark", "read and aggregate 10 M records (16 B keys, 100 B values)",
@@ -64,7 +59,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     reps, min_time = (2, 0.05) if args.quick else (5, 0.4)
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
-        doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch) + not_yet(),
+        doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch)
+                         + clients.workloads(args.quick, scratch) + not_yet(),
                          reps=reps, min_time=min_time)
         doc["figures"] = log.figures(args.quick, scratch)
         doc["curves"] = {

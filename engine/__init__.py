@@ -20,10 +20,6 @@ from engine.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
 from engine.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
 from engine.errors import __all__ as _errors
 
-from engine.engine import Engine, open  # noqa: E402,A004 (after the leaves it builds on)
-from engine.producer import Producer  # noqa: E402
-from engine.consumer import Consumer  # noqa: E402
-
 __version__ = "0.1.0"
 __all__ = [
     "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
@@ -31,3 +27,16 @@ __all__ = [
     "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndTimestamp", "RecordMetadata",
     *_errors,
 ]
+
+
+# The facade sits above segments/ and txn/, which import engine's leaves: load it on first use, so
+# importing a lower layer first (which imports engine.errors, and so this package) never cycles.
+_FACADE = {"Engine": "engine.engine", "open": "engine.engine", "Producer": "engine.producer",
+           "Consumer": "engine.consumer"}
+
+
+def __getattr__(name: str):
+    if name in _FACADE:
+        import importlib
+        return getattr(importlib.import_module(_FACADE[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

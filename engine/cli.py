@@ -43,32 +43,44 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  {codec:>6}: {len(log) / 1e6:6.1f} MB on disk | encode {n / (t1 - t0) / 1e6:5.2f} M rec/s"
               f" | decode {n / (t2 - t1) / 1e6:5.2f} M rec/s | columnar {n / (t3 - t2) / 1e6:6.2f} M rec/s")
     print("every record decoded back intact (objects and columns)")
-    _demo_log(args.data, records)
+    _demo_log(args.data, args.produce)
     return 0
 
 
-def _demo_log(directory: str, records: list) -> None:
-    """Append the records to a 3-partition topic in `directory` (a Kafka-format log directory)."""
-    from segments.log_config import LogConfig
-    from segments.log_manager import LogManager
-
-    config = LogConfig.from_dict({"segment.bytes": 8 << 20})
-    with LogManager(directory, configs=lambda topic: config) as manager:
-        logs = [manager.create_log("demo", p) for p in range(3)]
-        start = [lg.log_end_offset for lg in logs]
-        t0 = time.perf_counter()
-        for i in range(0, len(records), 1000):
-            logs[(i // 1000) % 3].append_as_leader(engine.encode_batch(records[i:i + 1000], compression="lz4"))
-        elapsed = time.perf_counter() - t0
-        for lg in logs:
-            lg.update_high_watermark(lg.log_end_offset)
-        print(f"appended {len(records):,} records to topic 'demo' in {elapsed:.2f}s "
-              f"({len(records) / elapsed / 1e6:.2f} M rec/s, lz4, 1000 records per batch)")
-        for p, lg in enumerate(logs):
-            print(f"  demo-{p}: offsets {start[p]}..{lg.log_end_offset - 1}, {len(lg.segments)} segment(s), "
-                  f"{lg.size_in_bytes() / 1e6:.1f} MB")
+def _demo_log(directory: str, count: int) -> None:
+    """Produce `count` keyed records into the 3-partition topic 'events' of `directory` with a Producer,
+    read them back with a Consumer, and report per partition; the directory stays a Kafka log directory."""
+    with engine.open(directory) as eng:
+        if "events" not in eng.list_topics():
+            eng.create_topic("events", partitions=3, config={"segment.bytes": 16 << 20})
+        before = {p.partition: p.log_end_offset for p in eng.describe_topic("events").partitions}
+        values = [b"value-%08d-" % i + b"x" * 84 for i in range(1000)]
+        keys = [b"car-%05d" % i for i in range(10_000)]
+        with eng.producer(linger_ms=5) as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            for i in range(count):
+                send("events", values[i % 1000], keys[i % 10_000])
+            producer.flush()
+            produced = time.perf_counter() - t0
+        print(f"produced {count:,} keyed records with Producer.send() in {produced:.2f}s "
+              f"({count / produced / 1e6:.2f} M rec/s, idempotent, acks=all)")
+        with eng.consumer("events", auto_offset_reset="earliest", consumer_timeout_ms=0) as consumer:
+            t0 = time.perf_counter()
+            got = {}
+            for rec in consumer:
+                got[rec.partition] = got.get(rec.partition, 0) + 1
+            consumed = time.perf_counter() - t0
+        total = sum(got.values())
+        print(f"consumed {total:,} records by iterating a Consumer in {consumed:.2f}s "
+              f"({total / consumed / 1e6:.2f} M rec/s)")
+        for p in eng.describe_topic("events").partitions:
+            print(f"  events-{p.partition}: LEO {p.log_end_offset:,} (+{p.log_end_offset - before[p.partition]:,}), "
+                  f"{p.segments} segment(s), {p.size_bytes / 1e6:.1f} MB")
+        if total < count:
+            raise SystemExit(f"read back {total} records, fewer than the {count} produced")
     print(f"closed cleanly: {directory} is a Kafka log directory "
-          f"(try: kafkalog dump-log --files {directory}/demo-0/00000000000000000000.index --verify-index-only)")
+          f"(try: kafkalog dump-log --files {directory}/events-0/00000000000000000000.index --verify-index-only)")
 
 
 def _dump_log(args: argparse.Namespace) -> int:
@@ -86,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="exercise the codec, then write a topic into a log directory")
     demo.add_argument("--data", default="./data", help="log directory (default ./data)")
     demo.add_argument("--records", type=int, default=200_000, help="records to encode and decode")
+    demo.add_argument("--produce", type=int, default=1_000_000, help="records to produce and consume")
     demo.set_defaults(func=_demo)
     dump = sub.add_parser("dump-log", help="print segment, index and snapshot files as kafka-dump-log does")
     dump.add_argument("--files", required=True, help="comma-separated files (.log, .index, .timeindex, ...)")

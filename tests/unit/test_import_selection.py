@@ -3,6 +3,7 @@ the native core is required but missing."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -51,6 +52,9 @@ def test_missing_core_warns_or_fails_when_required(tmp_path):
     for name in os.listdir(src):
         if name.endswith(".py"):
             (shadow / "engine" / name).write_text(open(os.path.join(src, name)).read())
+    root = os.path.dirname(src)
+    for package in ("segments", "txn", "replication"):  # the layers the engine facade builds on
+        shutil.copytree(os.path.join(root, package), shadow / package, ignore=shutil.ignore_patterns("__pycache__"))
     (shadow / "engine" / "_native" / "__init__.py").write_text("")
     (shadow / "engine" / "_native" / "_core.py").write_text("raise ImportError('no native core here')\n")
     loose = _run({}, shadow=str(shadow))

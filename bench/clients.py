@@ -1,0 +1,147 @@
+"""Client workloads against their peers in the same run: per-record Producer.send() (librdkafka's
+in-process mock cluster through confluent-kafka; a plain-Python f.write loop of length-prefixed
+records), bulk send_batch(), and consuming per record and in bulk (the mock cluster's poll() and
+consume())."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import tempfile
+import time
+
+import engine
+from bench.runner import Contender, Workload
+
+VALUE = 100
+CONSUME_RECORDS = 40_000
+
+
+class _MockCluster:
+    """A librdkafka mock cluster started by a producer; its bootstrap address comes from its log line."""
+
+    def __init__(self) -> None:
+        import confluent_kafka
+        self.address = None
+        log = logging.getLogger("bench.rdkafka")
+        log.propagate = False
+        log.addHandler(self._Handler(self))
+        log.setLevel(logging.INFO)
+        self.producer = confluent_kafka.Producer({"test.mock.num.brokers": 1, "logger": log, "linger.ms": 5,
+                                                  "queue.buffering.max.messages": 2_000_000,
+                                                  "queue.buffering.max.kbytes": 2_000_000})
+        self.producer.produce("warmup", b"v")
+        self.producer.flush(10)
+
+    class _Handler(logging.Handler):
+        def __init__(self, owner) -> None:
+            super().__init__()
+            self.owner = owner
+
+        def emit(self, record: logging.LogRecord) -> None:
+            found = re.search(r"replaced with (\S+)", record.getMessage())
+            if found:
+                self.owner.address = found.group(1)
+
+
+def _values(n: int) -> list[bytes]:
+    return [os.urandom(VALUE) for _ in range(min(n, 1000))]
+
+
+def workloads(quick: bool, scratch: str) -> list[Workload]:
+    n = 100_000 if quick else 1_000_000
+    values = _values(n)
+    keys = [b"key-%05d" % i for i in range(1000)]
+    mock = _MockCluster()
+    topic_counter = iter(range(10**9))
+
+    produce_dir = tempfile.mkdtemp(dir=scratch)
+    target = engine.open(produce_dir)
+    target.create_topic("t", partitions=3)
+
+    def kafkalog_send():
+        with target.producer(linger_ms=5) as p:
+            send = p.send
+            for i in range(n):
+                send("t", values[i % 1000], keys[i % 1000])
+
+    def kafkalog_send_batch():
+        with target.producer() as p:
+            p.send_batch("t", [(keys[i % 1000], values[i % 1000]) for i in range(n)])
+
+    def rdkafka_produce():
+        produce, poll = mock.producer.produce, mock.producer.poll
+        topic = "p%d" % next(topic_counter)
+        for i in range(n):
+            produce(topic, values[i % 1000], keys[i % 1000])
+            if i % 10_000 == 0:
+                poll(0)
+        mock.producer.flush(60)
+
+    def fwrite_loop():
+        pack = struct.Struct(">ii").pack
+        with open(os.path.join(scratch, "fwrite.bin"), "wb") as f:
+            write = f.write
+            for i in range(n):
+                k, v = keys[i % 1000], values[i % 1000]
+                write(pack(len(k), len(v)) + k + v)
+
+    # data to consume, written once (the mock cluster keeps only ~5 MB of a partition, so fewer records)
+    m = min(n, CONSUME_RECORDS)
+    consume_dir = tempfile.mkdtemp(dir=scratch)
+    eng = engine.open(consume_dir)
+    eng.create_topic("t", partitions=1)
+    with eng.producer() as p:
+        p.send_batch("t", [(keys[i % 1000], values[i % 1000]) for i in range(m)], partition=0)
+    for i in range(m):
+        mock.producer.produce("consume", values[i % 1000], keys[i % 1000], partition=0)
+        if i % 10_000 == 0:
+            mock.producer.poll(0)
+    mock.producer.flush(60)
+
+    def kafkalog_iterate():
+        c = eng.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        assert sum(1 for _ in c) == m
+
+    def kafkalog_poll_bulk():
+        c = eng.consumer("t", auto_offset_reset="earliest", max_poll_records=10_000)
+        got = 0
+        while got < m:
+            got += sum(len(v) for v in c.poll().values())
+
+    import confluent_kafka
+    rd_consumer = confluent_kafka.Consumer({"bootstrap.servers": mock.address, "group.id": "bench",
+                                            "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+
+    def rdkafka_read(bulk: bool):
+        """Rewind the (already connected) mock-cluster consumer and read the m records again."""
+        def call():
+            rd_consumer.assign([confluent_kafka.TopicPartition("consume", 0, confluent_kafka.OFFSET_BEGINNING)])
+            got, deadline = 0, time.monotonic() + 60
+            while got < m and time.monotonic() < deadline:
+                if bulk:
+                    got += sum(1 for msg in rd_consumer.consume(10_000, 1) if msg.error() is None)
+                else:
+                    msg = rd_consumer.poll(1)
+                    got += msg is not None and msg.error() is None
+            assert got == m, f"the mock cluster returned {got} of {m} records"
+        return call
+
+    label = f"{n // 1000}k x {VALUE} B records, keyed, 3 partitions"
+    return [
+        Workload("produce", f"per-record send() of {label}", n, n * VALUE,
+                 [Contender("kafkalog", kafkalog_send), Contender("confluent-kafka mock cluster", rdkafka_produce),
+                  Contender("plain-Python f.write loop", fwrite_loop)],
+                 targets={"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}),
+        Workload("produce", f"bulk send_batch() of {label}", n, n * VALUE,
+                 [Contender("kafkalog", kafkalog_send_batch), Contender("confluent-kafka mock cluster", rdkafka_produce)],
+                 targets={"confluent-kafka mock cluster": 2.0}),
+        Workload("consume", f"per-record iteration over {m // 1000}k records", m, m * VALUE,
+                 [Contender("kafkalog", kafkalog_iterate), Contender("confluent-kafka mock cluster", rdkafka_read(False))],
+                 targets={"confluent-kafka mock cluster": 2.0}),
+        Workload("consume", f"bulk poll of {m // 1000}k records", m, m * VALUE,
+                 [Contender("kafkalog", kafkalog_poll_bulk),
+                  Contender("confluent-kafka mock cluster", rdkafka_read(True))],
+                 targets={"confluent-kafka mock cluster": 2.0}),
+    ]
