@@ -21,8 +21,8 @@ import threading
 import time
 
 from engine import batch_format as bf
-from engine.errors import InvalidTimestampError, RecordTooLargeError, UnknownTopicOrPartitionError
-from engine.structs import RecordMetadata, metadata
+from engine.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError, UnknownTopicOrPartitionError
+from engine.structs import RecordMetadata, TopicPartition
 
 log = logging.getLogger("kafkalog.producer")
 
@@ -35,9 +35,10 @@ class ProducerBatch:
     __slots__ = ("topic", "partition", "records", "created_ms", "drain", "done", "base_offset",
                  "log_append_time", "error", "_waiters")
 
-    def __init__(self, topic: str, partition: int, created_ms: int, drain) -> None:
+    def __init__(self, topic: str, partition: int, created_ms: int, drain, records) -> None:
+        """`records` is a RecordsBuilder of the active codec (records are encoded as they are added)."""
         self.topic, self.partition, self.created_ms, self.drain = topic, partition, created_ms, drain
-        self.records: list[tuple] = []
+        self.records = records
         self.done = False
         self.base_offset = -1
         self.log_append_time = -1
@@ -74,7 +75,10 @@ class ProducerBatch:
         if self.error is not None:
             raise self.error
         offset = self.base_offset + index if self.base_offset >= 0 else -1
-        return metadata(self.topic, self.partition, offset, self.records[index], self.log_append_time)
+        ts, key_size, value_size, header_size = self.records.info(index)
+        return RecordMetadata(self.topic, self.partition, TopicPartition(self.topic, self.partition), offset,
+                              ts if self.log_append_time < 0 else self.log_append_time, None, key_size, value_size,
+                              header_size)
 
     def wait(self, index: int) -> RecordMetadata:
         """Push the batch out if it is still pending, then return record `index`'s metadata."""
@@ -98,10 +102,17 @@ def bind(f, args, kwargs):
 
 
 def checked_headers(headers) -> tuple[list, int]:
-    """Validated headers (a list of (str, bytes|None)) and their size estimate."""
+    """Headers as (UTF-8 key bytes, value bytes|None) pairs, validated, and their size estimate."""
     normalized = bf.normalize_headers(0, headers)
-    size = sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in normalized)
-    return [(k, v) for (k, _), (_, v) in zip(headers, normalized)], size
+    return normalized, sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in normalized)
+
+
+def record_fields(rec) -> tuple:
+    """(key, value, headers, timestamp_ms) of a send_many() item: (key, value) or all four."""
+    if type(rec) is not tuple or len(rec) not in (2, 4):
+        raise InvalidRecordError(f"a record must be a (key, value) or (key, value, headers, timestamp_ms) tuple, "
+                                 f"got {rec!r:.80}")
+    return rec if len(rec) == 4 else (rec[0], rec[1], None, None)
 
 
 def record_too_large(size: int, limit: int, topic: str) -> RecordTooLargeError:
@@ -197,7 +208,12 @@ class _Topic:
         self.all = list(range(count))
 
 
+OPENED, FULL = 1, 2
+
+
 class RecordAccumulator:
+    builder = None  # the twin's RecordsBuilder, set by engine.records (which builds on this module)
+
     def __init__(self, *, batch_size: int, max_request_size: int, lookup, drain, on_full, on_open=None,
                  clock=None, partitioner=None, seed: int | None = None) -> None:
         """`lookup(topic) -> (partitions, max_message_bytes)`; `drain(batch)` pushes one batch out;
@@ -219,6 +235,31 @@ class RecordAccumulator:
 
     def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None) -> RecordFuture:
         """Add one record; returns its future (see the module docstring)."""
+        batch, index, flags = self._add(topic, value, key, headers, partition, timestamp_ms)
+        self._notify(flags)
+        return RecordFuture(batch, index)
+
+    def send_many(self, topic, records, partition=None) -> list[ProducerBatch]:
+        """Add (key, value) or (key, value, headers, timestamp_ms) records without futures; returns
+        (batch, first index, last index) for each batch they went into, in order."""
+        spans, flags = {}, 0
+        try:
+            for rec in records:
+                key, value, headers, ts = record_fields(rec)
+                batch, index, f = self._add(topic, value, key, headers, partition, ts)
+                flags |= f
+                spans.setdefault(id(batch), [batch, index, index])[2] = index
+        finally:
+            self._notify(flags)
+        return [tuple(span) for span in spans.values()]
+
+    def _notify(self, flags: int) -> None:
+        if flags & OPENED and self._on_open is not None:
+            self._on_open()
+        if flags & FULL:
+            self._on_full()
+
+    def _add(self, topic, value, key, headers, partition, timestamp_ms):
         value = bf.check_bytes("value", value)
         key = bf.check_bytes("key", key)
         size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
@@ -228,25 +269,24 @@ class RecordAccumulator:
         else:
             headers = None
         if timestamp_ms is None:
-            timestamp_ms = self._clock.time_ms() if self._clock is not None else time.time_ns() // 1_000_000
+            timestamp_ms = self._now()
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise bad_timestamp(timestamp_ms)
+        t = self._topic(topic)
+        if size + bf.HEADER_SIZE > t.limit:
+            raise record_too_large(size + bf.HEADER_SIZE, t.limit, topic)
         with self._lock:
-            t = self._topic(topic)
-            if size + bf.HEADER_SIZE > t.limit:
-                raise record_too_large(size + bf.HEADER_SIZE, t.limit, topic)
             p = self._choose(t, topic, key, partition)
-            full = False
+            flags = 0
             batch = t.open[p]
             if batch is not None and t.sizes[p] + size > t.cap:
                 self._seal(t, p)
-                batch, full = None, True
+                batch, flags = None, FULL
             if batch is None:
-                batch = t.open[p] = ProducerBatch(topic, p, self._now(), self._drain)
+                batch = t.open[p] = ProducerBatch(topic, p, self._now(), self._drain, self.builder())
                 t.sizes[p] = bf.HEADER_SIZE
-                if self._on_open is not None:
-                    self._on_open()
-            batch.records.append((key, value, headers, timestamp_ms))
+                flags |= OPENED
+            index = batch.records.append(key, value, headers, timestamp_ms)
             t.sizes[p] += size
             if partition is None and key is None and self._partitioner is None:
                 t.sticky_bytes += size
@@ -254,11 +294,8 @@ class RecordAccumulator:
                     t.sticky, t.sticky_bytes = -1, 0
             if t.sizes[p] >= t.cap:
                 self._seal(t, p)
-                full = True
-            future = RecordFuture(batch, len(batch.records) - 1)
-        if full:
-            self._on_full()
-        return future
+                flags |= FULL
+        return batch, index, flags
 
     def _now(self) -> int:
         return self._clock.time_ms() if self._clock is not None else time.time_ns() // 1_000_000
@@ -324,4 +361,3 @@ class RecordAccumulator:
                 self._sealed.extend(b for b in t.open if b is not None)
 
 
-__all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture", "murmur2", "RecordMetadata"]

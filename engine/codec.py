@@ -28,6 +28,7 @@ API = (
     "murmur2",
     "RecordAccumulator",
     "RecordFuture",
+    "RecordsBuilder",
 )
 
 _MODULES = {"cython": "engine._native._core", "python": "engine.records"}
@@ -73,3 +74,4 @@ consumer_record = impl.consumer_record
 murmur2 = impl.murmur2
 RecordAccumulator = impl.RecordAccumulator
 RecordFuture = impl.RecordFuture
+RecordsBuilder = impl.RecordsBuilder

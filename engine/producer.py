@@ -12,13 +12,12 @@ are appended one at a time, in sealing order, so records of a partition keep the
 """
 from __future__ import annotations
 
-import random
 import threading
 from typing import NamedTuple
 
 from engine import batch_format as bf
 from engine import codec
-from engine.accumulator import ProducerBatch, bad_partition
+from engine.accumulator import ProducerBatch
 from engine.errors import IllegalStateError, InvalidConfigurationError, KafkaError
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
@@ -121,9 +120,8 @@ class Producer:
         tp = (batch.topic, batch.partition)
         seq = self._sequences.get(tp, 0)
         try:
-            data = codec.encode_batch(batch.records, compression=self.compression, producer_id=self.producer_id,
-                                      producer_epoch=self.producer_epoch,
-                                      base_sequence=seq if self.idempotent else -1)
+            data = batch.records.build(compression=self.compression, producer_id=self.producer_id,
+                                       producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1)
         except KafkaError as exc:
             batch.fail(exc)
             return
@@ -165,36 +163,16 @@ class Producer:
 
     # --- kafka-python API -----------------------------------------------------------------------
     def send_batch(self, topic: str, records, partition: int | None = None) -> list[BatchAppend]:
-        """Append many (key, value) or (key, value, headers, timestamp_ms) records at once, partitioned as
-        send() would; each partition's records go out as whole batches, after what send() queued."""
-        count, limit = self._engine._producer_layout(topic)
-        now = self._clock.time_ms()
-        groups: dict[int, list] = {}
-        sticky = partition
-        for rec in records:
-            key, value, headers, ts = rec if len(rec) == 4 else (rec[0], rec[1], None, None)
-            if partition is not None:
-                p = partition
-            elif key is not None:
-                p = (codec.murmur2(key) & 0x7FFFFFFF) % count
-            else:
-                if sticky is None:
-                    sticky = random.randrange(count)
-                p = sticky
-            groups.setdefault(p, []).append((key, value, headers, now if ts is None else ts))
-        budget = min(limit, self.max_request_size) - bf.HEADER_SIZE
-        out = []
+        """Send many (key, value) or (key, value, headers, timestamp_ms) records at once, partitioned as send()
+        would, without a future each. Once all are appended, returns for each batch they went into its partition,
+        the offset of the first of these records in it and how many of them it holds (a batch may also carry
+        records sent just before, or by another thread at the same time)."""
+        spans = self._acc.send_many(topic, records, partition)
         self.flush()
-        with self._send_lock:
-            for p, recs in sorted(groups.items()):
-                if type(p) is not int or not 0 <= p < count:
-                    raise bad_partition(topic, p, count)
-                for chunk in _chunks(recs, budget):
-                    batch = ProducerBatch(topic, p, now, self._force)
-                    batch.records = chunk
-                    self._append(batch)
-                    batch.result(0)  # raises the append's error
-                    out.append(BatchAppend(p, batch.base_offset, len(chunk)))
+        out = []
+        for batch, first, last in spans:
+            batch.result(first)  # raises the batch's error
+            out.append(BatchAppend(batch.partition, batch.base_offset + first, last - first + 1))
         return out
 
     def flush(self, timeout: float | None = None) -> None:
@@ -229,17 +207,3 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _chunks(records: list, budget: int):
-    """Runs of records whose estimated encoded size stays within `budget` (at least one record each)."""
-    chunk, size = [], 0
-    for rec in records:
-        n = 21 + (len(rec[0]) if rec[0] is not None else 0) + (len(rec[1]) if rec[1] is not None else 0)
-        if chunk and size + n > budget:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(rec)
-        size += n
-    if chunk:
-        yield chunk

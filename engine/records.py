@@ -136,8 +136,60 @@ class ConsumerRecord:
 
 consumer_record = ConsumerRecord
 murmur2 = accumulator.murmur2
-RecordAccumulator = accumulator.RecordAccumulator
 RecordFuture = accumulator.RecordFuture
+
+
+class RecordsBuilder:
+    """Kafka's MemoryRecordsBuilder: records are encoded as they are appended (offset delta = their index,
+    timestamps relative to the first), and build() frames them into one batch."""
+
+    __slots__ = ("_body", "_infos", "_base_ts", "_max_ts")
+
+    def __init__(self) -> None:
+        self._body = bytearray()
+        self._infos: list[tuple[int, int, int, int]] = []
+        self._base_ts: int | None = None
+        self._max_ts = -1
+
+    def append(self, key, value, headers, timestamp: int) -> int:
+        """Add a record (key/value bytes or None, headers as (bytes, bytes|None) pairs); returns its index."""
+        for name, field in [("key", key), ("value", value)] + [
+                (n, f) for hk, hv in headers or () for n, f in (("header key", hk), ("header value", hv))]:
+            if field is not None and type(field) is not bytes or field is None and name == "header key":
+                raise InvalidRecordError(f"{name} must be bytes, got {type(field).__name__}")
+        delta = bf.timestamp_delta(timestamp, timestamp if self._base_ts is None else self._base_ts)
+        if self._base_ts is None:
+            self._base_ts = timestamp
+        index = len(self._infos)
+        _write_record(self._body, index, delta, key, value, headers or [])
+        self._infos.append((timestamp, -1 if key is None else len(key), -1 if value is None else len(value),
+                            sum(len(k) + len(v or b"") for k, v in headers) if headers else -1))
+        self._max_ts = max(self._max_ts, timestamp)
+        return index
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def info(self, index: int) -> tuple[int, int, int, int]:
+        """(timestamp, key size, value size, header size) of record `index` (-1 sizes for null / none)."""
+        return self._infos[index]
+
+    def build(self, *, compression="none", producer_id: int = -1, producer_epoch: int = -1,
+              base_sequence: int = -1) -> bytes:
+        """The batch (base offset 0: the log assigns offsets)."""
+        codec, attributes, _ = bf.batch_attributes(
+            base_offset=0, compression=compression, timestamp_type="create", log_append_time_ms=None,
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+            transactional=False, partition_leader_epoch=-1)
+        if not self._infos:
+            raise InvalidRecordError("a batch needs at least one record")
+        return _assemble(bytes(self._body), len(self._infos), base_offset=0, ple=-1, codec=codec, level=None,
+                         attributes=attributes, last_delta=len(self._infos) - 1, base_ts=self._base_ts,
+                         max_ts=self._max_ts, pid=producer_id, epoch=producer_epoch, seq=base_sequence)
+
+
+class RecordAccumulator(accumulator.RecordAccumulator):
+    builder = RecordsBuilder
 
 
 def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:

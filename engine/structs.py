@@ -40,14 +40,6 @@ def header_size(headers) -> int:
     return sum(len(k.encode("utf-8", "surrogateescape")) + (len(v) if v is not None else 0) for k, v in headers)
 
 
-def metadata(topic: str, partition: int, offset: int, record: tuple, log_append_time: int) -> RecordMetadata:
-    """The RecordMetadata of `record` = (key, value, headers, timestamp) appended at `offset`."""
-    key, value, headers, ts = record
-    return RecordMetadata(topic, partition, TopicPartition(topic, partition), offset,
-                          ts if log_append_time < 0 else log_append_time, None,
-                          -1 if key is None else len(key), -1 if value is None else len(value), header_size(headers))
-
-
 CONSUMER_RECORD_FIELDS = ("topic", "partition", "leader_epoch", "offset", "timestamp", "timestamp_type", "key",
                           "value", "headers", "checksum", "serialized_key_size", "serialized_value_size",
                           "serialized_header_size")

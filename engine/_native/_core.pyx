@@ -1089,7 +1089,6 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, objec
     cdef bytes out
     cdef uint8_t *h
     cdef uint8_t *tmp
-    cdef Py_ssize_t size
     for i in range(n):
         if infos[i].ts > max_ts:
             max_ts = infos[i].ts
@@ -1115,7 +1114,13 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, objec
         out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + len(payload))
         h = <uint8_t *>PyBytes_AS_STRING(out)
         memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(payload), len(payload))
-    size = len(out)
+    _put_header(h, len(out), pr, last, base_ts, max_ts, <int32_t>n)
+    return out
+
+
+cdef void _put_header(uint8_t *h, Py_ssize_t size, Params *pr, int32_t last, int64_t base_ts, int64_t max_ts,
+                      int32_t count) noexcept:
+    """Fill the 61-byte header of the `size`-byte batch at h (records already in place), CRC last."""
     kl_put64(h, <uint64_t>pr.base_offset)
     kl_put32(h + 8, <uint32_t>(size - LOG_OVERHEAD))
     kl_put32(h + 12, <uint32_t>pr.ple)
@@ -1127,9 +1132,8 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, objec
     kl_put64(h + 43, <uint64_t>pr.pid)
     kl_put16(h + 51, <uint16_t>pr.epoch)
     kl_put32(h + 53, <uint32_t>pr.seq)
-    kl_put32(h + 57, <uint32_t>n)
+    kl_put32(h + 57, <uint32_t>count)
     kl_put32(h + 17, kl_crc32c(0, h + ATTRS_OFFSET, size - ATTRS_OFFSET))
-    return out
 
 
 cdef RecInfo *_alloc_infos(Py_ssize_t n) except NULL:
@@ -1412,6 +1416,137 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
 
 
 # --- producer: partitioner, accumulator, futures ------------------------------------------------
+
+cdef struct BuiltInfo:
+    int64_t ts
+    int32_t klen
+    int32_t vlen
+    int32_t hsize
+
+
+cdef RecordsBuilder _builder(Py_ssize_t capacity):
+    """A builder with room for a batch of about `capacity` bytes (no regrowth while it fills)."""
+    cdef RecordsBuilder b = RecordsBuilder.__new__(RecordsBuilder)
+    grow_reserve(&b.body, min(capacity, <Py_ssize_t>(1 << 20)))
+    grow_reserve(&b.infos, min(capacity // 4, <Py_ssize_t>(1 << 18)))
+    return b
+
+
+cdef inline object _exact_bytes(object obj, str name):
+    if not PyBytes_CheckExact(obj):
+        raise InvalidRecordError(f"{name} must be bytes, got {type(obj).__name__}")
+    return obj
+
+
+@cython.final
+cdef class RecordsBuilder:
+    """Kafka's MemoryRecordsBuilder: records are encoded as they are appended (offset delta = their index,
+    timestamps relative to the first), and build() frames them into one batch."""
+
+    cdef Grow body
+    cdef Grow infos
+    cdef Py_ssize_t count
+    cdef int64_t base_ts, max_ts
+
+    def __dealloc__(self):
+        free(self.body.data)
+        free(self.infos.data)
+
+    cdef Py_ssize_t add(self, key, value, list headers, int64_t ts) except -1:
+        cdef const uint8_t *kp = NULL
+        cdef const uint8_t *vp = NULL
+        cdef Py_ssize_t klen = -1, vlen = -1, hsize = 0, hbytes = 0, hcount = 0
+        cdef int64_t body, delta
+        cdef uint8_t *p
+        cdef BuiltInfo info
+        if self.count == 0:
+            self.base_ts = self.max_ts = ts
+        if self.count >= INT32_MAX:
+            raise InvalidRecordError("a batch holds at most 2**31-1 records")
+        if key is not None:
+            _field_ptr(_exact_bytes(key, "key"), &kp, &klen)
+        if value is not None:
+            _field_ptr(_exact_bytes(value, "value"), &vp, &vlen)
+        if headers is not None:
+            hcount = len(headers)
+            for hk, hv in headers:
+                _exact_bytes(hk, "header key")
+                if hv is not None:
+                    _exact_bytes(hv, "header value")
+                hsize += kl_varint_size(len(<bytes>hk)) + len(<bytes>hk)
+                hsize += 1 if hv is None else kl_varint_size(len(<bytes>hv)) + len(<bytes>hv)
+                hbytes += len(<bytes>hk) + (0 if hv is None else len(<bytes>hv))
+        if kl_add_overflow(ts, -self.base_ts, &delta):
+            bf.timestamp_delta(ts, self.base_ts)
+        body = (1 + kl_varlong_size(delta) + kl_varint_size(<int32_t>self.count) + kl_varint_size(<int32_t>hcount)
+                + hsize + (1 if klen < 0 else kl_varint_size(<int32_t>klen) + klen)
+                + (1 if vlen < 0 else kl_varint_size(<int32_t>vlen) + vlen))
+        if body > INT32_MAX or self.body.len + body + 5 > INT32_MAX - HEADER_SIZE:
+            raise InvalidRecordError("a batch exceeds 2 GiB")
+        grow_reserve(&self.body, body + 5)
+        p = <uint8_t *>self.body.data + self.body.len
+        p = kl_write_varint(p, <int32_t>body)
+        p[0] = 0
+        p = kl_write_varlong(p + 1, delta)
+        p = kl_write_varint(p, <int32_t>self.count)
+        p = _put_field(p, kp, klen)
+        p = _put_field(p, vp, vlen)
+        p = kl_write_varint(p, <int32_t>hcount)
+        if headers is not None:
+            for hk, hv in headers:
+                p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hk), len(<bytes>hk))
+                if hv is None:
+                    p = kl_write_varint(p, -1)
+                else:
+                    p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hv), len(<bytes>hv))
+        self.body.len = <char *>p - self.body.data
+        info.ts = ts
+        info.klen = <int32_t>klen
+        info.vlen = <int32_t>vlen
+        info.hsize = <int32_t>hbytes if headers is not None else -1
+        grow_put(&self.infos, &info, sizeof(BuiltInfo))
+        if ts > self.max_ts:
+            self.max_ts = ts
+        self.count += 1
+        return self.count - 1
+
+    def append(self, key, value, headers, int64_t timestamp):
+        """Add a record (key/value bytes or None, headers as (bytes, bytes|None) pairs); returns its index."""
+        return self.add(key, value, headers, timestamp)
+
+    def __len__(self):
+        return self.count
+
+    def info(self, Py_ssize_t index):
+        """(timestamp, key size, value size, header size) of record `index` (-1 sizes for null / none)."""
+        cdef BuiltInfo *i
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        i = <BuiltInfo *>self.infos.data + index
+        return i.ts, i.klen, i.vlen, i.hsize
+
+    def build(self, *, compression="none", producer_id=-1, producer_epoch=-1, base_sequence=-1):
+        """The batch (base offset 0: the log assigns offsets)."""
+        cdef Params pr
+        cdef bytes out, payload
+        cdef uint8_t *h
+        cdef Py_ssize_t size
+        _params(&pr, 0, compression, "create", None, producer_id, producer_epoch, base_sequence, False, -1)
+        if self.count == 0:
+            raise InvalidRecordError("a batch needs at least one record")
+        if pr.codec == 0:
+            out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + self.body.len)
+            h = <uint8_t *>PyBytes_AS_STRING(out)
+            memcpy(h + HEADER_SIZE, self.body.data, self.body.len)
+        else:
+            payload = comp.compress(pr.codec, self.body.data[:self.body.len], None)
+            out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + len(payload))
+            h = <uint8_t *>PyBytes_AS_STRING(out)
+            memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(payload), len(payload))
+        size = len(out)
+        _put_header(h, size, &pr, <int32_t>(self.count - 1), self.base_ts, self.max_ts, <int32_t>self.count)
+        return out
+
 cdef uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     cdef uint32_t m = 0x5bd1e995U, h = 0x9747b28cU ^ <uint32_t>n, k
     cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
@@ -1531,13 +1666,12 @@ cdef class RecordAccumulator:
         self._topics = {}
         self._sealed = []
 
-    cdef object _now(self):
+    cdef int64_t _now_ms(self) except? -1:
         cdef timespec ts
         if self._clock is not None:
             return self._clock.time_ms()
         clock_gettime(CLOCK_REALTIME, &ts)
         return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-
     cdef _Topic _topic(self, topic):
         cdef _Topic t = <_Topic>self._topics.get(topic)
         cdef Py_ssize_t i
@@ -1586,13 +1720,51 @@ cdef class RecordAccumulator:
 
     def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """Add one record; returns its future (see engine.accumulator)."""
-        cdef Py_ssize_t size = _acc.RECORD_OVERHEAD, p
+        cdef int flags = 0
+        cdef RecordFuture f = RecordFuture.__new__(RecordFuture)
+        f.batch = self._add(topic, value, key, headers, partition, timestamp_ms, &flags, &f.index)
+        if flags:
+            self._notify(flags)
+        return f
+
+    def send_many(self, topic, records, partition=None):
+        """Add (key, value) or (key, value, headers, timestamp_ms) records without futures; returns
+        (batch, first index, last index) for each batch they went into, in order."""
+        cdef int flags = 0
+        cdef Py_ssize_t index
+        cdef dict spans = {}
+        cdef list span
+        cdef object batch
+        try:
+            for rec in records:
+                if type(rec) is tuple and len(<tuple>rec) == 2:
+                    batch = self._add(topic, (<tuple>rec)[1], (<tuple>rec)[0], None, partition, None, &flags, &index)
+                else:
+                    key, value, headers, ts = _acc.record_fields(rec)
+                    batch = self._add(topic, value, key, headers, partition, ts, &flags, &index)
+                span = spans.get(id(batch))
+                if span is None:
+                    spans[id(batch)] = [batch, index, index]
+                else:
+                    span[2] = index
+        finally:
+            if flags:
+                self._notify(flags)
+        return [tuple(span) for span in spans.values()]
+
+    cdef _notify(self, int flags):
+        if flags & 1 and self._on_open is not None:
+            self._on_open()
+        if flags & 2:
+            self._on_full()
+
+    cdef object _add(self, topic, value, key, headers, partition, timestamp_ms, int *flags, Py_ssize_t *index):
+        """Validate and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
+        cdef Py_ssize_t size = _acc.RECORD_OVERHEAD, p, fixed
         cdef _Topic t
-        cdef bint full = False, opened = False, sticky
-        cdef Py_ssize_t fixed
-        cdef RecordFuture f
+        cdef bint sticky
+        cdef int64_t ts
         cdef object batch, spare = None
-        cdef list records
         if value is not None:
             if not PyBytes_CheckExact(value):
                 value = bf.check_bytes("value", value)
@@ -1607,9 +1779,11 @@ cdef class RecordAccumulator:
         else:
             headers = None
         if timestamp_ms is None:
-            timestamp_ms = self._now()
+            ts = self._now_ms()
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise _acc.bad_timestamp(timestamp_ms)
+        else:
+            ts = timestamp_ms
         t = self._topic(topic)
         if size + HEADER_SIZE > t.limit:
             raise _acc.record_too_large(size + HEADER_SIZE, t.limit, topic)
@@ -1623,18 +1797,14 @@ cdef class RecordAccumulator:
                 if batch is not None and t.sizes[p] + size > t.cap:
                     self._seal(t, p)
                     batch = None
-                    full = True
-                if batch is None:
-                    if spare is None or spare.partition != p:
-                        spare = None
-                    else:
-                        batch, spare = spare, None
-                        t.open[p] = batch
-                        t.sizes[p] = HEADER_SIZE
-                        opened = True
+                    flags[0] |= 2
+                if batch is None and spare is not None and spare.partition == p:
+                    batch, spare = spare, None
+                    t.open[p] = batch
+                    t.sizes[p] = HEADER_SIZE
+                    flags[0] |= 1
                 if batch is not None:
-                    records = batch.records
-                    records.append((key, value, headers, timestamp_ms))
+                    index[0] = (<RecordsBuilder>batch.records).add(key, value, headers, ts)
                     t.sizes[p] += size
                     if sticky:
                         t.sticky_bytes += size
@@ -1643,19 +1813,11 @@ cdef class RecordAccumulator:
                             t.sticky_bytes = 0
                     if t.sizes[p] >= t.cap:
                         self._seal(t, p)
-                        full = True
-                    f = RecordFuture.__new__(RecordFuture)
-                    f.batch = batch
-                    f.index = len(records) - 1
-                    break
+                        flags[0] |= 2
+                    return batch
             finally:
                 PyThread_release_lock(self._lock)
-            spare = _acc.ProducerBatch(topic, p, self._now(), self._drain)
-        if opened and self._on_open is not None:
-            self._on_open()
-        if full:
-            self._on_full()
-        return f
+            spare = _acc.ProducerBatch(topic, p, self._now_ms(), self._drain, _builder(t.cap))
 
     def seal(self, batch):
         """Seal `batch` if it is still open."""

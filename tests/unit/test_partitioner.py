@@ -7,6 +7,7 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+import engine
 from engine.accumulator import ProducerBatch
 
 # clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.testMurmur2
@@ -66,7 +67,7 @@ def test_batches_seal_at_batch_size_and_keep_order(codec):
     acc.seal_all()
     sealed.extend(acc.take_sealed())
     assert [f.index for f in futures[:3]] == [0, 1, 2]
-    values = [r[1][:3] for b in sealed for r in b.records]
+    values = [r.value[:3] for b in sealed for r in engine.RecordBatch(b.records.build()).records()]
     assert values == [b"%03d" % i for i in range(50)]
     assert all(61 + 84 * len(b.records) <= 500 for b in sealed)  # 21 + 63 bytes per record estimate
 
@@ -83,8 +84,12 @@ def test_native_and_twin_accumulators_agree():
                      headers=[("h", b"1")] if i % 7 == 0 else None)
         acc.seal_all()
         sealed.extend(acc.take_sealed())
-        outcomes.append([(b.partition, b.records) for b in sealed])
-    assert outcomes[0] == outcomes[1]
+        outcomes.append([(b.partition, b.records.build(compression="lz4", producer_id=9, producer_epoch=1,
+                                                        base_sequence=b.partition * 1000)) for b in sealed])
+    assert outcomes[0] == outcomes[1]  # byte for byte
+    records = [r for _, data in outcomes[0] for r in engine.RecordBatch(data).records()]
+    assert [r.timestamp for r in sorted(records, key=lambda r: r.timestamp)] == list(range(300))
+    assert sum(1 for r in records if r.headers == [("h", b"1")]) == len(range(0, 300, 7))
 
 
 def test_linger_expiry_seals_only_old_batches(codec):
@@ -103,3 +108,23 @@ def test_custom_partitioner_result_is_checked(codec):
     acc = accumulator(codec, [], partitioner=lambda key, allp, avail: 9)
     with pytest.raises(UnknownTopicOrPartitionError):
         acc.send("t", value=b"v")
+
+
+def test_records_builder_matches_encode_batch(codec):
+    b = codec.RecordsBuilder()
+    rows = [(b"k", b"v" * 50, [(b"h", None)], 10), (None, None, None, 5), (b"", b"x", None, 2**40)]
+    assert [b.append(*row) for row in rows] == [0, 1, 2]
+    expected = engine.encode_batch([(k, v, [(h.decode(), hv) for h, hv in hs or []], ts) for k, v, hs, ts in rows],
+                                   producer_id=3, producer_epoch=0, base_sequence=7)
+    assert b.build(producer_id=3, producer_epoch=0, base_sequence=7) == expected
+    assert b.info(0) == (10, 1, 50, 1) and b.info(1) == (5, -1, -1, -1) and len(b) == 3
+
+
+def test_records_builder_refuses_what_is_not_bytes(codec):
+    from engine.errors import InvalidRecordError
+    b = codec.RecordsBuilder()
+    for bad in [("k", b"v", None, 1), (b"k", 5, None, 1), (b"k", b"v", [("str-key", b"v")], 1)]:
+        with pytest.raises(InvalidRecordError):
+            b.append(*bad)
+    with pytest.raises(InvalidRecordError):
+        b.build()
