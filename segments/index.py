@@ -40,12 +40,10 @@ class MmapIndex:
         self._last = None  # the last entry's raw fields, cached
         try:
             new = not fs.exists(path)
-            if new and not writable:
-                raise KafkaStorageError(f"index file {path} does not exist", file=path)
-            if new:
+            if new and writable:
                 with fs.open(path, "wb+") as f:
                     fs.truncate(f, self._round(max_index_size))
-            length = fs.size(path)
+            length = 0 if new else fs.size(path)  # read-only, a missing index reads as empty
             self._map = None
             self._map_file(length)
         except OSError as exc:

@@ -1,0 +1,401 @@
+"""The `kafkalog` Spark data source: a log directory (kafkalog's or a Kafka broker's) read as a DataFrame
+with the schema and options of Spark's own Kafka source, and no broker.
+
+Planning (driver): the partition directories are matched against `subscribe` / `subscribePattern` /
+`assign`; each partition's offset range comes from `startingOffsets`/`endingOffsets` or the timestamp
+options (resolved through the `.timeindex`/`.index` files, with Spark's precedence), is checked against
+the log start offset (`failOnDataLoss`) and narrowed by pushed-down filters; ranges larger than
+`maxBytesPerPartition` are split at segment boundaries, then further by offsets up to `minPartitions`.
+Reading (executors): whole batches come from mmapped segments (segments.partition_reader) and the native
+columnar decoder turns them into Arrow record batches; control records never appear and offset gaps
+(compaction, markers) are not data loss. The high watermark bounds "latest".
+Errors: an unknown option, a conflicting pair, or a bad value raises InvalidConfigurationError naming the
+option; `kafka.isolation.level=read_committed` raises "not supported yet".
+Thread-safety: a reader holds no shared state; executors open their segments read-only.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from engine import codec
+from engine.errors import InvalidConfigurationError, OffsetOutOfRangeError, not_supported_yet
+from segments import names
+from segments.fs import FileSystem
+from segments.partition_reader import PartitionReader, read_checkpoints
+
+EARLIEST, LATEST = -2, -1
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
+CHUNK_BYTES = 8 << 20
+OPTIONS = {
+    "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
+    "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
+    "kafka.isolation.level", "maxbytesperpartition",
+}
+
+HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                        StructField("value", BinaryType())])))
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    """The schema of Spark's Kafka source (every field nullable)."""
+    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
+              StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+              StructField("timestampType", IntegerType())]
+    return StructType(fields + ([HEADERS] if include_headers else []))
+
+
+def _bad(option: str, why: str) -> InvalidConfigurationError:
+    return InvalidConfigurationError(f"kafkalog option {option!r}: {why}")
+
+
+def _bool(options: dict, name: str, default: bool) -> bool:
+    value = str(options.get(name.lower(), default)).lower()
+    if value not in ("true", "false"):
+        raise _bad(name, f"must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _int(options: dict, name: str, default: int, minimum: int) -> int:
+    raw = options.get(name.lower(), default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise _bad(name, f"must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise _bad(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _json_map(options: dict, name: str) -> dict[tuple[str, int], int] | None:
+    """{"topic": {"0": n, ...}} as {(topic, partition): n}."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        return {(topic, int(p)): int(v) for topic, parts in doc.items() for p, v in parts.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise _bad(name, f'must be JSON like {{"topic": {{"0": 23}}}}, got {raw!r}') from None
+
+
+class Settings:
+    """The validated options of one read."""
+
+    def __init__(self, raw) -> None:
+        options = {str(k).lower(): v for k, v in dict(raw).items()}
+        unknown = sorted(set(options) - OPTIONS)
+        if unknown:
+            raise _bad(unknown[0], "unknown option (kafkalog reads the log directory given by 'path'; "
+                                   "it takes Spark's Kafka source options for what to read)")
+        self.path = options.get("path")
+        if not self.path:
+            raise _bad("path", "the log directory is required: .option('path', dir) or .load(dir)")
+        chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in options]
+        if len(chosen) != 1:
+            raise _bad("subscribe", f"exactly one of subscribe, subscribePattern, assign is required, got {chosen}")
+        self.mode, self.selector = chosen[0], options[chosen[0].lower()]
+        if self.mode == "subscribePattern":
+            try:
+                self.pattern = re.compile(self.selector)
+            except re.error as exc:
+                raise _bad("subscribePattern", f"not a regular expression: {exc}") from None
+        elif self.mode == "assign":
+            try:
+                self.assigned = {(t, int(p)) for t, parts in json.loads(self.selector).items() for p in parts}
+            except (ValueError, AttributeError, TypeError):
+                raise _bad("assign", f'must be JSON like {{"topic": [0, 1]}}, got {self.selector!r}') from None
+        else:
+            self.topics = {t.strip() for t in self.selector.split(",") if t.strip()}
+            if not self.topics:
+                raise _bad("subscribe", "names no topic")
+        level = options.get("kafka.isolation.level", "read_uncommitted")
+        if level == "read_committed":
+            raise not_supported_yet("kafka.isolation.level=read_committed (transactions)")
+        if level != "read_uncommitted":
+            raise _bad("kafka.isolation.level", f"must be read_uncommitted, got {level!r}")
+        self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
+        self.include_headers = _bool(options, "includeHeaders", False)
+        self.min_partitions = _int(options, "minPartitions", 1, 1)
+        self.max_bytes = _int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
+        self.strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
+        if self.strategy not in ("error", "latest"):
+            raise _bad("startingOffsetsByTimestampStrategy", f"must be 'error' or 'latest', got {self.strategy!r}")
+        self.start = self._side(options, "starting")
+        self.end = self._side(options, "ending")
+
+    @staticmethod
+    def _side(options: dict, side: str):
+        """('timestamp', ts) | ('timestamps', {tp: ts}) | ('offsets', {tp: off}) | ('earliest'|'latest', None)."""
+        if f"{side}timestamp" in options:
+            return "timestamp", _int(options, f"{side}Timestamp", 0, 0)
+        by_ts = _json_map(options, f"{side}OffsetsByTimestamp")
+        if by_ts is not None:
+            return "timestamps", by_ts
+        name = f"{side}Offsets"
+        raw = options.get(name.lower(), "earliest" if side == "starting" else "latest")
+        if raw in ("earliest", "latest"):
+            if side == "ending" and raw == "earliest":
+                raise _bad(name, "'earliest' is not allowed for endingOffsets")
+            return raw, None
+        offsets = _json_map(options, name)
+        if side == "ending" and EARLIEST in offsets.values():
+            raise _bad(name, "-2 (earliest) is not allowed for endingOffsets")
+        return "offsets", offsets
+
+    def wants(self, topic: str, partition: int) -> bool:
+        if self.mode == "subscribe":
+            return topic in self.topics
+        if self.mode == "subscribePattern":
+            return self.pattern.fullmatch(topic) is not None
+        return (topic, partition) in self.assigned
+
+
+class OffsetRange(InputPartition):
+    """Offsets [start, end) of one partition directory."""
+
+    def __init__(self, topic: str, partition: int, directory: str, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.directory, self.start, self.end = topic, partition, directory, start, end
+
+
+class KafkalogDataSource(DataSource):
+    """`spark.read.format("kafkalog").option("path", dir).option("subscribe", "events").load()`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkalog"
+
+    def schema(self) -> StructType:
+        return spark_schema(Settings(self.options).include_headers)
+
+    def reader(self, schema: StructType) -> "KafkalogReader":
+        return KafkalogReader(Settings(self.options), schema)
+
+
+class KafkalogPushdownDataSource(KafkalogDataSource):
+    """The same source, with a reader that accepts pushed-down filters (Spark refuses such a reader unless
+    spark.sql.python.filterPushdown.enabled=true, so engine.spark.register() picks the class that fits)."""
+
+    def reader(self, schema: StructType) -> "KafkalogPushdownReader":
+        return KafkalogPushdownReader(Settings(self.options), schema)
+
+
+class KafkalogReader(DataSourceReader):
+    def __init__(self, settings: Settings, schema: StructType) -> None:
+        self.settings, self.schema = settings, schema
+        self.partition_filter: set[int] | None = None
+        self.topic_filter: set[str] | None = None
+        self.offset_bounds = [0, 2**63 - 1]      # [lo, hi)
+        self.time_bounds: list = []              # (op, epoch ms) applied exactly to each batch
+
+    def _accept(self, f) -> bool:
+        """Take a pushed-down filter if it can be applied exactly (pruning what the indexes allow)."""
+        if len(f.attribute) != 1:
+            return False
+        column = f.attribute[0]
+        if isinstance(f, (EqualTo, In)) and column in ("partition", "topic"):
+            values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+            attr = "partition_filter" if column == "partition" else "topic_filter"
+            current = getattr(self, attr)
+            setattr(self, attr, values if current is None else current & values)
+            return True
+        comparisons = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+        if column == "offset" and isinstance(f, comparisons) and type(f.value) is int:
+            lo, hi = {EqualTo: (f.value, f.value + 1), GreaterThan: (f.value + 1, None),
+                      GreaterThanOrEqual: (f.value, None), LessThan: (None, f.value),
+                      LessThanOrEqual: (None, f.value + 1)}[type(f)]
+            if lo is not None:
+                self.offset_bounds[0] = max(self.offset_bounds[0], lo)
+            if hi is not None:
+                self.offset_bounds[1] = min(self.offset_bounds[1], hi)
+            return True
+        if column == "timestamp" and isinstance(f, comparisons) and isinstance(f.value, datetime.datetime):
+            self.time_bounds.append((type(f).__name__, _epoch_micros(f.value)))
+            return True
+        return False
+
+    # --- planning -------------------------------------------------------------------------------
+    def partitions(self):
+        s = self.settings
+        if not os.path.isdir(s.path):
+            raise _bad("path", f"{s.path!r} is not a directory")
+        starts, hws = read_checkpoints(FileSystem(), s.path)
+        ranges, seen = [], set()
+        for entry in sorted(os.listdir(s.path)):
+            tp = names.parse_partition_dir(entry)
+            directory = os.path.join(s.path, entry)
+            if tp is None or not os.path.isdir(directory) or not s.wants(*tp):
+                continue
+            seen.add(tp)
+            if self.topic_filter is not None and tp[0] not in self.topic_filter:
+                continue
+            if self.partition_filter is not None and tp[1] not in self.partition_filter:
+                continue
+            reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
+            try:
+                start, end = self._range(reader, tp)
+                if start < end:
+                    ranges += self._split(reader, tp, directory, start, end)
+            finally:
+                reader.close()
+        missing = s.assigned - seen if s.mode == "assign" else set()
+        if missing:
+            raise _bad("assign", f"no partition directory for {sorted(missing)[0]} in {s.path!r}")
+        # an empty plan still needs one (empty) partition: Spark reads "no partitions" as one unnamed one
+        return _split_to(ranges, s.min_partitions) or [OffsetRange("", -1, "", 0, 0)]
+
+    def _resolve(self, reader: PartitionReader, tp, side) -> int:
+        kind, value = side
+        if kind == "earliest":
+            return reader.log_start_offset
+        if kind == "latest":
+            return reader.high_watermark
+        if kind in ("timestamp", "timestamps"):
+            ts = value if kind == "timestamp" else value.get(tp)
+            if ts is None:
+                raise _bad("startingOffsetsByTimestamp/endingOffsetsByTimestamp",
+                           f"has no timestamp for {tp[0]}-{tp[1]}")
+            found = reader.offset_for_timestamp(ts)
+            if found is None or found >= reader.high_watermark:
+                return None
+            return found
+        if tp not in value:
+            raise _bad("startingOffsets/endingOffsets", f"has no offset for {tp[0]}-{tp[1]}")
+        off = value[tp]
+        return reader.log_start_offset if off == EARLIEST else reader.high_watermark if off == LATEST else off
+
+    def _range(self, reader: PartitionReader, tp) -> tuple[int, int]:
+        s = self.settings
+        start = self._resolve(reader, tp, s.start)
+        if start is None:  # no record that late
+            if s.strategy == "error":
+                raise OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: no offset has a timestamp at or after the "
+                                            f"starting timestamp (startingOffsetsByTimestampStrategy=error)",
+                                            file=reader.dir)
+            start = reader.high_watermark
+        end = self._resolve(reader, tp, s.end)
+        end = reader.high_watermark if end is None else end
+        for name, off in (("start", start), ("end", end)):
+            if off < reader.log_start_offset or off > reader.high_watermark:
+                if s.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"{tp[0]}-{tp[1]}: the {name} offset {off} is outside the log's [{reader.log_start_offset}, "
+                        f"{reader.high_watermark}] (records were deleted or never written; failOnDataLoss=false "
+                        f"reads what is there)", file=reader.dir, offset=off)
+        start = min(max(start, reader.log_start_offset), reader.high_watermark)
+        end = min(max(end, reader.log_start_offset), reader.high_watermark)
+        if start > end:
+            raise _bad("endingOffsets", f"{tp[0]}-{tp[1]}: ending offset {end} is before starting offset {start}")
+        start, end = max(start, self.offset_bounds[0]), min(end, self.offset_bounds[1])
+        for op, micros in self.time_bounds:
+            if op in ("GreaterThan", "GreaterThanOrEqual", "EqualTo"):
+                first = reader.offset_for_timestamp(micros // 1000)  # every earlier record is older
+                start = max(start, end if first is None else first)
+        return start, end
+
+    def _split(self, reader: PartitionReader, tp, directory: str, start: int, end: int) -> list[OffsetRange]:
+        """One range, or several cut at segment boundaries so none holds much more than maxBytesPerPartition."""
+        out, lo, size = [], start, 0
+        for seg_lo, seg_hi, nbytes in reader.bytes_between(start, end):
+            if size and size + nbytes > self.settings.max_bytes:
+                out.append(OffsetRange(tp[0], tp[1], directory, lo, seg_lo))
+                lo, size = seg_lo, 0
+            size += nbytes
+        out.append(OffsetRange(tp[0], tp[1], directory, lo, end))
+        return out
+
+    # --- reading (executors) --------------------------------------------------------------------
+    def read(self, partition: OffsetRange):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if partition.start >= partition.end:
+            return
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        reader = PartitionReader(partition.directory)
+        try:
+            for chunk in reader.chunks(partition.start, partition.end, CHUNK_BYTES):
+                cols = codec.decode_columnar(chunk.data, start_offset=partition.start, end_offset=partition.end,
+                                             include_headers=self.settings.include_headers,
+                                             position=chunk.position, source=partition.directory)
+                n = len(cols)
+                if not n:
+                    continue
+                raw = cols.to_arrow()
+                arrays = [raw.column("key"), raw.column("value"),
+                          pa.repeat(pa.scalar(partition.topic, pa.string()), n),
+                          pa.repeat(pa.scalar(partition.partition, pa.int32()), n),
+                          raw.column("offset"), raw.column("timestamp").cast(target.field("timestamp").type),
+                          raw.column("timestampType")]
+                if self.settings.include_headers:
+                    arrays.append(raw.column("headers").cast(target.field("headers").type))
+                batch = pa.RecordBatch.from_arrays(arrays, schema=target)
+                for op, micros in self.time_bounds:
+                    batch = batch.filter(getattr(pc, _TIME_OPS[op])(pc.cast(batch.column("timestamp"), pa.int64()),
+                                                                     micros))
+                if batch.num_rows:
+                    yield batch
+        finally:
+            reader.close()
+
+
+class KafkalogPushdownReader(KafkalogReader):
+    def pushFilters(self, filters):
+        """Keep partition/topic =/IN, offset and timestamp comparisons; hand the rest back to Spark."""
+        for f in filters:
+            if not self._accept(f):
+                yield f
+
+
+_TIME_OPS = {"EqualTo": "equal", "GreaterThan": "greater", "GreaterThanOrEqual": "greater_equal",
+             "LessThan": "less", "LessThanOrEqual": "less_equal"}  # pyarrow.compute functions
+
+
+def _epoch_micros(value: datetime.datetime) -> int:
+    """Microseconds since the epoch (a naive datetime is local time, as PySpark hands timestamps over)."""
+    if value.tzinfo is None:
+        value = value.astimezone()
+    delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _split_to(ranges: list[OffsetRange], minimum: int) -> list[OffsetRange]:
+    """Split the largest ranges by offsets until there are at least `minimum` (Spark's minPartitions)."""
+    ranges = list(ranges)
+    while 0 < len(ranges) < minimum:
+        widest = max(ranges, key=lambda r: r.end - r.start)
+        if widest.end - widest.start < 2:
+            break
+        mid = widest.start + (widest.end - widest.start) // 2
+        i = ranges.index(widest)
+        ranges[i:i + 1] = [OffsetRange(widest.topic, widest.partition, widest.directory, widest.start, mid),
+                           OffsetRange(widest.topic, widest.partition, widest.directory, mid, widest.end)]
+    return ranges

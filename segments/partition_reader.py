@@ -1,0 +1,126 @@
+"""A read-only view of one partition directory (for readers outside the engine, such as Spark).
+
+It takes no lock, runs no recovery and never writes: it can read a directory that a kafkalog engine
+or a Kafka broker has open. Segments are the `<base>.log` files (deletion and cleaning leftovers are
+ignored); the log start offset comes from the directory's `log-start-offset-checkpoint` when it is
+above the first segment, and the high watermark from `replication-offset-checkpoint`, capped by the
+log end (without that file, the log end). Offsets and timestamps are found through the `.index` and
+`.timeindex` files; a missing or untrimmed index only makes the search start earlier.
+Crash policy: a partial batch at the tail (a write in progress, or a crash) is not read.
+Thread-safety: a reader may be shared by threads; segments are mapped read-only.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator, NamedTuple
+
+from engine import batch_format as bf
+from engine.clock import SystemClock
+from segments import names, offset_checkpoint
+from segments.fs import FileSystem
+from segments.segment import LogSegment, SegmentConfig
+
+
+class Chunk(NamedTuple):
+    """Whole batches of one segment: a zero-copy view, and the file position it starts at."""
+
+    segment_base: int
+    position: int
+    data: memoryview
+
+
+def read_checkpoints(fs: FileSystem, log_dir: str) -> tuple[dict, dict]:
+    """(log start offsets, high watermarks) by (topic, partition) from a log directory's checkpoint files."""
+    found = []
+    for name in (offset_checkpoint.LOG_START, offset_checkpoint.HIGH_WATERMARK):
+        path = os.path.join(log_dir, name)
+        found.append(offset_checkpoint.read(fs, path) if fs.exists(path) else {})
+    return found[0], found[1]
+
+
+class PartitionReader:
+    def __init__(self, directory: str, *, log_start_offset: int | None = None,
+                 high_watermark: int | None = None, fs: FileSystem | None = None) -> None:
+        self.dir = directory
+        self.fs = fs or FileSystem()
+        now = SystemClock().time_ms()
+        bases = sorted(names.offset_from_file_name(f) for f in self.fs.listdir(directory) if f.endswith(names.LOG))
+        self.segments = [LogSegment(self.fs, directory, b, SegmentConfig(), now, writable=False) for b in bases]
+        first = bases[0] if bases else 0
+        self.log_start_offset = max(first, log_start_offset or 0)
+        self.log_end_offset = self.segments[-1].read_next_offset() if self.segments else self.log_start_offset
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        self.high_watermark = max(self.log_start_offset, min(hw, self.log_end_offset))
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment holding `offset` (the last base <= offset; 0 if before every base)."""
+        lo = 0
+        for i, seg in enumerate(self.segments):
+            if seg.base_offset <= offset:
+                lo = i
+            else:
+                break
+        return lo
+
+    def chunks(self, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[Chunk]:
+        """Whole batches covering offsets [start, end), at most ~max_bytes a chunk (one batch at least);
+        the first chunk may begin with records below `start`, the last may run past `end`."""
+        if start >= end or not self.segments:
+            return
+        offset = start
+        for seg in self.segments[self._segment_index(start):]:
+            if seg.base_offset >= end:
+                return
+            found = seg.translate_offset(offset, seg.offset_index.lookup(offset)[1])
+            if found is None:
+                continue  # nothing at or after `offset` here (a gap): the next segment
+            position = found.position
+            while position < seg.size:
+                size, last_next = self._whole_batches(seg, position, max_bytes)
+                if size == 0:
+                    break  # a partial batch at the tail
+                yield Chunk(seg.base_offset, position, seg.window(position, position + size))
+                if last_next >= end:
+                    return
+                position += size
+
+    @staticmethod
+    def _whole_batches(seg: LogSegment, position: int, max_bytes: int) -> tuple[int, int]:
+        """(bytes, next offset) of the whole batches from `position` within max_bytes (one batch at least)."""
+        limit = min(seg.size, position + max_bytes)
+        for _ in range(2):
+            size = last_next = 0
+            for batch in seg.batches(position, limit):
+                size += batch.size_in_bytes
+                last_next = batch.next_offset
+            if size or limit - position < bf.LOG_OVERHEAD:
+                return size, last_next
+            head = seg.view(position, position + bf.LOG_OVERHEAD)  # one batch larger than max_bytes
+            limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True))
+        return 0, 0
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= `timestamp` (ListOffsets), None if there is none."""
+        for seg in self.segments:
+            if seg.size and seg.max_timestamp_so_far >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None and found[1] < self.log_end_offset:
+                    return found[1]
+        return None
+
+    def bytes_between(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """(first offset, end offset, bytes) of each segment's share of [start, end), from the indexes."""
+        out = []
+        for i, seg in enumerate(self.segments):
+            nxt = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else self.log_end_offset
+            lo, hi = max(start, seg.base_offset), min(end, nxt)
+            if lo >= hi:
+                continue
+            first = seg.offset_index.lookup(lo)[1]
+            last = seg.offset_index.lookup(hi)[1] if hi < nxt else seg.size
+            out.append((lo, hi, max(last - first, 1)))
+        return out
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
