@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from bench import clients, codec, curves, log, runner
+from bench import clients, codec, curves, log, runner, spark
 from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -19,12 +19,10 @@ def not_yet() -> list[Workload]:
     def row(group, name, peers, why):
         return Workload(group, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
                         not_yet=why)
-    engine_issue, spark_issue = "not measured yet", "needs the Spark DataSource"
+    engine_issue = "not measured yet"
     return [
         row("memory", "peak RSS of the producer and consumer paths at 1 M and 10 M records",
             ["confluent-kafka mock cluster"], engine_issue),
-        row("spark", "read and aggregate 10 M records (16 B keys, 100 B values)",
-            ["Spark reading Parquet", "ready-made Arrow source", "tuple source"], spark_issue),
     ]
 
 
@@ -60,7 +58,8 @@ def main(argv=None) -> int:
     reps, min_time = (2, 0.05) if args.quick else (5, 0.4)
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
         doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch)
-                         + clients.workloads(args.quick, scratch) + not_yet(),
+                         + clients.workloads(args.quick, scratch) + spark.workloads(args.quick, scratch)
+                         + not_yet(),
                          reps=reps, min_time=min_time)
         doc["figures"] = log.figures(args.quick, scratch)
         doc["curves"] = {

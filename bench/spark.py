@@ -1,0 +1,120 @@
+"""Spark workloads: the same rows (16 B keys, 100 B values) read and aggregated by a local[2] Spark through
+kafkalog's data source, beside (a) Spark reading them from Parquet, (b) a Python data source that yields
+ready-made Arrow batches of the same shape and does no work (the ceiling of Spark's Python data source
+path) and (c) a Python data source that yields one tuple per row."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from bench.runner import Contender, Workload
+
+KEY, VALUE, PARTITIONS, ARROW_ROWS = 16, 100, 2, 10_000
+T0 = 1_700_000_000_000
+
+
+class _Share(InputPartition):
+    def __init__(self, index: int, rows: int) -> None:
+        super().__init__(index)
+        self.index, self.rows = index, rows
+
+
+class _SyntheticSource(DataSource):
+    """Rows of the Kafka source's shape, made up in the reader (options: rows, style=arrow|tuples)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkalog_bench_synthetic"
+
+    def schema(self):
+        from engine.spark.source import spark_schema
+        return spark_schema(False)
+
+    def reader(self, schema):
+        return _SyntheticReader(int(self.options["rows"]), self.options["style"], schema)
+
+
+class _SyntheticReader(DataSourceReader):
+    def __init__(self, rows: int, style: str, schema) -> None:
+        self.rows, self.style, self.schema = rows, style, schema
+
+    def partitions(self):
+        return [_Share(i, self.rows // PARTITIONS) for i in range(PARTITIONS)]
+
+    def read(self, share: _Share):
+        if self.style == "tuples":
+            import datetime
+            key, value = b"k" * KEY, b"v" * VALUE
+            ts = datetime.datetime.fromtimestamp(T0 / 1000, tz=datetime.timezone.utc)
+            for i in range(share.rows):
+                yield key, value, "bench", share.index, i, ts, 0
+            return
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+        n = min(ARROW_ROWS, share.rows)
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        batch = pa.RecordBatch.from_arrays([
+            pa.array([b"k" * KEY] * n, pa.binary()), pa.array([b"v" * VALUE] * n, pa.binary()),
+            pa.array(["bench"] * n), pa.array([share.index] * n, pa.int32()), pa.array(range(n), pa.int64()),
+            pa.array([T0 * 1000] * n, pa.int64()).cast(target.field("timestamp").type),
+            pa.array([0] * n, pa.int32())], schema=target)
+        for _ in range(share.rows // n):
+            yield batch
+
+
+def _session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master(f"local[{PARTITIONS}]").appName("kafkalog-bench")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", str(PARTITIONS)).config("spark.driver.memory", "2g")
+             .config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    import engine.spark
+    engine.spark.register(spark)
+    spark.dataSource.register(_SyntheticSource)
+    return spark
+
+
+def _write_log(directory: str, rows: int) -> None:
+    import engine
+    with engine.open(directory) as eng:
+        eng.create_topic("bench", partitions=PARTITIONS)
+        with eng.producer(batch_size=1 << 20, linger_ms=60_000) as p:
+            chunk = [(b"k%015d" % i, b"v" * VALUE, None, T0 + i) for i in range(100_000)]
+            for p_index in range(PARTITIONS):
+                for start in range(0, rows // PARTITIONS, len(chunk)):
+                    p.send_batch("bench", chunk[:min(len(chunk), rows // PARTITIONS - start)], partition=p_index)
+
+
+def workloads(quick: bool, scratch: str) -> list[Workload]:
+    rows = 400_000 if quick else 10_000_000
+    from pyspark.sql import functions as F
+    spark = _session()
+    log_dir = tempfile.mkdtemp(dir=scratch)
+    _write_log(log_dir, rows)
+    kafkalog = spark.read.format("kafkalog").option("subscribe", "bench").load(log_dir)
+    parquet_dir = os.path.join(scratch, "bench.parquet")
+    kafkalog.write.parquet(parquet_dir)
+
+    def aggregate(df):
+        def call():
+            out = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()
+            assert sum(r["n"] for r in out) == rows, out
+        return call
+
+    synthetic = spark.read.format("kafkalog_bench_synthetic").option("rows", str(rows))
+    return [Workload(
+        "spark", f"read and aggregate {rows / 1e6:g} M records ({KEY} B keys, {VALUE} B values), local[{PARTITIONS}]",
+        rows, rows * (KEY + VALUE),
+        [Contender("kafkalog", aggregate(kafkalog)),
+         Contender("Spark reading Parquet", aggregate(spark.read.parquet(parquet_dir))),
+         Contender("ready-made Arrow source", aggregate(synthetic.option("style", "arrow").load())),
+         Contender("tuple source", aggregate(synthetic.option("style", "tuples").load()))],
+        targets={"ready-made Arrow source": 0.8, "tuple source": 4.0})]
