@@ -60,14 +60,16 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     target = engine.open(produce_dir)
     target.create_topic("t", partitions=3)
 
-    def kafkalog_send():
-        with target.producer(linger_ms=5) as p:
-            send = p.send
-            for i in range(n):
-                send("t", values[i % 1000], keys[i % 1000])
+    def kafkalog_send(batch_size: int):
+        def call():
+            with target.producer(linger_ms=5, batch_size=batch_size) as p:
+                send = p.send
+                for i in range(n):
+                    send("t", values[i % 1000], keys[i % 1000])
+        return call
 
     def kafkalog_send_batch():
-        with target.producer() as p:
+        with target.producer(batch_size=1_000_000) as p:
             p.send_batch("t", [(keys[i % 1000], values[i % 1000]) for i in range(n)])
 
     def rdkafka_produce():
@@ -130,11 +132,17 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
 
     label = f"{n // 1000}k x {VALUE} B records, keyed, 3 partitions"
     return [
-        Workload("produce", f"per-record send() of {label}", n, n * VALUE,
-                 [Contender("kafkalog", kafkalog_send), Contender("confluent-kafka mock cluster", rdkafka_produce),
+        Workload("produce", f"per-record send() of {label}, batch_size 16 KiB (Kafka's default)", n, n * VALUE,
+                 [Contender("kafkalog", kafkalog_send(16384)),
+                  Contender("confluent-kafka mock cluster", rdkafka_produce),
                   Contender("plain-Python f.write loop", fwrite_loop)],
                  targets={"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}),
-        Workload("produce", f"bulk send_batch() of {label}", n, n * VALUE,
+        Workload("produce", f"per-record send() of {label}, batch_size 1 MB (librdkafka's default)", n, n * VALUE,
+                 [Contender("kafkalog", kafkalog_send(1_000_000)),
+                  Contender("confluent-kafka mock cluster", rdkafka_produce),
+                  Contender("plain-Python f.write loop", fwrite_loop)],
+                 targets={"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}),
+        Workload("produce", f"bulk send_batch() of {label}, batch_size 1 MB", n, n * VALUE,
                  [Contender("kafkalog", kafkalog_send_batch), Contender("confluent-kafka mock cluster", rdkafka_produce)],
                  targets={"confluent-kafka mock cluster": 2.0}),
         Workload("consume", f"per-record iteration over {m // 1000}k records", m, m * VALUE,

@@ -102,9 +102,7 @@ from engine.clock import SystemClock
 from segments.fs import FileSystem
 from segments.log import Log
 from segments.log_config import LogConfig
-def peak_kib():  # this process's own high-water mark (ru_maxrss can inherit the parent's across exec)
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+from bench.curves import peak_kib
 path, count, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lg = Log(FileSystem(), path, LogConfig(), SystemClock())
 for start in range(0, count, per):
@@ -120,16 +118,45 @@ print(json.dumps({"append_kib": after_append, "read_kib": peak_kib()}))
 """
 
 
+_CLIENT_MEMORY_CHILD = r"""
+import json, sys
+import engine
+from bench.curves import peak_kib
+path, count = sys.argv[1], int(sys.argv[2])
+with engine.open(path) as eng:
+    eng.create_topic("mem", partitions=3)
+    with eng.producer(linger_ms=5) as p:
+        send = p.send
+        for i in range(count):
+            send("mem", b"v" * 100, b"%016d" % i)
+    after_send = peak_kib()
+    with eng.consumer("mem", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+        assert sum(1 for _ in c) == count
+print(json.dumps({"append_kib": after_send, "read_kib": peak_kib()}))
+"""
+
+
+def peak_kib() -> int:
+    """This process's own high-water mark (ru_maxrss can inherit the parent's across exec)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
 def memory_curve(quick: bool, scratch: str) -> dict:
-    """Peak RSS (MiB) of a process that appends N records to a log, then reads them all back."""
+    """Peak RSS (MiB) of a process that appends N records to a log then reads them all back, and of one that
+    sends them with a Producer then iterates them with a Consumer."""
     points = [100_000, 1_000_000] if quick else [1_000_000, 10_000_000]
-    curve = {"records": points, "series": {"log append path": [], "log append + read path": []}}
+    children = {"log": (_MEMORY_CHILD, "log append path", "log append + read path"),
+                "clients": (_CLIENT_MEMORY_CHILD, "Producer.send() path", "Producer + Consumer path")}
+    curve = {"records": points, "series": {name: [] for _, *names in children.values() for name in names}}
     for n in points:
-        d = tempfile.mkdtemp(dir=scratch)
-        out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, os.path.join(d, "mem-0"), str(n),
-                              str(records_per_batch(16 << 10))], capture_output=True, text=True, check=True)
-        peak = json.loads(out.stdout)
-        curve["series"]["log append path"].append(peak["append_kib"] / 1024)
-        curve["series"]["log append + read path"].append(peak["read_kib"] / 1024)
-        shutil.rmtree(d)
+        for kind, (child, sent, read) in children.items():
+            d = tempfile.mkdtemp(dir=scratch)
+            args = [str(records_per_batch(16 << 10))] if kind == "log" else []
+            out = subprocess.run([sys.executable, "-c", child, os.path.join(d, "mem-0"), str(n), *args],
+                                 capture_output=True, text=True, check=True)
+            peak = json.loads(out.stdout)
+            curve["series"][sent].append(peak["append_kib"] / 1024)
+            curve["series"][read].append(peak["read_kib"] / 1024)
+            shutil.rmtree(d)
     return curve

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from engine import batch_format as bf
 from engine import codec
 from engine.accumulator import ProducerBatch
+from engine.clock import SystemClock
 from engine.errors import IllegalStateError, InvalidConfigurationError, KafkaError
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
@@ -80,7 +81,7 @@ class Producer:
         self._send_lock = threading.RLock()
         self._wake, self._stop = threading.Event(), threading.Event()
         self._closed = self._flushing = False
-        clock = None if type(engine.clock).__name__ == "SystemClock" else engine.clock
+        clock = None if type(engine.clock) is SystemClock else engine.clock  # None: the core reads wall time itself
         self._acc = codec.RecordAccumulator(
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine._producer_layout,
             drain=self._force, on_full=self._drain, on_open=self._wake.set, clock=clock, partitioner=partitioner)

@@ -69,6 +69,7 @@ cdef extern from "crc32c_impl.h":
 kl_crc32c_init()
 
 cdef enum:
+    RECORD_OVERHEAD = 21  # engine.accumulator.RECORD_OVERHEAD: a record's framing, bounded
     HEADER_SIZE = 61
     LOG_OVERHEAD = 12
     UP_TO_MAGIC = 17
@@ -1625,6 +1626,7 @@ cdef class RecordFuture:
 cdef class _Topic:
     cdef Py_ssize_t count, limit, cap, sticky, sticky_bytes
     cdef list open
+    cdef list builders   # the open batches' RecordsBuilders (C-level access on the hot path)
     cdef list all
     cdef Py_ssize_t *sizes
 
@@ -1683,6 +1685,7 @@ cdef class RecordAccumulator:
         t.limit = min(self._max_request, max_message)
         t.cap = min(self._batch_size, t.limit)
         t.open = [None] * t.count
+        t.builders = [None] * t.count
         t.all = list(range(t.count))
         t.sticky = -1
         t.sticky_bytes = 0
@@ -1716,7 +1719,7 @@ cdef class RecordAccumulator:
 
     cdef void _seal(self, _Topic t, Py_ssize_t p):
         self._sealed.append(t.open[p])
-        t.open[p] = None
+        t.open[p] = t.builders[p] = None
 
     def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """Add one record; returns its future (see engine.accumulator)."""
@@ -1760,7 +1763,7 @@ cdef class RecordAccumulator:
 
     cdef object _add(self, topic, value, key, headers, partition, timestamp_ms, int *flags, Py_ssize_t *index):
         """Validate and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
-        cdef Py_ssize_t size = _acc.RECORD_OVERHEAD, p, fixed
+        cdef Py_ssize_t size = RECORD_OVERHEAD, p, fixed
         cdef _Topic t
         cdef bint sticky
         cdef int64_t ts
@@ -1801,10 +1804,11 @@ cdef class RecordAccumulator:
                 if batch is None and spare is not None and spare.partition == p:
                     batch, spare = spare, None
                     t.open[p] = batch
+                    t.builders[p] = batch.records
                     t.sizes[p] = HEADER_SIZE
                     flags[0] |= 1
                 if batch is not None:
-                    index[0] = (<RecordsBuilder>batch.records).add(key, value, headers, ts)
+                    index[0] = (<RecordsBuilder>t.builders[p]).add(key, value, headers, ts)
                     t.sizes[p] += size
                     if sticky:
                         t.sticky_bytes += size

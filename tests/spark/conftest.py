@@ -14,8 +14,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    import engine.spark
+
+    engine.spark.use_this_python()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 

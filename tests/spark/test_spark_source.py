@@ -195,6 +195,21 @@ def test_filters_with_and_without_pushdown(spark, reads, own_dir, pushdown):
         engine.spark.register(spark)
 
 
+def test_pushed_filters_leave_sparks_plan(spark, reads, own_dir):
+    import engine.spark
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    engine.spark.register(spark)
+    try:
+        df = reads(own_dir, subscribe="mix")
+        plan = df.filter((df.partition == 1) & (df["offset"] > 3) & df.value.isNotNull())._jdf \
+            .queryExecution().executedPlan().toString()
+        kept = [line for line in plan.splitlines() if "Filter" in line]
+        assert kept and "isnotnull(value" in kept[0] and "> 3" not in kept[0] and "= 1)" not in kept[0]
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+        engine.spark.register(spark)
+
+
 # --- data loss ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def trimmed_dir(tmp_path_factory):

@@ -162,6 +162,7 @@ def test_kill_9_mid_produce_then_resend_is_a_duplicate(tmp_path, kill_after):
         child.wait()
     state = json.load(open(progress))
     with engine.open(data) as e:
+        assert e.list_topics() == ["t"] and e.describe_topic("t").config["segment.bytes"] == 4096
         lg = e.log("t", 0)
         assert lg.log_end_offset % 10 == 0 and lg.log_end_offset >= state["batches"] * 10
         k = state["batches"] - 1  # the last batch the child saw acknowledged
@@ -172,3 +173,17 @@ def test_kill_9_mid_produce_then_resend_is_a_duplicate(tmp_path, kill_after):
         with e.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
             assert [r.value for r in c] == [b"%d" % i for i in range(lg.log_end_offset)]
         assert e.producer().producer_id > state["pid"]
+
+
+def test_close_stops_every_background_thread(tmp_path):
+    import threading
+    e = engine.open(str(tmp_path))
+    e.create_topic("t")
+    p = e.producer(linger_ms=10)
+    p.send("t", value=b"v")
+    ours = [t for t in threading.enumerate() if t.name.startswith("kafkalog-")]
+    assert len(ours) == 2  # the log manager's and the producer's sender
+    e.close()  # closes the producer too (flushing what it holds)
+    assert not any(t.is_alive() for t in ours)
+    with engine.open(str(tmp_path), background=False) as again:
+        assert again.describe_topic("t").partitions[0].log_end_offset == 1
