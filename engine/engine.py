@@ -102,9 +102,11 @@ class Engine:
     def _reconcile(self, adopt: bool) -> None:
         """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside."""
         for (topic, partition), lg in sorted(self._logs.logs().items()):
+            if topic in INTERNAL_TOPICS:
+                continue  # a broker's internal topics stay as they are, outside the catalogue
             topic_id = partition_metadata.read(self.fs, lg.dir)
             rec = self._catalogue.topics.get(topic)
-            if adopt and topic not in INTERNAL_TOPICS:
+            if adopt:
                 if rec is None:
                     rec = self._catalogue.topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
                 rec.partitions = max(rec.partitions, partition + 1)

@@ -20,7 +20,7 @@ from segments.fs import FileSystem
 
 FILE = "kafkalog.metadata"
 VERSION = 1
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
 PRODUCER_ID_BLOCK = 1000
 
 

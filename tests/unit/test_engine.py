@@ -122,9 +122,12 @@ def test_a_kafka_directory_without_a_catalogue_is_adopted(tmp_path):
         with e.producer() as p:
             p.send("events", value=b"kept", partition=1).get()
     os.remove(tmp_path / "kafkalog.metadata")
+    os.makedirs(tmp_path / "__consumer_offsets-7")  # a broker's internal topic: left alone
     with open_engine(tmp_path) as e:
         d = e.describe_topic("events")
         assert d.topic_id == tid and len(d.partitions) == 2 and d.partitions[1].log_end_offset == 1
+        assert e.list_topics() == ["events"]
+    assert os.path.isdir(tmp_path / "__consumer_offsets-7")
 
 
 CHILD = textwrap.dedent("""
