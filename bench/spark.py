@@ -102,6 +102,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     kafkalog = spark.read.format("kafkalog").option("subscribe", "bench").load(log_dir)
     parquet_dir = os.path.join(scratch, "bench.parquet")
     kafkalog.write.parquet(parquet_dir)
+    os.sync()  # no timed read competes with the writeback of the data it reads
 
     def aggregate(df):
         def call():

@@ -81,10 +81,11 @@ class Producer:
         self._send_lock = threading.RLock()
         self._wake, self._stop = threading.Event(), threading.Event()
         self._closed = self._flushing = False
+        self._idle = True
         clock = None if type(engine.clock) is SystemClock else engine.clock  # None: the core reads wall time itself
         self._acc = codec.RecordAccumulator(
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine._producer_layout,
-            drain=self._force, on_full=self._drain, on_open=self._wake.set, clock=clock, partitioner=partitioner)
+            drain=self._force, on_full=self._drain, on_open=self._on_open, clock=clock, partitioner=partitioner)
         if key_serializer is None and value_serializer is None:
             self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
         else:
@@ -152,10 +153,17 @@ class Producer:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            now = self._clock.time_ms()
-            nxt = self._acc.seal_expired(now, self.linger_ms)
+            self._idle = True  # before the scan: a batch opened after it wakes us (see _on_open)
+            nxt = self._acc.seal_expired(self._clock.time_ms(), self.linger_ms)
+            self._idle = nxt < 0
             self._drain()
             self._clock.wait(self._wake, 3_600_000 if nxt < 0 else max(0, nxt - self._clock.time_ms()))
+
+    def _on_open(self) -> None:
+        """A partition's batch opened: wake the sender only if it sleeps without a linger deadline (a batch
+        opened while it waits for an earlier deadline expires no sooner)."""
+        if self._idle:
+            self._wake.set()
 
     def _forget_topic(self, topic: str) -> None:
         """The engine deleted `topic`: fail what is pending for it and forget its layout."""
