@@ -129,6 +129,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                 else:
                     msg = rd_consumer.poll(1)
                     got += msg is not None and msg.error() is None
+            rd_consumer.unassign()  # stop its background fetching: it would load the workloads that follow
             assert got == m, f"the mock cluster returned {got} of {m} records"
         return call
 
