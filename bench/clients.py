@@ -71,7 +71,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     pairs = [(keys[i % 1000], values[i % 1000]) for i in range(n)]  # built once: the caller already has them
 
     def kafkalog_send_batch():
-        with target.producer(batch_size=1_000_000) as p:
+        with target.producer(linger_ms=5, batch_size=1_000_000) as p:
             p.send_batch("t", pairs)
 
     def rdkafka_produce():
