@@ -279,11 +279,6 @@ class Engine:
         return client
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def flush(self) -> None:
-        """fsync every log up to its end (what flush.messages=1 would do after each append)."""
-        for lg in self._logs.logs().values():
-            lg.flush()
-
     def close(self) -> None:
         """Close clients, then shut down cleanly: snapshots, checkpoints, the clean-shutdown marker."""
         with self._lock:

@@ -22,9 +22,8 @@ from segments.segment import LogSegment, SegmentConfig
 
 
 class Chunk(NamedTuple):
-    """Whole batches of one segment: a zero-copy view, and the file position it starts at."""
+    """Whole batches of one segment: the file position they start at, and a zero-copy view of them."""
 
-    segment_base: int
     position: int
     data: memoryview
 
@@ -79,7 +78,7 @@ class PartitionReader:
                 size, last_next = self._whole_batches(seg, position, max_bytes)
                 if size == 0:
                     break  # a partial batch at the tail
-                yield Chunk(seg.base_offset, position, seg.window(position, position + size))
+                yield Chunk(position, seg.window(position, position + size))
                 if last_next >= end:
                     return
                 position += size
