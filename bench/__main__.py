@@ -20,7 +20,7 @@ def not_yet() -> list[Workload]:
         return Workload(group, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
                         not_yet=why)
     return [
-        row("memory", "Spark driver and executor memory as the log grows", [], "not measured yet"),
+        row("memory", "Spark driver and executor JVM memory as the log grows", [], "not measured yet"),
     ]
 
 
@@ -68,6 +68,7 @@ def main(argv=None) -> int:
             "partitions": curves.partitions_curve(args.quick, scratch),
             "log_size": curves.log_size_curve(args.quick, args.long, scratch),
             "memory": curves.memory_curve(args.quick, scratch),
+            "spark_memory": spark.memory_curve(args.quick, scratch),
         }
     md, js = runner.write(doc, args.out)
     c = doc["curves"]
@@ -78,11 +79,11 @@ def main(argv=None) -> int:
     _plot(c["log_size"], "log_bytes", os.path.join(args.out, "log_size.png"),
           "Append and consume throughput vs log size (1 MiB batches)", "log size (bytes)", "MB/s", logy=False)
     with open(md, "a") as f:
-        mem = c["memory"]
-        f.write("\n| peak RSS (MiB) | " + " | ".join(f"{n:,} records" for n in mem["records"]) + " |\n")
-        f.write("|---|" + "---|" * len(mem["records"]) + "\n")
-        for name, values in mem["series"].items():
-            f.write(f"| {name} | " + " | ".join(f"{v:.0f}" for v in values) + " |\n")
+        for mem in (c["memory"], c["spark_memory"]):
+            f.write("\n| peak RSS (MiB) | " + " | ".join(f"{n:,} records" for n in mem["records"]) + " |\n")
+            f.write("|---|" + "---|" * len(mem["records"]) + "\n")
+            for name, values in mem["series"].items():
+                f.write(f"| {name} | " + " | ".join(f"{v:.0f}" for v in values) + " |\n")
     with open(js, "w") as f:
         json.dump(doc, f, indent=1)
     with open(md) as f:

@@ -5,11 +5,13 @@ path) and (c) a Python data source that yields one tuple per row."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from bench.curves import peak_kib
 from bench.runner import Contender, Workload
 
 KEY, VALUE, PARTITIONS, ARROW_ROWS = 16, 100, 2, 10_000
@@ -95,7 +97,6 @@ def _write_log(directory: str, rows: int) -> None:
 
 def workloads(quick: bool, scratch: str) -> list[Workload]:
     rows = 400_000 if quick else 10_000_000
-    from pyspark.sql import functions as F
     spark = _session()
     log_dir = tempfile.mkdtemp(dir=scratch)
     _write_log(log_dir, rows)
@@ -105,10 +106,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     os.sync()  # no timed read competes with the writeback of the data it reads
 
     def aggregate(df):
-        def call():
-            out = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()
-            assert sum(r["n"] for r in out) == rows, out
-        return call
+        return _aggregate(df, rows)
 
     synthetic = spark.read.format("kafkalog_bench_synthetic").option("rows", str(rows))
     return [Workload(
@@ -119,3 +117,29 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
          Contender("ready-made Arrow source", aggregate(synthetic.option("style", "arrow").load())),
          Contender("tuple source", aggregate(synthetic.option("style", "tuples").load()))],
         targets={"ready-made Arrow source": 0.8, "tuple source": 4.0})]
+
+
+def _aggregate(df, rows: int):
+    from pyspark.sql import functions as F
+
+    def call():
+        out = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()
+        assert sum(r["n"] for r in out) == rows, out
+    return call
+
+
+def memory_curve(quick: bool, scratch: str) -> dict:
+    """Peak RSS (MiB) of Spark's Python workers after reading and aggregating logs of growing size. Points run
+    in ascending order and workers are reused, so a high-water mark that grew with the log would show."""
+    points = [200_000, 800_000] if quick else [1_000_000, 10_000_000]
+    spark = _session()
+    curve = {"records": points, "series": {"Spark Python workers (kafkalog source)": []}}
+    for n in points:
+        d = tempfile.mkdtemp(dir=scratch)
+        _write_log(d, n)
+        os.sync()
+        _aggregate(spark.read.format("kafkalog").option("subscribe", "bench").load(d), n)()
+        peaks = spark.sparkContext.parallelize(range(PARTITIONS * 4), PARTITIONS * 4).map(lambda _: peak_kib()).collect()
+        curve["series"]["Spark Python workers (kafkalog source)"].append(max(peaks) / 1024)
+        shutil.rmtree(d)
+    return curve
