@@ -11,6 +11,7 @@ Thread-safety: a reader may be shared by threads; segments are mapped read-only.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Iterator, NamedTuple
 
@@ -47,9 +48,17 @@ class PartitionReader:
         self.segments = [LogSegment(self.fs, directory, b, SegmentConfig(), now, writable=False) for b in bases]
         first = bases[0] if bases else 0
         self.log_start_offset = max(first, log_start_offset or 0)
-        self.log_end_offset = self.segments[-1].read_next_offset() if self.segments else self.log_start_offset
-        hw = self.log_end_offset if high_watermark is None else high_watermark
-        self.high_watermark = max(self.log_start_offset, min(hw, self.log_end_offset))
+        self._hw_checkpoint = high_watermark
+
+    @functools.cached_property
+    def log_end_offset(self) -> int:
+        """Found by scanning the last segment from its last index entry: only planning needs it, not reads."""
+        return self.segments[-1].read_next_offset() if self.segments else self.log_start_offset
+
+    @functools.cached_property
+    def high_watermark(self) -> int:
+        hw = self.log_end_offset if self._hw_checkpoint is None else self._hw_checkpoint
+        return max(self.log_start_offset, min(hw, self.log_end_offset))
 
     def _segment_index(self, offset: int) -> int:
         """Index of the segment holding `offset` (the last base <= offset; 0 if before every base)."""

@@ -37,7 +37,7 @@ from engine import accumulator as _acc
 from engine import batch_format as bf
 from engine import compression as comp
 from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
-from engine.structs import consumer_record_fields, consumer_record_repr, header_size
+from engine.structs import consumer_record_fields, consumer_record_repr
 from engine.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -447,6 +447,20 @@ cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count):
     return out
 
 
+cdef int32_t _header_bytes(const uint8_t *p, const uint8_t *end, int32_t count) noexcept nogil:
+    """Key plus value bytes of a validated record's headers (kafka-python's serialized_header_size)."""
+    cdef int32_t i, klen = 0, vlen = 0, total = 0
+    for i in range(count):
+        kl_read_varint(&p, end, &klen)
+        p += klen
+        kl_read_varint(&p, end, &vlen)
+        if vlen > 0:
+            p += vlen
+            total += vlen
+        total += klen
+    return total
+
+
 # --- batches -----------------------------------------------------------------------------------
 cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t position,
                            object source) except -2:
@@ -672,7 +686,7 @@ cdef class RecordBatch:
             r.serialized_header_size = -1
             if rv.hcount:
                 r._headers = _headers_list(rv.headers, rv.end, rv.hcount)
-                r.serialized_header_size = header_size(r._headers)
+                r.serialized_header_size = _header_bytes(rv.headers, rv.end, rv.hcount)
             out.append(r)
         self._check_end(p, end)
         return out, self.base_offset + self.last_offset_delta + 1

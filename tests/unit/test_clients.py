@@ -45,6 +45,7 @@ def test_send_get_and_poll_round_trip(eng):
     (rec,) = got[TopicPartition("events", md.partition)]
     assert (rec.offset, rec.key, rec.value, rec.headers, rec.timestamp, rec.timestamp_type) == \
         (0, b"car-42", b"hello", [("src", b"can")], 1234, 0)
+    assert (rec.serialized_key_size, rec.serialized_value_size, rec.serialized_header_size) == (6, 5, 6)
     assert c.position(TopicPartition("events", md.partition)) == 1
 
 
