@@ -46,5 +46,5 @@ bench-quick: $(STAMP)
 clean:
 	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA)
 	find engine -name '*.so' -delete
-	find engine/_native -name '_core.c' -delete
+	find engine/_native -name '_*.c' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -59,8 +59,14 @@ def extensions() -> list:
         include_dirs=[NATIVE],
         extra_compile_args=flags,
     )
+    accumulator = Extension(
+        "engine._native._accumulator",
+        sources=[os.path.join(NATIVE, "_accumulator.pyx")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
     exts = cythonize(
-        [core],
+        [core, accumulator],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

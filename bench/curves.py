@@ -15,11 +15,11 @@ import engine
 from bench.codec import make_records
 from bench.log import records_per_batch
 from bench.peers import raw_read
-from engine.clock import SystemClock
+from engine.common.clock import SystemClock
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
-from segments.log_manager import LogManager
+from replication.log_manager import LogManager
 
 
 def _batch_16k() -> bytes:
@@ -98,9 +98,9 @@ def log_size_curve(quick: bool, long: bool, scratch: str) -> dict:
 _MEMORY_CHILD = r"""
 import json, os, sys, tempfile
 import engine
-from engine.clock import SystemClock
+from engine.common.clock import SystemClock
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
 from bench.curves import peak_kib
 path, count, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

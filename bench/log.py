@@ -14,9 +14,9 @@ import engine
 from bench.codec import make_records
 from bench.peers import SqliteLog, raw_read, stat_all
 from bench.runner import Contender, Workload
-from engine.clock import ManualClock, SystemClock
+from engine.common.clock import ManualClock, SystemClock
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
 
 T0 = 1_700_000_000_000

@@ -3,8 +3,8 @@
 `engine.IMPL` says which codec is active: "cython" (the native core) or
 "python" (the pure-Python twin). The codec API is re-exported here.
 """
-from engine.clock import Clock, ManualClock, SystemClock
-from engine.codec import (
+from engine.common.clock import Clock, ManualClock, SystemClock
+from engine.record.codec import (
     IMPL,
     Record,
     RecordBatch,
@@ -15,10 +15,10 @@ from engine.codec import (
     encode_control_batch,
     iter_batches,
 )
-from engine.columns import BinaryColumn, Columns
-from engine.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
-from engine.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
-from engine.errors import __all__ as _errors
+from engine.record.columns import BinaryColumn, Columns
+from engine.common.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
+from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
+from engine.common.errors import __all__ as _errors
 
 __version__ = "0.1.0"
 __all__ = [
@@ -30,9 +30,9 @@ __all__ = [
 
 
 # The facade sits above segments/ and txn/, which import engine's leaves: load it on first use, so
-# importing a lower layer first (which imports engine.errors, and so this package) never cycles.
-_FACADE = {"Engine": "engine.engine", "open": "engine.engine", "Producer": "engine.producer",
-           "Consumer": "engine.consumer"}
+# importing a lower layer first (which imports engine.common.errors, and so this package) never cycles.
+_FACADE = {"Engine": "engine.engine", "open": "engine.engine", "Producer": "engine.clients.producer",
+           "Consumer": "engine.clients.consumer"}
 
 
 def __getattr__(name: str):

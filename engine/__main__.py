@@ -1,4 +1,4 @@
 """`python -m engine` runs the same CLI as the `kafkalog` console script."""
-from engine.cli import main
+from engine.tools.cli import main
 
 raise SystemExit(main())

@@ -1,9 +1,9 @@
 """The Engine: one open log directory with its topics, their partitions' logs, producer ids and
 background work; the clients (`producer()`, `consumer()`) are made from it.
 
-On disk: Kafka's log directory (segments.log_manager) plus `kafkalog.metadata` (engine.metadata).
-Partitions have one replica for now, so the high watermark follows the log end after every append
-and acks=1 and acks='all' mean the same.
+On disk: Kafka's log directory (replication.log_manager) plus `kafkalog.metadata` (engine.metadata).
+Every read and write of a partition goes through its `replication.partition.Partition`, which owns the
+high watermark; partitions have one replica for now, so acks=1 and acks='all' mean the same.
 Crash policy: a topic is created by writing its partition directories (each with its
 `partition.metadata`) and then the catalogue; it is deleted by rewriting the catalogue first and then
 removing the directories. A partition directory the catalogue does not know (a crash in between,
@@ -19,8 +19,8 @@ import weakref
 from typing import NamedTuple
 
 from engine import metadata
-from engine.clock import Clock, SystemClock
-from engine.errors import (
+from engine.common.clock import Clock, SystemClock
+from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     InvalidPartitionsError,
@@ -35,8 +35,9 @@ from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
 from segments import partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
-from segments.log_manager import LogManager
-from txn.unified_log import DEFAULT_EXPIRATION_MS, UnifiedLog
+from replication.log_manager import LogManager
+from replication.partition import Partition
+from txn.unified_log import DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 
@@ -75,17 +76,19 @@ class Engine:
         self._closed = False
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self._waiters: set[threading.Event] = set()
+        self._partitions: dict[tuple[str, int], Partition] = {}
         self.fs.makedirs(self.path)
         found = metadata.read(self.fs, self.path)
         self._catalogue = found or Catalogue()
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
-            log_class=UnifiedLog, log_options={"producer_id_expiration_ms": producer_id_expiration_ms},
+            log_options={"producer_id_expiration_ms": producer_id_expiration_ms},
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers)})
         try:
             self._reconcile(adopt=found is None)
-            for lg in self._logs.logs().values():  # the only replica leads: Kafka's makeLeader moves HW to LEO
-                lg.update_high_watermark(lg.log_end_offset)
+            for (topic, p), lg in self._logs.logs().items():
+                if topic not in INTERNAL_TOPICS:
+                    self._add_partition(topic, p, lg)
             highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
@@ -118,6 +121,10 @@ class Engine:
             for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
                 self._logs.create_log(name, p, rec.topic_id)
 
+    def _add_partition(self, topic: str, index: int, lg: UnifiedLog) -> None:
+        partition = self._partitions[(topic, index)] = Partition(topic, index, lg)
+        partition.make_leader()  # the only replica leads (Kafka's makeLeader moves the HW to the LEO)
+
     def _save(self) -> None:
         metadata.write(self.fs, self.path, self._catalogue)
 
@@ -147,11 +154,12 @@ class Engine:
             self._catalogue.topics[name] = rec
             try:
                 for p in range(partitions):
-                    self._logs.create_log(name, p, rec.topic_id)
+                    self._add_partition(name, p, self._logs.create_log(name, p, rec.topic_id))
                 self._save()
             except BaseException:
                 del self._catalogue.topics[name]
                 for p in range(partitions):
+                    self._partitions.pop((name, p), None)
                     if (name, p) in self._logs.logs():
                         self._logs.delete_log(name, p)
                 raise
@@ -164,8 +172,9 @@ class Engine:
             del self._catalogue.topics[name]
             self._save()
             for client in list(self._clients):
-                client._forget_topic(name)
+                client.on_topic_deleted(name)
             for p in range(rec.partitions):
+                del self._partitions[(name, p)]
                 self._logs.delete_log(name, p)
 
     def list_topics(self) -> list[str]:
@@ -210,24 +219,30 @@ class Engine:
             return self._topic(topic).partitions
 
     def log(self, topic: str, partition: int) -> UnifiedLog:
-        """The log of one partition (for tools and tests; clients go through producers and consumers)."""
-        if topic in INTERNAL_TOPICS:
-            raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
-        return self._logs.get_log(topic, partition)
+        """The log of one partition (for tools and tests; clients go through `partition()`)."""
+        return self.partition(topic, partition).log
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The partition every read and write of `topic`-`partition` goes through."""
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            if topic in INTERNAL_TOPICS:
+                raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
+            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
+        return found
 
     # --- the produce path ----------------------------------------------------------------------
-    def _producer_layout(self, topic: str) -> tuple[int, int]:
+    def partition_layout(self, topic: str) -> tuple[int, int]:
+        """(partition count, max.message.bytes) of `topic`: what a producer needs to build batches for it."""
         with self._lock:
             self._check_open()
             rec = self._topic(topic)
             return rec.partitions, self._log_config(topic).max_message_bytes
 
-    def append(self, topic: str, partition: int, data) -> "AppendInfo":  # noqa: F821 (segments.log)
-        """Append a producer's batch to a partition as its leader; the high watermark follows (one replica)."""
+    def append(self, topic: str, partition: int, data, acks: int = -1) -> AppendInfo:
+        """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader."""
         self._check_open()
-        lg = self.log(topic, partition)
-        info = lg.append_as_leader(data)
-        lg.update_high_watermark(lg.log_end_offset)
+        info = self.partition(topic, partition).append(data, acks)
         if self._waiters:
             for ev in list(self._waiters):
                 ev.set()
@@ -263,13 +278,13 @@ class Engine:
 
     # --- clients --------------------------------------------------------------------------------
     def producer(self, **config):
-        """A kafka-python-shaped Producer writing to this engine (see engine.producer)."""
-        from engine.producer import Producer
+        """A kafka-python-shaped Producer writing to this engine (see engine.clients.producer)."""
+        from engine.clients.producer import Producer
         return self._register(Producer(self, **config))
 
     def consumer(self, *topics: str, **config):
-        """A kafka-python-shaped Consumer reading from this engine (see engine.consumer)."""
-        from engine.consumer import Consumer
+        """A kafka-python-shaped Consumer reading from this engine (see engine.clients.consumer)."""
+        from engine.clients.consumer import Consumer
         return self._register(Consumer(self, *topics, **config))
 
     def _register(self, client):

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from engine.errors import InvalidTopicError, KafkaStorageError
+from engine.common.errors import InvalidTopicError, KafkaStorageError
 from segments import names
 from segments.fs import FileSystem
 

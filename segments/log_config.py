@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from engine.errors import InvalidConfigurationError, not_supported_yet
+from engine.common.errors import InvalidConfigurationError, not_supported_yet
 from segments.segment import SegmentConfig
 
 LONG_MAX = 2**63 - 1

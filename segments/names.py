@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from engine.errors import InvalidTopicError
+from engine.common.errors import InvalidTopicError
 
 LOG, INDEX, TIME_INDEX, TXN_INDEX, SNAPSHOT = ".log", ".index", ".timeindex", ".txnindex", ".snapshot"
 DELETED, CLEANED, SWAP = ".deleted", ".cleaned", ".swap"

@@ -9,7 +9,7 @@ Thread-safety: writers are serialised by the caller (the log manager).
 """
 from __future__ import annotations
 
-from engine.errors import KafkaStorageError
+from engine.common.errors import KafkaStorageError
 from segments.fs import FileSystem
 
 RECOVERY_POINT = "recovery-point-offset-checkpoint"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from engine.errors import CorruptIndexError, InvalidOffsetError
+from engine.common.errors import CorruptIndexError, InvalidOffsetError
 from segments.index import INT32_MAX, MmapIndex
 
 

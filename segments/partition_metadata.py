@@ -11,7 +11,7 @@ import os
 import re
 import uuid
 
-from engine.errors import KafkaStorageError
+from engine.common.errors import KafkaStorageError
 from segments.fs import FileSystem
 
 FILE = "partition.metadata"

@@ -15,10 +15,11 @@ import functools
 import os
 from typing import Iterator, NamedTuple
 
-from engine import batch_format as bf
-from engine.clock import SystemClock
+from engine.record import batch_format as bf
+from engine.common.clock import SystemClock
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
+from segments.log_segments import LogSegments
 from segments.segment import LogSegment, SegmentConfig
 
 
@@ -45,7 +46,10 @@ class PartitionReader:
         self.fs = fs or FileSystem()
         now = SystemClock().time_ms()
         bases = sorted(names.offset_from_file_name(f) for f in self.fs.listdir(directory) if f.endswith(names.LOG))
-        self.segments = [LogSegment(self.fs, directory, b, SegmentConfig(), now, writable=False) for b in bases]
+        self.log_segments = LogSegments()
+        for b in bases:
+            self.log_segments.add(LogSegment(self.fs, directory, b, SegmentConfig(), now, writable=False))
+        self.segments = self.log_segments.all()
         first = bases[0] if bases else 0
         self.log_start_offset = max(first, log_start_offset or 0)
         self._hw_checkpoint = high_watermark
@@ -60,23 +64,13 @@ class PartitionReader:
         hw = self.log_end_offset if self._hw_checkpoint is None else self._hw_checkpoint
         return max(self.log_start_offset, min(hw, self.log_end_offset))
 
-    def _segment_index(self, offset: int) -> int:
-        """Index of the segment holding `offset` (the last base <= offset; 0 if before every base)."""
-        lo = 0
-        for i, seg in enumerate(self.segments):
-            if seg.base_offset <= offset:
-                lo = i
-            else:
-                break
-        return lo
-
     def chunks(self, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[Chunk]:
         """Whole batches covering offsets [start, end), at most ~max_bytes a chunk (one batch at least);
         the first chunk may begin with records below `start`, the last may run past `end`."""
         if start >= end or not self.segments:
             return
         offset = start
-        for seg in self.segments[self._segment_index(start):]:
+        for seg in self.log_segments.from_offset(start):
             if seg.base_offset >= end:
                 return
             found = seg.translate_offset(offset, seg.offset_index.lookup(offset)[1])
@@ -107,14 +101,10 @@ class PartitionReader:
             limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True))
         return 0, 0
 
-    def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """The first offset whose record timestamp is >= `timestamp` (ListOffsets), None if there is none."""
-        for seg in self.segments:
-            if seg.size and seg.max_timestamp_so_far >= timestamp:
-                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None and found[1] < self.log_end_offset:
-                    return found[1]
-        return None
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record whose timestamp is >= `timestamp`, None if there is none
+        (replication.partition.PartitionView bounds it by what a reader may see)."""
+        return self.log_segments.offset_for_timestamp(timestamp, self.log_start_offset)
 
     def bytes_between(self, start: int, end: int) -> list[tuple[int, int, int]]:
         """(first offset, end offset, bytes) of each segment's share of [start, end), from the indexes."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from engine.errors import CorruptIndexError, InvalidOffsetError
+from engine.common.errors import CorruptIndexError, InvalidOffsetError
 from segments.index import MmapIndex
 
 

@@ -14,7 +14,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from engine.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from segments.fs import FileSystem
 
 ENTRY = struct.Struct(">hqqqq")

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import engine
-from engine import codec as codec_selector
+from engine.record import codec as codec_selector
 
 
 def _implementations() -> list[str]:
@@ -39,5 +39,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def codec(request):
-    """The codec module of one implementation (engine._native._core or engine.records)."""
+    """The codec module of one implementation (engine._native._core or engine.record.records)."""
     return codec_selector.load(request.param)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def producer_impl(request):
+    """The accumulator, futures and murmur2 of one implementation (engine.clients.accumulator.load)."""
+    from engine.clients import accumulator
+    return accumulator.load(request.param)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 
 import engine
-from engine import dump_log
+from engine.tools import dump_log
 
 
 def verify_index_files(directory) -> None:

@@ -1,32 +1,122 @@
-"""A partition's log with its producer state (Kafka's UnifiedLog over LocalLog + ProducerStateManager).
+"""One partition's log as the layers above see it (Kafka's UnifiedLog): a LocalLog of segments, the
+producer state and the leader-epoch cache, kept in step under one lock.
 
-Client appends are checked against the producer state before anything is written: a batch that
-repeats one of its producer's last 5 batches is not appended and the original offsets are returned
-(`AppendInfo.duplicate`); an old epoch or a sequence gap raises. Batches from an idempotent producer
-must come one per append, as Kafka requires.
-On-disk: the segments (segments.log) plus `<offset>.snapshot` files, written at every roll (the
-state up to the new segment's base) and on close (up to the log end), deleted with their segment.
-Crash policy: on open the state is the newest usable snapshot plus a replay of the log after it
-(kafka-format.md §7 step 7); a snapshot above the log end (the tail was lost) is deleted first.
-Thread-safety: as segments.log.Log; producer state is only touched under the log's lock.
+It owns the offsets a LocalLog does not: the log start offset (first readable; `delete_records` and
+retention raise it) and the high watermark (set by the partition above, clamped to [log start, LEO];
+retention and `delete_records` never pass it).
+Appends: a client's batches are checked against the producer state before anything is written: a
+batch that repeats one of its producer's last 5 batches is not appended and the original offsets are
+returned (`AppendInfo.duplicate`); an old epoch or a sequence gap raises. Batches from an idempotent
+producer must come one per append, as Kafka requires. Leader appends get offsets from the LEO and the
+leader epoch; follower appends keep theirs.
+On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
+at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
+segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
+Crash policy: on open the LocalLog is recovered (segments.log_loader); then the producer state is the
+newest usable snapshot plus a replay of the log after it (kafka-format.md §7 step 7), a snapshot
+above the log end (the tail was lost) deleted first; leader epochs at or past the log end are dropped.
+Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
+(the segment set hands out a consistent list).
 """
 from __future__ import annotations
 
-from engine import codec
-from engine.errors import InvalidRecordError
-from segments.log import AppendInfo, Log
+import threading
+from typing import NamedTuple
+
+from engine.common.clock import Clock
+from engine.common.errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+from engine.record import batch_format as bf
+from engine.record import codec
+from segments.fs import FileSystem
+from segments.leader_epoch_checkpoint import LeaderEpochCache
+from segments.local_log import FetchData, LocalLog
+from segments.log_config import LogConfig
+from segments.segment import LogSegment
 from txn.producer_state import ProducerStateManager
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
 
-class UnifiedLog(Log):
-    def __init__(self, *args, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, **kwargs) -> None:
-        self.producer_state: ProducerStateManager | None = None
-        super().__init__(*args, **kwargs)
-        self.producer_state = ProducerStateManager(self.fs, self.dir, self.clock, producer_id_expiration_ms)
-        self._rebuild_producer_state(self.recovery.clean_shutdown)
+class AppendInfo(NamedTuple):
+    """What an append did: offsets assigned and the max timestamp (with the last offset of its batch)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    batches: int
+    size: int
+    duplicate: bool = False  # a producer's resend of a batch already in the log: nothing was appended
+
+
+def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | None:
+    """The header of the one batch of an idempotent producer's append (None when no batch has a producer
+    id); such an append must hold exactly one batch, as Kafka requires. `pieces` alternate patched
+    headers and batch bodies (engine.record.codec.prepare_leader_append)."""
+    headers = [bf.BatchHeader.parse(pieces[i]) for i in range(0, 2 * count, 2)]
+    owned = [h for h in headers if h.producer_id >= 0]
+    if owned and count > 1:
+        raise InvalidRecordError("an idempotent producer's append must hold exactly one batch", file=source)
+    return owned[0] if owned else None
+
+
+class UnifiedLog:
+    def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
+                 recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
+                 clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+        self.fs, self.dir, self.clock = fs, directory, clock
+        self._lock = threading.RLock()
+        self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
+                              log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
+        self.recovery = self.local.recovery
+        self.log_start_offset = self.local.loaded_log_start_offset
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
+        self._rebuild_producer_state(clean_shutdown)
+        self.leader_epochs = LeaderEpochCache(fs, directory)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+
+    # --- what the segments say ----------------------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, value: LogConfig) -> None:
+        self.local.config = value
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self.local.segments.all()
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.local.active_segment
+
+    def segments_from(self, offset: int):
+        return self.local.segments.from_offset(offset)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.local.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local.recovery_point
+
+    def size_in_bytes(self) -> int:
+        return self.local.size_in_bytes()
 
     # --- producer state on load and truncation -----------------------------------------------
     def _rebuild_producer_state(self, clean_shutdown: bool) -> None:
@@ -48,11 +138,9 @@ class UnifiedLog(Log):
     def _replay(self, offset: int, end: int) -> None:
         """Feed the batches in [offset, end) to the producer state, as a follower append would."""
         while offset < end:
-            data = self.read(offset, REPLAY_CHUNK)
+            data = self.local.read(offset, REPLAY_CHUNK, end, True)
             last = offset
-            for batch in codec.iter_batches(data.records, source=self.dir):
-                if batch.next_offset <= offset:
-                    continue
+            for batch in data.batches(self.dir):
                 if batch.producer_id >= 0:
                     self.producer_state.update(batch, batch.base_offset, batch.max_timestamp)
                 last = batch.next_offset
@@ -60,59 +148,238 @@ class UnifiedLog(Log):
                 break  # nothing readable past this point (cannot happen after recovery)
             offset = last
 
-    def _after_truncation(self) -> None:
-        if self.producer_state is not None:
-            self._rebuild_producer_state(False)
-
-    def _after_roll(self, new_base: int) -> None:
-        self.producer_state.map_end_offset = new_base
-        self.producer_state.take_snapshot()
-
-    def _after_segments_deleted(self, bases: list[int]) -> None:
-        for base in bases:
-            self.producer_state.delete_snapshot(base)
-
     # --- appends ------------------------------------------------------------------------------
     def append_as_leader(self, data, *, leader_epoch: int = 0, allow_control: bool = False) -> AppendInfo:
-        """Append a client's batches (see Log.append_as_leader) after the producer-state checks."""
-        every = list(codec.iter_batches(data, source=self.dir))
-        batches = [b for b in every if b.producer_id >= 0]
+        """Append a client's batches: producer-state checks, then offsets from the LEO and the leader epoch
+        stamped on each (and LogAppendTime, when the topic uses it)."""
+        size = memoryview(data).nbytes
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self.config.segment_bytes}",
+                                           file=self.dir)
         with self._lock:
-            if batches:
-                if len(every) > 1:
-                    raise InvalidRecordError("an idempotent producer's append must hold exactly one batch",
-                                             file=self.dir)
-                batch = batches[0]
-                if not batch.is_control:
-                    dup = self.producer_state.find_duplicate(batch)
+            append_time = self.clock.time_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+            first = self.log_end_offset
+            pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
+                data, first, leader_epoch, append_time, self.config.max_message_bytes, allow_control, self.dir)
+            producer_batch = _producer_batch(pieces, count, self.dir)
+            ps = self.producer_state
+            if producer_batch is not None:
+                if not producer_batch.is_control:
+                    dup = ps.find_duplicate(producer_batch)
                     if dup is not None:
                         return AppendInfo(dup.first_offset, dup.last_offset, -1, dup.last_offset, -1, 0, 0,
                                           duplicate=True)
-                    self.producer_state.validate(batch, self.dir)
-            info = super().append_as_leader(data, leader_epoch=leader_epoch, allow_control=allow_control)
-            if batches:
-                ts = info.log_append_time if info.log_append_time >= 0 else batches[0].max_timestamp
-                self.producer_state.update(batches[0], info.first_offset, ts)
-            self.producer_state.map_end_offset = self.log_end_offset
-            return info
+                    ps.validate(producer_batch, self.dir)
+            self._append(pieces, size, first, end - 1, max_ts, offset_of_max)
+            self.leader_epochs.assign(leader_epoch, first)
+            if producer_batch is not None:
+                ps.update(producer_batch, first, append_time if append_time >= 0 else producer_batch.max_timestamp)
+            ps.map_end_offset = self.log_end_offset
+            return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size)
 
     def append_as_follower(self, data) -> AppendInfo:
-        """Append a replica's batches as they are, keeping producer state in step."""
+        """Append a replica's batches with their offsets and epochs as they are, keeping producer state in step."""
+        batches = self._validate(data)
         with self._lock:
-            info = super().append_as_follower(data)
-            for batch in codec.iter_batches(data, source=self.dir):
-                if batch.producer_id >= 0:
-                    self.producer_state.update(batch, batch.base_offset, batch.max_timestamp)
+            leo = self.log_end_offset
+            if batches[0].base_offset < leo:
+                raise InvalidOffsetError(f"follower append at {batches[0].base_offset} is below the LEO {leo}",
+                                         file=self.dir, offset=batches[0].base_offset)
+            max_ts, offset_of_max, prev = -1, batches[0].base_offset, leo - 1
+            for b in batches:
+                if b.base_offset <= prev:
+                    raise InvalidOffsetError("follower batches must have increasing offsets", file=self.dir,
+                                             offset=b.base_offset)
+                prev = b.last_offset
+                if b.max_timestamp > max_ts:
+                    max_ts, offset_of_max = b.max_timestamp, b.last_offset
+            self._append(data, len(data), batches[0].base_offset, prev, max_ts, offset_of_max)
+            for b in batches:
+                self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
+                if b.producer_id >= 0:
+                    self.producer_state.update(b, b.base_offset, b.max_timestamp)
             self.producer_state.map_end_offset = self.log_end_offset
-            return info
+            return AppendInfo(batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches), len(data))
+
+    def _validate(self, data) -> list:
+        view = memoryview(data)
+        batches = list(codec.iter_batches(view, source=self.dir))
+        if sum(b.size_in_bytes for b in batches) != len(view) or not batches:
+            raise CorruptRecordError("the appended bytes are not a sequence of whole record batches", file=self.dir)
+        for b in batches:
+            if b.size_in_bytes > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {b.size_in_bytes} bytes exceeds max.message.bytes={self.config.max_message_bytes}",
+                    file=self.dir, offset=b.base_offset)
+            b.ensure_valid()
+        if len(view) > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {len(view)} bytes exceeds segment.bytes={self.config.segment_bytes}", file=self.dir)
+        return batches
+
+    def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int) -> None:
+        if self.local.should_roll(size, max_ts, last):
+            self._roll(first)
+        self.local.append(last, max_ts, offset_of_max, data, size)
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, LEO); the old one is flushed."""
+        with self._lock:
+            return self._roll(expected_next_offset)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        old = self.active_segment
+        seg = self.local.roll(expected_next_offset)
+        if seg is not old:
+            self.producer_state.map_end_offset = seg.base_offset
+            self.producer_state.take_snapshot()
+        return seg
+
+    # --- flushing -------------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, offset); advance the recovery point."""
+        with self._lock:
+            self.local.flush(offset)
+
+    def maybe_flush_on_time(self) -> bool:
+        """Flush if `flush.ms` passed since the last flush (the background flusher calls this)."""
+        with self._lock:
+            if self.local.flush_due():
+                self.local.flush()
+                return True
+            return False
+
+    # --- reading ------------------------------------------------------------------------------
+    def read(self, start_offset: int, max_bytes: int = 1 << 20, upper_bound: int | None = None,
+             min_one_message: bool = True) -> FetchData:
+        """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
+        `min_one_message`), never a batch whose last offset reaches `upper_bound` (default: the LEO)."""
+        leo, start = self.log_end_offset, self.log_start_offset
+        if start_offset < start or start_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
+                                        offset=start_offset)
+        bound = leo if upper_bound is None else min(upper_bound, leo)
+        return self.local.read(start_offset, max_bytes, bound, min_one_message)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= `timestamp` (ListOffsets);
+        -2 gives the log start offset, -1 the log end offset; None when no record is that late."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return -1, self.log_start_offset
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, self.log_end_offset
+        return self.local.segments.offset_for_timestamp(timestamp, self.log_start_offset)
+
+    # --- truncation (replication needs both) -------------------------------------------------
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and after `offset`; False if there was nothing to remove."""
+        if offset < 0:
+            raise InvalidOffsetError(f"cannot truncate to a negative offset {offset}", file=self.dir)
+        with self._lock:
+            if offset >= self.log_end_offset:
+                return False
+            if offset < self.segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            self.local.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, offset)
+            self.log_start_offset = min(self.log_start_offset, offset)
+            self._after_truncation()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset`."""
+        with self._lock:
+            self.local.truncate_fully_and_start_at(offset)
+            self.log_start_offset = self.high_watermark = offset
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state(False)
+
+    # --- log start and retention --------------------------------------------------------------
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (clamped to [log start, LEO]); the partition above owns its meaning."""
+        with self._lock:
+            self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+            return self.high_watermark
+
+    def delete_records(self, offset: int) -> int:
+        """Raise the log start offset to `offset` (-1: the high watermark); never past the HW."""
+        with self._lock:
+            offset = self.high_watermark if offset == -1 else offset
+            if offset > self.high_watermark or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: the high watermark is {self.high_watermark}",
+                    file=self.dir, offset=offset)
+            self._raise_log_start(offset)
+            return self.log_start_offset
+
+    def _raise_log_start(self, offset: int) -> None:
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epochs.truncate_from_start(offset)
+
+    def delete_old_segments(self) -> int:
+        """Apply log-start, retention.bytes and retention.ms (in that order); return segments removed."""
+        config = self.config
+        now = self.clock.time_ms()
+        removed = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if config.retention_bytes >= 0:
+            excess = [self.size_in_bytes() - config.retention_bytes]
+
+            def over(seg, nxt):
+                if excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+            removed += self._delete_while(over)
+        if config.retention_ms >= 0:
+            removed += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp() > config.retention_ms)
+        return removed
+
+    def _delete_while(self, predicate) -> int:
+        """Remove the oldest segments while `predicate(segment, next segment)` holds and the segment lies
+        wholly below the high watermark (an empty active segment is never removed)."""
+        with self._lock:
+            segs = self.segments
+            doomed = []
+            for i, seg in enumerate(segs):
+                nxt = segs[i + 1] if i + 1 < len(segs) else None
+                upper = nxt.base_offset if nxt is not None else self.log_end_offset
+                last_and_empty = nxt is None and seg.size == 0
+                if not (predicate(seg, nxt) and upper <= self.high_watermark and not last_and_empty):
+                    break
+                doomed.append(seg)
+            if not doomed:
+                return 0
+            if len(doomed) == len(segs):
+                self._roll(None)
+            self.local.remove_segments(doomed)
+            self._raise_log_start(self.segments[0].base_offset)
+            self.local.recovery_point = max(self.local.recovery_point, self.log_start_offset)
+            for seg in doomed:
+                self.producer_state.delete_snapshot(seg.base_offset)
+            return len(doomed)
+
+    def delete_pending_files(self) -> int:
+        """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""
+        with self._lock:
+            return self.local.delete_pending_files()
 
     def remove_expired_producers(self) -> int:
         with self._lock:
             return self.producer_state.remove_expired(self.clock.time_ms())
 
+    # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Snapshot the producer state at the log end, then close (a clean shutdown of this log)."""
+        """Snapshot the producer state at the log end, then flush and close (a clean shutdown of this log)."""
         with self._lock:
             self.producer_state.map_end_offset = self.log_end_offset
             self.producer_state.take_snapshot()
-            super().close()
+            self.local.close()
+
+    def __repr__(self) -> str:
+        return (f"UnifiedLog({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self.local.segments)}, recovery_point={self.recovery_point})")

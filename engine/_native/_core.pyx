@@ -1,9 +1,9 @@
 # cython: language_level=3
 """The native codec: RecordBatch v2 encode/decode, columnar decode and CRC-32C.
 
-Same API, semantics and errors as the pure-Python twin `engine.records`; per-batch
+Same API, semantics and errors as the pure-Python twin `engine.record.records`; per-batch
 rules (parameter checks, codecs, control markers) are shared Python in
-engine.batch_format / engine.compression, per-record work is here.
+engine.record.batch_format / engine.record.compression, per-record work is here.
 Memory safety: every read is checked against the end of its batch (or decompressed
 section) before it happens, and offset/timestamp arithmetic is checked for overflow; batches hold a memoryview of their buffer, so the bytes
 (even an mmap) stay alive and cannot be resized or closed under them. Corrupt input
@@ -15,30 +15,17 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_CheckExact
-from cpython.pythread cimport (
-    NOWAIT_LOCK,
-    WAIT_LOCK,
-    PyThread_acquire_lock,
-    PyThread_allocate_lock,
-    PyThread_free_lock,
-    PyThread_release_lock,
-    PyThread_type_lock,
-)
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-import random as _random_module
-
-from engine import accumulator as _acc
-from engine import batch_format as bf
-from engine import compression as comp
-from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
-from engine.structs import consumer_record_fields, consumer_record_repr
-from engine.errors import (
+from engine.record import batch_format as bf
+from engine.record import compression as comp
+from engine.record.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.common.structs import consumer_record_fields, consumer_record_repr
+from engine.common.errors import (
     CorruptRecordError,
     InvalidRecordError,
     KafkaError,
@@ -69,7 +56,6 @@ cdef extern from "crc32c_impl.h":
 kl_crc32c_init()
 
 cdef enum:
-    RECORD_OVERHEAD = 21  # engine.accumulator.RECORD_OVERHEAD: a record's framing, bounded
     HEADER_SIZE = 61
     LOG_OVERHEAD = 12
     UP_TO_MAGIC = 17
@@ -124,12 +110,6 @@ def crc32c_hardware_available():
 
 
 # --- native buffers (Arrow-compatible, zero-copy) ------------------------------------------
-cdef struct Grow:
-    char *data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
 cdef int grow_reserve(Grow *g, Py_ssize_t extra) except -1:
     cdef Py_ssize_t cap
     cdef char *p
@@ -1430,7 +1410,7 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
     return pieces, offset, max_ts, off_max, batches
 
 
-# --- producer: partitioner, accumulator, futures ------------------------------------------------
+# --- MemoryRecordsBuilder (the producer's batches are encoded here as records are sent) ---------
 
 cdef struct BuiltInfo:
     int64_t ts
@@ -1439,7 +1419,7 @@ cdef struct BuiltInfo:
     int32_t hsize
 
 
-cdef RecordsBuilder _builder(Py_ssize_t capacity):
+cdef RecordsBuilder new_builder(Py_ssize_t capacity):
     """A builder with room for a batch of about `capacity` bytes (no regrowth while it fills)."""
     cdef RecordsBuilder b = RecordsBuilder.__new__(RecordsBuilder)
     grow_reserve(&b.body, min(capacity, <Py_ssize_t>(1 << 20)))
@@ -1453,15 +1433,9 @@ cdef inline object _exact_bytes(object obj, str name):
     return obj
 
 
-@cython.final
 cdef class RecordsBuilder:
     """Kafka's MemoryRecordsBuilder: records are encoded as they are appended (offset delta = their index,
     timestamps relative to the first), and build() frames them into one batch."""
-
-    cdef Grow body
-    cdef Grow infos
-    cdef Py_ssize_t count
-    cdef int64_t base_ts, max_ts
 
     def __dealloc__(self):
         free(self.body.data)
@@ -1561,333 +1535,3 @@ cdef class RecordsBuilder:
         size = len(out)
         _put_header(h, size, &pr, <int32_t>(self.count - 1), self.base_ts, self.max_ts, <int32_t>self.count)
         return out
-
-cdef uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    cdef uint32_t m = 0x5bd1e995U, h = 0x9747b28cU ^ <uint32_t>n, k
-    cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
-    for i in range(0, tail, 4):
-        k = <uint32_t>p[i] | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
-        k *= m
-        k ^= k >> 24
-        k *= m
-        h = (h * m) ^ k
-    if n & 3 == 3:
-        h ^= <uint32_t>p[tail + 2] << 16
-    if n & 3 >= 2:
-        h ^= <uint32_t>p[tail + 1] << 8
-    if n & 3 >= 1:
-        h = (h ^ p[tail]) * m
-    h ^= h >> 13
-    h *= m
-    h ^= h >> 15
-    return h
-
-
-def murmur2(data):
-    """Kafka's Utils.murmur2 of `data` as a signed int32."""
-    cdef const uint8_t[::1] v = _byte_view(data)
-    return <int32_t>_murmur2(&v[0] if v.shape[0] else _EMPTY, v.shape[0])
-
-
-@cython.no_gc
-@cython.freelist(256)
-cdef class RecordFuture:
-    """kafka-python's FutureRecordMetadata: the outcome of one send()."""
-
-    cdef readonly object batch
-    cdef readonly Py_ssize_t index
-
-    def __init__(self, batch, index):
-        self.batch = batch
-        self.index = index
-
-    def get(self, timeout=None):
-        """The record's metadata once its batch is appended (sending it now if it is pending)."""
-        return self.batch.wait(self.index)
-
-    @property
-    def is_done(self):
-        return self.batch.done
-
-    @property
-    def value(self):
-        return self.batch.result(self.index) if self.batch.done and self.batch.error is None else None
-
-    @property
-    def exception(self):
-        return self.batch.error
-
-    def succeeded(self):
-        return self.batch.done and self.batch.error is None
-
-    def failed(self):
-        return self.batch.done and self.batch.error is not None
-
-    def add_callback(self, f, *args, **kwargs):
-        self.batch.on_done(self.index, _acc.bind(f, args, kwargs), None)
-        return self
-
-    def add_errback(self, f, *args, **kwargs):
-        self.batch.on_done(self.index, None, _acc.bind(f, args, kwargs))
-        return self
-
-    def add_both(self, f, *args, **kwargs):
-        g = _acc.bind(f, args, kwargs)
-        self.batch.on_done(self.index, g, g)
-        return self
-
-
-cdef class _Topic:
-    cdef Py_ssize_t count, limit, cap, sticky, sticky_bytes
-    cdef list open
-    cdef list builders   # the open batches' RecordsBuilders (C-level access on the hot path)
-    cdef list all
-    cdef Py_ssize_t *sizes
-
-    def __dealloc__(self):
-        free(self.sizes)
-
-
-cdef inline void _acquire(PyThread_type_lock lock) noexcept:
-    if not PyThread_acquire_lock(lock, NOWAIT_LOCK):
-        with nogil:
-            PyThread_acquire_lock(lock, WAIT_LOCK)
-
-
-cdef class RecordAccumulator:
-    """Kafka's RecordAccumulator with its built-in partitioner (see engine.accumulator, its twin)."""
-
-    cdef Py_ssize_t _batch_size, _max_request
-    cdef object _lookup, _drain, _on_full, _on_open, _clock, _partitioner, _random
-    cdef dict _topics
-    cdef list _sealed
-    cdef PyThread_type_lock _lock
-
-    def __cinit__(self):
-        self._lock = PyThread_allocate_lock()
-        if self._lock == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        if self._lock != NULL:
-            PyThread_free_lock(self._lock)
-
-    def __init__(self, *, batch_size, max_request_size, lookup, drain, on_full, on_open=None, clock=None,
-                 partitioner=None, seed=None):
-        self._batch_size = batch_size
-        self._max_request = max_request_size
-        self._lookup, self._drain, self._on_full, self._on_open = lookup, drain, on_full, on_open
-        self._clock, self._partitioner = clock, partitioner
-        self._random = _random_module.Random(seed)
-        self._topics = {}
-        self._sealed = []
-
-    cdef int64_t _now_ms(self) except? -1:
-        cdef timespec ts
-        if self._clock is not None:
-            return self._clock.time_ms()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-    cdef _Topic _topic(self, topic):
-        cdef _Topic t = <_Topic>self._topics.get(topic)
-        cdef Py_ssize_t i
-        if t is not None:
-            return t
-        count, max_message = self._lookup(topic)  # outside the lock: it may take the engine's
-        t = _Topic.__new__(_Topic)
-        t.count = count
-        t.limit = min(self._max_request, max_message)
-        t.cap = min(self._batch_size, t.limit)
-        t.open = [None] * t.count
-        t.builders = [None] * t.count
-        t.all = list(range(t.count))
-        t.sticky = -1
-        t.sticky_bytes = 0
-        t.sizes = <Py_ssize_t *>malloc(t.count * sizeof(Py_ssize_t))
-        if t.sizes == NULL:
-            raise MemoryError()
-        for i in range(t.count):
-            t.sizes[i] = 0
-        _acquire(self._lock)
-        t = <_Topic>self._topics.setdefault(topic, t)
-        PyThread_release_lock(self._lock)
-        return t
-
-    cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, partition) except -2:
-        """The partition an explicit choice, the custom partitioner or the key gives; -1 for sticky."""
-        if partition is None and self._partitioner is not None:
-            partition = self._partitioner(key, t.all, t.all)
-        if partition is not None:
-            if type(partition) is not int or not 0 <= partition < t.count:
-                raise _acc.bad_partition(topic, partition, t.count)
-            return partition
-        if key is not None:
-            return (<int64_t>(_murmur2(<const uint8_t *>PyBytes_AS_STRING(key), len(<bytes>key)) & 0x7fffffff)
-                    % t.count)
-        return -1
-
-    cdef Py_ssize_t _sticky(self, _Topic t) except -1:
-        if t.sticky < 0:
-            t.sticky = self._random.randrange(t.count)
-        return t.sticky
-
-    cdef void _seal(self, _Topic t, Py_ssize_t p):
-        self._sealed.append(t.open[p])
-        t.open[p] = t.builders[p] = None
-
-    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        """Add one record; returns its future (see engine.accumulator)."""
-        cdef int flags = 0
-        cdef RecordFuture f = RecordFuture.__new__(RecordFuture)
-        f.batch = self._add(topic, value, key, headers, partition, timestamp_ms, &flags, &f.index)
-        if flags:
-            self._notify(flags)
-        return f
-
-    def send_many(self, topic, records, partition=None):
-        """Add (key, value) or (key, value, headers, timestamp_ms) records without futures; returns
-        (batch, first index, last index) for each batch they went into, in order."""
-        cdef int flags = 0
-        cdef Py_ssize_t index
-        cdef dict spans = {}
-        cdef list span
-        cdef object batch
-        try:
-            for rec in records:
-                if type(rec) is tuple and len(<tuple>rec) == 2:
-                    batch = self._add(topic, (<tuple>rec)[1], (<tuple>rec)[0], None, partition, None, &flags, &index)
-                else:
-                    key, value, headers, ts = _acc.record_fields(rec)
-                    batch = self._add(topic, value, key, headers, partition, ts, &flags, &index)
-                span = spans.get(id(batch))
-                if span is None:
-                    spans[id(batch)] = [batch, index, index]
-                else:
-                    span[2] = index
-        finally:
-            if flags:
-                self._notify(flags)
-        return [tuple(span) for span in spans.values()]
-
-    cdef _notify(self, int flags):
-        if flags & 1 and self._on_open is not None:
-            self._on_open()
-        if flags & 2:
-            self._on_full()
-
-    cdef object _add(self, topic, value, key, headers, partition, timestamp_ms, int *flags, Py_ssize_t *index):
-        """Validate and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
-        cdef Py_ssize_t size = RECORD_OVERHEAD, p, fixed
-        cdef _Topic t
-        cdef bint sticky
-        cdef int64_t ts
-        cdef object batch, spare = None
-        if value is not None:
-            if not PyBytes_CheckExact(value):
-                value = bf.check_bytes("value", value)
-            size += len(<bytes>value)
-        if key is not None:
-            if not PyBytes_CheckExact(key):
-                key = bf.check_bytes("key", key)
-            size += len(<bytes>key)
-        if headers:
-            headers, hsize = _acc.checked_headers(headers)
-            size += hsize
-        else:
-            headers = None
-        if timestamp_ms is None:
-            ts = self._now_ms()
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
-            raise _acc.bad_timestamp(timestamp_ms)
-        else:
-            ts = timestamp_ms
-        t = self._topic(topic)
-        if size + HEADER_SIZE > t.limit:
-            raise _acc.record_too_large(size + HEADER_SIZE, t.limit, topic)
-        fixed = self._fixed_partition(t, topic, key, partition)
-        sticky = fixed < 0
-        while True:  # build a batch outside the lock if one may be needed, then re-check under it
-            _acquire(self._lock)
-            try:
-                p = self._sticky(t) if sticky else fixed
-                batch = t.open[p]
-                if batch is not None and t.sizes[p] + size > t.cap:
-                    self._seal(t, p)
-                    batch = None
-                    flags[0] |= 2
-                if batch is None and spare is not None and spare.partition == p:
-                    batch, spare = spare, None
-                    t.open[p] = batch
-                    t.builders[p] = batch.records
-                    t.sizes[p] = HEADER_SIZE
-                    flags[0] |= 1
-                if batch is not None:
-                    index[0] = (<RecordsBuilder>t.builders[p]).add(key, value, headers, ts)
-                    t.sizes[p] += size
-                    if sticky:
-                        t.sticky_bytes += size
-                        if t.sticky_bytes >= self._batch_size:
-                            t.sticky = -1
-                            t.sticky_bytes = 0
-                    if t.sizes[p] >= t.cap:
-                        self._seal(t, p)
-                        flags[0] |= 2
-                    return batch
-            finally:
-                PyThread_release_lock(self._lock)
-            spare = _acc.ProducerBatch(topic, p, self._now_ms(), self._drain, _builder(t.cap))
-
-    def seal(self, batch):
-        """Seal `batch` if it is still open."""
-        cdef _Topic t = <_Topic>self._topics.get(batch.topic)
-        _acquire(self._lock)
-        if t is not None and t.open[batch.partition] is batch:
-            self._seal(t, batch.partition)
-        PyThread_release_lock(self._lock)
-
-    def seal_all(self):
-        cdef _Topic t
-        cdef Py_ssize_t p
-        _acquire(self._lock)
-        for t in self._topics.values():
-            for p in range(t.count):
-                if t.open[p] is not None:
-                    self._seal(t, p)
-        PyThread_release_lock(self._lock)
-
-    def seal_expired(self, int64_t now_ms, int64_t linger_ms):
-        """Seal the open batches at least `linger_ms` old; the next expiry time, or -1 if none is open."""
-        cdef _Topic t
-        cdef Py_ssize_t p
-        cdef int64_t nxt = -1, created
-        _acquire(self._lock)
-        try:
-            for t in self._topics.values():
-                for p in range(t.count):
-                    b = t.open[p]
-                    if b is None:
-                        continue
-                    created = b.created_ms
-                    if now_ms - created >= linger_ms:
-                        self._seal(t, p)
-                    elif nxt < 0 or created + linger_ms < nxt:
-                        nxt = created + linger_ms
-        finally:
-            PyThread_release_lock(self._lock)
-        return nxt
-
-    def take_sealed(self):
-        """The sealed batches in sealing order (the accumulator forgets them)."""
-        _acquire(self._lock)
-        out, self._sealed = self._sealed, []
-        PyThread_release_lock(self._lock)
-        return out
-
-    def forget_topic(self, topic):
-        """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
-        cdef _Topic t
-        _acquire(self._lock)
-        t = <_Topic>self._topics.pop(topic, None)
-        if t is not None:
-            self._sealed.extend([b for b in t.open if b is not None])
-        PyThread_release_lock(self._lock)

@@ -42,10 +42,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine import codec
-from engine.errors import InvalidConfigurationError, OffsetOutOfRangeError, not_supported_yet
+from engine.record import codec
+from engine.common.errors import InvalidConfigurationError, OffsetOutOfRangeError, not_supported_yet
 from segments import names
 from segments.fs import FileSystem
+from replication.partition import PartitionView
 from segments.partition_reader import PartitionReader, read_checkpoints
 
 EARLIEST, LATEST = -2, -1
@@ -140,6 +141,7 @@ class Settings:
             raise not_supported_yet("kafka.isolation.level=read_committed (transactions)")
         if level != "read_uncommitted":
             raise _bad("kafka.isolation.level", f"must be read_uncommitted, got {level!r}")
+        self.isolation = level
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.include_headers = _bool(options, "includeHeaders", False)
         self.min_partitions = _int(options, "minPartitions", 1, 1)
@@ -260,7 +262,8 @@ class KafkalogReader(DataSourceReader):
                 continue
             reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
             try:
-                start, end = self._range(reader, tp)
+                view = PartitionView(tp[0], tp[1], reader)
+                start, end = self._range(view, tp)
                 if start < end:
                     ranges += self._split(reader, tp, directory, start, end)
             finally:
@@ -271,53 +274,50 @@ class KafkalogReader(DataSourceReader):
         # an empty plan still needs one (empty) partition: Spark reads "no partitions" as one unnamed one
         return _split_to(ranges, s.min_partitions) or [OffsetRange("", -1, "", 0, 0)]
 
-    def _resolve(self, reader: PartitionReader, tp, side) -> int:
+    def _resolve(self, view: PartitionView, tp, side) -> int | None:
         kind, value = side
-        if kind == "earliest":
-            return reader.log_start_offset
-        if kind == "latest":
-            return reader.high_watermark
         if kind in ("timestamp", "timestamps"):
             ts = value if kind == "timestamp" else value.get(tp)
             if ts is None:
                 raise _bad("startingOffsetsByTimestamp/endingOffsetsByTimestamp",
                            f"has no timestamp for {tp[0]}-{tp[1]}")
-            found = reader.offset_for_timestamp(ts)
-            if found is None or found >= reader.high_watermark:
-                return None
-            return found
-        if tp not in value:
+            found = view.offset_for_timestamp(ts, self.settings.isolation)
+            return None if found is None else found[1]
+        if kind in ("earliest", "latest"):
+            off = EARLIEST if kind == "earliest" else LATEST
+        elif tp not in value:
             raise _bad("startingOffsets/endingOffsets", f"has no offset for {tp[0]}-{tp[1]}")
-        off = value[tp]
-        return reader.log_start_offset if off == EARLIEST else reader.high_watermark if off == LATEST else off
+        else:
+            off = value[tp]
+        return view.offset_for_timestamp(off, self.settings.isolation)[1] if off in (EARLIEST, LATEST) else off
 
-    def _range(self, reader: PartitionReader, tp) -> tuple[int, int]:
+    def _range(self, view: PartitionView, tp) -> tuple[int, int]:
         s = self.settings
-        start = self._resolve(reader, tp, s.start)
+        where = view.log.dir
+        first, bound = view.log_start_offset, view.fetch_upper_bound(s.isolation)
+        start = self._resolve(view, tp, s.start)
         if start is None:  # no record that late
             if s.strategy == "error":
                 raise OffsetOutOfRangeError(f"{tp[0]}-{tp[1]}: no offset has a timestamp at or after the "
                                             f"starting timestamp (startingOffsetsByTimestampStrategy=error)",
-                                            file=reader.dir)
-            start = reader.high_watermark
-        end = self._resolve(reader, tp, s.end)
-        end = reader.high_watermark if end is None else end
+                                            file=where)
+            start = bound
+        end = self._resolve(view, tp, s.end)
+        end = bound if end is None else end
         for name, off in (("start", start), ("end", end)):
-            if off < reader.log_start_offset or off > reader.high_watermark:
-                if s.fail_on_data_loss:
-                    raise OffsetOutOfRangeError(
-                        f"{tp[0]}-{tp[1]}: the {name} offset {off} is outside the log's [{reader.log_start_offset}, "
-                        f"{reader.high_watermark}] (records were deleted or never written; failOnDataLoss=false "
-                        f"reads what is there)", file=reader.dir, offset=off)
-        start = min(max(start, reader.log_start_offset), reader.high_watermark)
-        end = min(max(end, reader.log_start_offset), reader.high_watermark)
+            if (off < first or off > bound) and s.fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"{tp[0]}-{tp[1]}: the {name} offset {off} is outside the log's [{first}, {bound}] (records "
+                    f"were deleted or never written; failOnDataLoss=false reads what is there)", file=where, offset=off)
+        start = min(max(start, first), bound)
+        end = min(max(end, first), bound)
         if start > end:
             raise _bad("endingOffsets", f"{tp[0]}-{tp[1]}: ending offset {end} is before starting offset {start}")
         start, end = max(start, self.offset_bounds[0]), min(end, self.offset_bounds[1])
         for op, micros in self.time_bounds:
             if op in ("GreaterThan", "GreaterThanOrEqual", "EqualTo"):
-                first = reader.offset_for_timestamp(micros // 1000)  # every earlier record is older
-                start = max(start, end if first is None else first)
+                found = view.offset_for_timestamp(micros // 1000, s.isolation)  # every earlier record is older
+                start = max(start, end if found is None else found[1])
         return start, end
 
     def _split(self, reader: PartitionReader, tp, directory: str, start: int, end: int) -> list[OffsetRange]:

@@ -7,7 +7,7 @@ import sys
 
 import engine
 from segments.log_config import LogConfig
-from segments.log_manager import LogManager
+from replication.log_manager import LogManager
 
 
 def main(directory: str, seed: int) -> None:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine.clock import ManualClock
+from engine.common.clock import ManualClock
 from segments.fs import FaultyFileSystem, FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
-from segments.log_manager import LogManager
+from replication.log_manager import LogManager
 from tests.log_checks import read_all, verify_index_files, verify_log
 
 pytestmark = pytest.mark.crash
@@ -153,7 +153,7 @@ def test_power_loss_keeps_everything_flushed(seed, tmp_path):
 
 def test_failed_and_torn_writes_leave_no_partial_batch(tmp_path):
     """An append whose write fails (or lands torn) raises KafkaStorageError and leaves the log as before."""
-    from engine.errors import KafkaStorageError
+    from engine.common.errors import KafkaStorageError
 
     fs = FaultyFileSystem(1)
     clock = ManualClock()

@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 import engine
-from engine import dump_log
-from engine.clock import ManualClock
+from engine.tools import dump_log
+from engine.common.clock import ManualClock
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
 from tests import vectors
 

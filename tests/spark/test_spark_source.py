@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import engine
-from engine.codec import load
+from engine.record.codec import load
 from tests import vectors
 
 pytestmark = pytest.mark.spark

@@ -7,8 +7,9 @@ import threading
 import pytest
 
 import engine
+import engine.clients.accumulator
 from engine import TopicPartition
-from engine.errors import (
+from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     InvalidRecordError,
@@ -37,7 +38,7 @@ def test_send_get_and_poll_round_trip(eng):
     with eng.producer() as p:
         md = p.send("events", key=b"car-42", value=b"hello", headers=[("src", b"can")], timestamp_ms=1234).get()
         assert (md.topic, md.offset, md.timestamp) == ("events", 0, 1234)
-        assert md.partition == (engine.codec.murmur2(b"car-42") & 0x7FFFFFFF) % 3
+        assert md.partition == (engine.clients.accumulator.selected.murmur2(b"car-42") & 0x7FFFFFFF) % 3
         assert (md.serialized_key_size, md.serialized_value_size, md.serialized_header_size) == (6, 5, 6)
     c = eng.consumer(auto_offset_reset="earliest")
     c.assign([TopicPartition("events", md.partition)])
@@ -68,7 +69,7 @@ def test_order_per_key_nulls_and_tombstones(eng):
     assert sorted(r.value for r in records if r.key is None) == sorted(b"n%d" % i for i in range(100))
     for r in records:
         if r.key is not None:
-            assert r.partition == (engine.codec.murmur2(r.key) & 0x7FFFFFFF) % 3
+            assert r.partition == (engine.clients.accumulator.selected.murmur2(r.key) & 0x7FFFFFFF) % 3
 
 
 def test_callbacks_errbacks_and_flush(eng):
@@ -187,7 +188,8 @@ def test_send_batch(eng):
     values = [r.value for r in consume_all(eng) if r.partition == 0 and r.key is None]
     assert values == [b"first"] + [b"%d" % i for i in range(1000)]
     recs = [r for r in consume_all(eng) if r.key is not None]
-    assert all(r.partition == (engine.codec.murmur2(r.key) & 0x7FFFFFFF) % 3 and r.headers == [("h", b"1")]
+    murmur2 = engine.clients.accumulator.selected.murmur2
+    assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 3 and r.headers == [("h", b"1")]
                for r in recs) and len(recs) == 50
 
 

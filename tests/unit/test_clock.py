@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine.clock import ManualClock, SystemClock
+from engine.common.clock import ManualClock, SystemClock
 
 
 def test_system_clock_is_wall_time():

@@ -7,9 +7,9 @@ import struct
 import cramjam
 import pytest
 
-import engine.errors as E
-from engine import compression as comp
-from engine import codec as selector
+import engine.common.errors as E
+from engine.record import compression as comp
+from engine.record import codec as selector
 from tests.conftest import IMPLEMENTATIONS
 
 IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]

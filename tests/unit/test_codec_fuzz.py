@@ -11,8 +11,8 @@ import os
 import random
 import struct
 
-from engine.errors import KafkaError
-from engine import codec as selector
+from engine.common.errors import KafkaError
+from engine.record import codec as selector
 from tests import vectors
 from tests.conftest import IMPLEMENTATIONS
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import codec as selector
+from engine.record import codec as selector
 from tests.conftest import IMPLEMENTATIONS
 
 IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from engine.batch_format import increment_sequence
+from engine.record.batch_format import increment_sequence
 from tests import vectors
 
 COMMIT_MARKER = bytes.fromhex(
@@ -43,7 +43,7 @@ def test_crc32c_matches_crcmod_at_every_length(codec, size):
 
 
 def test_native_hardware_and_software_crc_agree():
-    from engine import codec as selector
+    from engine.record import codec as selector
 
     try:
         native = selector.load("cython")

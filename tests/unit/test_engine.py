@@ -13,7 +13,7 @@ import time
 import pytest
 
 import engine
-from engine.errors import (
+from engine.common.errors import (
     InvalidConfigurationError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,

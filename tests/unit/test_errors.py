@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 import engine
-import engine.errors as E
+import engine.common.errors as E
 
 # Kafka's protocol error codes (org.apache.kafka.common.protocol.Errors) and retriability
 KAFKA = {

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import engine
-from engine.errors import InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError
+from engine.common.errors import InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError
 
 
 NOW = 1_700_000_000_000  # ManualClock's default start: producer entries are fresh, not expired

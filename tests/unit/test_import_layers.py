@@ -1,25 +1,22 @@
-"""DESIGN.md §2: imports only point down. engine/_native, engine.records and engine.errors (and the
-codec's helpers) are leaves; segments < txn < replication < the engine facade."""
+"""DESIGN.md §2: imports only point down. A module's layer is the folder it lives in, lowest first:
+engine/common, then engine/record and engine/_native (the codec), segments, txn, replication, and
+the facade (the rest of engine/: Engine, clients, tools, spark)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# the leaf modules of the engine package: they may import only each other
-LEAVES = {
-    "engine.errors", "engine.records", "engine.batch_format", "engine.compression", "engine.columns",
-    "engine.clock", "engine.codec", "engine._native", "engine.structs", "engine.accumulator",
-}
-RANK = {"leaf": 0, "segments": 1, "txn": 2, "replication": 3, "engine": 4}
+PACKAGES = ("engine", "segments", "txn", "replication")
+# (module prefix, rank): the longest matching prefix names a module's layer
+LAYERS = {"engine.common": 0, "engine.record": 1, "engine._native": 1, "segments": 2, "txn": 3, "replication": 4,
+          "engine": 5}
 
 
-def _layer(module: str) -> str | None:
-    top = module.split(".")[0]
-    if top == "engine":
-        return "leaf" if any(module == m or module.startswith(m + ".") for m in LEAVES) else "engine"
-    return top if top in RANK else None
+def layer(module: str) -> str | None:
+    """The layer (its folder's prefix) a dotted module name belongs to, None outside the project's packages."""
+    found = [prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")]
+    return max(found, key=len) if found else None
 
 
 def _import_statements(path: Path) -> ast.AST:
@@ -38,8 +35,14 @@ def _import_statements(path: Path) -> ast.AST:
     return ast.parse("\n".join(kept), filename=str(path))
 
 
+def _cimports(path: Path) -> list[tuple[int, str]]:
+    """`from X cimport ...` lines of a .pyx or .pxd (the native modules' links to each other)."""
+    return [(i, line.split()[1]) for i, line in enumerate(path.read_text().splitlines(), 1)
+            if line.startswith("from ") and " cimport " in line]
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
-    out = []
+    out = _cimports(path) if path.suffix in (".pyx", ".pxd") else []
     for node in ast.walk(_import_statements(path)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, alias.name) for alias in node.names]
@@ -50,8 +53,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _module_name(path: Path, root: Path) -> str:
-    rel = path.relative_to(root).with_suffix("")
-    parts = list(rel.parts)
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -59,24 +61,28 @@ def _module_name(path: Path, root: Path) -> str:
 
 def violations(root: Path = ROOT) -> list[str]:
     found = []
-    for package in ("engine", "segments", "txn", "replication"):
-        for path in sorted((root / package).rglob("*.py")) + sorted((root / package).rglob("*.pyx")):
-            if path.suffix == ".pyx":
-                source_module = "engine._native"
-            else:
-                source_module = _module_name(path, root)
-            own = _layer(source_module)
-            if source_module == "engine":  # the package facade re-exports leaves and may grow upward
+    for package in PACKAGES:
+        for path in sorted(p for p in (root / package).rglob("*") if p.suffix in (".py", ".pyx")):
+            source = _module_name(path, root)
+            own = layer(source)
+            if source == "engine":  # the package re-exports every layer's public names
                 continue
             for lineno, target in _imports(path):
-                layer = _layer(target)
-                if layer is None or target == "engine":  # the bare package: importing any leaf runs it
+                if target == "engine":  # the bare package: importing any module of engine/ runs it
                     continue
+                theirs = layer(target)
                 where = f"{path.relative_to(root)}:{lineno}"
-                if (RANK[layer] > RANK[own] or (own == "leaf" and layer != "leaf")) and not any(
+                if theirs is not None and LAYERS[theirs] > LAYERS[own] and not any(
                         f.startswith(where + " ") for f in found):
-                    found.append(f"{where} ({own}) imports {target} ({layer})")
+                    found.append(f"{where} ({own}) imports {target} ({theirs})")
     return found
+
+
+def test_every_module_has_a_layer():
+    modules = [_module_name(p, ROOT) for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
+    assert modules and all(layer(m) is not None for m in modules)
+    assert layer("engine.record.codec") == "engine.record" and layer("engine.clients.producer") == "engine"
+    assert layer("engine._native._core") == "engine._native" and layer("enginex") is None
 
 
 def test_imports_only_point_down():
@@ -84,14 +90,19 @@ def test_imports_only_point_down():
 
 
 def test_the_checker_catches_an_upward_import(tmp_path):
-    """Plant `segments` importing `replication` in a copy of the tree: it must be reported."""
-    for package in ("engine", "segments", "txn", "replication"):
+    """Plant upward imports in a copy of the tree's shape: each must be reported, and only those."""
+    for package in ("engine", "engine/common", "engine/record", "engine/_native", "engine/clients", "segments",
+                    "txn", "replication"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "segments" / "log.py").write_text("from replication import partition\n")
-    (tmp_path / "engine" / "records.py").write_text("import segments\n")
-    (tmp_path / "txn" / "state.py").write_text("from segments import log\nfrom engine import errors\n")
+    (tmp_path / "engine" / "record" / "records.py").write_text("import segments\nfrom engine.common import errors\n")
+    (tmp_path / "engine" / "common" / "clock.py").write_text("from engine.record import codec\n")
+    (tmp_path / "engine" / "_native" / "_acc.pyx").write_text("from engine.clients import accumulator\n")
+    (tmp_path / "txn" / "state.py").write_text("from segments import log\nfrom engine.common import errors\n")
+    (tmp_path / "engine" / "clients" / "producer.py").write_text("from replication import partition\n")
     found = violations(tmp_path)
-    assert len(found) == 2, found
-    assert any("segments/log.py" in f and "replication" in f for f in found)
-    assert any("engine/records.py" in f for f in found)
+    assert len(found) == 4, found
+    for planted in ("segments/log.py", "engine/record/records.py", "engine/common/clock.py",
+                    "engine/_native/_acc.pyx"):
+        assert any(f.startswith(planted) for f in found), (planted, found)

@@ -48,10 +48,9 @@ def test_missing_core_warns_or_fails_when_required(tmp_path):
     (shadow / "engine" / "_native").mkdir(parents=True)
     import engine
 
-    src = os.path.dirname(engine.__file__)
-    for name in os.listdir(src):
-        if name.endswith(".py"):
-            (shadow / "engine" / name).write_text(open(os.path.join(src, name)).read())
+    src = os.path.dirname(engine.__file__)  # every Python module of engine/, none of the native ones
+    shutil.copytree(src, shadow / "engine", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "_native", "*.so", "*.c", "*.pyx"))
     root = os.path.dirname(src)
     for package in ("segments", "txn", "replication"):  # the layers the engine facade builds on
         shutil.copytree(os.path.join(root, package), shadow / package, ignore=shutil.ignore_patterns("__pycache__"))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-import engine.errors as E
-from engine import codec as selector
+import engine.common.errors as E
+from engine.record import codec as selector
 from tests.conftest import IMPLEMENTATIONS
 
 IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import engine
-from engine.clock import ManualClock
-from engine.errors import (
+from engine.common.clock import ManualClock
+from engine.common.errors import (
     CorruptRecordError,
     InvalidConfigurationError,
     InvalidOffsetError,
@@ -25,9 +25,9 @@ from engine.errors import (
 )
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
-from segments.log_manager import LogManager
+from replication.log_manager import LogManager
 from tests.log_checks import read_all, verify_index_files, verify_log
 
 T0 = 1_700_000_000_000
@@ -289,8 +289,8 @@ def test_a_second_open_fails_clearly_in_this_and_another_process(tmp_path):
     with LogManager(str(tmp_path), background=False):
         with pytest.raises(LogDirectoryLockedError, match="already open"):
             LogManager(str(tmp_path), background=False)
-        code = ("import sys; from segments.log_manager import LogManager\n"
-                "from engine.errors import LogDirectoryLockedError\n"
+        code = ("import sys; from replication.log_manager import LogManager\n"
+                "from engine.common.errors import LogDirectoryLockedError\n"
                 f"try: LogManager({str(tmp_path)!r}, background=False)\n"
                 "except LogDirectoryLockedError as e: print('LOCKED', e); sys.exit(3)\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -436,7 +436,7 @@ def test_an_index_of_partial_entries_is_rebuilt(tmp_path):
 def test_dump_log_exit_code_flags_a_mismatched_index(tmp_path):
     import io
 
-    from engine import dump_log
+    from engine.tools import dump_log
 
     with LogManager(str(tmp_path), background=False) as manager:
         lg = manager.create_log("t", 0)

@@ -9,10 +9,10 @@ import random
 import pytest
 
 import engine
-from engine.clock import ManualClock
-from engine.errors import OffsetOutOfRangeError
+from engine.common.clock import ManualClock
+from engine.common.errors import OffsetOutOfRangeError
 from segments.fs import FileSystem
-from segments.log import Log
+from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
 

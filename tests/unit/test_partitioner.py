@@ -8,7 +8,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 import engine
-from engine.accumulator import ProducerBatch
+from engine.clients.accumulator import ProducerBatch
 
 # clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.testMurmur2
 KAFKA_VECTORS = {
@@ -18,23 +18,23 @@ KAFKA_VECTORS = {
 }
 
 
-def test_murmur2_matches_kafkas_vectors(codec):
+def test_murmur2_matches_kafkas_vectors(producer_impl):
     for text, expected in KAFKA_VECTORS.items():
-        assert codec.murmur2(text.encode()) == expected
+        assert producer_impl.murmur2(text.encode()) == expected
 
 
-def test_murmur2_matches_kafka_python_on_random_keys(codec):
+def test_murmur2_matches_kafka_python_on_random_keys(producer_impl):
     rng = random.Random(7)
     for n in range(300):
         key = bytes(rng.randrange(256) for _ in range(n % 37))
-        ours = codec.murmur2(key)
+        ours = producer_impl.murmur2(key)
         assert ours & 0xFFFFFFFF == kafka_python_murmur2(key) & 0xFFFFFFFF
         assert -2**31 <= ours < 2**31
 
 
-def accumulator(codec, sealed, **kw):
+def accumulator(producer_impl, sealed, **kw):
     holder = {}
-    acc = codec.RecordAccumulator(batch_size=kw.pop("batch_size", 1000), max_request_size=1 << 20,
+    acc = producer_impl.RecordAccumulator(batch_size=kw.pop("batch_size", 1000), max_request_size=1 << 20,
                                   lookup=lambda topic: (kw.get("partitions", 5), 1048588),
                                   drain=lambda batch: None, on_full=lambda: sealed.extend(holder["a"].take_sealed()),
                                   seed=3, partitioner=kw.get("partitioner"))
@@ -42,27 +42,27 @@ def accumulator(codec, sealed, **kw):
     return acc
 
 
-def test_keyed_records_go_where_java_puts_them(codec):
+def test_keyed_records_go_where_java_puts_them(producer_impl):
     sealed = []
-    acc = accumulator(codec, sealed)
+    acc = accumulator(producer_impl, sealed)
     for i in range(200):
         key = os.urandom(i % 20 + 1)
         f = acc.send("t", value=b"v", key=key)
         assert f.batch.partition == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 5
 
 
-def test_null_keys_stick_to_a_partition_until_batch_size_bytes(codec):
+def test_null_keys_stick_to_a_partition_until_batch_size_bytes(producer_impl):
     sealed = []
-    acc = accumulator(codec, sealed, batch_size=1000)
+    acc = accumulator(producer_impl, sealed, batch_size=1000)
     parts = [acc.send("t", value=bytes(79)).batch.partition for _ in range(100)]  # 100 bytes each with overhead
     runs = [parts[i:i + 10] for i in range(0, 100, 10)]
     assert all(len(set(run)) == 1 for run in runs)  # 10 records = batch_size bytes, then a new pick
     assert len(set(parts)) > 1
 
 
-def test_batches_seal_at_batch_size_and_keep_order(codec):
+def test_batches_seal_at_batch_size_and_keep_order(producer_impl):
     sealed = []
-    acc = accumulator(codec, sealed, batch_size=500)
+    acc = accumulator(producer_impl, sealed, batch_size=500)
     futures = [acc.send("t", value=b"%03d" % i + bytes(60), partition=1) for i in range(50)]
     acc.seal_all()
     sealed.extend(acc.take_sealed())
@@ -74,7 +74,7 @@ def test_batches_seal_at_batch_size_and_keep_order(codec):
 
 def test_native_and_twin_accumulators_agree():
     pytest.importorskip("engine._native._core")
-    from engine.codec import load
+    from engine.clients.accumulator import load
     outcomes = []
     for impl in ("cython", "python"):
         sealed = []
@@ -92,9 +92,9 @@ def test_native_and_twin_accumulators_agree():
     assert sum(1 for r in records if r.headers == [("h", b"1")]) == len(range(0, 300, 7))
 
 
-def test_linger_expiry_seals_only_old_batches(codec):
+def test_linger_expiry_seals_only_old_batches(producer_impl):
     sealed = []
-    acc = accumulator(codec, sealed)
+    acc = accumulator(producer_impl, sealed)
     a = acc.send("t", value=b"a", partition=0, timestamp_ms=0).batch
     assert acc.seal_expired(a.created_ms + 5, 10) == a.created_ms + 10
     assert acc.take_sealed() == []
@@ -103,9 +103,9 @@ def test_linger_expiry_seals_only_old_batches(codec):
     assert isinstance(a, ProducerBatch)
 
 
-def test_custom_partitioner_result_is_checked(codec):
-    from engine.errors import UnknownTopicOrPartitionError
-    acc = accumulator(codec, [], partitioner=lambda key, allp, avail: 9)
+def test_custom_partitioner_result_is_checked(producer_impl):
+    from engine.common.errors import UnknownTopicOrPartitionError
+    acc = accumulator(producer_impl, [], partitioner=lambda key, allp, avail: 9)
     with pytest.raises(UnknownTopicOrPartitionError):
         acc.send("t", value=b"v")
 
@@ -121,7 +121,7 @@ def test_records_builder_matches_encode_batch(codec):
 
 
 def test_records_builder_refuses_what_is_not_bytes(codec):
-    from engine.errors import InvalidRecordError
+    from engine.common.errors import InvalidRecordError
     b = codec.RecordsBuilder()
     for bad in [("k", b"v", None, 1), (b"k", 5, None, 1), (b"k", b"v", [("str-key", b"v")], 1)]:
         with pytest.raises(InvalidRecordError):

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from engine.errors import CorruptIndexError, InvalidOffsetError
+from engine.common.errors import CorruptIndexError, InvalidOffsetError
 from segments.fs import FileSystem
-from segments.log_manager import LogManager
+from replication.log_manager import LogManager
 from segments.txn_index import AbortedTxn, TxnIndex
 from tests import vectors
 

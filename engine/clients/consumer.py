@@ -1,8 +1,8 @@
 """A kafka-python-shaped consumer over an Engine, without consumer groups (yet).
 
-Reads go straight to the partition logs: whole batches up to the high watermark (never past it),
-decoded by the native core into ConsumerRecords with kafka-python's fields. Control batches are
-never returned and offset gaps (compaction) are skipped. Positions live in the consumer; `poll()`
+Reads go through each partition's `fetch()` (replication.partition): whole batches up to the high
+watermark (never past it), decoded by the native core into ConsumerRecords with kafka-python's
+fields. Control batches are never returned and offset gaps (compaction) are skipped. Positions live in the consumer; `poll()`
 and iteration move them past every record they return.
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 
-from engine import codec
-from engine.errors import (
+from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     not_supported_yet,
 )
-from engine.structs import OffsetAndTimestamp, TopicPartition
+from engine.common.structs import OffsetAndTimestamp, TopicPartition
+from engine.record import codec
+from replication.partition import Partition
 
 RESETS = ("earliest", "latest", "none")
 
@@ -53,6 +54,7 @@ class Consumer:
         if not (isinstance(consumer_timeout_ms, (int, float)) and consumer_timeout_ms >= 0):
             raise InvalidConfigurationError(f"consumer_timeout_ms={consumer_timeout_ms!r} must be >= 0")
         self._engine = engine
+        self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
         self.max_poll_records = _positive("max_poll_records", max_poll_records)
         self.fetch_max_bytes = _positive("fetch_max_bytes", fetch_max_bytes)
@@ -90,7 +92,7 @@ class Consumer:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
         parts = [TopicPartition(*tp) for tp in partitions]
         for tp in parts:
-            self._engine.log(tp.topic, tp.partition)  # raises for an unknown topic or partition
+            self._engine.partition(tp.topic, tp.partition)  # raises for an unknown topic or partition
         self._positions = {tp: self._positions.get(tp) for tp in parts}
 
     def unsubscribe(self) -> None:
@@ -126,14 +128,16 @@ class Consumer:
         return list(partitions)
 
     # --- positions --------------------------------------------------------------------------------
-    def _log(self, tp: TopicPartition):
-        return self._engine.log(tp.topic, tp.partition)
+    def _partition(self, tp: TopicPartition) -> Partition:
+        return self._engine.partition(tp.topic, tp.partition)
+
+    def _end(self, tp: TopicPartition) -> int:
+        return self._partition(tp).fetch_upper_bound(self.isolation_level)
 
     def _reset(self, tp: TopicPartition) -> int:
         if self.auto_offset_reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
-        lg = self._log(tp)
-        pos = lg.log_start_offset if self.auto_offset_reset == "earliest" else lg.high_watermark
+        pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
         self._positions[tp] = pos
         return pos
 
@@ -151,18 +155,18 @@ class Consumer:
 
     def seek_to_beginning(self, *partitions) -> None:
         for tp in self._assigned(partitions or list(self._positions)):
-            self._positions[tp] = self._log(tp).log_start_offset
+            self._positions[tp] = self._partition(tp).log_start_offset
 
     def seek_to_end(self, *partitions) -> None:
         for tp in self._assigned(partitions or list(self._positions)):
-            self._positions[tp] = self._log(tp).high_watermark
+            self._positions[tp] = self._end(tp)
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
-        return {tp: self._log(tp).log_start_offset for tp in partitions}
+        return {tp: self._partition(tp).log_start_offset for tp in partitions}
 
     def end_offsets(self, partitions) -> dict[TopicPartition, int]:
         """The high watermark: the offset after the last record a read_uncommitted consumer can see."""
-        return {tp: self._log(tp).high_watermark for tp in partitions}
+        return {tp: self._end(tp) for tp in partitions}
 
     def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given one (None if none is visible)."""
@@ -170,10 +174,8 @@ class Consumer:
         for tp, ts in timestamps.items():
             if type(ts) is not int or ts < 0:
                 raise ValueError(f"timestamp for {tp} must be an int >= 0, got {ts!r}")
-            lg = self._log(tp)
-            found = lg.offset_for_timestamp(ts)
-            out[tp] = (OffsetAndTimestamp(found[1], found[0], None)
-                       if found is not None and found[1] < lg.high_watermark else None)
+            found = self._partition(tp).offset_for_timestamp(ts, self.isolation_level)
+            out[tp] = OffsetAndTimestamp(found[1], found[0], None) if found is not None else None
         return out
 
     def commit(self, offsets=None) -> None:
@@ -193,26 +195,23 @@ class Consumer:
                 break
             if tp in self._paused:
                 continue
-            lg = self._log(tp)
+            partition = self._partition(tp)
             pos = self._positions[tp]
             if pos is None:
                 pos = self._reset(tp)
-            hw = lg.high_watermark
-            if pos >= hw:
-                continue
             try:
-                data = lg.read(pos, min(self.max_partition_fetch_bytes, budget), upper_bound=hw)
+                data = partition.fetch(pos, min(self.max_partition_fetch_bytes, budget), self.isolation_level)
             except OffsetOutOfRangeError:
                 if self.auto_offset_reset == "none":
                     raise
                 self._reset(tp)
                 continue
+            if data is None:
+                continue
             budget -= data.records.nbytes
             records: list = []
             nxt = pos
-            for batch in codec.iter_batches(data.records, source=lg.dir):
-                if batch.next_offset <= nxt:
-                    continue
+            for batch in data.batches(partition.log.dir):
                 got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records))
                 records += got
                 if len(records) >= remaining:
@@ -267,7 +266,7 @@ class Consumer:
     def close(self, autocommit: bool = True) -> None:
         self._closed = True
 
-    def _forget_topic(self, topic: str) -> None:
+    def on_topic_deleted(self, topic: str) -> None:
         """The engine deleted `topic`: drop its partitions from the assignment."""
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp.topic != topic}
 

@@ -25,13 +25,10 @@ API = (
     "Record",
     "ConsumerRecord",
     "consumer_record",
-    "murmur2",
-    "RecordAccumulator",
-    "RecordFuture",
     "RecordsBuilder",
 )
 
-_MODULES = {"cython": "engine._native._core", "python": "engine.records"}
+_MODULES = {"cython": "engine._native._core", "python": "engine.record.records"}
 
 
 def load(impl: str) -> ModuleType:
@@ -59,19 +56,4 @@ def _select() -> tuple[str, ModuleType]:
 
 
 IMPL, impl = _select()
-crc32c = impl.crc32c
-encode_batch = impl.encode_batch
-encode_columnar = impl.encode_columnar
-encode_control_batch = impl.encode_control_batch
-iter_batches = impl.iter_batches
-decode_columnar = impl.decode_columnar
-index_search = impl.index_search
-prepare_leader_append = impl.prepare_leader_append
-RecordBatch = impl.RecordBatch
-Record = impl.Record
-ConsumerRecord = impl.ConsumerRecord
-consumer_record = impl.consumer_record
-murmur2 = impl.murmur2
-RecordAccumulator = impl.RecordAccumulator
-RecordFuture = impl.RecordFuture
-RecordsBuilder = impl.RecordsBuilder
+globals().update((name, getattr(impl, name)) for name in API)  # crc32c, encode_batch, RecordBatch, ...

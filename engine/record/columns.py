@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidRecordError
+from engine.common.errors import InvalidRecordError
 
 
 def _ints(buf: Any) -> list[int]:

@@ -21,7 +21,7 @@ import zlib
 
 import cramjam
 
-from engine.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
+from engine.common.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 NAMES = ("none", "gzip", "snappy", "lz4", "zstd")

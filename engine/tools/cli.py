@@ -14,7 +14,7 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 def _demo(args: argparse.Namespace) -> int:
     """Show the build, then encode and decode `--records` records with every codec and verify them."""
-    from engine import codec as selector
+    from engine.record import codec as selector
 
     native = selector.load("cython") if engine.IMPL == "cython" else None
     hw = native.crc32c_hardware_available() if native else False
@@ -84,7 +84,7 @@ def _demo_log(directory: str, count: int) -> None:
 
 
 def _dump_log(args: argparse.Namespace) -> int:
-    from engine import dump_log
+    from engine.tools import dump_log
 
     return dump_log.dump([f for f in args.files.split(",") if f], as_json=args.json, deep=args.deep_iteration,
                          print_data=args.print_data_log, verify_index_only=args.verify_index_only,

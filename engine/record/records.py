@@ -2,7 +2,7 @@
 
 Same API and same errors as `engine._native._core`; it is the readable reference,
 the fallback without a compiler, and a test oracle. Byte layout: kafka-format.md §1-2
-(see engine.batch_format). Decoding never trusts a length: every read is bounds-checked
+(see engine.record.batch_format). Decoding never trusts a length: every read is bounds-checked
 and every rejection is a typed error (CorruptRecordError for the batch frame and CRC,
 InvalidRecordError for records inside a CRC-valid batch, as Kafka). Buffers may be
 bytes, bytearray, memoryview or mmap; batches are views, not copies.
@@ -16,12 +16,11 @@ from typing import Iterable, Iterator
 
 import crcmod.predefined
 
-from engine import batch_format as bf
-from engine import compression as comp
-from engine import accumulator
-from engine.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
-from engine.structs import CONSUMER_RECORD_FIELDS, consumer_record_fields, consumer_record_repr, header_size
-from engine.errors import (
+from engine.record import batch_format as bf
+from engine.record import compression as comp
+from engine.record.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
+from engine.common.structs import CONSUMER_RECORD_FIELDS, consumer_record_fields, consumer_record_repr, header_size
+from engine.common.errors import (
     CorruptRecordError,
     InvalidRecordError,
     KafkaError,
@@ -135,8 +134,6 @@ class ConsumerRecord:
 
 
 consumer_record = ConsumerRecord
-murmur2 = accumulator.murmur2
-RecordFuture = accumulator.RecordFuture
 
 
 class RecordsBuilder:
@@ -186,10 +183,6 @@ class RecordsBuilder:
         return _assemble(bytes(self._body), len(self._infos), base_offset=0, ple=-1, codec=codec, level=None,
                          attributes=attributes, last_delta=len(self._infos) - 1, base_ts=self._base_ts,
                          max_ts=self._max_ts, pid=producer_id, epoch=producer_epoch, seq=base_sequence)
-
-
-class RecordAccumulator(accumulator.RecordAccumulator):
-    builder = RecordsBuilder
 
 
 def _write_record(out: bytearray, delta: int, ts_delta: int, key, value, headers) -> None:

@@ -21,12 +21,12 @@ import threading
 import time
 import uuid
 
-from engine.clock import Clock, SystemClock
-from engine.errors import KafkaError, LogDirectoryLockedError, UnknownTopicOrPartitionError
+from engine.common.clock import Clock, SystemClock
+from engine.common.errors import KafkaError, LogDirectoryLockedError, UnknownTopicOrPartitionError
 from segments import names, offset_checkpoint, partition_metadata
 from segments.fs import FileSystem
-from segments.log import Log
 from segments.log_config import LogConfig
+from txn.unified_log import UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
 
@@ -45,7 +45,8 @@ class LogManager:
     HW_CHECKPOINT_MS = 5_000
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
-                 configs=None, background: bool = True, log_class: type[Log] = Log, log_options: dict | None = None,
+                 configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
+                 log_options: dict | None = None,
                  tasks: dict | None = None) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
@@ -60,7 +61,7 @@ class LogManager:
                        "checkpoint": (self.CHECKPOINT_MS, self.checkpoint_recovery_points),
                        "hw": (self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks), **(tasks or {})}
         self._lock = threading.RLock()
-        self._logs: dict[tuple[str, int], Log] = {}
+        self._logs: dict[tuple[str, int], UnifiedLog] = {}
         self._closed = False
         self.fs.makedirs(self.dir)
         self._lock_file = self._acquire_lock()
@@ -136,17 +137,17 @@ class LogManager:
                 clean_shutdown=self.clean_shutdown, **self._log_options)
 
     # --- logs ---------------------------------------------------------------------------------
-    def get_log(self, topic: str, partition: int) -> Log:
+    def get_log(self, topic: str, partition: int) -> UnifiedLog:
         try:
             return self._logs[(topic, partition)]
         except KeyError:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir) from None
 
-    def logs(self) -> dict[tuple[str, int], Log]:
+    def logs(self) -> dict[tuple[str, int], UnifiedLog]:
         with self._lock:
             return dict(self._logs)
 
-    def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> Log:
+    def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> UnifiedLog:
         """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log)."""
         with self._lock:
             key = (topic, partition)

@@ -8,9 +8,15 @@ recordsCount i32, then the records (see kafka-format.md §1). Pure functions; le
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
-from engine.compression import codec_id
-from engine.errors import InvalidRecordError, InvalidTimestampError
+from engine.record.compression import codec_id
+from engine.common.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -119,6 +125,76 @@ def increment_sequence(sequence: int, delta: int) -> int:
     if sequence < 0:
         return -1
     return delta - (INT32_MAX - sequence) - 1 if sequence > INT32_MAX - delta else sequence + delta
+
+
+RECORD_OVERHEAD = 21  # an upper bound of a record's framing (size, attributes, deltas, field lengths)
+
+
+def check_send(value, key, headers, timestamp_ms) -> tuple:
+    """A sent record's fields, checked: (value, key, headers as (UTF-8 key bytes, value bytes|None) pairs or
+    None, an upper bound of its size in a batch, timestamp_ms or None for "now")."""
+    value = check_bytes("value", value)
+    key = check_bytes("key", key)
+    size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        headers = normalize_headers(0, headers)
+        size += sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in headers)
+    else:
+        headers = None
+    if timestamp_ms is not None and (type(timestamp_ms) is not int or timestamp_ms < 0):
+        raise InvalidTimestampError(f"timestamp_ms must be an int >= 0 or None, got {timestamp_ms!r}")
+    return value, key, headers, size, timestamp_ms
+
+
+def sent_fields(rec) -> tuple:
+    """(key, value, headers, timestamp_ms) of a send_many() item: (key, value) or all four."""
+    if type(rec) is not tuple or len(rec) not in (2, 4):
+        raise InvalidRecordError(f"a record must be a (key, value) or (key, value, headers, timestamp_ms) tuple, "
+                                 f"got {rec!r:.80}")
+    return rec if len(rec) == 4 else (rec[0], rec[1], None, None)
+
+
+def record_too_large(size: int, limit: int, topic: str) -> RecordTooLargeError:
+    return RecordTooLargeError(f"the record is {size} bytes when serialized, more than the {limit}-byte limit "
+                               f"(max.request.size / max.message.bytes of {topic!r})")
+
+
+def bad_partition(topic: str, partition, count: int) -> UnknownTopicOrPartitionError:
+    return UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for topic {topic!r}")
+
+
+class BatchHeader(NamedTuple):
+    """The fields of a batch's 61-byte header (what producer state reads of a batch, without decoding it)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def parse(cls, header) -> "BatchHeader":
+        return cls._make(HEADER.unpack_from(header))
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
 
 
 def check_bytes(name: str, value) -> bytes | None:

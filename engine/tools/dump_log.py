@@ -16,10 +16,10 @@ import os
 import sys
 from typing import TextIO
 
-from engine import records as reference
-from engine.batch_format import CONTROL_TYPE_NAMES, increment_sequence
-from engine.errors import KafkaError
-from replication import leader_epoch_checkpoint
+from engine.record import records as reference
+from engine.record.batch_format import CONTROL_TYPE_NAMES, increment_sequence
+from engine.common.errors import KafkaError
+from segments import leader_epoch_checkpoint
 from segments import names
 from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex
@@ -150,59 +150,59 @@ class Dumper:
             return {}
 
     def dump_offset_index(self, path: str, base: int, sanity: bool) -> None:
-        index = OffsetIndex(self.fs, path, base, os.path.getsize(path), writable=False)
-        try:
-            by_pos = self._batches_by_position(path[:-len(names.INDEX)] + names.LOG)
-            self.emit({"type": "offsetIndex", "file": os.path.basename(path), "baseOffset": base,
-                       "fileBytes": os.path.getsize(path), "entries": index.entries},
-                      f"Dumping {os.path.basename(path)}")
-            if sanity:
-                self._sanity(index)
-            prev = None
-            for i in range(index.entries):
-                offset, position = index.entry(i)
-                if offset == base and i > 0:
-                    break  # zero-filled preallocated tail
-                batch = by_pos.get(position)
-                last = batch.last_offset if batch is not None else None
-                self.emit({"type": "offsetIndexEntry", "i": i, "offset": offset, "relativeOffset": offset - base,
-                           "position": position, "batchLastOffsetAtPosition": last, "matchesLog": last == offset},
-                          f"offset: {offset} position: {position}")
-                if last != offset:
-                    self.problem(f"Index offset {offset} at position {position} does not match the log "
-                                 f"(batch last offset {last})")
-                if prev is not None and offset <= prev:
-                    self.problem(f"Index offset {offset} does not follow {prev}")
-                prev = offset
-        finally:
-            index.close()
+        def check(i, batches, offset, position):
+            batch = batches.get(position)
+            last = batch.last_offset if batch is not None else None
+            entry = {"type": "offsetIndexEntry", "i": i, "offset": offset, "relativeOffset": offset - base,
+                     "position": position, "batchLastOffsetAtPosition": last, "matchesLog": last == offset}
+            return offset, last, (entry, f"offset: {offset} position: {position}",
+                                  f"Index offset {offset} at position {position} does not match the log "
+                                  f"(batch last offset {last})")
+
+        self._dump_index(OffsetIndex, "offsetIndex", names.INDEX, path, base, sanity, check,
+                         lambda i, offset, position: offset == base and i > 0,
+                         lambda offset, prev: f"Index offset {offset} does not follow {prev}", None)
 
     def dump_time_index(self, path: str, base: int, sanity: bool) -> None:
-        index = TimeIndex(self.fs, path, base, os.path.getsize(path), writable=False)
+        by_last: dict = {}
+
+        def check(i, batches, ts, offset):
+            if batches and not by_last:
+                by_last.update((b.last_offset, b) for b in batches.values())
+            batch_max = by_last[offset].max_timestamp if offset in by_last else None
+            entry = {"type": "timeIndexEntry", "i": i, "timestamp": ts, "offset": offset,
+                     "relativeOffset": offset - base, "batchMaxTimestampAtOffset": batch_max}
+            return ts, batch_max, (entry, f"timestamp: {ts} offset: {offset}",
+                                   f"Time index timestamp {ts} at offset {offset} does not match the log "
+                                   f"(batch max timestamp {batch_max})")
+
+        self._dump_index(TimeIndex, "timeIndex", names.TIME_INDEX, path, base, sanity, check,
+                         lambda i, ts, offset: ts == 0 and offset == base and i > 0,
+                         lambda ts, prev: f"Time index timestamp {ts} does not grow (after {prev})", -1)
+
+    def _dump_index(self, kind, label: str, suffix: str, path: str, base: int, sanity: bool, check, is_padding,
+                    not_growing, prev) -> None:
+        """Dump an offset or time index: `check` gives each entry's key, what the log says it should be, and
+        what to print; keys must grow from `prev`; a zero-filled preallocated tail (`is_padding`) ends them."""
+        index = kind(self.fs, path, base, os.path.getsize(path), writable=False)
         try:
-            batches = self._batches_by_position(path[:-len(names.TIME_INDEX)] + names.LOG)
-            by_last = {b.last_offset: b for b in batches.values()}
-            self.emit({"type": "timeIndex", "file": os.path.basename(path), "baseOffset": base,
+            batches = self._batches_by_position(path[:-len(suffix)] + names.LOG)
+            self.emit({"type": label, "file": os.path.basename(path), "baseOffset": base,
                        "fileBytes": os.path.getsize(path), "entries": index.entries},
                       f"Dumping {os.path.basename(path)}")
             if sanity:
                 self._sanity(index)
-            prev_ts = -1
             for i in range(index.entries):
-                ts, offset = index.entry(i)
-                if ts == 0 and offset == base and i > 0:
-                    break  # zero-filled preallocated tail
-                batch = by_last.get(offset)
-                batch_max = batch.max_timestamp if batch is not None else None
-                self.emit({"type": "timeIndexEntry", "i": i, "timestamp": ts, "offset": offset,
-                           "relativeOffset": offset - base, "batchMaxTimestampAtOffset": batch_max},
-                          f"timestamp: {ts} offset: {offset}")
-                if batch_max != ts:
-                    self.problem(f"Time index timestamp {ts} at offset {offset} does not match the log "
-                                 f"(batch max timestamp {batch_max})")
-                if ts <= prev_ts:
-                    self.problem(f"Time index timestamp {ts} does not grow (after {prev_ts})")
-                prev_ts = ts
+                fields = index.entry(i)
+                if is_padding(i, *fields):
+                    break
+                key, in_log, (entry, text, mismatch) = check(i, batches, *fields)
+                self.emit(entry, text)
+                if in_log != key:
+                    self.problem(mismatch)
+                if prev is not None and key <= prev:
+                    self.problem(not_growing(key, prev))
+                prev = key
         finally:
             index.close()
 

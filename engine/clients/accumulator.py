@@ -1,5 +1,6 @@
 """The producer's record accumulator (Kafka's RecordAccumulator + BuiltInPartitioner): the pure-Python
-twin of the native one, and the batch type both share.
+twin of the native one (engine._native._accumulator), the batch type both share, and `load()`, which
+picks one the way the codec was picked (engine.record.codec).
 
 `RecordAccumulator.send()` validates one record, picks its partition (explicit, a custom
 partitioner, `toPositive(murmur2(key)) % n`, or the sticky partition for a null key, which moves
@@ -20,13 +21,14 @@ import random
 import threading
 import time
 
-from engine import batch_format as bf
-from engine.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError, UnknownTopicOrPartitionError
-from engine.structs import RecordMetadata, TopicPartition
+from types import SimpleNamespace
+
+from engine.common.structs import RecordMetadata, TopicPartition
+from engine.record import batch_format as bf
+from engine.record import codec
+from engine.record.records import RecordsBuilder
 
 log = logging.getLogger("kafkalog.producer")
-
-RECORD_OVERHEAD = 21  # an upper bound of a record's framing (size, attributes, deltas, field lengths)
 
 
 class ProducerBatch:
@@ -99,33 +101,6 @@ class ProducerBatch:
 def bind(f, args, kwargs):
     """kafka-python's callback convention: f(*args, result, **kwargs)."""
     return (lambda result: f(*args, result, **kwargs)) if args or kwargs else f
-
-
-def checked_headers(headers) -> tuple[list, int]:
-    """Headers as (UTF-8 key bytes, value bytes|None) pairs, validated, and their size estimate."""
-    normalized = bf.normalize_headers(0, headers)
-    return normalized, sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in normalized)
-
-
-def record_fields(rec) -> tuple:
-    """(key, value, headers, timestamp_ms) of a send_many() item: (key, value) or all four."""
-    if type(rec) is not tuple or len(rec) not in (2, 4):
-        raise InvalidRecordError(f"a record must be a (key, value) or (key, value, headers, timestamp_ms) tuple, "
-                                 f"got {rec!r:.80}")
-    return rec if len(rec) == 4 else (rec[0], rec[1], None, None)
-
-
-def record_too_large(size: int, limit: int, topic: str) -> RecordTooLargeError:
-    return RecordTooLargeError(f"the record is {size} bytes when serialized, more than the {limit}-byte limit "
-                               f"(max.request.size / max.message.bytes of {topic!r})")
-
-
-def bad_partition(topic: str, partition, count: int) -> UnknownTopicOrPartitionError:
-    return UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for topic {topic!r}")
-
-
-def bad_timestamp(timestamp_ms) -> InvalidTimestampError:
-    return InvalidTimestampError(f"timestamp_ms must be an int >= 0 or None, got {timestamp_ms!r}")
 
 
 def murmur2(data) -> int:
@@ -212,7 +187,7 @@ OPENED, FULL = 1, 2
 
 
 class RecordAccumulator:
-    builder = None  # the twin's RecordsBuilder, set by engine.records (which builds on this module)
+    builder = RecordsBuilder
 
     def __init__(self, *, batch_size: int, max_request_size: int, lookup, drain, on_full, on_open=None,
                  clock=None, partitioner=None, seed: int | None = None) -> None:
@@ -245,7 +220,7 @@ class RecordAccumulator:
         spans, flags = {}, 0
         try:
             for rec in records:
-                key, value, headers, ts = record_fields(rec)
+                key, value, headers, ts = bf.sent_fields(rec)
                 batch, index, f = self._add(topic, value, key, headers, partition, ts)
                 flags |= f
                 spans.setdefault(id(batch), [batch, index, index])[2] = index
@@ -260,21 +235,12 @@ class RecordAccumulator:
             self._on_full()
 
     def _add(self, topic, value, key, headers, partition, timestamp_ms):
-        value = bf.check_bytes("value", value)
-        key = bf.check_bytes("key", key)
-        size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-        if headers:
-            headers, hsize = checked_headers(headers)
-            size += hsize
-        else:
-            headers = None
+        value, key, headers, size, timestamp_ms = bf.check_send(value, key, headers, timestamp_ms)
         if timestamp_ms is None:
             timestamp_ms = self._now()
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
-            raise bad_timestamp(timestamp_ms)
         t = self._topic(topic)
         if size + bf.HEADER_SIZE > t.limit:
-            raise record_too_large(size + bf.HEADER_SIZE, t.limit, topic)
+            raise bf.record_too_large(size + bf.HEADER_SIZE, t.limit, topic)
         with self._lock:
             p = self._choose(t, topic, key, partition)
             flags = 0
@@ -303,7 +269,7 @@ class RecordAccumulator:
     def _choose(self, t: _Topic, topic: str, key, partition) -> int:
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < t.count:
-                raise bad_partition(topic, partition, t.count)
+                raise bf.bad_partition(topic, partition, t.count)
             return partition
         if self._partitioner is not None:
             chosen = self._partitioner(key, t.all, t.all)
@@ -361,3 +327,18 @@ class RecordAccumulator:
                 self._sealed.extend(b for b in t.open if b is not None)
 
 
+def load(impl: str) -> SimpleNamespace:
+    """The accumulator, future type and murmur2 of one implementation ("cython" or "python")."""
+    if impl == "python":
+        return SimpleNamespace(IMPL=impl, RecordAccumulator=RecordAccumulator, RecordFuture=RecordFuture,
+                               murmur2=murmur2)
+    from engine._native import _accumulator as native
+
+    class NativeRecordAccumulator(native.RecordAccumulator):
+        batch_class = ProducerBatch
+
+    return SimpleNamespace(IMPL=impl, RecordAccumulator=NativeRecordAccumulator, RecordFuture=native.RecordFuture,
+                           murmur2=native.murmur2)
+
+
+selected = load(codec.IMPL)

@@ -1,6 +1,6 @@
 """A kafka-python-shaped producer over an Engine.
 
-`send()` is the accumulator's (engine._native, per record); this class moves whole batches: it
+`send()` is the accumulator's (engine._native._accumulator, per record); this class moves whole batches: it
 encodes each sealed batch once (with the producer id, epoch and the partition's next sequence when
 idempotent) and appends it to the partition, retrying retriable errors with the same bytes, so a
 retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from engine import batch_format as bf
-from engine import codec
-from engine.accumulator import ProducerBatch
-from engine.clock import SystemClock
-from engine.errors import IllegalStateError, InvalidConfigurationError, KafkaError
+from engine.record import batch_format as bf
+from engine.clients import accumulator
+from engine.clients.accumulator import ProducerBatch
+from engine.common.clock import SystemClock
+from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 COMPRESSION = (None, "none", "gzip", "snappy", "lz4", "zstd")
@@ -83,8 +83,8 @@ class Producer:
         self._closed = self._flushing = False
         self._idle = True
         clock = None if type(engine.clock) is SystemClock else engine.clock  # None: the core reads wall time itself
-        self._acc = codec.RecordAccumulator(
-            batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine._producer_layout,
+        self._acc = accumulator.selected.RecordAccumulator(
+            batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine.partition_layout,
             drain=self._force, on_full=self._drain, on_open=self._on_open, clock=clock, partitioner=partitioner)
         if key_serializer is None and value_serializer is None:
             self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
@@ -165,7 +165,7 @@ class Producer:
         if self._idle:
             self._wake.set()
 
-    def _forget_topic(self, topic: str) -> None:
+    def on_topic_deleted(self, topic: str) -> None:
         """The engine deleted `topic`: fail what is pending for it and forget its layout."""
         self._acc.forget_topic(topic)
         self._drain()

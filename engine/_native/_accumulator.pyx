@@ -1,0 +1,366 @@
+# cython: language_level=3
+"""The producer's hot loop: Kafka's RecordAccumulator with its built-in partitioner (murmur2, sticky
+partitions) and the futures send() returns; the twin is engine.clients.accumulator.
+
+Records are validated (engine.record.batch_format.check_send, with an inline fast path for records that
+are plainly valid) and encoded straight into their partition's open batch, a RecordsBuilder of the
+native core. The batch objects come from the `batch_class` the producer layer gives.
+Thread-safety: state changes hold the accumulator's lock (a PyThread lock, taken without the GIL only
+when contended); no Python code runs while it is held.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact
+from cpython.long cimport PyLong_CheckExact
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from engine._native._core cimport RecordsBuilder, new_builder
+
+import random as _random_module
+
+from engine.record import batch_format as bf
+
+cdef enum:
+    RECORD_OVERHEAD = 21  # engine.record.batch_format.RECORD_OVERHEAD
+    HEADER_SIZE = 61
+
+cdef uint8_t _EMPTY[1]
+
+
+cdef uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t m = 0x5bd1e995U, h = 0x9747b28cU ^ <uint32_t>n, k
+    cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
+    for i in range(0, tail, 4):
+        k = <uint32_t>p[i] | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h = (h * m) ^ k
+    if n & 3 == 3:
+        h ^= <uint32_t>p[tail + 2] << 16
+    if n & 3 >= 2:
+        h ^= <uint32_t>p[tail + 1] << 8
+    if n & 3 >= 1:
+        h = (h ^ p[tail]) * m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+def murmur2(data):
+    """Kafka's Utils.murmur2 of `data` as a signed int32."""
+    mv = memoryview(data)
+    cdef const uint8_t[::1] v = mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    return <int32_t>_murmur2(&v[0] if v.shape[0] else _EMPTY, v.shape[0])
+
+
+cdef object _bind(f, tuple args, dict kwargs):
+    """kafka-python's callback convention: f(*args, result, **kwargs)."""
+    return (lambda result: f(*args, result, **kwargs)) if args or kwargs else f
+
+
+@cython.no_gc
+@cython.freelist(256)
+cdef class RecordFuture:
+    """kafka-python's FutureRecordMetadata: the outcome of one send()."""
+
+    cdef readonly object batch
+    cdef readonly Py_ssize_t index
+
+    def __init__(self, batch, index):
+        self.batch = batch
+        self.index = index
+
+    def get(self, timeout=None):
+        """The record's metadata once its batch is appended (sending it now if it is pending)."""
+        return self.batch.wait(self.index)
+
+    @property
+    def is_done(self):
+        return self.batch.done
+
+    @property
+    def value(self):
+        return self.batch.result(self.index) if self.batch.done and self.batch.error is None else None
+
+    @property
+    def exception(self):
+        return self.batch.error
+
+    def succeeded(self):
+        return self.batch.done and self.batch.error is None
+
+    def failed(self):
+        return self.batch.done and self.batch.error is not None
+
+    def add_callback(self, f, *args, **kwargs):
+        self.batch.on_done(self.index, _bind(f, args, kwargs), None)
+        return self
+
+    def add_errback(self, f, *args, **kwargs):
+        self.batch.on_done(self.index, None, _bind(f, args, kwargs))
+        return self
+
+    def add_both(self, f, *args, **kwargs):
+        g = _bind(f, args, kwargs)
+        self.batch.on_done(self.index, g, g)
+        return self
+
+
+cdef class _Topic:
+    cdef Py_ssize_t count, limit, cap, sticky, sticky_bytes
+    cdef list open
+    cdef list builders   # the open batches' RecordsBuilders (C-level access on the hot path)
+    cdef list all
+    cdef Py_ssize_t *sizes
+
+    def __dealloc__(self):
+        free(self.sizes)
+
+
+cdef inline void _acquire(PyThread_type_lock lock) noexcept:
+    if not PyThread_acquire_lock(lock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(lock, WAIT_LOCK)
+
+
+cdef class RecordAccumulator:
+    """Kafka's RecordAccumulator with its built-in partitioner (see engine.clients.accumulator, its twin)."""
+
+    cdef Py_ssize_t _batch_size, _max_request
+    cdef object _lookup, _drain, _on_full, _on_open, _clock, _partitioner, _random
+    cdef dict _topics
+    cdef list _sealed
+    cdef PyThread_type_lock _lock
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+
+    def __init__(self, *, batch_size, max_request_size, lookup, drain, on_full, on_open=None, clock=None,
+                 partitioner=None, seed=None):
+        self._batch_size = batch_size
+        self._max_request = max_request_size
+        self._lookup, self._drain, self._on_full, self._on_open = lookup, drain, on_full, on_open
+        self._clock, self._partitioner = clock, partitioner
+        self._random = _random_module.Random(seed)
+        self._batch_class = type(self).batch_class
+        self._topics = {}
+        self._sealed = []
+
+    cdef int64_t _now_ms(self) except? -1:
+        cdef timespec ts
+        if self._clock is not None:
+            return self._clock.time_ms()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+    cdef _Topic _topic(self, topic):
+        cdef _Topic t = <_Topic>self._topics.get(topic)
+        cdef Py_ssize_t i
+        if t is not None:
+            return t
+        count, max_message = self._lookup(topic)  # outside the lock: it may take the engine's
+        t = _Topic.__new__(_Topic)
+        t.count = count
+        t.limit = min(self._max_request, max_message)
+        t.cap = min(self._batch_size, t.limit)
+        t.open = [None] * t.count
+        t.builders = [None] * t.count
+        t.all = list(range(t.count))
+        t.sticky = -1
+        t.sticky_bytes = 0
+        t.sizes = <Py_ssize_t *>malloc(t.count * sizeof(Py_ssize_t))
+        if t.sizes == NULL:
+            raise MemoryError()
+        for i in range(t.count):
+            t.sizes[i] = 0
+        _acquire(self._lock)
+        t = <_Topic>self._topics.setdefault(topic, t)
+        PyThread_release_lock(self._lock)
+        return t
+
+    cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, partition) except -2:
+        """The partition an explicit choice, the custom partitioner or the key gives; -1 for sticky."""
+        if partition is None and self._partitioner is not None:
+            partition = self._partitioner(key, t.all, t.all)
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < t.count:
+                raise bf.bad_partition(topic, partition, t.count)
+            return partition
+        if key is not None:
+            return (<int64_t>(_murmur2(<const uint8_t *>PyBytes_AS_STRING(key), len(<bytes>key)) & 0x7fffffff)
+                    % t.count)
+        return -1
+
+    cdef Py_ssize_t _sticky(self, _Topic t) except -1:
+        if t.sticky < 0:
+            t.sticky = self._random.randrange(t.count)
+        return t.sticky
+
+    cdef void _seal(self, _Topic t, Py_ssize_t p):
+        self._sealed.append(t.open[p])
+        t.open[p] = t.builders[p] = None
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """Add one record; returns its future (see engine.clients.accumulator)."""
+        cdef int flags = 0
+        cdef RecordFuture f = RecordFuture.__new__(RecordFuture)
+        f.batch = self._add(topic, value, key, headers, partition, timestamp_ms, &flags, &f.index)
+        if flags:
+            self._notify(flags)
+        return f
+
+    def send_many(self, topic, records, partition=None):
+        """Add (key, value) or (key, value, headers, timestamp_ms) records without futures; returns
+        (batch, first index, last index) for each batch they went into, in order."""
+        cdef int flags = 0
+        cdef Py_ssize_t index
+        cdef dict spans = {}
+        cdef list span
+        cdef object batch
+        try:
+            for rec in records:
+                if type(rec) is tuple and len(<tuple>rec) == 2:
+                    batch = self._add(topic, (<tuple>rec)[1], (<tuple>rec)[0], None, partition, None, &flags, &index)
+                else:
+                    key, value, headers, ts = bf.sent_fields(rec)
+                    batch = self._add(topic, value, key, headers, partition, ts, &flags, &index)
+                span = spans.get(id(batch))
+                if span is None:
+                    spans[id(batch)] = [batch, index, index]
+                else:
+                    span[2] = index
+        finally:
+            if flags:
+                self._notify(flags)
+        return [tuple(span) for span in spans.values()]
+
+    cdef _notify(self, int flags):
+        if flags & 1 and self._on_open is not None:
+            self._on_open()
+        if flags & 2:
+            self._on_full()
+
+    cdef object _add(self, topic, value, key, headers, partition, timestamp_ms, int *flags, Py_ssize_t *index):
+        """Validate and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
+        cdef Py_ssize_t size = RECORD_OVERHEAD, p, fixed
+        cdef _Topic t
+        cdef bint sticky
+        cdef int64_t ts
+        cdef object batch, spare = None
+        if ((value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)) and not headers
+                and (timestamp_ms is None or PyLong_CheckExact(timestamp_ms) and timestamp_ms >= 0)):
+            headers = None  # plainly valid: only the size to work out
+            if value is not None:
+                size += len(<bytes>value)
+            if key is not None:
+                size += len(<bytes>key)
+        else:
+            value, key, headers, size, timestamp_ms = bf.check_send(value, key, headers, timestamp_ms)
+        ts = self._now_ms() if timestamp_ms is None else timestamp_ms
+        t = self._topic(topic)
+        if size + HEADER_SIZE > t.limit:
+            raise bf.record_too_large(size + HEADER_SIZE, t.limit, topic)
+        fixed = self._fixed_partition(t, topic, key, partition)
+        sticky = fixed < 0
+        while True:  # build a batch outside the lock if one may be needed, then re-check under it
+            _acquire(self._lock)
+            try:
+                p = self._sticky(t) if sticky else fixed
+                batch = t.open[p]
+                if batch is not None and t.sizes[p] + size > t.cap:
+                    self._seal(t, p)
+                    batch = None
+                    flags[0] |= 2
+                if batch is None and spare is not None and spare.partition == p:
+                    batch, spare = spare, None
+                    t.open[p] = batch
+                    t.builders[p] = batch.records
+                    t.sizes[p] = HEADER_SIZE
+                    flags[0] |= 1
+                if batch is not None:
+                    index[0] = (<RecordsBuilder>t.builders[p]).add(key, value, headers, ts)
+                    t.sizes[p] += size
+                    if sticky:
+                        t.sticky_bytes += size
+                        if t.sticky_bytes >= self._batch_size:
+                            t.sticky = -1
+                            t.sticky_bytes = 0
+                    if t.sizes[p] >= t.cap:
+                        self._seal(t, p)
+                        flags[0] |= 2
+                    return batch
+            finally:
+                PyThread_release_lock(self._lock)
+            spare = self._batch_class(topic, p, self._now_ms(), self._drain, new_builder(t.cap))
+
+    def seal(self, batch):
+        """Seal `batch` if it is still open."""
+        cdef _Topic t = <_Topic>self._topics.get(batch.topic)
+        _acquire(self._lock)
+        if t is not None and t.open[batch.partition] is batch:
+            self._seal(t, batch.partition)
+        PyThread_release_lock(self._lock)
+
+    def seal_all(self):
+        cdef _Topic t
+        cdef Py_ssize_t p
+        _acquire(self._lock)
+        for t in self._topics.values():
+            for p in range(t.count):
+                if t.open[p] is not None:
+                    self._seal(t, p)
+        PyThread_release_lock(self._lock)
+
+    def seal_expired(self, int64_t now_ms, int64_t linger_ms):
+        """Seal the open batches at least `linger_ms` old; the next expiry time, or -1 if none is open."""
+        cdef _Topic t
+        cdef Py_ssize_t p
+        cdef int64_t nxt = -1, created
+        _acquire(self._lock)
+        try:
+            for t in self._topics.values():
+                for p in range(t.count):
+                    b = t.open[p]
+                    if b is None:
+                        continue
+                    created = b.created_ms
+                    if now_ms - created >= linger_ms:
+                        self._seal(t, p)
+                    elif nxt < 0 or created + linger_ms < nxt:
+                        nxt = created + linger_ms
+        finally:
+            PyThread_release_lock(self._lock)
+        return nxt
+
+    def take_sealed(self):
+        """The sealed batches in sealing order (the accumulator forgets them)."""
+        _acquire(self._lock)
+        out, self._sealed = self._sealed, []
+        PyThread_release_lock(self._lock)
+        return out
+
+    def forget_topic(self, topic):
+        """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
+        cdef _Topic t
+        _acquire(self._lock)
+        t = <_Topic>self._topics.pop(topic, None)
+        if t is not None:
+            self._sealed.extend([b for b in t.open if b is not None])
+        PyThread_release_lock(self._lock)

@@ -1,0 +1,85 @@
+"""`leader-epoch-checkpoint`: the partition's leader epochs and the offsets they start at
+(Kafka's LeaderEpochCheckpointFile), and the cache a log keeps of them (LeaderEpochFileCache).
+
+Byte layout (UTF-8 text, '\\n' line ends): version `0`, the entry count, then ascending
+`<epoch> <startOffset>` lines.
+Crash policy: rewritten whole on every change, tmp + fsync + rename + dir fsync; an unreadable file is
+logged and read as empty (the entries come back as batches are appended), and entries at or past the
+log end are dropped on load, as Kafka does.
+Thread-safety: `render`/`parse` are pure; a cache is changed only under its log's lock.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from engine.common.errors import KafkaStorageError
+from segments.fs import FileSystem
+
+FILE = "leader-epoch-checkpoint"
+log = logging.getLogger("kafkalog.leader_epoch")
+
+
+def render(entries: list[tuple[int, int]]) -> bytes:
+    return ("\n".join(["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]) + "\n").encode()
+
+
+def parse(text: str, path: str | None = None) -> list[tuple[int, int]]:
+    lines = [line for line in text.split("\n") if line]
+    if not lines:
+        return []
+    try:
+        if int(lines[0]) != 0:
+            raise ValueError(f"unsupported version {lines[0]}")
+        entries = [(int(e), int(o)) for e, o in (line.split() for line in lines[2:])]
+        if len(entries) != int(lines[1]):
+            raise ValueError(f"expected {lines[1]} entries, found {len(entries)}")
+    except ValueError as exc:
+        raise KafkaStorageError(f"malformed leader-epoch-checkpoint: {exc}", file=path) from exc
+    return entries
+
+
+class LeaderEpochCache:
+    """(epoch, start offset) entries of one partition, ascending in both, persisted on every change."""
+
+    def __init__(self, fs: FileSystem, directory: str) -> None:
+        self.fs, self.path = fs, os.path.join(directory, FILE)
+        self.entries: list[tuple[int, int]] = []
+        if fs.exists(self.path):
+            try:
+                with fs.open(self.path, "rb") as f:
+                    self.entries = parse(f.read().decode("utf-8", "replace"), self.path)
+            except KafkaStorageError as exc:
+                log.warning("ignoring %s", exc)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.entries[-1][0] if self.entries else None
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset` (a no-op for the latest epoch at or after its start);
+        entries it contradicts (a higher or equal epoch, or a start at or after it) are dropped."""
+        if epoch < 0:
+            return
+        if self.entries and self.entries[-1][0] == epoch and self.entries[-1][1] <= start_offset:
+            return
+        self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
+        self._save()
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop the entries starting at or after `end_offset` (the log was truncated there)."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._save()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: the last epoch starting at or before it starts there."""
+        before = [(e, o) for e, o in self.entries if o <= start_offset]
+        if not before or before[-1][1] == start_offset and len(before) == 1:
+            return
+        self.entries = [(before[-1][0], start_offset)] + self.entries[len(before):]
+        self._save()
+
+    def _save(self) -> None:
+        self.fs.atomic_write(self.path, render(self.entries))

@@ -1,0 +1,194 @@
+"""One partition's segments on local disk: append, roll, flush, read, truncate, remove (Kafka's LocalLog).
+
+On-disk layout: a `<topic>-<partition>/` directory of segments (segments.segment), opened by
+segments.log_loader. Offsets it owns: the log end (LEO, the next offset to assign) and the recovery
+point (every byte below it is fsynced). It knows nothing of producers, leader epochs, the log start
+offset or the high watermark: txn.unified_log, which owns a LocalLog, keeps those.
+Crash policy: appends reach the page cache at once and the disk on `flush()` (`flush.messages`
+counts appends); a roll flushes the segment it closes; removed segments are renamed `.deleted` and
+their files unlinked after `file.delete.delay.ms`, so a crash in between leaves only leftovers the
+loader removes.
+Thread-safety: the owner serialises every mutating call (append, roll, flush, truncation, removal);
+reads may run at the same time and see a consistent prefix.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from engine.common.clock import Clock
+from engine.common.errors import OffsetOutOfRangeError
+from engine.record import codec
+from segments import log_loader, names
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from segments.log_segments import LogSegments
+from segments.segment import LogSegment
+
+
+@dataclass(frozen=True)
+class FetchData:
+    """Whole batches read from one segment: a zero-copy view (decode it with engine.iter_batches)."""
+
+    start_offset: int
+    segment_base: int
+    position: int
+    records: memoryview
+
+    def batches(self, source: str | None = None):
+        """The batches holding offsets at or after `start_offset` (the view starts at the batch holding the
+        position the offset index gave, so its first batches may end before it)."""
+        for batch in codec.iter_batches(self.records, source=source):
+            if batch.next_offset > self.start_offset:
+                yield batch
+
+
+class LocalLog:
+    def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
+                 recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = False) -> None:
+        """Load `directory` (segments.log_loader); `recovery` says what had to be repaired."""
+        self.fs, self.dir, self.config, self.clock = fs, directory, config, clock
+        loaded = log_loader.load(fs, directory, config, clock, recovery_point=recovery_point,
+                                 log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
+        self.segments: LogSegments = loaded.segments
+        self.log_end_offset = loaded.next_offset
+        self.loaded_log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self.recovery = loaded.report
+        self.last_flush_ms = clock.time_ms()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments.last
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments.all())
+
+    def _new_segment(self, base: int) -> LogSegment:
+        seg = LogSegment(self.fs, self.dir, base, self.config.segment, self.clock.time_ms())
+        seg.resize_indexes(self.config.segment_index_bytes)
+        self.segments.add(seg)
+        return seg
+
+    # --- appending ----------------------------------------------------------------------------
+    def should_roll(self, size: int, max_ts: int, last_offset: int) -> bool:
+        """Whether an append of `size` bytes ending at `last_offset` needs a new active segment first."""
+        return self.active_segment.should_roll(
+            incoming_bytes=size, incoming_max_ts=max_ts, incoming_last_offset=last_offset,
+            now_ms=self.clock.time_ms(), segment_bytes=self.config.segment_bytes)
+
+    def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int) -> None:
+        """Write whole batches (bytes, or a list of pieces for writev) ending at `last_offset` to the active
+        segment; moves the LEO and flushes when `flush.messages` appends have accumulated."""
+        self.active_segment.append(last_offset, max_ts, offset_of_max, data, size)
+        self.log_end_offset = last_offset + 1
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, LEO); the old one is flushed."""
+        base = max(expected_next_offset or 0, self.log_end_offset)
+        old = self.active_segment
+        if old.base_offset == base and old.size == 0:
+            return old
+        old.on_become_inactive()
+        for suffix in names.SEGMENT_SUFFIXES:
+            stale = os.path.join(self.dir, names.file_name(base, suffix))
+            if self.fs.exists(stale):
+                self.fs.remove(stale)
+        seg = self._new_segment(base)
+        self.flush(base)
+        old.release_handle()
+        return seg
+
+    # --- flushing -------------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, offset); advance the recovery point."""
+        offset = self.log_end_offset if offset is None else offset
+        if offset <= self.recovery_point and offset != self.log_end_offset:
+            return
+        active, new_files = self.active_segment, False
+        for seg in self.segments.from_offset(self.recovery_point):
+            if seg.base_offset >= offset and seg is not active:
+                break
+            seg.flush()
+            if seg is not active:
+                seg.release_handle()
+            new_files |= seg.base_offset >= self.recovery_point
+        if new_files:
+            self.fs.fsync_dir(self.dir)
+        self.recovery_point = max(self.recovery_point, offset)
+        self.last_flush_ms = self.clock.time_ms()
+
+    def flush_due(self) -> bool:
+        """Whether `flush.ms` passed since the last flush with unflushed appends."""
+        return (self.clock.time_ms() - self.last_flush_ms >= self.config.flush_ms
+                and self.log_end_offset > self.recovery_point)
+
+    # --- reading ------------------------------------------------------------------------------
+    def read(self, start_offset: int, max_bytes: int, upper_bound: int, min_one_message: bool) -> FetchData:
+        """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
+        `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO)."""
+        leo = self.log_end_offset
+        if start_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {start_offset} is past the log end {leo}", file=self.dir,
+                                        offset=start_offset)
+        for seg in self.segments.from_offset(start_offset):
+            if start_offset >= upper_bound:
+                break
+            limit = None if upper_bound >= leo else seg.translate_offset(upper_bound,
+                                                                         seg.offset_index.lookup(upper_bound)[1])
+            got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message)
+            if got is None:
+                continue  # nothing at or after start_offset in this segment (a gap): try the next
+            return FetchData(start_offset, seg.base_offset, got[0], got[1])
+        active = self.active_segment
+        return FetchData(start_offset, active.base_offset, active.size, memoryview(b""))
+
+    # --- truncation and removal ---------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after `offset` (which is below the LEO and at or above the first base)."""
+        for seg in self.segments.after(offset):
+            self.segments.remove(seg)
+            seg.delete_files()
+        self.active_segment.truncate_to(offset)
+        self.active_segment.resize_indexes(self.config.segment_index_bytes)
+        self.log_end_offset = offset
+        self.recovery_point = min(self.recovery_point, offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset`."""
+        for seg in self.segments.all():
+            self.segments.remove(seg)
+            seg.delete_files()
+        self._new_segment(offset)
+        self.log_end_offset = self.recovery_point = offset
+
+    def remove_segments(self, doomed: list[LogSegment]) -> None:
+        """Take these oldest segments (never the active one) out of the log: renamed `.deleted` now, unlinked
+        by `delete_pending_files()` once `file.delete.delay.ms` has passed."""
+        due = self.clock.time_ms() + self.config.file_delete_delay_ms
+        for seg in doomed:
+            self.segments.remove(seg)
+            seg.change_suffix(names.DELETED)
+            self._pending_deletes.append((due, seg))
+        self.recovery_point = max(self.recovery_point, self.segments.first.base_offset)
+
+    def delete_pending_files(self) -> int:
+        """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""
+        now = self.clock.time_ms()
+        ready = [seg for due, seg in self._pending_deletes if due <= now]
+        self._pending_deletes = [(due, seg) for due, seg in self._pending_deletes if due > now]
+        for seg in ready:
+            seg.delete_files()
+        return len(ready)
+
+    def close(self) -> None:
+        """Flush and close every segment; pending deletions happen now."""
+        self.flush()
+        for seg in self.segments.all():
+            seg.close()
+        for _, seg in self._pending_deletes:
+            seg.delete_files()
+        self._pending_deletes = []

@@ -1,0 +1,140 @@
+"""Opening a partition directory: leftovers resolved, segments loaded, damage recovered (Kafka's LogLoader).
+
+Reads the `<topic>-<partition>/` directory of segments (segments.segment) and the in-flight files of
+deletion and cleaning (`.deleted`, `.cleaned`, `.swap`, and our own `.truncating` / `.tmp`).
+Crash policy, in order:
+- `.deleted`, `.cleaned`, `.truncating` and `.tmp` files are removed; a `.swap` at or above the
+  lowest `.cleaned` base is removed (its clean never finished); every other `.swap` replaces the
+  segments it covers and is renamed into place (its clean finished but the swap did not);
+- index files without a `.log` are removed; a segment whose `.index` is missing, or whose index
+  files are not a whole number of entries, or whose `.txnindex` fails its sanity check, is rebuilt;
+- after an unclean shutdown every segment from the one holding the recovery point is re-validated;
+  a corrupt or torn tail is truncated at the last valid batch and every later segment dropped;
+- segments wholly below the log start offset are dropped (the log restarts empty at it).
+What was done is returned in `LoadedLog.report` and logged.
+Thread-safety: runs before anyone else can see the log.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from engine.common.clock import Clock
+from engine.common.errors import KafkaError
+from segments import names
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from segments.log_segments import LogSegments
+from segments.segment import LogSegment
+
+log = logging.getLogger("kafkalog.log")
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the log had to repair."""
+
+    clean_shutdown: bool
+    segments_recovered: list[int] = field(default_factory=list)
+    bytes_truncated: int = 0
+    segments_dropped: list[int] = field(default_factory=list)
+    files_removed: list[str] = field(default_factory=list)
+
+    def recover(self, seg: LogSegment) -> int:
+        """Re-validate `seg`, truncating a damaged tail; returns the bytes cut."""
+        truncated = seg.recover()
+        self.segments_recovered.append(seg.base_offset)
+        self.bytes_truncated += truncated
+        return truncated
+
+
+@dataclass
+class LoadedLog:
+    """The loaded segments and the offsets they give."""
+
+    segments: LogSegments
+    next_offset: int
+    log_start_offset: int
+    recovery_point: int
+    report: RecoveryReport
+
+
+def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int,
+         log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+    """Open `directory` (created if missing) as the module docstring says."""
+    fs.makedirs(directory)
+    report = RecoveryReport(clean_shutdown=clean_shutdown)
+    _remove_leftovers(fs, directory, config, clock, report)
+    segments = LogSegments()
+    files = fs.listdir(directory)
+    logs = {names.offset_from_file_name(f) for f in files if f.endswith(names.LOG)}
+    for f in files:
+        if f.endswith((names.INDEX, names.TIME_INDEX, names.TXN_INDEX)) and names.offset_from_file_name(f) not in logs:
+            fs.remove(os.path.join(directory, f))
+            report.files_removed.append(f)
+    now = clock.time_ms()
+    for base in sorted(logs):
+        seg = LogSegment(fs, directory, base, config.segment, now)
+        segments.add(seg)
+        if not _indexes_usable(seg):
+            report.recover(seg)
+    if not clean_shutdown:
+        for seg in segments.from_offset(recovery_point):
+            if seg.base_offset not in segments or seg.base_offset in report.segments_recovered:
+                continue  # dropped after an earlier truncation, or just rebuilt for a missing index
+            if report.recover(seg):
+                _drop(segments, segments.after(seg.base_offset), report)
+    if len(segments) and segments.last.read_next_offset() < log_start_offset:
+        _drop(segments, segments.all(), report)
+    if not len(segments):
+        segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now))
+    next_offset = segments.last.read_next_offset()
+    segments.last.resize_indexes(config.segment_index_bytes)
+    if report.segments_recovered or report.files_removed or report.segments_dropped:
+        log.warning("recovered %s: %s", directory, report)
+    return LoadedLog(segments, next_offset, max(log_start_offset, segments.first.base_offset),
+                     next_offset if clean_shutdown else min(recovery_point, next_offset), report)
+
+
+def _indexes_usable(seg: LogSegment) -> bool:
+    if not seg.index_files_exist() or not seg.index_sizes_valid():
+        return False
+    try:
+        seg.txn_index.sanity_check()
+    except KafkaError:
+        return False
+    return True
+
+
+def _drop(segments: LogSegments, doomed: list[LogSegment], report: RecoveryReport) -> None:
+    for seg in doomed:
+        segments.remove(seg)
+        seg.delete_files()
+        report.segments_dropped.append(seg.base_offset)
+
+
+def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, report: RecoveryReport) -> None:
+    files = fs.listdir(directory)
+    for f in files:
+        if f.endswith((names.DELETED, names.CLEANED, ".truncating", ".tmp")):
+            fs.remove(os.path.join(directory, f))
+            report.files_removed.append(f)
+    cleaned = [names.offset_from_file_name(f) for f in files if f.endswith(names.CLEANED)]
+    swaps = sorted(f for f in files if f.endswith(names.SWAP))
+    for f in swaps:
+        if cleaned and names.offset_from_file_name(f) >= min(cleaned):
+            fs.remove(os.path.join(directory, f))
+            report.files_removed.append(f)
+    for f in [f for f in swaps if f.endswith(names.LOG + names.SWAP) and fs.exists(os.path.join(directory, f))]:
+        base = names.offset_from_file_name(f)
+        swap = LogSegment(fs, directory, base, config.segment, clock.time_ms(), suffix=names.SWAP)
+        end = swap.read_next_offset()
+        swap.close()
+        for g in fs.listdir(directory):
+            if g.endswith(names.SEGMENT_SUFFIXES) and base <= names.offset_from_file_name(g) < end:
+                fs.remove(os.path.join(directory, g))
+                report.files_removed.append(g)
+    for f in fs.listdir(directory):
+        if f.endswith(names.SWAP):
+            fs.rename(os.path.join(directory, f), os.path.join(directory, f[:-len(names.SWAP)]))

@@ -1,0 +1,84 @@
+"""The ordered set of one log's segments, keyed by base offset (Kafka's LogSegments).
+
+No file of its own: it maps base offsets to the `LogSegment`s of a partition directory and answers
+the questions every reader asks of that map (the segment holding an offset, the ones after it, the
+first offset at or after a timestamp).
+Crash policy: none (memory only); the owner decides which segments exist.
+Thread-safety: every method is safe from many threads; iteration works on a few bases at a time, so
+a segment added or removed meanwhile is seen or skipped, never half-seen.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Iterator
+
+from segments.segment import LogSegment
+
+
+class LogSegments:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._segments: dict[int, LogSegment] = {}
+        self._bases: list[int] = []
+
+    def add(self, seg: LogSegment) -> None:
+        with self._lock:
+            if seg.base_offset not in self._segments:
+                bisect.insort(self._bases, seg.base_offset)
+            self._segments[seg.base_offset] = seg
+
+    def remove(self, seg: LogSegment) -> None:
+        with self._lock:
+            del self._segments[seg.base_offset]
+            self._bases.remove(seg.base_offset)
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+    def __contains__(self, base_offset: int) -> bool:
+        return base_offset in self._segments
+
+    def all(self) -> list[LogSegment]:
+        """Every segment, by base offset."""
+        with self._lock:
+            return [self._segments[b] for b in self._bases]
+
+    @property
+    def first(self) -> LogSegment:
+        with self._lock:
+            return self._segments[self._bases[0]]
+
+    @property
+    def last(self) -> LogSegment:
+        with self._lock:
+            return self._segments[self._bases[-1]]
+
+    def after(self, base_offset: int) -> list[LogSegment]:
+        """The segments whose base offset is above `base_offset`."""
+        with self._lock:
+            return [self._segments[b] for b in self._bases[bisect.bisect_right(self._bases, base_offset):]]
+
+    def from_offset(self, offset: int) -> Iterator[LogSegment]:
+        """The segment holding `offset` (the greatest base <= offset, else the first), then every later one,
+        lazily: a read usually needs only the first, and a log may have thousands."""
+        last = None
+        while True:
+            with self._lock:  # a few bases at a time, resuming after the last base seen (not an index)
+                i = (bisect.bisect_right(self._bases, last) if last is not None
+                     else max(0, bisect.bisect_right(self._bases, offset) - 1))
+                chunk = [self._segments[b] for b in self._bases[i:i + 8]]
+            if not chunk:
+                return
+            yield from chunk
+            last = chunk[-1].base_offset
+
+    def offset_for_timestamp(self, timestamp: int, log_start_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record at or after `log_start_offset` whose timestamp is
+        >= `timestamp`, found through the time and offset indexes; None when no record is that late."""
+        for seg in self.all():
+            if seg.size and seg.max_timestamp_so_far >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, log_start_offset)
+                if found is not None:
+                    return found
+        return None
