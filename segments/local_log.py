@@ -51,16 +51,13 @@ class LocalLog:
         loaded = log_loader.load(fs, directory, config, clock, recovery_point=recovery_point,
                                  log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
         self.segments: LogSegments = loaded.segments
+        self.active_segment: LogSegment = self.segments.last  # the last segment, the one appended to
         self.log_end_offset = loaded.next_offset
         self.loaded_log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery = loaded.report
         self.last_flush_ms = clock.time_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self.segments.last
 
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments.all())
@@ -69,6 +66,7 @@ class LocalLog:
         seg = LogSegment(self.fs, self.dir, base, self.config.segment, self.clock.time_ms())
         seg.resize_indexes(self.config.segment_index_bytes)
         self.segments.add(seg)
+        self.active_segment = seg
         return seg
 
     # --- appending ----------------------------------------------------------------------------
@@ -152,6 +150,7 @@ class LocalLog:
         for seg in self.segments.after(offset):
             self.segments.remove(seg)
             seg.delete_files()
+        self.active_segment = self.segments.last
         self.active_segment.truncate_to(offset)
         self.active_segment.resize_indexes(self.config.segment_index_bytes)
         self.log_end_offset = offset

@@ -43,6 +43,7 @@ from txn.producer_state import ProducerStateManager
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20
+PRODUCER_ID = 43  # where a batch header's producer id starts (its sign bit is the first byte's top bit)
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
 
@@ -63,7 +64,9 @@ def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | N
     """The header of the one batch of an idempotent producer's append (None when no batch has a producer
     id); such an append must hold exactly one batch, as Kafka requires. `pieces` alternate patched
     headers and batch bodies (engine.record.codec.prepare_leader_append)."""
-    headers = [bf.BatchHeader.parse(pieces[i]) for i in range(0, 2 * count, 2)]
+    if count == 1 and pieces[0][PRODUCER_ID] & 0x80:  # a negative producer id: no producer state to keep
+        return None
+    headers = [bf.BatchHeader(pieces[i]) for i in range(0, 2 * count, 2)]
     owned = [h for h in headers if h.producer_id >= 0]
     if owned and count > 1:
         raise InvalidRecordError("an idempotent producer's append must hold exactly one batch", file=source)
@@ -153,14 +156,15 @@ class UnifiedLog:
         """Append a client's batches: producer-state checks, then offsets from the LEO and the leader epoch
         stamped on each (and LogAppendTime, when the topic uses it)."""
         size = memoryview(data).nbytes
-        if size > self.config.segment_bytes:
-            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self.config.segment_bytes}",
+        config = self.local.config
+        if size > config.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={config.segment_bytes}",
                                            file=self.dir)
         with self._lock:
-            append_time = self.clock.time_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
-            first = self.log_end_offset
+            append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
+            first = self.local.log_end_offset
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
-                data, first, leader_epoch, append_time, self.config.max_message_bytes, allow_control, self.dir)
+                data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             producer_batch = _producer_batch(pieces, count, self.dir)
             ps = self.producer_state
             if producer_batch is not None:
@@ -174,7 +178,7 @@ class UnifiedLog:
             self.leader_epochs.assign(leader_epoch, first)
             if producer_batch is not None:
                 ps.update(producer_batch, first, append_time if append_time >= 0 else producer_batch.max_timestamp)
-            ps.map_end_offset = self.log_end_offset
+            ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size)
 
     def append_as_follower(self, data) -> AppendInfo:

@@ -8,7 +8,6 @@ recordsCount i32, then the records (see kafka-format.md §1). Pure functions; le
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
 
 from engine.record.compression import codec_id
 from engine.common.errors import (
@@ -163,38 +162,22 @@ def bad_partition(topic: str, partition, count: int) -> UnknownTopicOrPartitionE
     return UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for topic {topic!r}")
 
 
-class BatchHeader(NamedTuple):
-    """The fields of a batch's 61-byte header (what producer state reads of a batch, without decoding it)."""
+_PRODUCER_FIELDS = struct.Struct(">q13xhi8xqqhi")  # HEADER's fields, skipping length, epoch, magic, CRC, base timestamp
 
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records_count: int
 
-    @classmethod
-    def parse(cls, header) -> "BatchHeader":
-        return cls._make(HEADER.unpack_from(header))
+class BatchHeader:
+    """The fields of a batch's 61-byte header that producer state reads, without decoding the batch."""
 
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_FLAG)
+    __slots__ = ("base_offset", "attributes", "last_offset_delta", "max_timestamp", "producer_id", "producer_epoch",
+                 "base_sequence", "last_sequence", "is_transactional", "is_control")
 
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_FLAG)
-
-    @property
-    def last_sequence(self) -> int:
-        return increment_sequence(self.base_sequence, self.last_offset_delta)
+    def __init__(self, header) -> None:
+        (self.base_offset, attributes, self.last_offset_delta, self.max_timestamp, self.producer_id,
+         self.producer_epoch, self.base_sequence) = _PRODUCER_FIELDS.unpack_from(header)
+        self.attributes = attributes
+        self.last_sequence = increment_sequence(self.base_sequence, self.last_offset_delta)
+        self.is_transactional = bool(attributes & TRANSACTIONAL_FLAG)
+        self.is_control = bool(attributes & CONTROL_FLAG)
 
 
 def check_bytes(name: str, value) -> bytes | None:
