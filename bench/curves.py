@@ -16,10 +16,10 @@ from bench.codec import make_records
 from bench.log import records_per_batch
 from bench.peers import raw_read
 from engine.common.clock import SystemClock
-from segments.fs import FileSystem
-from txn.unified_log import UnifiedLog as Log
-from segments.log_config import LogConfig
 from replication.log_manager import LogManager
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from txn.unified_log import UnifiedLog as Log
 
 
 def _batch_16k() -> bytes:

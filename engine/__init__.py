@@ -4,6 +4,9 @@
 "python" (the pure-Python twin). The codec API is re-exported here.
 """
 from engine.common.clock import Clock, ManualClock, SystemClock
+from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
+from engine.common.errors import __all__ as _errors
+from engine.common.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
 from engine.record.codec import (
     IMPL,
     Record,
@@ -16,9 +19,6 @@ from engine.record.codec import (
     iter_batches,
 )
 from engine.record.columns import BinaryColumn, Columns
-from engine.common.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
-from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
-from engine.common.errors import __all__ as _errors
 
 __version__ = "0.1.0"
 __all__ = [

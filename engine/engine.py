@@ -32,11 +32,11 @@ from engine.common.errors import (
     not_supported_yet,
 )
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
+from replication.log_manager import LogManager
+from replication.partition import Partition
 from segments import partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
-from replication.log_manager import LogManager
-from replication.partition import Partition
 from txn.unified_log import DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
@@ -195,9 +195,9 @@ class Engine:
             rec = self._topic(name)
             parts = []
             for p in range(rec.partitions):
-                lg = self.log(name, p)
-                parts.append(PartitionDescription(p, lg.log_start_offset, lg.log_end_offset, lg.high_watermark,
-                                                  lg.size_in_bytes(), len(lg.segments)))
+                part = self.partition(name, p)
+                parts.append(PartitionDescription(p, part.log_start_offset, part.log_end_offset, part.high_watermark,
+                                                  part.log.size_in_bytes(), len(part.log.segments)))
             return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict())
 
     def alter_topic_config(self, name: str, config: dict) -> dict:

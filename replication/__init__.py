@@ -1,4 +1,5 @@
-"""In-process leader and follower replicas, high watermark, leader epochs (see DESIGN.md §2).
+"""Partitions (the one path for appends and fetches, the high watermark, what readers may see), the log
+directory and its checkpoints; later in-process followers, ISR and leader epochs (see docs/architecture.md).
 
-Imports txn, segments and the leaves; never the engine facade.
+Imports txn, segments, the codec and engine.common; never the engine facade.
 """

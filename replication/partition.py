@@ -73,8 +73,13 @@ class PartitionView:
 class Partition(PartitionView):
     log: UnifiedLog
 
+    leader_epoch = 0
+
     def make_leader(self) -> None:
-        """Become the leader of the partition's only replica: the HW moves to the log end."""
+        """Become the leader of the partition's only replica: the HW moves to the log end, and appends carry
+        the latest leader epoch the log has seen (0 for a new log; a broker's own for a directory it wrote),
+        so epochs never go down in the log."""
+        self.leader_epoch = max(self.log.leader_epochs.latest_epoch or 0, 0)
         self.log.update_high_watermark(self.log.log_end_offset)
 
     @property
@@ -84,7 +89,7 @@ class Partition(PartitionView):
     def append(self, data, acks: int = -1) -> AppendInfo:
         """Append a producer's batches (bytes of whole RecordBatch v2 batches) as leader; the HW follows.
         `acks` (0, 1 or -1) is met on return: the leader is the whole ISR."""
-        info = self.log.append_as_leader(data)
+        info = self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
         self.log.update_high_watermark(self.log.log_end_offset)
         return info
 

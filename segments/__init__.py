@@ -1,4 +1,5 @@
-"""The log layer: segments, indexes, rolling, flush, retention, recovery (see DESIGN.md §2).
+"""The storage layer: segments, indexes, the segment set, loading and recovery, a partition's local log,
+the checkpoint files (see docs/architecture.md).
 
-Imports only the leaves (engine._native, engine.record.records, engine.common.errors) below it.
+Imports only engine.common and the codec (engine.record, engine._native) below it.
 """

@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 import threading
 
-from engine.record import codec
 from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from engine.record import codec
 from segments.fs import FileSystem
 
 INT32_MAX = 2**31 - 1

@@ -66,11 +66,23 @@ class LeaderEpochCache:
         self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
         self._save()
 
+    def assign_if_newer(self, epoch: int, start_offset: int) -> None:
+        """`assign` for an epoch above every known one, else nothing: rebuilding the cache from batches
+        read back from the log, where earlier epochs are already recorded."""
+        if epoch > (self.entries[-1][0] if self.entries else -1):
+            self.assign(epoch, start_offset)
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop the entries starting at or after `end_offset` (the log was truncated there)."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]
         if kept != self.entries:
             self.entries = kept
+            self._save()
+
+    def clear(self) -> None:
+        """Forget every epoch (the log was emptied)."""
+        if self.entries:
+            self.entries = []
             self._save()
 
     def truncate_from_start(self, start_offset: int) -> None:

@@ -15,8 +15,8 @@ import functools
 import os
 from typing import Iterator, NamedTuple
 
-from engine.record import batch_format as bf
 from engine.common.clock import SystemClock
+from engine.record import batch_format as bf
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
 from segments.log_segments import LogSegments

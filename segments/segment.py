@@ -23,8 +23,8 @@ import random
 import threading
 from dataclasses import dataclass
 
-from engine.record import codec
 from engine.common.errors import CorruptRecordError, KafkaError, KafkaStorageError, RecordBatchTooLargeError
+from engine.record import codec
 from segments import names
 from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex

@@ -1,4 +1,5 @@
-"""Producer state, snapshots, transactions and the last stable offset (see DESIGN.md §2).
+"""A partition's log with its producer state and snapshots (UnifiedLog); later transactions' per-partition
+state and the last stable offset (see docs/architecture.md).
 
-Imports segments and the leaves; never replication or the engine facade.
+Imports segments, the codec and engine.common; never replication or the engine facade.
 """

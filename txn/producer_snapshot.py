@@ -14,8 +14,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from engine.record import codec
 from engine.common.errors import KafkaStorageError
+from engine.record import codec
 
 HEADER = struct.Struct(">hIi")
 ENTRY = struct.Struct(">qhiqiqiq")

@@ -18,9 +18,9 @@ import os
 from collections import deque
 from typing import NamedTuple
 
-from engine.record import batch_format as bf
 from engine.common.clock import Clock
 from engine.common.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from engine.record import batch_format as bf
 from segments import names
 from segments.fs import FileSystem
 from txn import producer_snapshot

@@ -12,9 +12,10 @@ leader epoch; follower appends keep theirs.
 On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
-Crash policy: on open the LocalLog is recovered (segments.log_loader); then the producer state is the
-newest usable snapshot plus a replay of the log after it (kafka-format.md §7 step 7), a snapshot
-above the log end (the tail was lost) deleted first; leader epochs at or past the log end are dropped.
+Crash policy: on open the LocalLog is recovered (segments.log_loader); leader epochs at or past the log
+end, or before its start, are dropped; then the producer state is the newest usable snapshot plus a
+replay of the log after it (kafka-format.md §7 step 7; a snapshot above the log end, the tail was lost,
+is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off.
 Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
 (the segment set hands out a consistent list).
 """
@@ -84,11 +85,11 @@ class UnifiedLog:
         self.recovery = self.local.recovery
         self.log_start_offset = self.local.loaded_log_start_offset
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
-        self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
-        self._rebuild_producer_state(clean_shutdown)
         self.leader_epochs = LeaderEpochCache(fs, directory)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
+        self._rebuild_producer_state(clean_shutdown)
 
     # --- what the segments say ----------------------------------------------------------------
     @property
@@ -139,11 +140,13 @@ class UnifiedLog:
         ps.take_snapshot()
 
     def _replay(self, offset: int, end: int) -> None:
-        """Feed the batches in [offset, end) to the producer state, as a follower append would."""
+        """Feed the batches in [offset, end) to the producer state and the leader-epoch cache (a crash may
+        have come between an append and its checkpoint), as a follower append would."""
         while offset < end:
             data = self.local.read(offset, REPLAY_CHUNK, end, True)
             last = offset
             for batch in data.batches(self.dir):
+                self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
                 if batch.producer_id >= 0:
                     self.producer_state.update(batch, batch.base_offset, batch.max_timestamp)
                 last = batch.next_offset
@@ -296,6 +299,7 @@ class UnifiedLog:
         with self._lock:
             self.local.truncate_fully_and_start_at(offset)
             self.log_start_offset = self.high_watermark = offset
+            self.leader_epochs.clear()
             self._after_truncation()
 
     def _after_truncation(self) -> None:

@@ -1,14 +1,16 @@
 # cython: language_level=3
-"""The native codec: RecordBatch v2 encode/decode, columnar decode and CRC-32C.
+"""The native codec: RecordBatch v2 encode/decode, columnar decode, CRC-32C, the index binary search,
+the leader-append check (offsets and epoch stamped, CRC verified) and the MemoryRecordsBuilder a
+producer's records are encoded into (its C-level `add` is declared in _core.pxd for _accumulator.pyx).
 
 Same API, semantics and errors as the pure-Python twin `engine.record.records`; per-batch
 rules (parameter checks, codecs, control markers) are shared Python in
 engine.record.batch_format / engine.record.compression, per-record work is here.
 Memory safety: every read is checked against the end of its batch (or decompressed
-section) before it happens, and offset/timestamp arithmetic is checked for overflow; batches hold a memoryview of their buffer, so the bytes
-(even an mmap) stay alive and cannot be resized or closed under them. Corrupt input
-raises a typed error, never crashes. Stateless; thread-safe (the GIL is held except
-while computing a large CRC).
+section) before it happens, and offset/timestamp arithmetic is checked for overflow; batches hold a
+memoryview of their buffer, so the bytes (even an mmap) stay alive and cannot be resized or closed under
+them. Corrupt input raises a typed error, never crashes. No module state; functions are thread-safe
+(the GIL is held except while computing a large CRC); a RecordsBuilder is filled by one thread at a time.
 """
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check

@@ -20,7 +20,6 @@ import logging
 import random
 import threading
 import time
-
 from types import SimpleNamespace
 
 from engine.common.structs import RecordMetadata, TopicPartition

@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from engine.record import batch_format as bf
 from engine.clients import accumulator
 from engine.clients.accumulator import ProducerBatch
 from engine.common.clock import SystemClock
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError
+from engine.record import batch_format as bf
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 COMPRESSION = (None, "none", "gzip", "snappy", "lz4", "zstd")

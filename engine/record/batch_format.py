@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import struct
 
-from engine.record.compression import codec_id
 from engine.common.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
+from engine.record.compression import codec_id
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61

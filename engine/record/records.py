@@ -16,10 +16,6 @@ from typing import Iterable, Iterator
 
 import crcmod.predefined
 
-from engine.record import batch_format as bf
-from engine.record import compression as comp
-from engine.record.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
-from engine.common.structs import CONSUMER_RECORD_FIELDS, consumer_record_fields, consumer_record_repr, header_size
 from engine.common.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -27,6 +23,10 @@ from engine.common.errors import (
     RecordTooLargeError,
     UnsupportedMessageFormatError,
 )
+from engine.common.structs import CONSUMER_RECORD_FIELDS, consumer_record_fields, consumer_record_repr, header_size
+from engine.record import batch_format as bf
+from engine.record import compression as comp
+from engine.record.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
 
 _crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
 

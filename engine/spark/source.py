@@ -42,11 +42,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine.record import codec
 from engine.common.errors import InvalidConfigurationError, OffsetOutOfRangeError, not_supported_yet
+from engine.record import codec
+from replication.partition import PartitionView
 from segments import names
 from segments.fs import FileSystem
-from replication.partition import PartitionView
 from segments.partition_reader import PartitionReader, read_checkpoints
 
 EARLIEST, LATEST = -2, -1

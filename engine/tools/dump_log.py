@@ -16,11 +16,10 @@ import os
 import sys
 from typing import TextIO
 
+from engine.common.errors import KafkaError
 from engine.record import records as reference
 from engine.record.batch_format import CONTROL_TYPE_NAMES, increment_sequence
-from engine.common.errors import KafkaError
-from segments import leader_epoch_checkpoint
-from segments import names
+from segments import leader_epoch_checkpoint, names
 from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex
 from segments.time_index import TimeIndex

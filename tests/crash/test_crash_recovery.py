@@ -18,11 +18,11 @@ import pytest
 
 import engine
 from engine.common.clock import ManualClock
-from segments.fs import FaultyFileSystem, FileSystem
-from txn.unified_log import UnifiedLog as Log
-from segments.log_config import LogConfig
 from replication.log_manager import LogManager
+from segments.fs import FaultyFileSystem, FileSystem
+from segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
+from txn.unified_log import UnifiedLog as Log
 
 pytestmark = pytest.mark.crash
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ import shutil
 import pytest
 
 import engine
-from engine.tools import dump_log
 from engine.common.clock import ManualClock
+from engine.tools import dump_log
 from segments.fs import FileSystem
-from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
 from tests import vectors
+from txn.unified_log import UnifiedLog as Log
 
 CASES = vectors.CASES
 

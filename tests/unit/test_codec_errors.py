@@ -8,8 +8,8 @@ import cramjam
 import pytest
 
 import engine.common.errors as E
-from engine.record import compression as comp
 from engine.record import codec as selector
+from engine.record import compression as comp
 from tests.conftest import IMPLEMENTATIONS
 
 IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]

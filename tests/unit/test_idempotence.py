@@ -9,7 +9,6 @@ import pytest
 import engine
 from engine.common.errors import InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError
 
-
 NOW = 1_700_000_000_000  # ManualClock's default start: producer entries are fresh, not expired
 
 

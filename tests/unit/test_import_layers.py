@@ -1,4 +1,4 @@
-"""DESIGN.md §2: imports only point down. A module's layer is the folder it lives in, lowest first:
+"""docs/architecture.md: imports only point down. A module's layer is the folder it lives in, lowest first:
 engine/common, then engine/record and engine/_native (the codec), segments, txn, replication, and
 the facade (the rest of engine/: Engine, clients, tools, spark)."""
 from __future__ import annotations

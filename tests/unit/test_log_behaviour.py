@@ -23,12 +23,12 @@ from engine.common.errors import (
     RecordTooLargeError,
     UnsupportedVersionError,
 )
+from replication.log_manager import LogManager
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
-from txn.unified_log import UnifiedLog as Log
 from segments.log_config import LogConfig
-from replication.log_manager import LogManager
 from tests.log_checks import read_all, verify_index_files, verify_log
+from txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError
-from segments.fs import FileSystem
 from replication.log_manager import LogManager
+from segments.fs import FileSystem
 from segments.txn_index import AbortedTxn, TxnIndex
 from tests import vectors
 

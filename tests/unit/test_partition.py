@@ -1,0 +1,143 @@
+"""The pieces a partition is composed of: the leader-epoch cache (kafka-format.md §11's rules, and Kafka's
+own `leader-epoch-checkpoint` files), batch headers read for producer state (against the vectors' dumps),
+and the one set of visibility rules a live Partition and a directory read from outside share."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import engine
+from engine.common.clock import ManualClock
+from engine.common.errors import UnsupportedVersionError
+from engine.record import batch_format as bf
+from replication.partition import READ_COMMITTED, Partition, PartitionView
+from segments import leader_epoch_checkpoint
+from segments.fs import FileSystem
+from segments.leader_epoch_checkpoint import LeaderEpochCache
+from segments.log_config import LogConfig
+from segments.partition_reader import PartitionReader
+from tests import vectors
+from txn.unified_log import UnifiedLog
+
+T0 = 1_700_000_000_000
+
+
+def batch(n: int, ts: int = T0, **kw) -> bytes:
+    return engine.encode_batch([(b"k%d" % i, b"v%d" % i, None, ts + i) for i in range(n)], **kw)
+
+
+def checkpoint(directory) -> list[tuple[int, int]]:
+    return leader_epoch_checkpoint.parse((directory / leader_epoch_checkpoint.FILE).read_text())
+
+
+# --- the leader-epoch cache -------------------------------------------------------------------
+def test_assign_follows_kafkas_rules(tmp_path):
+    cache = LeaderEpochCache(FileSystem(), str(tmp_path))
+    cache.assign(0, 0)
+    cache.assign(0, 10)                   # the latest epoch at a later offset: nothing changes
+    cache.assign(2, 40)
+    assert cache.entries == checkpoint(tmp_path) == [(0, 0), (2, 40)]
+    cache.assign(2, 30)                   # the latest epoch at an earlier offset replaces it
+    assert checkpoint(tmp_path) == [(0, 0), (2, 30)]
+    cache.assign(1, 20)                   # a lower epoch drops every entry with epoch >= 1 or start >= 20
+    assert checkpoint(tmp_path) == [(0, 0), (1, 20)]
+    cache.assign(-1, 50)                  # a batch without an epoch says nothing
+    assert cache.latest_epoch == 1
+    cache.assign_if_newer(0, 60)          # rebuilding from the log never rewrites history
+    cache.assign_if_newer(3, 60)
+    assert checkpoint(tmp_path) == [(0, 0), (1, 20), (3, 60)]
+
+
+def test_truncation_from_either_end(tmp_path):
+    cache = LeaderEpochCache(FileSystem(), str(tmp_path))
+    for epoch, start in [(0, 0), (1, 20), (3, 60)]:
+        cache.assign(epoch, start)
+    cache.truncate_from_end(60)           # entries starting at or after the new end go
+    assert checkpoint(tmp_path) == [(0, 0), (1, 20)]
+    cache.truncate_from_start(25)         # the last epoch starting at or before the new start now starts there
+    assert checkpoint(tmp_path) == [(1, 25)]
+    cache.clear()
+    assert checkpoint(tmp_path) == [] and cache.latest_epoch is None
+    (tmp_path / leader_epoch_checkpoint.FILE).write_text("garbage\n")
+    assert LeaderEpochCache(FileSystem(), str(tmp_path)).entries == []  # unreadable: empty, rebuilt from appends
+
+
+@pytest.mark.parametrize("case", vectors.CASES)
+def test_kafkas_checkpoint_is_kept_and_adopted_appends_continue_its_epoch(case, tmp_path):
+    expected = [(e["epoch"], e["startOffset"]) for e in vectors.expected(case) if e["type"] == "epochEntry"]
+    shutil.copytree(vectors.case_dir(case), tmp_path / case)
+    original = (tmp_path / case / leader_epoch_checkpoint.FILE).read_bytes()
+    with engine.open(str(tmp_path), clock=ManualClock(T0), background=False) as eng:
+        topic = case.rsplit("-", 1)[0]
+        assert eng.log(topic, 0).leader_epochs.entries == expected
+        end = eng.partition(topic, 0).log_end_offset
+        eng.append(topic, 0, batch(2))
+        stored = [b for b in engine.iter_batches(eng.log(topic, 0).read(end).records) if b.base_offset == end]
+        assert [b.partition_leader_epoch for b in stored] == [expected[-1][0]]
+    assert (tmp_path / case / leader_epoch_checkpoint.FILE).read_bytes() == original  # same epoch: no new entry
+
+
+def test_a_new_log_records_epoch_zero_and_a_crash_before_the_checkpoint_is_repaired(tmp_path):
+    directory = tmp_path / "t-0"
+    lg = UnifiedLog(FileSystem(), str(directory), LogConfig(), ManualClock(T0))
+    lg.append_as_leader(batch(3))
+    lg.append_as_leader(batch(2), leader_epoch=4)
+    assert checkpoint(directory) == [(0, 0), (4, 3)]
+    lg.close()
+    # as if the process had died after the epoch-4 append reached the log but before its checkpoint did
+    # (and so before the close's snapshot at the log end)
+    (directory / "00000000000000000005.snapshot").unlink()
+    (directory / leader_epoch_checkpoint.FILE).write_bytes(leader_epoch_checkpoint.render([(0, 0)]))
+    reopened = UnifiedLog(FileSystem(), str(directory), LogConfig(), ManualClock(T0), clean_shutdown=False)
+    assert reopened.leader_epochs.entries == checkpoint(directory) == [(0, 0), (4, 3)]
+    reopened.truncate_to(2)               # truncation trims the epochs with the log
+    assert checkpoint(directory) == [(0, 0)]
+    reopened.truncate_fully_and_start_at(100)
+    assert checkpoint(directory) == []
+    reopened.close()
+
+
+# --- batch headers ----------------------------------------------------------------------------
+@pytest.mark.parametrize("case", vectors.CASES)
+def test_batch_header_fields_match_kafkas_dump(case):
+    for name, seg in vectors.segments(vectors.expected(case)).items():
+        data = (vectors.case_dir(case) / name).read_bytes()
+        for line, _ in seg["batches"]:
+            h = bf.BatchHeader(data[line["position"]:line["position"] + bf.HEADER_SIZE])
+            assert (h.base_offset, h.last_offset_delta, h.max_timestamp, h.producer_id, h.producer_epoch,
+                    h.base_sequence, h.last_sequence, h.is_transactional, h.is_control) == (
+                line["baseOffset"], line["lastOffsetDelta"], line["maxTimestamp"], line["producerId"],
+                line["producerEpoch"], line["baseSequence"], line["lastSequence"], line["isTransactional"],
+                line["isControl"]), (case, line["baseOffset"])
+
+
+# --- what readers may see ---------------------------------------------------------------------
+def test_live_and_directory_views_apply_the_same_bound(tmp_path):
+    """Records past the high watermark are invisible to fetches and ListOffsets, in the engine and to a
+    reader of the directory alone (the Spark source's view), and read_committed waits for transactions."""
+    directory = tmp_path / "t-0"
+    lg = UnifiedLog(FileSystem(), str(directory), LogConfig(), ManualClock(T0))
+    part = Partition("t", 0, lg)
+    part.make_leader()
+    part.append(batch(4))                             # offsets 0-3, timestamps T0..T0+3; the HW follows
+    lg.append_as_leader(batch(3, ts=T0 + 100))        # 4-6 appended but not yet visible (HW stays at 4)
+    assert (part.high_watermark, part.log_end_offset) == (4, 7)
+    fetched = [b.last_offset for b in part.fetch(0, 1 << 20).batches()]
+    assert fetched == [3] and part.fetch(4, 1 << 20) is None
+    reader = PartitionReader(str(directory), high_watermark=4)
+    try:
+        for view in (part, PartitionView("t", 0, reader)):
+            assert view.fetch_upper_bound() == 4
+            assert view.offset_for_timestamp(T0 + 2) == (T0 + 2, 2)
+            assert view.offset_for_timestamp(T0 + 50) is None     # only offsets 4-6 are that late
+            assert view.offset_for_timestamp(-2) == (-1, 0) and view.offset_for_timestamp(-1) == (-1, 4)
+            with pytest.raises(UnsupportedVersionError, match="not supported yet"):
+                view.fetch_upper_bound(READ_COMMITTED)
+    finally:
+        reader.close()
+    part.append(batch(1, ts=T0 + 200))                # the next leader append makes 4-7 visible
+    assert part.high_watermark == 8 and part.offset_for_timestamp(T0 + 50) == (T0 + 100, 4)
+    lg.close()
+    assert sorted(f for f in os.listdir(directory) if f.endswith(".log")) == ["00000000000000000000.log"]
