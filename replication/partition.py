@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from engine.common.errors import InvalidConfigurationError, not_supported_yet
+from engine.common.errors import InvalidConfigurationError, InvalidRequiredAcksError, not_supported_yet
 from segments.local_log import FetchData
 from txn.unified_log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
 
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ACKS = (0, 1, -1)
 
 
 class ReadableLog(Protocol):
@@ -89,6 +90,8 @@ class Partition(PartitionView):
     def append(self, data, acks: int = -1) -> AppendInfo:
         """Append a producer's batches (bytes of whole RecordBatch v2 batches) as leader; the HW follows.
         `acks` (0, 1 or -1) is met on return: the leader is the whole ISR."""
+        if acks not in ACKS:
+            raise InvalidRequiredAcksError(f"acks={acks!r} must be 0, 1 or -1", file=self.log.dir)
         info = self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
         self.log.update_high_watermark(self.log.log_end_offset)
         return info

@@ -128,6 +128,12 @@ class InvalidReplicationFactorError(KafkaError):
     code = 38
 
 
+class InvalidRequiredAcksError(KafkaError):
+    """INVALID_REQUIRED_ACKS: acks other than 0, 1 or -1 ('all')."""
+
+    code = 21
+
+
 class InvalidConfigurationError(KafkaError):
     """INVALID_CONFIG: an unknown config name or a value out of range."""
 

@@ -8,7 +8,8 @@ the log start offset (`failOnDataLoss`) and narrowed by pushed-down filters; ran
 `maxBytesPerPartition` are split at segment boundaries, then further by offsets up to `minPartitions`.
 Reading (executors): whole batches come from mmapped segments (segments.partition_reader) and the native
 columnar decoder turns them into Arrow record batches; control records never appear and offset gaps
-(compaction, markers) are not data loss. The high watermark bounds "latest".
+(compaction, markers) are not data loss. What a reader may see (the high watermark bounds "latest"; ListOffsets
+by timestamp) comes from replication.partition.PartitionView, the rules the engine's consumers follow.
 Errors: an unknown option, a conflicting pair, or a bad value raises InvalidConfigurationError naming the
 option; `kafka.isolation.level=read_committed` raises "not supported yet".
 Thread-safety: a reader holds no shared state; executors open their segments read-only.

@@ -13,7 +13,7 @@ KAFKA = {
     E.OffsetOutOfRangeError: (1, False), E.CorruptRecordError: (2, True),
     E.UnknownTopicOrPartitionError: (3, True), E.RecordTooLargeError: (10, False),
     E.InvalidTopicError: (17, False), E.RecordBatchTooLargeError: (18, False),
-    E.NotEnoughReplicasError: (19, True), E.InvalidTimestampError: (32, False),
+    E.NotEnoughReplicasError: (19, True), E.InvalidRequiredAcksError: (21, False), E.InvalidTimestampError: (32, False),
     E.UnsupportedVersionError: (35, False), E.TopicAlreadyExistsError: (36, False),
     E.InvalidConfigurationError: (40, False), E.UnsupportedMessageFormatError: (43, False),
     E.OutOfOrderSequenceError: (45, False), E.DuplicateSequenceError: (46, False),

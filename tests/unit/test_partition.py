@@ -10,7 +10,7 @@ import pytest
 
 import engine
 from engine.common.clock import ManualClock
-from engine.common.errors import UnsupportedVersionError
+from engine.common.errors import InvalidRequiredAcksError, UnsupportedVersionError
 from engine.record import batch_format as bf
 from replication.partition import READ_COMMITTED, Partition, PartitionView
 from segments import leader_epoch_checkpoint
@@ -137,6 +137,8 @@ def test_live_and_directory_views_apply_the_same_bound(tmp_path):
                 view.fetch_upper_bound(READ_COMMITTED)
     finally:
         reader.close()
+    with pytest.raises(InvalidRequiredAcksError):
+        part.append(batch(1), acks=2)
     part.append(batch(1, ts=T0 + 200))                # the next leader append makes 4-7 visible
     assert part.high_watermark == 8 and part.offset_for_timestamp(T0 + 50) == (T0 + 100, 4)
     lg.close()
