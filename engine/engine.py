@@ -55,7 +55,8 @@ class TopicDescription(NamedTuple):
     name: str
     topic_id: str
     partitions: list[PartitionDescription]
-    config: dict
+    config: dict                 # the effective config, defaults included
+    overrides: dict | None = None  # only the configs set on this topic
 
 
 class Engine:
@@ -128,6 +129,11 @@ class Engine:
     def _save(self) -> None:
         metadata.write(self.fs, self.path, self._catalogue)
 
+    @property
+    def clean_shutdown(self) -> bool:
+        """Whether the directory was closed cleanly before this open (else it was recovered)."""
+        return self._logs.clean_shutdown
+
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("the engine is closed", file=self.path)
@@ -179,6 +185,7 @@ class Engine:
 
     def list_topics(self) -> list[str]:
         with self._lock:
+            self._check_open()
             return sorted(self._catalogue.topics)
 
     def _topic(self, name: str) -> TopicRecord:
@@ -192,13 +199,14 @@ class Engine:
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions (log start, LEO, high watermark, bytes, segments) and the effective config."""
         with self._lock:
+            self._check_open()
             rec = self._topic(name)
             parts = []
             for p in range(rec.partitions):
                 part = self.partition(name, p)
                 parts.append(PartitionDescription(p, part.log_start_offset, part.log_end_offset, part.high_watermark,
                                                   part.log.size_in_bytes(), len(part.log.segments)))
-            return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict())
+            return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict(), dict(rec.config))
 
     def alter_topic_config(self, name: str, config: dict) -> dict:
         """Set config overrides (a None value removes one); returns the effective config."""

@@ -1,14 +1,11 @@
-"""Access to Kafka-written vectors in ../shared/vectors/kafka-written (expected.jsonl per case)."""
+"""Access to the Kafka-written vectors in tests/data/kafka-written (expected.jsonl per case; see its README)."""
 from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("KAFKALOG_SHARED", ROOT.parent / "shared"))
-KAFKA_WRITTEN = SHARED / "vectors" / "kafka-written"
+KAFKA_WRITTEN = Path(__file__).resolve().parent / "data" / "kafka-written"
 CASES = ["basic-0", "codecs-0", "compacted-0", "multiseg-0", "txn-0"]
 METADATA_LOG = KAFKA_WRITTEN / "__cluster_metadata-0.00000000000000000000.log"
 
@@ -16,7 +13,7 @@ METADATA_LOG = KAFKA_WRITTEN / "__cluster_metadata-0.00000000000000000000.log"
 def case_dir(case: str) -> Path:
     path = KAFKA_WRITTEN / case
     if not path.is_dir():
-        raise FileNotFoundError(f"Kafka vectors missing: {path} (set KAFKALOG_SHARED to the shared/ folder)")
+        raise FileNotFoundError(f"Kafka vectors missing: {path}")
     return path
 
 

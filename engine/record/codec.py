@@ -36,12 +36,18 @@ def load(impl: str) -> ModuleType:
     return importlib.import_module(_MODULES[impl])
 
 
+LOAD_ERROR: str | None = None  # why the native core did not load, when it did not
+
+
 def _select() -> tuple[str, ModuleType]:
+    global LOAD_ERROR
     if os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1":
+        LOAD_ERROR = "KAFKALOG_NO_EXTENSIONS=1"
         return "python", load("python")
     try:
         return "cython", load("cython")
     except ImportError as exc:
+        LOAD_ERROR = str(exc)
         if os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1":
             raise ImportError(
                 "kafkalog: the native core engine._native._core did not load and "

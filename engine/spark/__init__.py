@@ -7,11 +7,13 @@ the one with kafkalog installed.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 
 from engine.spark.source import KafkalogDataSource, KafkalogPushdownDataSource
 
-__all__ = ["KafkalogDataSource", "KafkalogPushdownDataSource", "register", "use_this_python"]
+__all__ = ["KafkalogDataSource", "KafkalogPushdownDataSource", "java_problem", "register", "use_this_python"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -32,3 +34,17 @@ def use_this_python() -> None:
     local SparkSession, so workers import the same kafkalog build as the driver."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+def java_problem() -> str | None:
+    """None when a Java runtime Spark can start is there; else one line saying what to install."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    fix = "install a Java 17 or newer runtime (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    if not java or not os.path.exists(java):
+        return f"no Java runtime found for Spark: {fix}"
+    try:
+        subprocess.run([java, "-version"], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"Java at {java} does not run ({exc}): {fix}"
+    return None

@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import re
+import sys
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -210,9 +211,20 @@ class KafkalogPushdownDataSource(KafkalogDataSource):
         return KafkalogPushdownReader(Settings(self.options), schema)
 
 
+def check_worker(expected_impl: str) -> None:
+    """Fail at once, in one line, when this Spark worker's kafkalog is not the build the driver used (another
+    interpreter: the native core or its dependencies did not load there)."""
+    if codec.IMPL != expected_impl:
+        raise RuntimeError(
+            f"kafkalog on this Spark worker ({sys.executable}) runs the {codec.IMPL} core, not the driver's "
+            f"{expected_impl} core ({codec.LOAD_ERROR}); call engine.spark.use_this_python() before building the "
+            f"SparkSession, or set PYSPARK_PYTHON to the Python that has kafkalog installed")
+
+
 class KafkalogReader(DataSourceReader):
     def __init__(self, settings: Settings, schema: StructType) -> None:
         self.settings, self.schema = settings, schema
+        self.driver_impl = codec.IMPL
         self.partition_filter: set[int] | None = None
         self.topic_filter: set[str] | None = None
         self.offset_bounds = [0, 2**63 - 1]      # [lo, hi)
@@ -338,6 +350,7 @@ class KafkalogReader(DataSourceReader):
         import pyarrow.compute as pc
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        check_worker(self.driver_impl)
         if partition.start >= partition.end:
             return
         target = to_arrow_schema(self.schema, timezone="UTC")

@@ -71,11 +71,16 @@ class Dumper:
         name = os.path.basename(path)
         self.emit({"type": "segment", "file": name, "baseOffset": base, "sizeInBytes": len(data)},
                   f"Dumping {name}\nLog starting offset: {base}")
+        end = 0
         try:
             for batch in reference.iter_batches(data, source=path):
                 self._dump_batch(batch)
+                end = batch.position + batch.size_in_bytes
         except KafkaError as exc:
             self.problem(f"Found corrupt data in {name}: {exc}")
+            return
+        if end < len(data):  # a torn tail (Kafka's tool reports it in these words)
+            self.problem(f"Found {len(data) - end} invalid bytes at the end of {name}")
 
     def _dump_batch(self, b) -> None:
         crc = b.compute_crc()

@@ -1,0 +1,163 @@
+"""`kafkalog topics`, `get-offsets` and `delete-records`: kafka-topics.sh, kafka-get-offsets.sh and
+kafka-delete-records.sh over a log directory, with Kafka's option names and output shapes.
+
+Each opens the directory with `engine.open` (so it holds the directory's lock while it runs) and prints
+human text, or one JSON document with `--json`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import engine
+from engine.common.errors import InvalidConfigurationError, not_supported_yet
+from engine.tools.output import Output
+
+
+def parse_configs(pairs: list[str] | None, option: str = "--config") -> dict:
+    """`k=v` strings as a dict (values stay strings: LogConfig parses Kafka's config syntax)."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidConfigurationError(f"{option} takes key=value, got {pair!r}")
+        out[key] = value
+    return out
+
+
+# --- topics ---------------------------------------------------------------------------------------
+def add_topics(sub) -> None:
+    p = sub.add_parser("topics", help="create, list, describe, alter or delete topics (kafka-topics.sh)")
+    action = p.add_mutually_exclusive_group(required=True)
+    for name in ("create", "list", "describe", "alter", "delete"):
+        action.add_argument(f"--{name}", action="store_true", help=f"{name} topics")
+    p.add_argument("--topic", help="the topic (for --describe, all topics when omitted)")
+    p.add_argument("--partitions", type=int, help="partition count (--create)")
+    p.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (--create; 1)")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config override (repeatable)")
+    p.add_argument("--delete-config", action="append", metavar="KEY", help="remove an override (--alter)")
+    p.set_defaults(func=topics)
+
+
+def _describe(eng, name: str) -> dict:
+    d = eng.describe_topic(name)
+    return {"topic": d.name, "topicId": d.topic_id, "partitionCount": len(d.partitions), "replicationFactor": 1,
+            "configs": d.overrides,
+            "partitions": [{"partition": p.partition, "leader": 0, "replicas": [0], "isr": [0],
+                            "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
+                            "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments}
+                           for p in d.partitions]}
+
+
+def _describe_text(doc: dict) -> str:
+    configs = ",".join(f"{k}={v}" for k, v in sorted(doc["configs"].items()))
+    lines = [f"Topic: {doc['topic']}\tTopicId: {doc['topicId']}\tPartitionCount: {doc['partitionCount']}\t"
+             f"ReplicationFactor: {doc['replicationFactor']}\tConfigs: {configs}"]
+    for p in doc["partitions"]:
+        lines.append(f"\tTopic: {doc['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+                     f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
+                     f"LogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}\t"
+                     f"HighWatermark: {p['highWatermark']}")
+    return "\n".join(lines)
+
+
+def _need_topic(args) -> str:
+    if not args.topic:
+        raise InvalidConfigurationError("--topic is required for this action")
+    return args.topic
+
+
+def topics(args: argparse.Namespace, out: Output) -> int:
+    with engine.open(args.data) as eng:
+        if args.list:
+            names = eng.list_topics()
+            out.result(names, "\n".join(names))
+        elif args.create:
+            name = _need_topic(args)
+            if args.partitions is None:
+                raise InvalidConfigurationError("--partitions is required with --create")
+            eng.create_topic(name, partitions=args.partitions, replication_factor=args.replication_factor,
+                             config=parse_configs(args.config))
+            out.result(_describe(eng, name), f"Created topic {name}.")
+        elif args.describe:
+            docs = [_describe(eng, t) for t in ([args.topic] if args.topic else eng.list_topics())]
+            out.result(docs, "\n".join(_describe_text(d) for d in docs))
+        elif args.alter:
+            name = _need_topic(args)
+            if args.partitions is not None:
+                raise not_supported_yet("--alter --partitions (adding partitions to a topic)")
+            changes = {**parse_configs(args.config), **{k: None for k in args.delete_config or []}}
+            if not changes:
+                raise InvalidConfigurationError("--alter needs --config KEY=VALUE or --delete-config KEY")
+            eng.alter_topic_config(name, changes)
+            out.result(_describe(eng, name), f"Altered topic {name}.")
+        else:
+            name = _need_topic(args)
+            eng.delete_topic(name)
+            out.result({"deleted": name}, f"Deleted topic {name}.")
+    return 0
+
+
+# --- get-offsets ----------------------------------------------------------------------------------
+def add_get_offsets(sub) -> None:
+    p = sub.add_parser("get-offsets", help="offsets by time for topic partitions (kafka-get-offsets.sh)")
+    p.add_argument("--topic", help="the topic (every topic when omitted)")
+    p.add_argument("--partitions", help="comma-separated partition ids (all when omitted)")
+    p.add_argument("--time", default="-1", help="-1 latest (the high watermark), -2 earliest, or a timestamp in ms")
+    p.set_defaults(func=get_offsets)
+
+
+def get_offsets(args: argparse.Namespace, out: Output) -> int:
+    try:
+        when = int(args.time)
+    except ValueError:
+        raise InvalidConfigurationError(f"--time takes -1, -2 or a timestamp in ms, got {args.time!r}") from None
+    if when < -2:
+        raise not_supported_yet(f"--time {when} (only -1, -2 and timestamps)")
+    try:
+        wanted = None if args.partitions is None else {int(p) for p in args.partitions.split(",")}
+    except ValueError:
+        raise InvalidConfigurationError(f"--partitions takes comma-separated ids, got {args.partitions!r}") from None
+    rows = []
+    with engine.open(args.data) as eng:
+        for topic in [args.topic] if args.topic else eng.list_topics():
+            for p in range(eng.partitions_for(topic)):
+                if wanted is None or p in wanted:
+                    found = eng.partition(topic, p).offset_for_timestamp(when)
+                    rows.append({"topic": topic, "partition": p, "offset": None if found is None else found[1]})
+    out.result(rows, "\n".join(f"{r['topic']}:{r['partition']}:{'' if r['offset'] is None else r['offset']}"
+                               for r in rows))
+    return 0
+
+
+# --- delete-records -------------------------------------------------------------------------------
+def add_delete_records(sub) -> None:
+    p = sub.add_parser("delete-records", help="raise log start offsets (kafka-delete-records.sh)")
+    p.add_argument("--offset-json-file", required=True,
+                   help='JSON: {"partitions": [{"topic": "t", "partition": 0, "offset": 42}], "version": 1}')
+    p.set_defaults(func=delete_records)
+
+
+def _offsets(path: str) -> list[tuple[str, int, int]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return [(str(e["topic"]), int(e["partition"]), int(e["offset"])) for e in doc["partitions"]]
+    except OSError as exc:
+        raise InvalidConfigurationError(f"--offset-json-file {path!r}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidConfigurationError(
+            f"--offset-json-file {path!r} is not {{\"partitions\": [{{\"topic\", \"partition\", \"offset\"}}]}}: "
+            f"{exc!r}") from None
+
+
+def delete_records(args: argparse.Namespace, out: Output) -> int:
+    wanted = _offsets(args.offset_json_file)
+    rows = []
+    with engine.open(args.data) as eng:
+        for topic, p, offset in wanted:
+            low = eng.partition(topic, p).delete_records(offset)
+            rows.append({"topic": topic, "partition": p, "lowWatermark": low})
+    out.result(rows, "Records delete operation completed:\n" + "\n".join(
+        f"partition: {r['topic']}-{r['partition']}\tlow_watermark: {r['lowWatermark']}" for r in rows))
+    return 0
