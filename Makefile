@@ -39,9 +39,13 @@ crash: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+	$(PY) -m pytest bench --benchmark-only -q
 
+# CI's smoke run: small data, few repetitions; it asserts no timing and fails only if a benchmark cannot run
 bench-quick: $(STAMP)
 	$(PY) -m bench --quick --out build/bench-quick
+	$(PY) -m pytest bench --benchmark-only -q --benchmark-min-rounds=1 --benchmark-max-time=0.01 \
+		--benchmark-warmup=off --benchmark-disable-gc
 
 clean:
 	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA)

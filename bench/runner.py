@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tqdm import tqdm
+
 import engine
 
 
@@ -50,28 +52,12 @@ def _time_call(call: Callable[[], object], min_time: float) -> float:
             return elapsed / n
 
 
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.start = total, 0, time.perf_counter()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        width = 30
-        filled = width * self.done // max(1, self.total)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                         f"{time.perf_counter() - self.start:5.0f}s {label[:50]:<50}")
-        sys.stderr.flush()
-        if self.done == self.total:
-            sys.stderr.write("\n")
-
-
 def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
     """Measure every runnable workload; return the results document (also the JSON written out)."""
     active = [w for w in workloads if w.not_yet is None]
     samples = {(w.group, w.name, c.name): [] for w in active for c in w.contenders}
-    progress = Progress(sum(len(w.contenders) for w in active) * (reps + 1))
+    progress = tqdm(total=sum(len(w.contenders) for w in active) * (reps + 1), unit="run", file=sys.stderr,
+                    disable=not sys.stderr.isatty(), dynamic_ncols=True)
     for rep in range(-1, reps):  # rep -1 is the warm-up
         for w in active:
             order = w.contenders[rep % len(w.contenders):] + w.contenders[:rep % len(w.contenders)]
@@ -79,7 +65,9 @@ def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
                 t = _time_call(c.call, min_time / 4 if rep < 0 else min_time)
                 if rep >= 0:
                     samples[(w.group, w.name, c.name)].append(t)
-                progress.step(f"{w.group}: {w.name} [{c.name}]")
+                progress.set_description_str(f"{w.group}: {w.name} [{c.name}]"[:60], refresh=False)
+                progress.update(1)
+    progress.close()
     rows = []
     for w in workloads:
         row = {"group": w.group, "workload": w.name, "records": w.records, "bytes": w.nbytes,

@@ -90,8 +90,9 @@ def _demo_log(directory: str, count: int) -> None:
                   f"{p.segments} segment(s), {p.size_bytes / 1e6:.1f} MB")
         if total < count:
             raise SystemExit(f"read back {total} records, fewer than the {count} produced")
-    print(f"closed cleanly: {directory} is a Kafka log directory "
-          f"(try: kafkalog dump-log --files {directory}/events-0/00000000000000000000.index --verify-index-only)")
+    tool = os.path.join(os.path.dirname(sys.executable), "kafkalog")
+    print(f"closed cleanly: {directory} is a Kafka log directory (try: {tool} verify {directory}, or "
+          f"{tool} console-consumer --data {directory} --topic events --from-beginning --max-messages 5)")
 
 
 

@@ -1,0 +1,79 @@
+"""Micro-benchmarks of kafkalog's own hot calls (pytest-benchmark), comparable between runs of this project:
+`pytest bench --benchmark-only`, `--benchmark-save=NAME`, then `--benchmark-compare`. The peer comparisons
+live in `python -m bench`, which times every contender in the same run.
+
+Each benchmark also checks its result, so a benchmark of a broken call fails instead of timing it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import engine
+import engine.clients.accumulator
+from engine.common.clock import SystemClock
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from txn.unified_log import UnifiedLog
+
+VALUE = os.urandom(100)
+RECORDS = [(b"key-%05d" % i, VALUE, None, 1_700_000_000_000 + i) for i in range(130)]  # ~16 KiB
+BATCH = engine.encode_batch(RECORDS)
+
+
+def test_encode_batch_16k(benchmark):
+    out = benchmark(engine.encode_batch, RECORDS)
+    assert out == BATCH
+
+
+def test_decode_records_16k(benchmark):
+    def decode():
+        return [(r.offset, r.key, r.value) for b in engine.iter_batches(BATCH) for r in b.records()]
+    assert len(benchmark(decode)) == len(RECORDS)
+
+
+def test_decode_columnar_16k(benchmark):
+    assert len(benchmark(engine.decode_columnar, BATCH)) == len(RECORDS)
+
+
+def test_crc32c_64k(benchmark):
+    data = os.urandom(64 << 10)
+    assert benchmark(engine.crc32c, data) == engine.crc32c(data)
+
+
+@pytest.fixture
+def log(tmp_path):
+    lg = UnifiedLog(FileSystem(), str(tmp_path / "bench-0"), LogConfig.from_dict({"segment.bytes": 1 << 30}),
+                    SystemClock())
+    yield lg
+    lg.close()
+
+
+def test_log_append_16k(benchmark, log):
+    info = benchmark(log.append_as_leader, BATCH)
+    assert info.last_offset - info.first_offset == len(RECORDS) - 1
+
+
+def test_index_lookup(benchmark, log):
+    for _ in range(2000):
+        log.append_as_leader(BATCH)
+    index = log.active_segment.offset_index
+    target = log.log_end_offset // 2
+    offset, position = benchmark(index.lookup, target)
+    assert offset <= target and position > 0
+
+
+def test_read_by_offset(benchmark, log):
+    for _ in range(200):
+        log.append_as_leader(BATCH)
+    got = benchmark(log.read, 12_345, 1 << 16)
+    assert next(iter(got.batches())).base_offset <= 12_345
+
+
+def test_producer_send(benchmark, tmp_path):
+    with engine.open(str(tmp_path / "data"), background=False) as eng:
+        eng.create_topic("t", partitions=3)
+        with eng.producer() as p:
+            future = benchmark(p.send, "t", value=VALUE, key=b"car-42")
+            p.flush()
+            assert future.get().partition == (engine.clients.accumulator.selected.murmur2(b"car-42") & 0x7FFFFFFF) % 3

@@ -1,0 +1,63 @@
+"""`make run`'s Spark step (engine.tools.demo.spark_step, the code `kafkalog demo` runs) and the README's
+Spark block, on the test session; and the one-line failure a worker without kafkalog's native core gives."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+
+import engine
+from engine.record import codec
+from engine.spark import source
+from engine.tools import demo
+from tests.readme_blocks import blocks
+
+pytestmark = pytest.mark.spark
+
+
+def _produce(directory, n=3_000) -> dict[int, tuple[int, int]]:
+    """Keyed records into `events`; (records, value bytes) per partition as the engine sees them."""
+    with engine.open(str(directory)) as eng:
+        eng.create_topic("events", partitions=3)
+        with eng.producer() as p:
+            for i in range(n):
+                p.send("events", key=b"car-%d" % (i % 37), value=b"value-%d" % i)
+        with eng.consumer("events", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+            seen: dict[int, list] = {}
+            for r in c:
+                seen.setdefault(r.partition, []).append(len(r.value))
+        assert [p.log_end_offset for p in eng.describe_topic("events").partitions] == [
+            len(seen.get(p, [])) for p in range(3)]
+    return {p: (len(v), sum(v)) for p, v in seen.items()}
+
+
+def test_the_demos_spark_step_prints_the_aggregate(spark, tmp_path):
+    expected = _produce(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert demo.spark_step(str(tmp_path), spark=spark) == 0
+    found = {int(m.group(1)): (int(m.group(2).replace(",", "")), int(m.group(3).replace(",", "")))
+             for m in re.finditer(r"events-(\d+): ([\d,]+) records, ([\d,]+) value bytes", out.getvalue())}
+    assert found == expected and len(re.findall(r"partition \d offset \d+: key=", out.getvalue())) == 5
+
+
+def test_the_readmes_spark_block_runs(spark, tmp_path, monkeypatch):
+    (spark_block,) = [src for lang, src in blocks() if lang == "python" and "pyspark" in src]
+    _produce(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(spark_block, "README.md", "exec"), namespace)
+    assert namespace["df"].count() == 3_000 and namespace["spark"] is spark
+
+
+def test_a_worker_on_another_build_fails_in_one_line(monkeypatch):
+    source.check_worker(codec.IMPL)  # the same build: nothing to say
+    monkeypatch.setattr(codec, "LOAD_ERROR", "No module named 'cramjam'")
+    with pytest.raises(RuntimeError) as err:
+        source.check_worker("cython" if codec.IMPL == "python" else "python")
+    message = str(err.value)
+    assert "\n" not in message and "No module named 'cramjam'" in message
+    assert "engine.spark.use_this_python()" in message and "PYSPARK_PYTHON" in message
