@@ -124,6 +124,8 @@ def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None)
         spark = (SparkSession.builder.master("local[2]").appName("kafkalog-demo")
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                  .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -138,7 +140,10 @@ def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None)
         for r in rows:
             print(f"  {topic}-{r['partition']}: {r['records']:,} records, {r['bytes']:,} value bytes, "
                   f"last offset {r['last_offset']:,}")
-        for r in df.select("partition", "offset", "key", "value").limit(show).collect():
+        first = (spark.read.format("kafkalog").option("path", os.path.abspath(directory))
+                 .option("assign", f'{{"{topic}": [0]}}').option("endingOffsets", f'{{"{topic}": {{"0": {show}}}}}')
+                 .load())  # the first records of partition 0, read by offset range (no cancelled tasks)
+        for r in first.select("partition", "offset", "key", "value").collect():
             print(f"  partition {r['partition']} offset {r['offset']}: key={bytes(r['key'])!r} "
                   f"value={bytes(r['value'])[:24]!r}...")
         return 0

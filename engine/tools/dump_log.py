@@ -19,6 +19,7 @@ from typing import TextIO
 from engine.common.errors import KafkaError
 from engine.record import records as reference
 from engine.record.batch_format import CONTROL_TYPE_NAMES, increment_sequence
+from engine.tools.output import progress
 from segments import leader_epoch_checkpoint, names
 from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex
@@ -254,7 +255,7 @@ def dump(files: list[str], *, as_json: bool = False, deep: bool = False, print_d
          base_offset: int | None = None) -> int:
     """Dump each file; return the exit code (1 if any corruption or index mismatch was found)."""
     d = Dumper(out, as_json=as_json, deep=deep or print_data, print_data=print_data)
-    for path in files:
+    for path in progress(files, total=len(files), desc="dump-log"):
         name = os.path.basename(path)
         try:
             base = base_offset if base_offset is not None else (

@@ -50,13 +50,16 @@ def test_builds_native_then_a_compilerless_rebuild_falls_back_without_leaking(so
     built = _install(source, tmp_path / "native")
     assert built.returncode == 0, built.stderr
     assert _probe(tmp_path / "native").stdout.strip() == "cython"
+    assert list((tmp_path / "native").rglob("_accumulator*.so")), "the producer's native loop is built too"
+    for package in ("engine", "segments", "txn", "replication"):  # library users get the type hints
+        assert (tmp_path / "native" / package / "py.typed").is_file(), package
     assert list((source / "build").rglob("_core*.so")), "the first build leaves a .so in build/"
 
     # same tree, stale build/ still there, no compiler: installs the twin with a warning
     plain = _install(source, tmp_path / "twin", verbose=True, CC="/bin/false")
     assert plain.returncode == 0, plain.stderr
     assert "installing the pure-Python twin only" in plain.stdout + plain.stderr
-    assert not list((tmp_path / "twin").rglob("_core*.so")), "a stale .so leaked into the install"
+    assert not list((tmp_path / "twin").rglob("_*.so")), "a stale .so leaked into the install"
     probe = _probe(tmp_path / "twin")
     assert probe.stdout.strip() == "python" and "RuntimeWarning" in probe.stderr
 

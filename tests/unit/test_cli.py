@@ -220,3 +220,14 @@ def test_dump_log_reports_a_torn_tail_and_stops_quietly_on_a_closed_pipe(tmp_pat
     piped = subprocess.run(f"'{KAFKALOG}' dump-log --deep-iteration --files '{log}' | head -n 2", shell=True,
                            capture_output=True, text=True, timeout=120)
     assert len(piped.stdout.splitlines()) == 2 and "Traceback" not in piped.stderr, piped.stderr
+
+
+def test_demo_without_java_says_what_to_install(tmp_path):
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java-here")}
+    out = subprocess.run([KAFKALOG, "demo", "--data", tmp_path / "data", "--records", "1000", "--produce", "3000"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "Spark step skipped: no Java runtime found for Spark: install a Java 17 or newer runtime (Debian: apt-get "
+        "install openjdk-17-jre-headless) or set JAVA_HOME")
+    assert "Traceback" not in out.stderr and "consumed 3,000 records" in out.stdout

@@ -14,6 +14,7 @@ import pytest
 
 import engine
 from engine.common.errors import (
+    IllegalStateError,
     InvalidConfigurationError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -190,3 +191,12 @@ def test_close_stops_every_background_thread(tmp_path):
     assert not any(t.is_alive() for t in ours)
     with engine.open(str(tmp_path), background=False) as again:
         assert again.describe_topic("t").partitions[0].log_end_offset == 1
+
+
+def test_a_closed_engine_answers_nothing(tmp_path):
+    eng = engine.open(str(tmp_path))
+    eng.create_topic("t")
+    eng.close()
+    for call in (eng.list_topics, lambda: eng.describe_topic("t"), lambda: eng.create_topic("u")):
+        with pytest.raises(IllegalStateError, match="closed"):
+            call()
