@@ -178,7 +178,7 @@ class Engine:
             del self._catalogue.topics[name]
             self._save()
             for client in list(self._clients):
-                client.on_topic_deleted(name)
+                client.on_topic_changed(name)
             for p in range(rec.partitions):
                 del self._partitions[(name, p)]
                 self._logs.delete_log(name, p)
@@ -207,6 +207,32 @@ class Engine:
                 parts.append(PartitionDescription(p, part.log_start_offset, part.log_end_offset, part.high_watermark,
                                                   part.log.size_in_bytes(), len(part.log.segments)))
             return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict(), dict(rec.config))
+
+    def create_partitions(self, name: str, count: int) -> TopicDescription:
+        """Grow `name` to `count` partitions (Kafka's CreatePartitions); producers and subscribed consumers
+        pick the new ones up. Keyed records may map to other partitions from now on, as in Kafka."""
+        with self._lock:
+            self._check_open()
+            rec = self._topic(name)
+            if type(count) is not int or count <= rec.partitions:
+                raise InvalidPartitionsError(f"topic {name!r} has {rec.partitions} partitions: the new count must "
+                                             f"be larger, got {count!r}")
+            old = rec.partitions
+            try:
+                for p in range(old, count):
+                    self._add_partition(name, p, self._logs.create_log(name, p, rec.topic_id))
+                rec.partitions = count
+                self._save()
+            except BaseException:
+                rec.partitions = old
+                for p in range(old, count):
+                    self._partitions.pop((name, p), None)
+                    if (name, p) in self._logs.logs():
+                        self._logs.delete_log(name, p)
+                raise
+            for client in list(self._clients):
+                client.on_topic_changed(name)
+            return self.describe_topic(name)
 
     def alter_topic_config(self, name: str, config: dict) -> dict:
         """Set config overrides (a None value removes one); returns the effective config."""

@@ -20,6 +20,7 @@ from engine.common.errors import (
     InvalidConfigurationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
     not_supported_yet,
 )
 from engine.common.structs import OffsetAndTimestamp, TopicPartition
@@ -266,9 +267,18 @@ class Consumer:
     def close(self, autocommit: bool = True) -> None:
         self._closed = True
 
-    def on_topic_deleted(self, topic: str) -> None:
-        """The engine deleted `topic`: drop its partitions from the assignment."""
-        self._positions = {tp: pos for tp, pos in self._positions.items() if tp.topic != topic}
+    def on_topic_changed(self, topic: str) -> None:
+        """The engine deleted `topic` or added partitions to it: drop the partitions that are gone, and take
+        new ones of a subscribed topic (their position comes from auto_offset_reset)."""
+        try:
+            count = self._engine.partitions_for(topic)
+        except UnknownTopicOrPartitionError:
+            count = 0
+        kept = {tp: pos for tp, pos in self._positions.items() if tp.topic != topic or tp.partition < count}
+        if self._subscription is not None and topic in self._subscription:
+            for p in range(count):
+                kept.setdefault(TopicPartition(topic, p), None)
+        self._positions = kept
 
     def __enter__(self) -> "Consumer":
         return self

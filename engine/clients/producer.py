@@ -165,8 +165,9 @@ class Producer:
         if self._idle:
             self._wake.set()
 
-    def on_topic_deleted(self, topic: str) -> None:
-        """The engine deleted `topic`: fail what is pending for it and forget its layout."""
+    def on_topic_changed(self, topic: str) -> None:
+        """The engine deleted `topic` or added partitions to it: push out what is pending for it (sends to a
+        deleted topic fail) and forget its layout, so the next send looks it up again."""
         self._acc.forget_topic(topic)
         self._drain()
 

@@ -84,12 +84,13 @@ def topics(args: argparse.Namespace, out: Output) -> int:
             out.result(docs, "\n".join(_describe_text(d) for d in docs))
         elif args.alter:
             name = _need_topic(args)
-            if args.partitions is not None:
-                raise not_supported_yet("--alter --partitions (adding partitions to a topic)")
             changes = {**parse_configs(args.config), **{k: None for k in args.delete_config or []}}
-            if not changes:
-                raise InvalidConfigurationError("--alter needs --config KEY=VALUE or --delete-config KEY")
-            eng.alter_topic_config(name, changes)
+            if not changes and args.partitions is None:
+                raise InvalidConfigurationError("--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
+            if args.partitions is not None:
+                eng.create_partitions(name, args.partitions)
+            if changes:
+                eng.alter_topic_config(name, changes)
             out.result(_describe(eng, name), f"Altered topic {name}.")
         else:
             name = _need_topic(args)

@@ -51,6 +51,8 @@ def test_topics_create_list_describe_alter_delete(tmp_path):
     assert json.loads(run("topics", "--data", data, "--list", "--json").stdout) == ["audit", "orders"]
     assert run("topics", "--data", data, "--list").stdout.split() == ["audit", "orders"]
     run("topics", "--data", data, "--alter", "--topic", "orders", "--config", "retention.ms=60000")
+    run("topics", "--data", data, "--alter", "--topic", "orders", "--partitions", 4)
+    run("topics", "--data", data, "--alter", "--topic", "orders", "--partitions", 2, check=2)  # only grows
     described = json.loads(run("topics", "--data", data, "--describe", "--topic", "orders", "--json").stdout)
     text = run("topics", "--data", data, "--describe", "--topic", "orders").stdout.splitlines()
     run("topics", "--data", data, "--delete", "--topic", "audit")
@@ -58,15 +60,15 @@ def test_topics_create_list_describe_alter_delete(tmp_path):
         assert eng.list_topics() == ["orders"]
         d = eng.describe_topic("orders")
         assert described == [{
-            "topic": "orders", "topicId": d.topic_id, "partitionCount": 3, "replicationFactor": 1,
+            "topic": "orders", "topicId": d.topic_id, "partitionCount": 4, "replicationFactor": 1,
             "configs": {"retention.ms": "60000", "segment.bytes": "1048576"},
             "partitions": [{"partition": p.partition, "leader": 0, "replicas": [0], "isr": [0],
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments}
                            for p in d.partitions]}]
         assert d.config["retention.ms"] == 60000 and d.config["segment.bytes"] == 1048576
-    assert text[0].startswith(f"Topic: orders\tTopicId: {d.topic_id}\tPartitionCount: 3\tReplicationFactor: 1\t")
-    assert [line.split("\t")[2] for line in text[1:]] == ["Partition: 0", "Partition: 1", "Partition: 2"]
+    assert text[0].startswith(f"Topic: orders\tTopicId: {d.topic_id}\tPartitionCount: 4\tReplicationFactor: 1\t")
+    assert [line.split("\t")[2] for line in text[1:]] == [f"Partition: {p}" for p in range(4)]
 
 
 @pytest.mark.parametrize("args", [

@@ -200,3 +200,26 @@ def test_a_closed_engine_answers_nothing(tmp_path):
     for call in (eng.list_topics, lambda: eng.describe_topic("t"), lambda: eng.create_topic("u")):
         with pytest.raises(IllegalStateError, match="closed"):
             call()
+
+
+def test_create_partitions_reaches_live_clients_and_survives_reopen(tmp_path):
+    import engine.clients.accumulator
+
+    murmur2 = engine.clients.accumulator.selected.murmur2
+    with engine.open(str(tmp_path)) as eng:
+        eng.create_topic("t", partitions=2)
+        producer = eng.producer()
+        consumer = eng.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        producer.send("t", key=b"k", value=b"before").get()
+        with pytest.raises(InvalidPartitionsError):
+            eng.create_partitions("t", 2)
+        assert [p.partition for p in eng.create_partitions("t", 5).partitions] == [0, 1, 2, 3, 4]
+        keys = [b"key-%d" % i for i in range(40)]
+        placed = [producer.send("t", key=k, value=b"after").get().partition for k in keys]
+        assert placed == [(murmur2(k) & 0x7FFFFFFF) % 5 for k in keys] and max(placed) >= 2
+        assert {tp.partition for tp in consumer.assignment()} == set(range(5))
+        got = sorted((r.partition, r.key) for r in consumer)
+        assert got == sorted([((murmur2(b"k") & 0x7FFFFFFF) % 2, b"k")] + list(zip(placed, keys)))
+        producer.close()
+    with engine.open(str(tmp_path)) as eng:
+        assert eng.partitions_for("t") == 5 and not [n for n in os.listdir(tmp_path) if n.endswith("-stray")]
