@@ -2,8 +2,8 @@
 
 Reads go through each partition's `fetch()` (replication.partition): whole batches up to the high
 watermark (never past it), decoded by the native core into ConsumerRecords with kafka-python's
-fields. Control batches are never returned and offset gaps (compaction) are skipped. Positions live in the consumer; `poll()`
-and iteration move them past every record they return.
+fields. Control batches are never returned and offset gaps (compaction) are skipped. Positions live
+in the consumer; `poll()` and iteration move them past every record they return.
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
 consumer_timeout_ms=inf). `group_id` and isolation_level='read_committed' raise "not supported yet"

@@ -86,7 +86,8 @@ def topics(args: argparse.Namespace, out: Output) -> int:
             name = _need_topic(args)
             changes = {**parse_configs(args.config), **{k: None for k in args.delete_config or []}}
             if not changes and args.partitions is None:
-                raise InvalidConfigurationError("--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
+                raise InvalidConfigurationError(
+                    "--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
             if args.partitions is not None:
                 eng.create_partitions(name, args.partitions)
             if changes:

@@ -187,7 +187,18 @@ def consume(args: argparse.Namespace, out: Output) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 0:
             raise InvalidConfigurationError(f"--{name.replace('_', '-')} must be >= 0")
     fmt = Formatter(parse_configs(args.property, "--property"))
-    count = 0
+    printed = [0]
+    status = 0
+    try:
+        _print_records(args, out, fmt, printed)
+    except KeyboardInterrupt:  # Kafka's tool still says how many it printed
+        status = 130
+    out.stream.flush()
+    sys.stderr.write(f"Processed a total of {printed[0]} messages\n")
+    return status
+
+
+def _print_records(args: argparse.Namespace, out: Output, fmt: Formatter, printed: list[int]) -> None:
     with engine.open(args.data) as eng:
         config = {"auto_offset_reset": "earliest" if args.from_beginning else "latest",
                   "isolation_level": args.isolation_level}
@@ -203,12 +214,9 @@ def consume(args: argparse.Namespace, out: Output) -> int:
             if args.max_messages != 0:
                 for record in consumer:
                     out.stream.write(json_line(record) if out.as_json else fmt.format(record) + fmt.line_sep)
-                    count += 1
-                    if args.max_messages is not None and count >= args.max_messages:
+                    printed[0] += 1
+                    if args.max_messages is not None and printed[0] >= args.max_messages:
                         break
-    out.stream.flush()
-    sys.stderr.write(f"Processed a total of {count} messages\n")
-    return 0
 
 
 def json_line(record) -> str:
