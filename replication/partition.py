@@ -38,7 +38,7 @@ def check_isolation(level: str) -> str:
     if level == READ_COMMITTED:
         raise not_supported_yet("isolation_level='read_committed' (transactions)")
     if level != READ_UNCOMMITTED:
-        raise InvalidConfigurationError(f"isolation level {level!r} must be 'read_uncommitted'")
+        raise InvalidConfigurationError(f"isolation_level={level!r} must be 'read_uncommitted'")
     return level
 
 

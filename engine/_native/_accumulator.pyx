@@ -24,7 +24,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from engine._native._core cimport RecordsBuilder, new_builder
+from engine._native._core cimport HEADER_SIZE, RecordsBuilder, _byte_view, new_builder
 
 import random as _random_module
 
@@ -32,7 +32,6 @@ from engine.record import batch_format as bf
 
 cdef enum:
     RECORD_OVERHEAD = 21  # engine.record.batch_format.RECORD_OVERHEAD
-    HEADER_SIZE = 61
 
 cdef uint8_t _EMPTY[1]
 
@@ -60,8 +59,7 @@ cdef uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
 
 def murmur2(data):
     """Kafka's Utils.murmur2 of `data` as a signed int32."""
-    mv = memoryview(data)
-    cdef const uint8_t[::1] v = mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    cdef const uint8_t[::1] v = _byte_view(data)
     return <int32_t>_murmur2(&v[0] if v.shape[0] else _EMPTY, v.shape[0])
 
 

@@ -4,6 +4,13 @@ cimport cython
 from libc.stdint cimport int64_t
 
 
+cdef enum:
+    HEADER_SIZE = 61  # a RecordBatch v2 header (engine.record.batch_format.HEADER_SIZE)
+
+
+cdef object _byte_view(object data)
+
+
 cdef struct Grow:
     char *data
     Py_ssize_t len

@@ -58,7 +58,6 @@ cdef extern from "crc32c_impl.h":
 kl_crc32c_init()
 
 cdef enum:
-    HEADER_SIZE = 61
     LOG_OVERHEAD = 12
     UP_TO_MAGIC = 17
     MIN_ENTRY_SIZE = 14

@@ -8,10 +8,10 @@ on after `batch_size` bytes), appends it to that partition's open `ProducerBatch
 `RecordFuture`. A batch is sealed when the next record would not fit (`batch_size`, capped by
 `max_request_size` and the topic's `max.message.bytes`), when its linger expires
 (`seal_expired`), or when asked (`seal`, `seal_all`); sealed batches wait, in sealing order, in
-`take_sealed()`, and `on_full()` is called after a full batch is sealed. Records are kept as
-(key, value, headers, timestamp) tuples, ready for `encode_batch`.
-Thread-safety: the native accumulator mutates its state while holding the GIL and runs no Python
-code in between, so sends from many threads are safe; this twin takes a lock. A batch is completed
+`take_sealed()`, and `on_full()` is called after a full batch is sealed. Records are encoded into
+their batch's RecordsBuilder as they are added (validation: engine.record.batch_format.check_send).
+Thread-safety: both accumulators take a lock around their state (the native one a PyThread lock,
+running no Python code while it holds it), so sends from many threads are safe. A batch is completed
 once, by whichever thread appended it; callbacks run in that thread.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ from engine.common.errors import (
 )
 from engine.common.structs import OffsetAndTimestamp, TopicPartition
 from engine.record import codec
-from replication.partition import Partition
+from replication.partition import Partition, check_isolation
 
 RESETS = ("earliest", "latest", "none")
 
@@ -46,10 +46,7 @@ class Consumer:
             raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
         if group_id is not None:
             raise not_supported_yet(f"group_id={group_id!r} (consumer groups and committed offsets)")
-        if isolation_level == "read_committed":
-            raise not_supported_yet("isolation_level='read_committed' (transactions)")
-        if isolation_level != "read_uncommitted":
-            raise InvalidConfigurationError(f"isolation_level={isolation_level!r} must be 'read_uncommitted'")
+        check_isolation(isolation_level)
         if auto_offset_reset not in RESETS:
             raise InvalidConfigurationError(f"auto_offset_reset={auto_offset_reset!r} must be one of {RESETS}")
         if not (isinstance(consumer_timeout_ms, (int, float)) and consumer_timeout_ms >= 0):

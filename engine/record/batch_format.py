@@ -162,9 +162,6 @@ def bad_partition(topic: str, partition, count: int) -> UnknownTopicOrPartitionE
     return UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for topic {topic!r}")
 
 
-_PRODUCER_FIELDS = struct.Struct(">q13xhi8xqqhi")  # HEADER's fields, skipping length, epoch, magic, CRC, base timestamp
-
-
 class BatchHeader:
     """The fields of a batch's 61-byte header that producer state reads, without decoding the batch."""
 
@@ -172,8 +169,8 @@ class BatchHeader:
                  "base_sequence", "last_sequence", "is_transactional", "is_control")
 
     def __init__(self, header) -> None:
-        (self.base_offset, attributes, self.last_offset_delta, self.max_timestamp, self.producer_id,
-         self.producer_epoch, self.base_sequence) = _PRODUCER_FIELDS.unpack_from(header)
+        (self.base_offset, _, _, _, _, attributes, self.last_offset_delta, _, self.max_timestamp, self.producer_id,
+         self.producer_epoch, self.base_sequence, _) = HEADER.unpack_from(header)
         self.attributes = attributes
         self.last_sequence = increment_sequence(self.base_sequence, self.last_offset_delta)
         self.is_transactional = bool(attributes & TRANSACTIONAL_FLAG)

@@ -18,7 +18,7 @@ import engine
 from engine.common.errors import InvalidConfigurationError, InvalidRecordError, not_supported_yet
 from engine.common.structs import TopicPartition
 from engine.tools.admin import parse_configs
-from engine.tools.dump_log import _field
+from engine.tools.dump_log import record_json
 from engine.tools.output import Output
 
 ACKS = {"-1": "all", "all": "all", "1": 1, "0": 0}
@@ -174,8 +174,7 @@ class Formatter:
 
 def _record_json(r) -> dict:
     return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
-            "timestampType": TS_NAMES.get(r.timestamp_type), **_field("key", r.key), **_field("value", r.value),
-            "headers": [{"key": k, **_field("value", v)} for k, v in r.headers]}
+            "timestampType": TS_NAMES.get(r.timestamp_type), **record_json(r.key, r.value, r.headers)}
 
 
 def consume(args: argparse.Namespace, out: Output) -> int:

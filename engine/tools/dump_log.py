@@ -49,6 +49,12 @@ def _field(name: str, raw: bytes | None) -> dict:
     return {name: _text(raw), name + "B64": _b64(raw), name + "Size": -1 if raw is None else len(raw)}
 
 
+def record_json(key: bytes | None, value: bytes | None, headers) -> dict:
+    """A record's key, value and headers as JSON fields: text when printable, base64 and size always."""
+    return {**_field("key", key), **_field("value", value),
+            "headers": [{"key": k, **_field("value", v)} for k, v in headers]}
+
+
 class Dumper:
     def __init__(self, out: TextIO, *, as_json: bool, deep: bool, print_data: bool) -> None:
         self.out, self.as_json, self.deep, self.print_data = out, as_json, deep, print_data
@@ -121,8 +127,7 @@ class Dumper:
             rec = {"type": "record", "offset": offset, "timestamp": ts}
             if b.timestamp_type == "log_append":
                 rec["storedTimestamp"] = stored
-            rec.update({"sequence": seq, "sizeInBytes": size, **_field("key", key), **_field("value", value),
-                        "headers": [{"key": k, **_field("value", v)} for k, v in headers]})
+            rec.update({"sequence": seq, "sizeInBytes": size, **record_json(key, value, headers)})
             text = (f"| offset: {offset} {TS_TYPE[b.timestamp_type]}: {ts} keySize: {-1 if key is None else len(key)} "
                     f"valueSize: {-1 if value is None else len(value)} sequence: {seq} "
                     f"headerKeys: [{','.join(k for k, _ in headers)}]")

@@ -60,9 +60,13 @@ class _Checker(Dumper):
         super().__init__(io.StringIO(), as_json=True, deep=False, print_data=False)
         self.found: list[dict] = []
         self.current = ""
+        self.batches: dict[str, dict] = {}  # each .log's batches by position, read once for its index checks
 
     def emit(self, obj=None, text=None) -> None:
-        pass
+        """Checking prints nothing: only problems are kept."""
+
+    def _batches_by_position(self, log_path: str) -> dict:
+        return self.batches.get(log_path, {})
 
     def problem(self, message: str, **where) -> None:
         self.found.append({"file": where.pop("file", self.current), **where, "message": message})
@@ -75,8 +79,10 @@ def _check_log(c: _Checker, path: str, base: int, next_base: int | None) -> None
     with open(path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # closed when the batches are gone
     end, prev_last = 0, base - 1
+    by_position = c.batches[path] = {}
     try:
         for b in engine.iter_batches(data, source=path):
+            by_position[b.position] = b
             where = {"position": b.position, "offset": b.base_offset}
             try:
                 b.ensure_valid()
@@ -95,6 +101,7 @@ def _check_log(c: _Checker, path: str, base: int, next_base: int | None) -> None
 
 
 def _check_partition(c: _Checker, directory: str, files: list[str]) -> None:
+    c.batches.clear()  # one partition's batches (and their mapped segments) at a time
     logs = sorted(names.offset_from_file_name(f) for f in files if f.endswith(names.LOG))
     for i, base in enumerate(logs):
         c.current = os.path.join(directory, names.file_name(base, names.LOG))
