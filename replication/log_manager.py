@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -127,9 +126,9 @@ class LogManager:
         for entry in sorted(self.fs.listdir(self.dir)):
             path = os.path.join(self.dir, entry)
             tp = names.parse_partition_dir(entry)
-            if tp is None or not os.path.isdir(path):
-                if entry.endswith("-delete") and os.path.isdir(path):
-                    shutil.rmtree(path)  # a deletion that did not finish
+            if tp is None or not self.fs.isdir(path):
+                if entry.endswith("-delete") and self.fs.isdir(path):
+                    self.fs.rmtree(path)  # a deletion that did not finish
                 continue
             self._logs[tp] = self._log_class(
                 self.fs, path, self._configs(tp[0]), self.clock, recovery_point=recovery.get(tp, 0),
@@ -162,7 +161,7 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log, move its directory aside (`...-delete`) and remove it."""
-        shutil.rmtree(self.set_aside(topic, partition, "delete"))
+        self.fs.rmtree(self.set_aside(topic, partition, "delete"))
 
     def set_aside(self, topic: str, partition: int, kind: str) -> str:
         """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`)."""

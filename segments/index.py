@@ -35,7 +35,6 @@ class MmapIndex:
         self.fs, self.path, self.base_offset, self.writable = fs, path, base_offset, writable
         self.entry_size = self.ENTRY.size
         self._lock = threading.RLock()
-        self._writer = None  # the write handle, held only while entries are being appended
         self._pending = bytearray()  # entries counted in `entries` but not yet written
         self._last = None  # the last entry's raw fields, cached
         try:
@@ -91,10 +90,9 @@ class MmapIndex:
         with self._lock:
             if not self._pending:
                 return
-            if self._writer is None:
-                self._writer = self.fs.open(self.path, "r+b")
             start = (self.entries - len(self._pending) // self.entry_size) * self.entry_size
-            self.fs.pwrite(self._writer, bytes(self._pending), start)
+            with self.fs.handle(self.path, "r+b") as f:
+                self.fs.pwrite(f, bytes(self._pending), start)
             self._pending.clear()
 
     def load_entries(self, data: bytes) -> None:
@@ -107,18 +105,15 @@ class MmapIndex:
                 raise KafkaStorageError(f"{count} entries do not fit the index ({self.max_entries} slots)",
                                         file=self.path)
             if count:
-                if self._writer is None:
-                    self._writer = self.fs.open(self.path, "r+b")
-                self.fs.pwrite(self._writer, data, self.entries * self.entry_size)
+                with self.fs.handle(self.path, "r+b") as f:
+                    self.fs.pwrite(f, data, self.entries * self.entry_size)
                 self.entries += count
 
     def release_handle(self) -> None:
         """Write buffered entries and close the write handle (reopened by the next append)."""
         with self._lock:
             self._write_pending()
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+            self.fs.release(self.path)
 
     def _search(self, key: int) -> int:
         if self._pending:
@@ -148,7 +143,7 @@ class MmapIndex:
                 return
             if self._map is not None:
                 self._map.close()
-            with self.fs.open(self.path, "r+b") as f:
+            with self.fs.handle(self.path, "r+b") as f:
                 self.fs.truncate(f, length)
             self._map_file(length)
 
@@ -173,9 +168,7 @@ class MmapIndex:
         with self._lock:
             if self.writable:
                 self._write_pending()
-                if self._writer is None:
-                    self._writer = self.fs.open(self.path, "r+b")
-                self.fs.fsync(self._writer)
+                self.fs.fsync_path(self.path)
 
     def close(self) -> None:
         with self._lock:
@@ -187,8 +180,10 @@ class MmapIndex:
             self.release_handle()
 
     def rename_to(self, path: str) -> None:
-        self.fs.rename(self.path, path)
-        self.path = path
+        with self._lock:
+            self._write_pending()
+            self.fs.rename(self.path, path)
+            self.path = path
 
     def sanity_check(self) -> None:
         """Kafka's checks: whole entries, and (per index type) ordered keys past the base offset."""

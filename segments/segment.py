@@ -62,7 +62,6 @@ class LogSegment:
         self.writable = writable
         self.created_ms = now_ms
         self.log_path = self._path(names.LOG)
-        self._f = None  # the append handle: opened by the first write, released when the segment rolls
         try:
             if writable and not fs.exists(self.log_path):
                 fs.open(self.log_path, "ab").close()
@@ -157,19 +156,17 @@ class LogSegment:
         self._maps.append(self._map)
 
     def _handle(self):
-        if self._f is None:
-            self._f = self.fs.open(self.log_path, "ab+")
-        return self._f
+        """The append handle, from the file system's descriptor pool."""
+        return self.fs.handle(self.log_path, "ab+")
 
     def release_handle(self) -> None:
         """Close the write handles (an inactive segment needs none; reads use mappings)."""
         with self._lock:
-            if self._f is not None:
-                self._f.close()
-                self._f = None
+            self.fs.release(self.log_path)
             for index in (self._offset_index, self._time_index):
                 if index is not None:
                     index.release_handle()
+            self.txn_index.release_handle()
 
     def _release_maps(self) -> bool:
         """Close every mapping without live views; True if none is left."""
@@ -289,10 +286,11 @@ class LogSegment:
             if position + size > INT32_MAX:
                 raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
             try:
-                if isinstance(data, list):
-                    self.fs.writev(self._handle(), data, size)
-                else:
-                    self.fs.write(self._handle(), data)
+                with self._handle() as f:
+                    if isinstance(data, list):
+                        self.fs.writev(f, data, size)
+                    else:
+                        self.fs.write(f, data)
             except OSError as exc:
                 self._restore_after_failed_write(position)
                 raise KafkaStorageError(f"append failed: {exc}", file=self.log_path, position=position) from exc
@@ -315,7 +313,8 @@ class LogSegment:
 
     def _truncate_log(self, size: int) -> None:
         if self._release_maps():
-            self.fs.truncate(self._handle(), size)
+            with self._handle() as f:
+                self.fs.truncate(f, size)
         else:  # live views map the old bytes: give them the old inode, continue in a new file
             tmp = self.log_path + ".truncating"
             with self.fs.open(tmp, "wb+") as out:
@@ -408,7 +407,8 @@ class LogSegment:
     def flush(self) -> None:
         with self._lock:
             try:
-                self.fs.fsync(self._handle())
+                with self._handle() as f:
+                    self.fs.fsync(f)
                 if self._offset_index is not None:
                     self._offset_index.flush()
                 if self._time_index is not None:

@@ -9,7 +9,6 @@ Thread-safety: one writer; readers take the lock.
 """
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ class AbortedTxn:
 class TxnIndex:
     def __init__(self, fs: FileSystem, path: str, base_offset: int) -> None:
         self.fs, self.path, self.base_offset = fs, path, base_offset
-        self._f = None  # the append handle, opened on the first append
         self._lock = threading.Lock()
 
     def append(self, txn: AbortedTxn) -> None:
@@ -42,18 +40,19 @@ class TxnIndex:
                     f"aborted transaction ending at {txn.last_offset} does not follow {entries[-1].last_offset}",
                     file=self.path, offset=txn.last_offset)
             try:
-                if self._f is None:
-                    self._f = self.fs.open(self.path, "ab")
-                self.fs.write(self._f, ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
-                                                  txn.last_stable_offset))
+                with self.fs.handle(self.path, "ab+") as f:
+                    self.fs.write(f, ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
+                                              txn.last_stable_offset))
             except OSError as exc:
                 raise KafkaStorageError(f"cannot append to the transaction index: {exc}", file=self.path) from exc
 
     def _entries(self) -> list[AbortedTxn]:
         if not self.fs.exists(self.path):
             return []
-        with open(self.path, "rb") as f:
-            data = f.read()
+        try:
+            data = self.fs.read_bytes(self.path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read the transaction index: {exc}", file=self.path) from exc
         out = []
         for pos in range(0, len(data) - ENTRY.size + 1, ENTRY.size):
             if data[pos] > 0:
@@ -82,7 +81,7 @@ class TxnIndex:
         with self._lock:
             keep = [t for t in self._entries() if t.last_offset < offset]
             if self.fs.exists(self.path):
-                with self.fs.open(self.path, "r+b") as f:
+                with self.fs.handle(self.path, "r+b") as f:
                     self.fs.truncate(f, len(keep) * ENTRY.size)
 
     def reset(self) -> None:
@@ -96,14 +95,13 @@ class TxnIndex:
 
     def flush(self) -> None:
         with self._lock:
-            if self._f is not None:
-                self.fs.fsync(self._f)
+            if self.fs.exists(self.path):
+                self.fs.fsync_path(self.path)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._f is not None:
-                self._f.close()
-                self._f = None
+    def release_handle(self) -> None:
+        self.fs.release(self.path)
+
+    close = release_handle
 
     def rename_to(self, path: str) -> None:
         with self._lock:
@@ -112,4 +110,4 @@ class TxnIndex:
             self.path = path
 
     def size_in_bytes(self) -> int:
-        return os.path.getsize(self.path) if self.fs.exists(self.path) else 0
+        return self.fs.size(self.path) if self.fs.exists(self.path) else 0
