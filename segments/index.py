@@ -31,7 +31,9 @@ class MmapIndex:
     ENTRY = struct.Struct(">ii")
 
     def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int,
-                 writable: bool = True) -> None:
+                 writable: bool = True, log_size: int | None = None) -> None:
+        """Open (or create) the index; with `log_size`, an existing file's entries are validated
+        against a `.log` of that size (CorruptIndexError, file closed, when they are wrong)."""
         self.fs, self.path, self.base_offset, self.writable = fs, path, base_offset, writable
         self.entry_size = self.ENTRY.size
         self._lock = threading.RLock()
@@ -48,6 +50,12 @@ class MmapIndex:
         except OSError as exc:
             raise KafkaStorageError(f"cannot open index: {exc}", file=path) from exc
         self.entries = 0 if new else length // self.entry_size
+        if log_size is not None and not new:
+            try:
+                self.validate(log_size)
+            except CorruptIndexError:
+                self.close_unchanged()
+                raise
 
     def _round(self, size: int) -> int:
         return size - size % self.entry_size
@@ -184,6 +192,30 @@ class MmapIndex:
             self._write_pending()
             self.fs.rename(self.path, path)
             self.path = path
+
+    def close_unchanged(self) -> None:
+        """Release the mapping without trimming the file (an index about to be rebuilt)."""
+        with self._lock:
+            self._pending.clear()
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+            self.fs.release(self.path)
+
+    def validate(self, log_size: int) -> None:
+        """Kafka's sanity check, then every entry: keys and values ordered and in range. Kafka trusts
+        the entries; here garbage in an index never steers a read."""
+        self.sanity_check()
+        if self.entries:
+            self._write_pending()
+            problem = self._check_entries(self.ENTRY.iter_unpack(self._map[:self.entries * self.entry_size]),
+                                          log_size)
+            if problem:
+                raise CorruptIndexError(problem, file=self.path)
+
+    def _check_entries(self, entries, log_size: int) -> str | None:
+        """What is wrong with the unpacked entries, or None (per index type)."""
+        raise NotImplementedError
 
     def sanity_check(self) -> None:
         """Kafka's checks: whole entries, and (per index type) ordered keys past the base offset."""

@@ -64,6 +64,7 @@ class LocalLog:
 
     def _new_segment(self, base: int) -> LogSegment:
         seg = LogSegment(self.fs, self.dir, base, self.config.segment, self.clock.time_ms())
+        seg.on_repair = self.recovery.note
         seg.resize_indexes(self.config.segment_index_bytes)
         self.segments.add(seg)
         self.active_segment = seg
@@ -137,7 +138,9 @@ class LocalLog:
                 break
             limit = None if upper_bound >= leo else seg.translate_offset(upper_bound,
                                                                          seg.offset_index.lookup(upper_bound)[1])
-            got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message)
+            nxt = self.segments.next_base(seg.base_offset)
+            got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message,
+                           upper=leo if nxt is None else nxt)
             if got is None:
                 continue  # nothing at or after start_offset in this segment (a gap): try the next
             return FetchData(start_offset, seg.base_offset, got[0], got[1])

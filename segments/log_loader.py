@@ -40,10 +40,16 @@ class RecoveryReport:
     bytes_truncated: int = 0
     segments_dropped: list[int] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)  # what else was found wrong and repaired, in words
 
-    def recover(self, seg: LogSegment) -> int:
-        """Re-validate `seg`, truncating a damaged tail; returns the bytes cut."""
-        truncated = seg.recover()
+    def note(self, what: str) -> None:
+        """Record a repair (segments call this when an index had to be rebuilt, even long after open)."""
+        self.repairs.append(what)
+        log.warning("%s", what)
+
+    def recover(self, seg: LogSegment, upper: int | None = None) -> int:
+        """Re-validate `seg` (its offsets ending below `upper`), truncating a damaged tail; returns the bytes cut."""
+        truncated = seg.recover(upper)
         self.segments_recovered.append(seg.base_offset)
         self.bytes_truncated += truncated
         return truncated
@@ -74,16 +80,22 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
             fs.remove(os.path.join(directory, f))
             report.files_removed.append(f)
     now = clock.time_ms()
-    for base in sorted(logs):
+    bases = sorted(logs)
+    for i, base in enumerate(bases):
         seg = LogSegment(fs, directory, base, config.segment, now)
+        seg.on_repair = report.note
         segments.add(seg)
         if not _indexes_usable(seg):
-            report.recover(seg)
+            report.recover(seg, bases[i + 1] if i + 1 < len(bases) else None)
+    if clean_shutdown and len(segments) and recovery_point != segments.last.read_next_offset():
+        report.note(f"the log ends at {segments.last.read_next_offset()} but was closed at {recovery_point}: "
+                    f"recovering from there")
+        clean_shutdown = report.clean_shutdown = False
     if not clean_shutdown:
         for seg in segments.from_offset(recovery_point):
             if seg.base_offset not in segments or seg.base_offset in report.segments_recovered:
                 continue  # dropped after an earlier truncation, or just rebuilt for a missing index
-            if report.recover(seg):
+            if report.recover(seg, segments.next_base(seg.base_offset)):
                 _drop(segments, segments.after(seg.base_offset), report)
     if len(segments) and segments.last.read_next_offset() < log_start_offset:
         _drop(segments, segments.all(), report)
@@ -91,7 +103,7 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
         segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now))
     next_offset = segments.last.read_next_offset()
     segments.last.resize_indexes(config.segment_index_bytes)
-    if report.segments_recovered or report.files_removed or report.segments_dropped:
+    if report.segments_recovered or report.files_removed or report.segments_dropped or report.repairs:
         log.warning("recovered %s: %s", directory, report)
     return LoadedLog(segments, next_offset, max(log_start_offset, segments.first.base_offset),
                      next_offset if clean_shutdown else min(recovery_point, next_offset), report)

@@ -59,6 +59,12 @@ class LogSegments:
         with self._lock:
             return [self._segments[b] for b in self._bases[bisect.bisect_right(self._bases, base_offset):]]
 
+    def next_base(self, base_offset: int) -> int | None:
+        """The base offset of the segment after the one at `base_offset`, None for the last."""
+        with self._lock:
+            i = bisect.bisect_right(self._bases, base_offset)
+            return self._bases[i] if i < len(self._bases) else None
+
     def from_offset(self, offset: int) -> Iterator[LogSegment]:
         """The segment holding `offset` (the greatest base <= offset, else the first), then every later one,
         lazily: a read usually needs only the first, and a log may have thousands."""

@@ -47,6 +47,15 @@ class OffsetIndex(MmapIndex):
             slot -= 1
         self.truncate_to_entries(slot + 1)
 
+    def _check_entries(self, entries, log_size: int) -> str | None:
+        prev_rel, prev_pos = -1, -1
+        for i, (rel, pos) in enumerate(entries):
+            if rel <= prev_rel or pos <= prev_pos or pos >= log_size:
+                return (f"entry {i} ({rel}, {pos}) does not follow ({prev_rel}, {prev_pos}) within a log of "
+                        f"{log_size} bytes")
+            prev_rel, prev_pos = rel, pos
+        return None
+
     def sanity_check(self) -> None:
         super().sanity_check()
         if self.entries and self.last_offset < self.base_offset:

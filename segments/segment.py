@@ -23,7 +23,13 @@ import random
 import threading
 from dataclasses import dataclass
 
-from engine.common.errors import CorruptRecordError, KafkaError, KafkaStorageError, RecordBatchTooLargeError
+from engine.common.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    KafkaError,
+    KafkaStorageError,
+    RecordBatchTooLargeError,
+)
 from engine.record import codec
 from segments import names
 from segments.fs import FileSystem
@@ -70,6 +76,7 @@ class LogSegment:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
+        self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
@@ -90,23 +97,29 @@ class LogSegment:
     # --- indexes (opened lazily: a directory of many segments opens fast) ----------------------
     @property
     def offset_index(self) -> OffsetIndex:
-        if self._offset_index is not None:
-            return self._offset_index
-        with self._lock:
-            if self._offset_index is None:
-                self._offset_index = OffsetIndex(self.fs, self._path(names.INDEX), self.base_offset,
-                                                 self.config.max_index_size, self.writable)
-            return self._offset_index
+        if self._offset_index is None:
+            self._open_index(names.INDEX)
+        return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
-        if self._time_index is not None:
-            return self._time_index
+        if self._time_index is None:
+            self._open_index(names.TIME_INDEX)
+        return self._time_index
+
+    def _open_index(self, kind: str, check: bool = True) -> None:
+        """Open one index; with `check`, an existing one whose entries are wrong makes both be rebuilt."""
         with self._lock:
-            if self._time_index is None:
-                self._time_index = TimeIndex(self.fs, self._path(names.TIME_INDEX), self.base_offset,
-                                             self.config.max_index_size, self.writable)
-            return self._time_index
+            attr, cls = ("_offset_index", OffsetIndex) if kind == names.INDEX else ("_time_index", TimeIndex)
+            if getattr(self, attr) is not None:
+                return
+            size = self._size if check and self.writable else None
+            try:
+                setattr(self, attr, cls(self.fs, self._path(kind), self.base_offset, self.config.max_index_size,
+                                        self.writable, log_size=size))
+            except CorruptIndexError as exc:
+                self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
+                self.rebuild_indexes()
 
     def index_files_exist(self) -> bool:
         return self.fs.exists(self._path(names.INDEX))
@@ -194,23 +207,61 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = True) -> tuple[int, memoryview] | None:
+             min_one_message: bool = True, upper: int | None = None) -> tuple[int, memoryview] | None:
         """(position, view) of whole batches from the one holding `start_offset`, at most `max_size`
-        bytes (or one batch with min_one_message) and never past `max_position`; None past the end."""
-        start = self.translate_offset(start_offset, self.offset_index.lookup(start_offset)[1])
-        if start is None:
+        bytes (or one batch with min_one_message) and never past `max_position`; None past the end.
+        Every batch from the indexed one to the last returned is checked to continue its predecessor and
+        to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise."""
+        try:
+            found = self._locate(start_offset, upper)
+        except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
+            with self._lock:
+                self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
+                self.rebuild_indexes()
+            found = self._locate(start_offset, upper)
+        if found is None:
             return None
+        start, prev_last = found
         limit = self._size if max_position is None else min(max_position, self._size)
         if start.position >= limit:
             return start.position, memoryview(b"")
         want = max(max_size, start.size) if min_one_message else max_size
         data = self.window(start.position, min(limit, start.position + want))
         end = 0
-        for batch in codec.iter_batches(data):  # the whole batches inside the window
+        for batch in codec.iter_batches(data, position=start.position, source=self.log_path):
             if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
                 break
+            if end:
+                self._check_follows(batch, prev_last, upper)
+            prev_last = batch.last_offset
             end += batch.size_in_bytes
         return start.position, data[:end]
+
+    def _locate(self, offset: int, upper: int | None) -> tuple[OffsetPosition, int] | None:
+        """The first batch whose last offset >= `offset`, with the last offset of the batch before it,
+        scanned from the offset index's entry and checked batch by batch on the way."""
+        entry_offset, position = self.offset_index.lookup(offset)
+        prev_last = self.base_offset - 1
+        for batch in self.batches(position):
+            if batch.position == position and position > 0:
+                if batch.last_offset != entry_offset:
+                    raise CorruptIndexError(f"the entry for offset {entry_offset} points at a batch ending at "
+                                            f"{batch.last_offset}", file=self.offset_index.path, position=position)
+            else:
+                self._check_follows(batch, prev_last, upper)
+            if batch.last_offset >= offset:
+                return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes), prev_last
+            prev_last = batch.last_offset
+        return None
+
+    def _check_follows(self, batch, prev_last: int, upper: int | None) -> None:
+        """A batch's offsets must lie above its predecessor's and below `upper` (corruption otherwise)."""
+        if batch.base_offset <= prev_last or batch.last_offset < batch.base_offset or (
+                upper is not None and batch.last_offset >= upper):
+            raise CorruptRecordError(
+                f"batch offsets [{batch.base_offset}, {batch.last_offset}] do not follow offset {prev_last}"
+                + ("" if upper is None else f" and end below {upper}"),
+                file=self.log_path, position=batch.position, offset=batch.base_offset)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` and offset >= starting_offset."""
@@ -344,45 +395,62 @@ class LogSegment:
             self._max_ts = None
             return removed
 
-    def recover(self) -> int:
-        """Validate every batch, truncate at the first invalid one, rebuild the indexes; return bytes removed."""
+    def recover(self, upper: int | None = None) -> int:
+        """Validate every batch (size, CRC, offsets continuing and below `upper`), truncate at the first
+        invalid one and rebuild the indexes; return the bytes removed."""
         with self._lock:
-            self.offset_index.reset(self.config.max_index_size)
-            self.time_index.reset(self.config.max_index_size)
-            self.txn_index.reset()
-            valid = last_index_entry = 0
-            max_ts = (-1, self.base_offset)
-            offsets, times, last_indexed_ts = bytearray(), bytearray(), -1  # entries, written in one go
-            base, interval = self.base_offset, self.config.index_interval_bytes
-            try:
-                for batch in self.batches():
-                    batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
-                    if not 0 <= batch.last_offset - base <= INT32_MAX:
-                        raise CorruptRecordError("batch offset out of the segment's int32 range",
-                                                 file=self.log_path, position=batch.position)
-                    if batch.max_timestamp > max_ts[0]:
-                        max_ts = (batch.max_timestamp, batch.last_offset)
-                    if valid - last_index_entry > interval:  # Kafka's cadence, as in append()
-                        offsets += OffsetIndex.ENTRY.pack(batch.last_offset - base, valid)
-                        if max_ts[0] > last_indexed_ts:
-                            times += TimeIndex.ENTRY.pack(max_ts[0], max_ts[1] - base)
-                            last_indexed_ts = max_ts[0]
-                        last_index_entry = valid
-                    valid += batch.size_in_bytes
-            except KafkaError as exc:  # the first invalid batch ends the valid prefix
-                log.warning("recovering %s: stopped at position %d: %s", self.log_path, valid, exc)
+            valid = self._index_valid_prefix(upper, recovering=True)
             truncated = self._size - valid
             if truncated:
                 self._truncate_log(valid)
-            self._max_ts = max_ts
-            self.offset_index.load_entries(offsets)
-            self.time_index.load_entries(times)
-            self.offset_index.trim_to_valid_size()
-            self.time_index.maybe_append(*max_ts, skip_full_check=True)
-            self.time_index.trim_to_valid_size()
-            self.bytes_since_last_index_entry = 0
-            self._rolling_ts_loaded = False
             return truncated
+
+    def rebuild_indexes(self, upper: int | None = None) -> None:
+        """Rebuild both indexes from the batches (up to the first that fails the checks of `recover`)."""
+        with self._lock:
+            self._index_valid_prefix(upper, recovering=False)
+
+    def _index_valid_prefix(self, upper: int | None, recovering: bool) -> int:
+        """Re-index the valid prefix of the `.log`; return its length."""
+        for kind in (names.INDEX, names.TIME_INDEX):
+            self._open_index(kind, check=False)
+        self.offset_index.reset(self.config.max_index_size)
+        self.time_index.reset(self.config.max_index_size)
+        if recovering:
+            self.txn_index.reset()
+        valid = last_index_entry = 0
+        max_ts = (-1, self.base_offset)
+        offsets, times, last_indexed_ts = bytearray(), bytearray(), -1  # entries, written in one go
+        base, interval, prev_last = self.base_offset, self.config.index_interval_bytes, self.base_offset - 1
+        try:
+            for batch in self.batches():
+                batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
+                self._check_follows(batch, prev_last, upper)
+                if batch.last_offset - base > INT32_MAX:
+                    raise CorruptRecordError("batch offset out of the segment's int32 range",
+                                             file=self.log_path, position=batch.position)
+                prev_last = batch.last_offset
+                if batch.max_timestamp > max_ts[0]:
+                    max_ts = (batch.max_timestamp, batch.last_offset)
+                if valid - last_index_entry > interval:  # Kafka's cadence, as in append()
+                    offsets += OffsetIndex.ENTRY.pack(batch.last_offset - base, valid)
+                    if max_ts[0] > last_indexed_ts:
+                        times += TimeIndex.ENTRY.pack(max_ts[0], max_ts[1] - base)
+                        last_indexed_ts = max_ts[0]
+                    last_index_entry = valid
+                valid += batch.size_in_bytes
+        except KafkaError as exc:  # the first invalid batch ends the valid prefix
+            log.warning("%s %s: stopped at position %d: %s", "recovering" if recovering else "indexing",
+                        self.log_path, valid, exc)
+        self._max_ts = max_ts
+        self.offset_index.load_entries(offsets)
+        self.time_index.load_entries(times)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.maybe_append(*max_ts, skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self.bytes_since_last_index_entry = 0
+        self._rolling_ts_loaded = False
+        return valid
 
     def read_next_offset(self) -> int:
         """One past the last offset of the last batch, or the base offset when empty."""

@@ -59,6 +59,14 @@ class TimeIndex(MmapIndex):
             n -= 1
         self.truncate_to_entries(n)
 
+    def _check_entries(self, entries, log_size: int) -> str | None:
+        prev_ts, prev_rel = -1, 0
+        for i, (ts, rel) in enumerate(entries):
+            if ts < prev_ts or rel < prev_rel:
+                return f"entry {i} ({ts}, {rel}) goes back from ({prev_ts}, {prev_rel})"
+            prev_ts, prev_rel = ts, rel
+        return None
+
     def sanity_check(self) -> None:
         super().sanity_check()
         if self.entries:

@@ -21,6 +21,7 @@ Thread-safety: appends, roll, flush, truncation and retention hold the log's loc
 """
 from __future__ import annotations
 
+import bisect
 import threading
 from typing import NamedTuple
 
@@ -89,7 +90,7 @@ class UnifiedLog:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
-        self._rebuild_producer_state(clean_shutdown)
+        self._rebuild_producer_state(self.recovery.clean_shutdown)
 
     # --- what the segments say ----------------------------------------------------------------
     @property
@@ -266,7 +267,24 @@ class UnifiedLog:
             raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
                                         offset=start_offset)
         bound = leo if upper_bound is None else min(upper_bound, leo)
-        return self.local.read(start_offset, max_bytes, bound, min_one_message)
+        data = self.local.read(start_offset, max_bytes, bound, min_one_message)
+        self._check_epochs(data)
+        return data
+
+    def _check_epochs(self, data: FetchData) -> None:
+        """Each batch read must carry the leader epoch the checkpoint gives its offsets (the header's epoch is
+        outside the CRC: a flipped one would reach consumers as a wrong record). CorruptRecordError otherwise."""
+        entries = self.leader_epochs.entries
+        if not entries or not data.records.nbytes:
+            return
+        starts = [o for _, o in entries]
+        for batch in codec.iter_batches(data.records, position=data.position, source=self.dir):
+            i = bisect.bisect_right(starts, batch.base_offset) - 1
+            if i >= 0 and batch.partition_leader_epoch != entries[i][0]:
+                raise CorruptRecordError(
+                    f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
+                    f"but epoch {entries[i][0]} leads from offset {entries[i][1]}",
+                    file=self.dir, position=batch.position, offset=batch.base_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` (ListOffsets);
