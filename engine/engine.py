@@ -27,6 +27,7 @@ from engine.common.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaError,
+    KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     not_supported_yet,
@@ -108,8 +109,14 @@ class Engine:
         for (topic, partition), lg in sorted(self._logs.logs().items()):
             if topic in INTERNAL_TOPICS:
                 continue  # a broker's internal topics stay as they are, outside the catalogue
-            topic_id = partition_metadata.read(self.fs, lg.dir)
             rec = self._catalogue.topics.get(topic)
+            try:
+                topic_id = partition_metadata.read(self.fs, lg.dir)
+            except KafkaStorageError as exc:  # unreadable: the catalogue (or a new id) says which topic it is
+                topic_id = rec.topic_id if rec is not None else None
+                lg.recovery.note(f"rewrote {exc.file}: {exc.message}")
+                if topic_id is not None:
+                    partition_metadata.write(self.fs, lg.dir, topic_id)
             if adopt:
                 if rec is None:
                     rec = self._catalogue.topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
@@ -251,6 +258,13 @@ class Engine:
     def partitions_for(self, topic: str) -> int:
         with self._lock:
             return self._topic(topic).partitions
+
+    def recovery_notes(self) -> list[str]:
+        """What opening the directory (and reading it since) found damaged and repaired, in words."""
+        notes = list(self._logs.repairs)
+        for (topic, p), lg in sorted(self._logs.logs().items()):
+            notes += [f"{topic}-{p}: {what}" for what in lg.recovery.describe()]
+        return notes
 
     def log(self, topic: str, partition: int) -> UnifiedLog:
         """The log of one partition (for tools and tests; clients go through `partition()`)."""

@@ -61,6 +61,7 @@ class LogManager:
                        "hw": (self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks), **(tasks or {})}
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], UnifiedLog] = {}
+        self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
         self.fs.makedirs(self.dir)
         self._lock_file = self._acquire_lock()
@@ -116,7 +117,8 @@ class LogManager:
         try:
             return offset_checkpoint.read(self.fs, path)
         except KafkaError as exc:
-            log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
+            self.repairs.append(f"ignored an unreadable checkpoint (its logs are recovered in full): {exc}")
+            log.warning("%s", self.repairs[-1])
             return {}
 
     def _load_logs(self) -> None:

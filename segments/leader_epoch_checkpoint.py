@@ -31,9 +31,12 @@ def parse(text: str, path: str | None = None) -> list[tuple[int, int]]:
     try:
         if int(lines[0]) != 0:
             raise ValueError(f"unsupported version {lines[0]}")
-        entries = [(int(e), int(o)) for e, o in (line.split() for line in lines[2:])]
+        entries = [(int(e), int(o)) for e, o in (line.split(" ") for line in lines[2:])]
         if len(entries) != int(lines[1]):
             raise ValueError(f"expected {lines[1]} entries, found {len(entries)}")
+        if any(e < 0 or o < 0 for e, o in entries) or any(
+                a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
+            raise ValueError("epochs and start offsets must be non-negative and ascending")
     except ValueError as exc:
         raise KafkaStorageError(f"malformed leader-epoch-checkpoint: {exc}", file=path) from exc
     return entries
@@ -45,12 +48,13 @@ class LeaderEpochCache:
     def __init__(self, fs: FileSystem, directory: str) -> None:
         self.fs, self.path = fs, os.path.join(directory, FILE)
         self.entries: list[tuple[int, int]] = []
+        self.load_error: KafkaStorageError | None = None  # why the file on disk was ignored, if it was
         if fs.exists(self.path):
             try:
-                with fs.open(self.path, "rb") as f:
-                    self.entries = parse(f.read().decode("utf-8", "replace"), self.path)
+                self.entries = parse(fs.read_bytes(self.path).decode("utf-8", "replace"), self.path)
             except KafkaStorageError as exc:
                 log.warning("ignoring %s", exc)
+                self.load_error = exc
 
     @property
     def latest_epoch(self) -> int | None:

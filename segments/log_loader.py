@@ -47,6 +47,17 @@ class RecoveryReport:
         self.repairs.append(what)
         log.warning("%s", what)
 
+    def describe(self) -> list[str]:
+        """Everything repaired, in words (empty when nothing was)."""
+        out = []
+        if self.segments_recovered:
+            out.append(f"re-validated segments {self.segments_recovered}, cutting {self.bytes_truncated} bytes")
+        if self.segments_dropped:
+            out.append(f"dropped segments {self.segments_dropped} after a damaged one")
+        if self.files_removed:
+            out.append(f"removed leftover files {self.files_removed}")
+        return out + self.repairs
+
     def recover(self, seg: LogSegment, upper: int | None = None) -> int:
         """Re-validate `seg` (its offsets ending below `upper`), truncating a damaged tail; returns the bytes cut."""
         truncated = seg.recover(upper)
@@ -87,7 +98,9 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
         segments.add(seg)
         if not _indexes_usable(seg):
             report.recover(seg, bases[i + 1] if i + 1 < len(bases) else None)
+    closed_at = None
     if clean_shutdown and len(segments) and recovery_point != segments.last.read_next_offset():
+        closed_at = recovery_point
         report.note(f"the log ends at {segments.last.read_next_offset()} but was closed at {recovery_point}: "
                     f"recovering from there")
         clean_shutdown = report.clean_shutdown = False
@@ -95,7 +108,10 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
         for seg in segments.from_offset(recovery_point):
             if seg.base_offset not in segments or seg.base_offset in report.segments_recovered:
                 continue  # dropped after an earlier truncation, or just rebuilt for a missing index
-            if report.recover(seg, segments.next_base(seg.base_offset)):
+            upper = segments.next_base(seg.base_offset)
+            if upper is None and closed_at is not None and closed_at > seg.base_offset:
+                upper = closed_at  # a clean close said where the log ends: nothing may end past it
+            if report.recover(seg, upper):
                 _drop(segments, segments.after(seg.base_offset), report)
     if len(segments) and segments.last.read_next_offset() < log_start_offset:
         _drop(segments, segments.all(), report)

@@ -36,7 +36,9 @@ def parse(text: str, path: str = "") -> dict[tuple[str, int], int]:
         count = int(lines[1])
         entries = {}
         for line in lines[2:]:
-            topic, partition, offset = line.split()
+            topic, partition, offset = line.split(" ")
+            if int(partition) < 0 or int(offset) < 0:
+                raise ValueError(f"negative partition or offset in {line!r}")
             entries[(topic, int(partition))] = int(offset)
         if len(entries) != count or len(lines) - 2 != count:
             raise ValueError(f"expected {count} entries, found {len(lines) - 2}")
@@ -48,8 +50,12 @@ def parse(text: str, path: str = "") -> dict[tuple[str, int], int]:
 def read(fs: FileSystem, path: str) -> dict[tuple[str, int], int]:
     if not fs.exists(path):
         return {}
-    with fs.open(path, "rb") as f:
-        return parse(f.read().decode("utf-8"), path)
+    data = fs.read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KafkaStorageError(f"malformed checkpoint file: {exc}", file=path) from exc
+    return parse(text, path)
 
 
 def write(fs: FileSystem, path: str, entries: dict[tuple[str, int], int]) -> None:

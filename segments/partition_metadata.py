@@ -30,8 +30,11 @@ def read(fs: FileSystem, directory: str) -> str | None:
     path = os.path.join(directory, FILE)
     if not fs.exists(path):
         return None
-    with fs.open(path, "rb") as f:
-        fields = dict(re.split(r":\s+", line, maxsplit=1) for line in f.read().decode().splitlines() if line)
-    if fields.get("version") != "0" or "topic_id" not in fields:
+    try:
+        fields = dict(re.split(r":\s+", line, maxsplit=1) for line in fs.read_bytes(path).decode().splitlines() if line)
+    except ValueError as exc:  # undecodable bytes, or a line without a "name: value" pair
+        raise KafkaStorageError(f"malformed partition.metadata ({exc})", file=path) from exc
+    topic_id = fields.get("topic_id", "")
+    if fields.get("version") != "0" or not re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id):
         raise KafkaStorageError("malformed partition.metadata", file=path)
-    return fields["topic_id"]
+    return topic_id

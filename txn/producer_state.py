@@ -90,6 +90,7 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self.last_snapshot_offset = -1
+        self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
 
     # --- checks and updates ---------------------------------------------------------------------
     def find_duplicate(self, batch) -> BatchMetadata | None:
@@ -193,7 +194,7 @@ class ProducerStateManager:
                 with self.fs.open(path, "rb") as f:
                     entries = producer_snapshot.decode(f.read(), path)
             except CorruptSnapshotError as exc:
-                log.warning("deleting corrupt producer snapshot: %s", exc)
+                self.on_repair(f"deleted a corrupt producer snapshot: {exc}")
                 self.delete_snapshot(off)
                 continue
             now = self.clock.time_ms()

@@ -87,10 +87,28 @@ class UnifiedLog:
         self.log_start_offset = self.local.loaded_log_start_offset
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.leader_epochs = LeaderEpochCache(fs, directory)
+        if self.leader_epochs.load_error is not None:
+            self.recovery.note(f"ignored an unreadable leader-epoch checkpoint: {self.leader_epochs.load_error}")
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._check_leader_epochs()
         self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
+        self.producer_state.on_repair = self.recovery.note
         self._rebuild_producer_state(self.recovery.clean_shutdown)
+
+    def _check_leader_epochs(self) -> None:
+        """Each checkpointed epoch must be the one the batch holding its start offset carries (and a later
+        epoch must start at a batch's base); otherwise the checkpoint is rebuilt from the batch headers."""
+        cache = self.leader_epochs
+        for i, (epoch, start) in enumerate(cache.entries):
+            batch = next(iter(self.local.read(start, 1, self.log_end_offset, True).batches(self.dir)), None)
+            if batch is None or batch.partition_leader_epoch != epoch or (i and batch.base_offset != start):
+                break
+        else:
+            return
+        self.recovery.note(f"rebuilt {cache.path}: epoch {epoch} at offset {start} does not match the log")
+        cache.clear()
+        self._replay_epochs(self.log_start_offset, self.log_end_offset, producers=False)
 
     # --- what the segments say ----------------------------------------------------------------
     @property
@@ -143,12 +161,15 @@ class UnifiedLog:
     def _replay(self, offset: int, end: int) -> None:
         """Feed the batches in [offset, end) to the producer state and the leader-epoch cache (a crash may
         have come between an append and its checkpoint), as a follower append would."""
+        self._replay_epochs(offset, end, producers=True)
+
+    def _replay_epochs(self, offset: int, end: int, producers: bool) -> None:
         while offset < end:
             data = self.local.read(offset, REPLAY_CHUNK, end, True)
             last = offset
             for batch in data.batches(self.dir):
                 self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
-                if batch.producer_id >= 0:
+                if producers and batch.producer_id >= 0:
                     self.producer_state.update(batch, batch.base_offset, batch.max_timestamp)
                 last = batch.next_offset
             if last == offset:

@@ -178,6 +178,7 @@ def recover(args: argparse.Namespace, out: Output) -> int:
     rows = []
     with engine.open(path, background=False) as eng:
         clean = eng.clean_shutdown
+        notes = eng.recovery_notes()
         for topic in eng.list_topics():
             for p in progress(range(eng.partitions_for(topic)), desc=f"recover {topic}"):
                 r = eng.log(topic, p).recovery
@@ -188,9 +189,10 @@ def recover(args: argparse.Namespace, out: Output) -> int:
     set_aside = sorted(e for e in set(os.listdir(path)) - before if e.endswith("-stray"))
     text = [f"{r['topic']}-{r['partition']}: re-validated segments {r['segmentsRecovered']}, truncated "
             f"{r['bytesTruncated']} bytes, dropped segments {r['segmentsDropped']}, removed {r['filesRemoved']}"
-            for r in rows] + [f"set aside (unknown to the catalogue): {e}" for e in set_aside]
+            for r in rows] + [f"set aside (unknown to the catalogue): {e}" for e in set_aside] + notes
     summary = ("the last shutdown was clean: nothing to recover (--full re-validates anyway)"
-               if clean and not rows and not set_aside else f"{len(rows)} partition(s) changed")
-    out.result({"directory": path, "cleanShutdown": clean, "partitions": rows, "setAside": set_aside},
+               if clean and not rows and not set_aside and not notes else f"{len(rows)} partition(s) changed")
+    out.result({"directory": path, "cleanShutdown": clean, "partitions": rows, "setAside": set_aside,
+                "repairs": notes},
                "\n".join(text + [summary]))
     return 0
