@@ -288,13 +288,22 @@ class Engine:
             return rec.partitions, self._log_config(topic).max_message_bytes
 
     def append(self, topic: str, partition: int, data, acks: int = -1) -> AppendInfo:
-        """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader."""
+        """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader;
+        KafkaStorageError while the directory's background work is failing."""
         self._check_open()
+        self._logs.check_health()
         info = self.partition(topic, partition).append(data, acks)
         if self._waiters:
             for ev in list(self._waiters):
                 ev.set()
         return info
+
+    def flush(self) -> None:
+        """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""
+        self._check_open()
+        for lg in self._logs.logs().values():
+            lg.flush()
+        self._logs.check_health()
 
     def wait_for_data(self, event: threading.Event, timeout_ms: float) -> None:
         """Block until an append (event registered with `watch`) or `timeout_ms` of clock time."""

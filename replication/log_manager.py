@@ -21,7 +21,12 @@ import time
 import uuid
 
 from engine.common.clock import Clock, SystemClock
-from engine.common.errors import KafkaError, LogDirectoryLockedError, UnknownTopicOrPartitionError
+from engine.common.errors import (
+    KafkaError,
+    KafkaStorageError,
+    LogDirectoryLockedError,
+    UnknownTopicOrPartitionError,
+)
 from segments import names, offset_checkpoint, partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
@@ -42,6 +47,7 @@ class LogManager:
     FLUSH_CHECK_MS = 1_000
     CHECKPOINT_MS = 60_000
     HW_CHECKPOINT_MS = 5_000
+    RETRY_MS = 1_000
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
@@ -61,6 +67,7 @@ class LogManager:
                        "hw": (self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks), **(tasks or {})}
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], UnifiedLog] = {}
+        self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
         self.fs.makedirs(self.dir)
@@ -185,12 +192,33 @@ class LogManager:
             now = self.clock.time_ms()
             for task in [t for t, at in due.items() if at <= now]:
                 every, run = self._tasks[task]
-                try:
-                    run()
-                except KafkaError as exc:
-                    log.error("background %s task failed: %s", task, exc)
-                due[task] = now + every
+                due[task] = now + (every if self._run_task(task, run) else min(every, self.RETRY_MS))
             self.clock.wait(self._stop, max(1, min(due.values()) - self.clock.time_ms()))
+
+    def _run_task(self, task: str, run) -> bool:
+        """Run one background task; a failure is logged and kept (see `check_health`), never the thread's end."""
+        try:
+            run()
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the thread must survive and say so
+            error = exc if isinstance(exc, KafkaStorageError) else KafkaStorageError(
+                f"background {task} task failed: {exc}", file=self.dir)
+            log.error("background %s task failed (retrying): %s", task, exc)
+            with self._lock:
+                self._failures[task] = error
+            return False
+        with self._lock:
+            self._failures.pop(task, None)
+        return True
+
+    def check_health(self) -> None:
+        """KafkaStorageError while a background task (flush, checkpoint, retention) keeps failing."""
+        if self._failures:
+            with self._lock:
+                failures = list(self._failures.items())
+            if failures:
+                task, error = failures[0]
+                raise KafkaStorageError(f"the log directory's background {task} is failing: {error.message}",
+                                        file=error.file or self.dir) from error
 
     def flush_due_logs(self) -> int:
         return sum(lg.maybe_flush_on_time() for lg in self.logs().values())

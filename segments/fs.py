@@ -28,6 +28,8 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
+from engine.common.errors import KafkaStorageError
+
 
 def default_fd_budget() -> int:
     """A quarter of the process's soft descriptor limit, between 16 and 1024."""
@@ -212,11 +214,11 @@ class FileSystem:
                 self.write(f, data)
                 self.fsync(f)
             self.rename(tmp, path)
-        except OSError:
+            self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
             if os.path.exists(tmp):
                 os.remove(tmp)
-            raise
-        self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+            raise KafkaStorageError(f"cannot write: {exc}", file=path) from exc
 
     def lock(self, path: str) -> BinaryIO:
         """Hold an exclusive POSIX record lock on `path` (as Java's FileChannel.lock); BlockingIOError if taken."""

@@ -61,18 +61,25 @@ class MmapIndex:
         return size - size % self.entry_size
 
     def _map_file(self, length: int) -> None:
-        """Map the first `length` bytes; the descriptor is closed at once (the mapping outlives it)."""
+        """Map the first `length` bytes; the descriptor is closed at once (the mapping outlives it). Until a
+        failed mapping is retried (`_mapped`), the index has that many slots and no mapping."""
         self._map = None
+        self.max_entries = length // self.entry_size
         if length:
             with self.fs.open(self.path, "r+b" if self.writable else "rb") as f:
                 self._map = self.fs.mmap(f, length, self.writable)
-        self.max_entries = length // self.entry_size
+
+    def _mapped(self):
+        """The mapping, made again if a failed resize left none."""
+        if self._map is None and self.max_entries:
+            self._map_file(self.max_entries * self.entry_size)
+        return self._map
 
     # --- entries --------------------------------------------------------------------------------
     def _raw(self, slot: int) -> tuple:
         if self._pending:
             self._write_pending()
-        return self.ENTRY.unpack_from(self._map, slot * self.entry_size)
+        return self.ENTRY.unpack_from(self._mapped(), slot * self.entry_size)
 
     def _last_raw(self) -> tuple | None:
         if self._last is None and self.entries:
@@ -126,7 +133,7 @@ class MmapIndex:
     def _search(self, key: int) -> int:
         if self._pending:
             self._write_pending()
-        return codec.index_search(self._map, self.entries, self.entry_size, key) if self.entries else -1
+        return codec.index_search(self._mapped(), self.entries, self.entry_size, key) if self.entries else -1
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
@@ -149,10 +156,16 @@ class MmapIndex:
             length = max(self._round(new_size), self.size_in_bytes())
             if self._map is not None and len(self._map) == length:
                 return
+            old = self.max_entries * self.entry_size
             if self._map is not None:
                 self._map.close()
-            with self.fs.handle(self.path, "r+b") as f:
-                self.fs.truncate(f, length)
+                self._map = None
+            try:
+                with self.fs.handle(self.path, "r+b") as f:
+                    self.fs.truncate(f, length)
+            except OSError:
+                self._map_file(old)  # the file kept its old length: so does the mapping
+                raise
             self._map_file(length)
 
     def trim_to_valid_size(self) -> None:

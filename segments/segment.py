@@ -85,6 +85,7 @@ class LogSegment:
         self._rolling_ts: int | None = None
         self._rolling_ts_loaded = False
         self.bytes_since_last_index_entry = 0
+        self._cut_pending: int | None = None  # where a failed write must be cut back to before the next one
         jitter = min(config.segment_jitter_ms, config.segment_ms)
         self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
 
@@ -327,6 +328,13 @@ class LogSegment:
         if not size:
             return
         with self._lock:
+            if self._cut_pending is not None:  # an earlier failed write left bytes that could not be cut then
+                try:
+                    self._truncate_log(self._cut_pending)
+                except OSError as exc:
+                    raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=self.log_path,
+                                            position=self._cut_pending) from exc
+                self._cut_pending = None
             position = self._size
             if position == 0:
                 self._rolling_ts, self._rolling_ts_loaded = largest_timestamp, True
@@ -359,7 +367,8 @@ class LogSegment:
         """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""
         try:
             self._truncate_log(position)
-        except (OSError, KafkaError) as exc:  # then recovery cuts it on the next open
+        except (OSError, KafkaError) as exc:  # cut before the next append (or by recovery on the next open)
+            self._cut_pending = position
             log.error("could not cut a failed append back to %d in %s: %s", position, self.log_path, exc)
 
     def _truncate_log(self, size: int) -> None:

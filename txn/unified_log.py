@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from engine.common.clock import Clock
@@ -30,6 +31,7 @@ from engine.common.errors import (
     CorruptRecordError,
     InvalidOffsetError,
     InvalidRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -247,13 +249,22 @@ class UnifiedLog:
         return batches
 
     def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int) -> None:
-        if self.local.should_roll(size, max_ts, last):
-            self._roll(first)
-        self.local.append(last, max_ts, offset_of_max, data, size)
+        with self._storage("append"):
+            if self.local.should_roll(size, max_ts, last):
+                self._roll(first)
+            self.local.append(last, max_ts, offset_of_max, data, size)
+
+    @contextmanager
+    def _storage(self, what: str):
+        """An OSError from below becomes KafkaStorageError naming this log (typed errors pass as they are)."""
+        try:
+            yield
+        except OSError as exc:
+            raise KafkaStorageError(f"{what} failed: {exc}", file=getattr(exc, "filename", None) or self.dir) from exc
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, LEO); the old one is flushed."""
-        with self._lock:
+        with self._lock, self._storage("roll"):
             return self._roll(expected_next_offset)
 
     def _roll(self, expected_next_offset: int | None) -> LogSegment:
@@ -267,12 +278,12 @@ class UnifiedLog:
     # --- flushing -------------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, offset); advance the recovery point."""
-        with self._lock:
+        with self._lock, self._storage("flush"):
             self.local.flush(offset)
 
     def maybe_flush_on_time(self) -> bool:
         """Flush if `flush.ms` passed since the last flush (the background flusher calls this)."""
-        with self._lock:
+        with self._lock, self._storage("flush"):
             if self.local.flush_due():
                 self.local.flush()
                 return True

@@ -81,8 +81,9 @@ cdef class RecordFuture:
         self.index = index
 
     def get(self, timeout=None):
-        """The record's metadata once its batch is appended (sending it now if it is pending)."""
-        return self.batch.wait(self.index)
+        """The record's metadata once its batch is appended (sending it now if it is pending); KafkaTimeoutError
+        after `timeout` seconds."""
+        return self.batch.wait(self.index, timeout)
 
     @property
     def is_done(self):

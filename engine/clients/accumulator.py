@@ -81,10 +81,11 @@ class ProducerBatch:
                               ts if self.log_append_time < 0 else self.log_append_time, None, key_size, value_size,
                               header_size)
 
-    def wait(self, index: int) -> RecordMetadata:
-        """Push the batch out if it is still pending, then return record `index`'s metadata."""
+    def wait(self, index: int, timeout: float | None = None) -> RecordMetadata:
+        """Push the batch out if it is still pending (waiting at most `timeout` seconds), then return record
+        `index`'s metadata."""
         if not self.done:
-            self.drain(self)
+            self.drain(self, timeout)
         return self.result(index)
 
     def on_done(self, index: int, callback, errback) -> None:
@@ -136,8 +137,9 @@ class RecordFuture:
         self.batch, self.index = batch, index
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
-        """The record's metadata once its batch is appended (sending it now if it is pending)."""
-        return self.batch.wait(self.index)
+        """The record's metadata once its batch is appended (sending it now if it is pending); KafkaTimeoutError
+        after `timeout` seconds."""
+        return self.batch.wait(self.index, timeout)
 
     @property
     def is_done(self) -> bool:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from engine.clients import accumulator
 from engine.clients.accumulator import ProducerBatch
 from engine.common.clock import SystemClock
-from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError
+from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
 from engine.record import batch_format as bf
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
@@ -79,6 +79,9 @@ class Producer:
         self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) if self.idempotent else (-1, -1)
         self._sequences: dict[tuple[str, int], int] = {}
         self._send_lock = threading.RLock()
+        self._handoff: list[ProducerBatch] = []  # sealed batches taken for the sender thread to append
+        self._draining: list[ProducerBatch] = []  # the batches the current drain is appending
+        self._handoff_lock = threading.Lock()
         self._wake, self._stop = threading.Event(), threading.Event()
         self._closed = self._flushing = False
         self._idle = True
@@ -103,17 +106,46 @@ class Producer:
 
     # --- moving batches -------------------------------------------------------------------------
     def _drain(self) -> None:
-        """Append every sealed batch, in sealing order."""
+        """Append every sealed batch, in sealing order (those handed to the sender first: they were sealed
+        before any still in the accumulator)."""
         with self._send_lock:
-            for batch in self._acc.take_sealed():
+            with self._handoff_lock:
+                batches, self._handoff = self._handoff, []
+                self._draining = batches = batches + self._acc.take_sealed()
+            for batch in batches:
                 self._append(batch)
 
-    def _force(self, batch: ProducerBatch) -> None:
-        """A future's get() on a pending batch: seal and append it now."""
+    def _force(self, batch: ProducerBatch, timeout: float | None = None) -> None:
+        """A future's get() on a pending batch: seal and append it now (in this thread), or, with a
+        timeout, have the sender append it and wait at most that long (KafkaTimeoutError)."""
         self._acc.seal(batch)
+        if timeout is not None:
+            self._await([batch], timeout)
+            return
         self._drain()
         if not batch.done:
             batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
+
+    def _await(self, targets: list[ProducerBatch], timeout: float) -> None:
+        """Hand every sealed batch to the sender thread and wait up to `timeout` seconds for `targets`."""
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise InvalidConfigurationError(f"timeout={timeout!r} must be a number of seconds >= 0")
+        with self._handoff_lock:
+            self._handoff += self._acc.take_sealed()
+        if self._closed and not self._flushing:
+            self._drain()
+        self._wake.set()
+        if hasattr(self._clock, "wake"):
+            self._clock.wake()
+        deadline = self._clock.time_ms() + timeout * 1000
+        for batch in targets:
+            if batch.done:
+                continue
+            done = threading.Event()
+            batch.on_done(0, lambda _meta: done.set(), lambda _exc: done.set())
+            if not batch.done and not self._clock.wait(done, deadline - self._clock.time_ms()):
+                raise KafkaTimeoutError(f"the batch for {batch.topic}-{batch.partition} was not appended within "
+                                        f"{timeout} s; it is still being sent")
 
     def _append(self, batch: ProducerBatch) -> None:
         if self._closed and not self._flushing:
@@ -186,9 +218,16 @@ class Producer:
         return out
 
     def flush(self, timeout: float | None = None) -> None:
-        """Append everything sent so far."""
+        """Append everything sent so far; with `timeout` (seconds), KafkaTimeoutError if that takes longer
+        (the batches are still sent)."""
         self._acc.seal_all()
-        self._drain()
+        if timeout is None:
+            self._drain()
+            return
+        with self._handoff_lock:
+            self._handoff += self._acc.take_sealed()
+            pending = [b for b in self._draining + self._handoff if not b.done]
+        self._await(pending, timeout)
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(range(self._engine.partitions_for(topic)))
