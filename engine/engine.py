@@ -65,12 +65,18 @@ class Engine:
 
     def __init__(self, path: str, *, clock: Clock | None = None, fs: FileSystem | None = None,
                  background: bool = True, topic_defaults: dict | None = None,
-                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, **unknown) -> None:
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
+                 **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = os.path.abspath(path)
         self.clock = clock or SystemClock()
-        self.fs = fs or FileSystem()
+        if fd_budget is not None and (not isinstance(fd_budget, int) or isinstance(fd_budget, bool)
+                                      or fd_budget < 4):
+            raise InvalidConfigurationError(f"fd_budget={fd_budget!r} must be an int >= 4")
+        self.fs = fs or FileSystem(fd_budget)
+        if fs is not None and fd_budget is not None:
+            fs.fd_budget = fd_budget
         self.defaults = LogConfig.from_dict(topic_defaults)
         if not isinstance(producer_id_expiration_ms, int) or producer_id_expiration_ms < 1:
             raise InvalidConfigurationError(f"producer.id.expiration.ms={producer_id_expiration_ms!r} must be >= 1")

@@ -49,7 +49,7 @@ class FileSystem:
 
     def __init__(self, fd_budget: int | None = None) -> None:
         self.fd_budget = fd_budget or default_fd_budget()
-        self._handles: OrderedDict[tuple[str, str], _Handle] = OrderedDict()
+        self._handles: OrderedDict[tuple, object] = OrderedDict()  # (path, mode) -> _Handle; ("map", id) -> owner
         self._pool_lock = threading.Lock()
 
     # --- the descriptor pool ------------------------------------------------------------------
@@ -81,38 +81,61 @@ class FileSystem:
             with self._pool_lock:
                 entry.pins -= 1
 
-    def _victims(self) -> list[BinaryIO]:
-        """Unpinned handles to close, oldest first, until the pool is within budget (lock held)."""
+    def _victims(self) -> list:
+        """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held)."""
         victims = []
         excess = len(self._handles) - self.fd_budget
         for key in list(self._handles):
             if excess <= 0:
                 break
-            if self._handles[key].pins == 0:
-                victims.append(self._handles.pop(key).file)
+            entry = self._handles[key]
+            if not isinstance(entry, _Handle) or entry.pins == 0:
+                victims.append(self._handles.pop(key))
                 excess -= 1
         return victims
 
-    @staticmethod
-    def _close_all(files: list[BinaryIO]) -> None:
-        for f in files:
-            f.close()
+    def _close_all(self, victims: list) -> None:
+        for v in victims:
+            if isinstance(v, _Handle):
+                v.file.close()
+            elif not v.unmap():  # busy right now: it stays, counted, and goes another time
+                with self._pool_lock:
+                    self._handles[("map", id(v))] = v
+
+    def track_map(self, owner) -> None:
+        """`owner` holds a mapping, which holds a descriptor (CPython keeps a duplicate); it counts against the
+        budget, is moved to the young end on each use, and `owner.unmap()` (False when busy) drops it when the
+        pool needs room (the owner maps again on its next use)."""
+        key = ("map", id(owner))
+        with self._pool_lock:
+            if key in self._handles:
+                self._handles.move_to_end(key)
+                return
+            self._handles[key] = owner
+            victims = self._victims()
+        self._close_all(victims)
+
+    def untrack_map(self, owner) -> None:
+        with self._pool_lock:
+            self._handles.pop(("map", id(owner)), None)
 
     def release(self, path: str) -> None:
         """Close the pooled handles on `path` (before it is renamed, replaced or removed)."""
         with self._pool_lock:
             doomed = [k for k in self._handles if k[0] == path and self._handles[k].pins == 0]
-            files = [self._handles.pop(k).file for k in doomed]
+            files = [self._handles.pop(k) for k in doomed]
         self._close_all(files)
 
     def open_handles(self) -> int:
+        """Descriptors the pool holds now (handles and mappings)."""
         with self._pool_lock:
             return len(self._handles)
 
     def close_pool(self) -> None:
-        """Close every unpinned pooled handle."""
+        """Close every unpinned pooled handle (mappings stay with their owners)."""
         with self._pool_lock:
-            files = [self._handles.pop(k).file for k in list(self._handles) if self._handles[k].pins == 0]
+            files = [self._handles.pop(k) for k in list(self._handles)
+                     if isinstance(self._handles[k], _Handle) and self._handles[k].pins == 0]
         self._close_all(files)
 
     # --- single operations ----------------------------------------------------------------------
@@ -167,7 +190,7 @@ class FileSystem:
 
     def rmtree(self, path: str) -> None:
         with self._pool_lock:
-            inside = [k for k in self._handles if k[0].startswith(path + os.sep)]
+            inside = [k for k in self._handles if k[0] != "map" and k[0].startswith(path + os.sep)]
         for key in inside:
             self.release(key[0])
         shutil.rmtree(path)

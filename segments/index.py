@@ -64,22 +64,40 @@ class MmapIndex:
         """Map the first `length` bytes; the descriptor is closed at once (the mapping outlives it). Until a
         failed mapping is retried (`_mapped`), the index has that many slots and no mapping."""
         self._map = None
+        self.fs.untrack_map(self)
         self.max_entries = length // self.entry_size
         if length:
             with self.fs.open(self.path, "r+b" if self.writable else "rb") as f:
                 self._map = self.fs.mmap(f, length, self.writable)
+            self.fs.track_map(self)
 
     def _mapped(self):
-        """The mapping, made again if a failed resize left none."""
-        if self._map is None and self.max_entries:
-            self._map_file(self.max_entries * self.entry_size)
+        """The mapping (lock held), made again if the descriptor pool dropped it or a failed resize left none."""
+        if self._map is None:
+            if self.max_entries:
+                self._map_file(self.max_entries * self.entry_size)
+        else:
+            self.fs.track_map(self)
         return self._map
+
+    def unmap(self) -> bool:
+        """Drop the mapping for the descriptor pool (False, kept, while the index is in use)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+            return True
+        finally:
+            self._lock.release()
 
     # --- entries --------------------------------------------------------------------------------
     def _raw(self, slot: int) -> tuple:
-        if self._pending:
-            self._write_pending()
-        return self.ENTRY.unpack_from(self._mapped(), slot * self.entry_size)
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+            return self.ENTRY.unpack_from(self._mapped(), slot * self.entry_size)
 
     def _last_raw(self) -> tuple | None:
         if self._last is None and self.entries:
@@ -131,9 +149,10 @@ class MmapIndex:
             self.fs.release(self.path)
 
     def _search(self, key: int) -> int:
-        if self._pending:
-            self._write_pending()
-        return codec.index_search(self._mapped(), self.entries, self.entry_size, key) if self.entries else -1
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+            return codec.index_search(self._mapped(), self.entries, self.entry_size, key) if self.entries else -1
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
@@ -198,6 +217,7 @@ class MmapIndex:
             if self._map is not None:
                 self._map.close()
                 self._map = None
+            self.fs.untrack_map(self)
             self.release_handle()
 
     def rename_to(self, path: str) -> None:
@@ -213,6 +233,7 @@ class MmapIndex:
             if self._map is not None:
                 self._map.close()
                 self._map = None
+            self.fs.untrack_map(self)
             self.fs.release(self.path)
 
     def validate(self, log_size: int) -> None:
@@ -221,7 +242,7 @@ class MmapIndex:
         self.sanity_check()
         if self.entries:
             self._write_pending()
-            problem = self._check_entries(self.ENTRY.iter_unpack(self._map[:self.entries * self.entry_size]),
+            problem = self._check_entries(self.ENTRY.iter_unpack(self._mapped()[:self.entries * self.entry_size]),
                                           log_size)
             if problem:
                 raise CorruptIndexError(problem, file=self.path)

@@ -146,6 +146,8 @@ class LogSegment:
                 return memoryview(b"")
             if self._map is None or len(self._map) < end:
                 self._remap()
+            else:
+                self.fs.track_map(self)
             return memoryview(self._map)[start:end]
 
     def window(self, start: int, end: int) -> memoryview:
@@ -161,6 +163,7 @@ class LogSegment:
             with self.fs.open(self.log_path, "rb") as f:
                 mapping = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
             self._maps.append(mapping)
+            self.fs.track_map(self)
             return memoryview(mapping)[start - aligned:end - aligned]
 
     def _remap(self) -> None:
@@ -168,6 +171,16 @@ class LogSegment:
         with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
             self._map = self.fs.mmap(f, self._size, writable=False)
         self._maps.append(self._map)
+        self.fs.track_map(self)
+
+    def unmap(self) -> bool:
+        """Drop the mappings no reader holds, for the descriptor pool (False, kept, while busy or still viewed)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._release_maps()
+        finally:
+            self._lock.release()
 
     def _handle(self):
         """The append handle, from the file system's descriptor pool."""
@@ -504,6 +517,7 @@ class LogSegment:
             self.txn_index.close()
             self._release_maps()
             self._maps, self._map = [], None
+            self.fs.untrack_map(self)
             self.release_handle()
 
     def files(self) -> list[str]:
