@@ -26,6 +26,7 @@ from engine.common.errors import CorruptRecordError, RecordTooLargeError, Unsupp
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 DEFAULT_MAX_DECOMPRESSED = 128 << 20
+_GZIP_STEP = 1 << 20
 
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
@@ -86,22 +87,26 @@ def _too_large(name: str, limit: int) -> RecordTooLargeError:
 
 
 # --- gzip ------------------------------------------------------------------------------------
-def _gzip_decompress(data, limit: int) -> bytes:
-    out = []
-    total = 0
+def _gzip_decompress(data, limit: int) -> bytearray:
+    """Inflate every gzip member, 1 MiB at a time into one buffer, so a stream far past `limit` costs no
+    more than `limit` bytes of memory before it is refused."""
+    out = bytearray()
     rest = bytes(data)
     while True:
         d = zlib.decompressobj(31)
-        chunk = d.decompress(rest, limit - total + 1)
-        total += len(chunk)
-        if total > limit:
-            raise _too_large("gzip", limit)
-        out.append(chunk)
+        pending = rest
+        while pending and not d.eof:
+            out += d.decompress(pending, min(_GZIP_STEP, limit - len(out) + 1))
+            if len(out) > limit:
+                raise _too_large("gzip", limit)
+            pending = d.unconsumed_tail
         if not d.eof:
-            raise CorruptRecordError("gzip stream is truncated")
+            out += d.flush()
+            if not d.eof:
+                raise CorruptRecordError("gzip stream is truncated")
         rest = d.unused_data
         if not rest:
-            return b"".join(out)
+            return out
 
 
 # --- snappy (xerial) -------------------------------------------------------------------------
