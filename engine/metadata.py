@@ -42,24 +42,32 @@ def read(fs: FileSystem, directory: str) -> Catalogue | None:
     path = os.path.join(directory, FILE)
     if not fs.exists(path):
         return None
+    return parse(fs.read_bytes(path), path)
+
+
+def parse(data: bytes, path: str | None = None) -> Catalogue:
+    """The catalogue in a `kafkalog.metadata` file's bytes; KafkaStorageError when malformed."""
     try:
-        with fs.open(path, "rb") as f:
-            doc = json.loads(f.read().decode())
+        doc = json.loads(data.decode())
         if doc.get("version") != VERSION:
             raise ValueError(f"version {doc.get('version')!r}")
-        topics = {name: TopicRecord(t["id"], int(t["partitions"]), dict(t["config"]))
+        topics = {names.validate_topic(name): TopicRecord(t["id"], int(t["partitions"]), dict(t["config"]))
                   for name, t in doc["topics"].items()}
         return Catalogue(topics, int(doc["producer_id_block_end"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidTopicError) as exc:
         raise KafkaStorageError(f"unreadable engine metadata ({exc})", file=path) from None
 
 
-def write(fs: FileSystem, directory: str, cat: Catalogue) -> None:
+def render(cat: Catalogue) -> bytes:
     doc = {"version": VERSION,
            "topics": {name: {"id": t.topic_id, "partitions": t.partitions, "config": t.config}
                       for name, t in sorted(cat.topics.items())},
            "producer_id_block_end": cat.producer_id_block_end}
-    fs.atomic_write(os.path.join(directory, FILE), json.dumps(doc, indent=1, sort_keys=True).encode())
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def write(fs: FileSystem, directory: str, cat: Catalogue) -> None:
+    fs.atomic_write(os.path.join(directory, FILE), render(cat))
 
 
 def validate_new_topic(name: str, existing) -> None:

@@ -37,7 +37,7 @@ def parse(text: str, path: str | None = None) -> list[tuple[int, int]]:
         if any(e < 0 or o < 0 for e, o in entries) or any(
                 a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
             raise ValueError("epochs and start offsets must be non-negative and ascending")
-    except ValueError as exc:
+    except (ValueError, IndexError) as exc:
         raise KafkaStorageError(f"malformed leader-epoch-checkpoint: {exc}", file=path) from exc
     return entries
 

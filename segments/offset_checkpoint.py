@@ -50,7 +50,11 @@ def parse(text: str, path: str = "") -> dict[tuple[str, int], int]:
 def read(fs: FileSystem, path: str) -> dict[tuple[str, int], int]:
     if not fs.exists(path):
         return {}
-    data = fs.read_bytes(path)
+    return parse_bytes(fs.read_bytes(path), path)
+
+
+def parse_bytes(data: bytes, path: str = "") -> dict[tuple[str, int], int]:
+    """`parse` of the file's bytes (KafkaStorageError when they are not UTF-8)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

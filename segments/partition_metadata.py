@@ -30,8 +30,13 @@ def read(fs: FileSystem, directory: str) -> str | None:
     path = os.path.join(directory, FILE)
     if not fs.exists(path):
         return None
+    return parse(fs.read_bytes(path), path)
+
+
+def parse(data: bytes, path: str | None = None) -> str:
+    """The topic id in a `partition.metadata` file's bytes; KafkaStorageError when malformed."""
     try:
-        fields = dict(re.split(r":\s+", line, maxsplit=1) for line in fs.read_bytes(path).decode().splitlines() if line)
+        fields = dict(re.split(r":\s+", line, maxsplit=1) for line in data.decode().splitlines() if line)
     except ValueError as exc:  # undecodable bytes, or a line without a "name: value" pair
         raise KafkaStorageError(f"malformed partition.metadata ({exc})", file=path) from exc
     topic_id = fields.get("topic_id", "")

@@ -2,7 +2,7 @@
 
 The interpreter must never crash and every rejection must be a typed KafkaError. Half the
 mutants get their CRC recomputed so record framing, varints and codecs are exercised, not
-just the checksum. KAFKALOG_FUZZ_CASES sets the count (CI: 100,000; `make fuzz`: 2,000,000).
+just the checksum. KAFKALOG_FUZZ_CASES sets the count (CI: 800,000; `make fuzz`: 8,000,000).
 A subset runs through both implementations, which must agree: same records or same error class.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from engine.record import codec as selector
 from tests import vectors
 from tests.conftest import IMPLEMENTATIONS
 
-CASES = int(os.environ.get("KAFKALOG_FUZZ_CASES", "100000"))
+CASES = int(os.environ.get("KAFKALOG_FUZZ_CASES", "800000"))
 CROSS_CHECK_EVERY = 20
 
 
