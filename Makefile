@@ -31,8 +31,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests
 
+# 10x CI's fuzzing: decoder and parser inputs, seeded operation runs and power cuts
 fuzz: $(STAMP)
-	KAFKALOG_FUZZ_CASES=2000000 $(PY) -m pytest -q tests/unit/test_codec_fuzz.py
+	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
+		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim
 
 crash: $(STAMP)
 	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 $(PY) -m pytest -q tests/crash

@@ -92,9 +92,10 @@ class Partition(PartitionView):
         `acks` (0, 1 or -1) is met on return: the leader is the whole ISR."""
         if acks not in ACKS:
             raise InvalidRequiredAcksError(f"acks={acks!r} must be 0, 1 or -1", file=self.log.dir)
-        info = self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
-        self.log.update_high_watermark(self.log.log_end_offset)
-        return info
+        try:
+            return self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
+        finally:  # an append that failed after writing (its fsync, a checkpoint) still moved the LEO
+            self.log.update_high_watermark(self.log.log_end_offset)
 
     def fetch(self, offset: int, max_bytes: int, isolation: str = READ_UNCOMMITTED) -> FetchData | None:
         """Whole batches from `offset` (at least one, however large), none past the fetch bound; None when

@@ -436,8 +436,9 @@ class FaultyFileSystem(FileSystem):
                     else:
                         chosen = old if self.rng.random() < 0.5 else new
                     if chosen is None:
-                        os.remove(path)
-                        changed.append(path)
+                        if new is not None:  # created since the last fsync of its directory: it never was
+                            os.remove(path)
+                            changed.append(path)
                     elif chosen != new:
                         with open(path, "wb") as f:
                             f.write(self._durable.get(chosen, b""))

@@ -158,6 +158,13 @@ class LocalLog:
         self.active_segment.resize_indexes(self.config.segment_index_bytes)
         self.log_end_offset = offset
         self.recovery_point = min(self.recovery_point, offset)
+        self._make_truncation_durable()
+
+    def _make_truncation_durable(self) -> None:
+        """fsync the cut segment and the directory: a power loss must not bring removed batches back beside
+        the ones appended after the truncation."""
+        self.active_segment.flush()
+        self.fs.fsync_dir(self.dir)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`."""
@@ -166,6 +173,7 @@ class LocalLog:
             seg.delete_files()
         self._new_segment(offset)
         self.log_end_offset = self.recovery_point = offset
+        self._make_truncation_durable()
 
     def remove_segments(self, doomed: list[LogSegment]) -> None:
         """Take these oldest segments (never the active one) out of the log: renamed `.deleted` now, unlinked

@@ -357,6 +357,7 @@ class LogSegment:
                     file=self.log_path, offset=largest_offset)
             if position + size > INT32_MAX:
                 raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
+            max_ts, _ = self._max_timestamp_and_offset()  # before the write: it may open the indexes
             try:
                 with self._handle() as f:
                     if isinstance(data, list):
@@ -366,13 +367,15 @@ class LogSegment:
             except OSError as exc:
                 self._restore_after_failed_write(position)
                 raise KafkaStorageError(f"append failed: {exc}", file=self.log_path, position=position) from exc
-            self._size = position + size
-            max_ts, max_off = self._max_timestamp_and_offset()
+            self._size = position + size  # the batches are in the log: nothing below may undo that
             if largest_timestamp > max_ts:
                 self._max_ts = (largest_timestamp, offset_of_max_timestamp)
             if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
-                self.offset_index.append(largest_offset, position)
-                self.time_index.maybe_append(*self._max_ts)
+                try:
+                    self.offset_index.append(largest_offset, position)
+                    self.time_index.maybe_append(*self._max_ts)
+                except (OSError, KafkaStorageError) as exc:  # a missing entry only makes the index sparser
+                    log.error("no index entry for offset %d in %s: %s", largest_offset, self.log_path, exc)
                 self.bytes_since_last_index_entry = 0
             self.bytes_since_last_index_entry += size
 
