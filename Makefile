@@ -46,6 +46,7 @@ bench: $(STAMP)
 # CI's smoke run: small data, few repetitions; it asserts no timing and fails only if a benchmark cannot run
 bench-quick: $(STAMP)
 	$(PY) -m bench --quick --out build/bench-quick
+	KAFKALOG_BENCH_PARTITIONS=200 \
 	$(PY) -m pytest bench --benchmark-only -q --benchmark-min-rounds=1 --benchmark-max-time=0.01 \
 		--benchmark-warmup=off --benchmark-disable-gc
 

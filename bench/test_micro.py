@@ -77,3 +77,34 @@ def test_producer_send(benchmark, tmp_path):
             future = benchmark(p.send, "t", value=VALUE, key=b"car-42")
             p.flush()
             assert future.get().partition == (engine.clients.accumulator.selected.murmur2(b"car-42") & 0x7FFFFFFF) % 3
+
+
+# --- the cost of the descriptor budget: appends spread over many partitions, most of whose handles and
+# maps the pool has closed, against the same appends over 10 partitions (KAFKALOG_BENCH_PARTITIONS; 10,000)
+MANY = int(os.environ.get("KAFKALOG_BENCH_PARTITIONS", "10000"))
+SMALL = engine.encode_batch(RECORDS[:8])
+
+
+@pytest.mark.parametrize("partitions", [10, MANY], ids=["10-partitions", "many-partitions"])
+def test_append_round_robin_under_fd_budget(benchmark, tmp_path, partitions):
+    with engine.open(str(tmp_path), background=False, fd_budget=64) as e:
+        e.create_topic("b", partitions=partitions)
+        state = {"next": 0}
+
+        def append():
+            p = state["next"] = (state["next"] + 1) % partitions
+            return e.append("b", p, SMALL)
+        assert benchmark(append).last_offset >= 7
+        assert e.fs.open_handles() <= 64
+
+
+def test_pooled_handle_write_against_a_plain_write(benchmark, tmp_path):
+    """The seam's per-append cost when no fault is armed: a pooled handle's write of one 16 KiB batch."""
+    fs = FileSystem(fd_budget=8)
+    path = str(tmp_path / "seam.log")
+    open(path, "wb").close()
+
+    def write():
+        with fs.handle(path, "ab+") as f:
+            return fs.write(f, BATCH)
+    assert benchmark(write) == len(BATCH)

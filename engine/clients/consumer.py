@@ -147,8 +147,8 @@ class Consumer:
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._check()
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if type(offset) is not int or not 0 <= offset < 2**63:
+            raise InvalidConfigurationError(f"offset must be an int in [0, 2**63), got {offset!r}")
         self._positions[self._assigned([tp])[0]] = offset
 
     def seek_to_beginning(self, *partitions) -> None:
@@ -197,6 +197,12 @@ class Consumer:
             pos = self._positions[tp]
             if pos is None:
                 pos = self._reset(tp)
+            if pos > partition.log_end_offset:  # past the end: out of range, as a broker's fetch says
+                if self.auto_offset_reset == "none":
+                    raise OffsetOutOfRangeError(f"position {pos} of {tp} is past the log end "
+                                                f"{partition.log_end_offset}", offset=pos)
+                self._reset(tp)
+                continue
             try:
                 data = partition.fetch(pos, min(self.max_partition_fetch_bytes, budget), self.isolation_level)
             except OffsetOutOfRangeError:

@@ -40,6 +40,7 @@ class Sim:
         self.durable = self.rng.random() < 0.7  # flush.messages=1: every acknowledged append is fsynced
         self.config = {"segment.bytes": self.rng.choice([1000, 2000, 1 << 20]),
                        "index.interval.bytes": self.rng.choice([1, 100, 4096]),
+                       "segment.index.bytes": self.rng.choice([96, 4096]),  # small: the fs model copies files
                        "flush.messages": 1 if self.durable else self.rng.choice([3, 10**9])}
         self.acked: dict[int, dict[int, bytes]] = {p: {} for p in range(self.partitions)}  # offset -> value
         # every value ever written at each offset, acknowledged or not (a truncation that was never fsynced may

@@ -165,3 +165,27 @@ def test_future_get_and_flush_honour_their_timeouts(tmp_path):
             stop.set()
             ticker.join()
             p.close()
+
+
+def test_a_position_past_the_log_end_follows_auto_offset_reset(tmp_path):
+    from engine.common.errors import InvalidConfigurationError, OffsetOutOfRangeError
+
+    with engine.open(str(tmp_path), clock=engine.ManualClock(), background=False) as e:
+        e.create_topic(TOPIC)
+        for i in range(3):
+            e.append(TOPIC, 0, _batch(i))
+        tp = engine.TopicPartition(TOPIC, 0)
+        for reset, expected in (("earliest", 0), ("latest", 15)):
+            c = e.consumer(auto_offset_reset=reset)
+            c.assign([tp])
+            c.seek(tp, 1000)
+            c.poll()
+            assert c.position(tp) == expected
+        strict = e.consumer(auto_offset_reset="none")
+        strict.assign([tp])
+        strict.seek(tp, 1000)
+        with pytest.raises(OffsetOutOfRangeError):
+            strict.poll()
+        for bad in (-5, 2**64):
+            with pytest.raises(InvalidConfigurationError):
+                strict.seek(tp, bad)
