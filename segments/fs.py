@@ -305,7 +305,8 @@ class FaultyFileSystem(FileSystem):
 
     # --- durability bookkeeping -----------------------------------------------------------------
     def _track_dir(self, directory: str) -> None:
-        """Remember a directory's entries the first time it is touched (what is on disk already is durable)."""
+        """Remember a directory's entries (on its first touch, and at each of its fsyncs); a file the seam never
+        wrote to is durable as it is, one it wrote to only as far as its own last fsync."""
         directory = os.path.abspath(directory)
         if directory in self._entries or not os.path.isdir(directory):
             return
@@ -315,8 +316,8 @@ class FaultyFileSystem(FileSystem):
             if os.path.isfile(path):
                 ino = os.stat(path).st_ino
                 entries[name] = ino
-                if ino not in self._durable:
-                    with open(path, "rb") as f:
+                if ino not in self._durable and ino not in self._dirty:  # not written through the seam:
+                    with open(path, "rb") as f:                          # what is there was there before
                         self._durable[ino] = bytearray(f.read())
             elif os.path.isdir(path):
                 entries[name] = -1

@@ -468,6 +468,10 @@ class LogSegment:
             log.warning("%s %s: stopped at position %d: %s", "recovering" if recovering else "indexing",
                         self.log_path, valid, exc)
         self._max_ts = max_ts
+        # a segment written under a larger segment.index.bytes (or brought back by a power cut) may need more
+        # room than the config gives now: the rebuilt index holds every entry, as the one it replaces did
+        for index, needed in ((self.offset_index, len(offsets)), (self.time_index, len(times) + TimeIndex.ENTRY.size)):
+            index.resize(max(index.max_entries * index.entry_size, needed))
         self.offset_index.load_entries(offsets)
         self.time_index.load_entries(times)
         self.offset_index.trim_to_valid_size()

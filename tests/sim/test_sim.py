@@ -24,7 +24,7 @@ from segments.fs import FaultyFileSystem
 
 RUNS = int(os.environ.get("KAFKALOG_SIM_RUNS", "200"))
 CUTS = int(os.environ.get("KAFKALOG_POWER_CUTS", "500"))
-REGRESSIONS: list[int] = []
+REGRESSIONS: list[int] = [1000259]  # a power cut left a segment whose rebuilt index outgrew segment.index.bytes
 TOPIC = "sim"
 
 
