@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from abc import ABC, abstractmethod
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from engine.record import codec
@@ -25,7 +26,7 @@ from segments.fs import FileSystem
 INT32_MAX = 2**31 - 1
 
 
-class MmapIndex:
+class MmapIndex(ABC):
     """A sparse index of fixed-size entries over an mmap (subclasses define the entries)."""
 
     ENTRY = struct.Struct(">ii")
@@ -242,14 +243,15 @@ class MmapIndex:
         self.sanity_check()
         if self.entries:
             self._write_pending()
-            problem = self._check_entries(self.ENTRY.iter_unpack(self._mapped()[:self.entries * self.entry_size]),
+            problem = self.check_entries(self.ENTRY.iter_unpack(self._mapped()[:self.entries * self.entry_size]),
                                           log_size)
             if problem:
                 raise CorruptIndexError(problem, file=self.path)
 
-    def _check_entries(self, entries, log_size: int) -> str | None:
-        """What is wrong with the unpacked entries, or None (per index type)."""
-        raise NotImplementedError
+    @staticmethod
+    @abstractmethod
+    def check_entries(entries, log_size: int) -> str | None:
+        """What is wrong with the unpacked entries of an index over a `.log` of `log_size` bytes, or None."""
 
     def sanity_check(self) -> None:
         """Kafka's checks: whole entries, and (per index type) ordered keys past the base offset."""

@@ -126,9 +126,11 @@ class LocalLog:
                 and self.log_end_offset > self.recovery_point)
 
     # --- reading ------------------------------------------------------------------------------
-    def read(self, start_offset: int, max_bytes: int, upper_bound: int, min_one_message: bool) -> FetchData:
+    def read(self, start_offset: int, max_bytes: int, upper_bound: int, min_one_message: bool,
+             check=None) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
-        `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO)."""
+        `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO); `check(batch)`
+        sees each batch returned (the layers above add their own checks to the one pass over the headers)."""
         leo = self.log_end_offset
         if start_offset > leo:
             raise OffsetOutOfRangeError(f"offset {start_offset} is past the log end {leo}", file=self.dir,
@@ -140,7 +142,7 @@ class LocalLog:
                                                                          seg.offset_index.lookup(upper_bound)[1])
             nxt = self.segments.next_base(seg.base_offset)
             got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message,
-                           upper=leo if nxt is None else nxt)
+                           upper=leo if nxt is None else nxt, check=check)
             if got is None:
                 continue  # nothing at or after start_offset in this segment (a gap): try the next
             return FetchData(start_offset, seg.base_offset, got[0], got[1])

@@ -47,7 +47,8 @@ class OffsetIndex(MmapIndex):
             slot -= 1
         self.truncate_to_entries(slot + 1)
 
-    def _check_entries(self, entries, log_size: int) -> str | None:
+    @staticmethod
+    def check_entries(entries, log_size: int) -> str | None:
         prev_rel, prev_pos = -1, -1
         for i, (rel, pos) in enumerate(entries):
             if rel <= prev_rel or pos <= prev_pos or pos >= log_size:

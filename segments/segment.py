@@ -221,11 +221,12 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = True, upper: int | None = None) -> tuple[int, memoryview] | None:
+             min_one_message: bool = True, upper: int | None = None, check=None) -> tuple[int, memoryview] | None:
         """(position, view) of whole batches from the one holding `start_offset`, at most `max_size`
         bytes (or one batch with min_one_message) and never past `max_position`; None past the end.
         Every batch from the indexed one to the last returned is checked to continue its predecessor and
-        to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise."""
+        to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise; and
+        `check(batch)` is called on each batch returned."""
         try:
             found = self._locate(start_offset, upper)
         except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
@@ -247,6 +248,8 @@ class LogSegment:
                 break
             if end:
                 self._check_follows(batch, prev_last, upper)
+            if check is not None:
+                check(batch)
             prev_last = batch.last_offset
             end += batch.size_in_bytes
         return start.position, data[:end]

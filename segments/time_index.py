@@ -59,7 +59,8 @@ class TimeIndex(MmapIndex):
             n -= 1
         self.truncate_to_entries(n)
 
-    def _check_entries(self, entries, log_size: int) -> str | None:
+    @staticmethod
+    def check_entries(entries, log_size: int) -> str | None:
         prev_ts, prev_rel = -1, 0
         for i, (ts, rel) in enumerate(entries):
             if ts < prev_ts or rel < prev_rel:

@@ -299,24 +299,20 @@ class UnifiedLog:
             raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
                                         offset=start_offset)
         bound = leo if upper_bound is None else min(upper_bound, leo)
-        data = self.local.read(start_offset, max_bytes, bound, min_one_message)
-        self._check_epochs(data)
-        return data
+        return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch)
 
-    def _check_epochs(self, data: FetchData) -> None:
-        """Each batch read must carry the leader epoch the checkpoint gives its offsets (the header's epoch is
+    def _check_epoch(self, batch) -> None:
+        """A batch read must carry the leader epoch the checkpoint gives its offset (the header's epoch is
         outside the CRC: a flipped one would reach consumers as a wrong record). CorruptRecordError otherwise."""
         entries = self.leader_epochs.entries
-        if not entries or not data.records.nbytes:
+        if not entries or batch.base_offset < entries[0][1]:
             return
-        starts = [o for _, o in entries]
-        for batch in codec.iter_batches(data.records, position=data.position, source=self.dir):
-            i = bisect.bisect_right(starts, batch.base_offset) - 1
-            if i >= 0 and batch.partition_leader_epoch != entries[i][0]:
-                raise CorruptRecordError(
-                    f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
-                    f"but epoch {entries[i][0]} leads from offset {entries[i][1]}",
-                    file=self.dir, position=batch.position, offset=batch.base_offset)
+        i = bisect.bisect_right(entries, batch.base_offset, key=lambda entry: entry[1]) - 1
+        if batch.partition_leader_epoch != entries[i][0]:
+            raise CorruptRecordError(
+                f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
+                f"but epoch {entries[i][0]} leads from offset {entries[i][1]}",
+                file=self.dir, position=batch.position, offset=batch.base_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` (ListOffsets);

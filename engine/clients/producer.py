@@ -120,18 +120,20 @@ class Producer:
         timeout, have the sender append it and wait at most that long (KafkaTimeoutError)."""
         self._acc.seal(batch)
         if timeout is not None:
-            self._await([batch], timeout)
+            self._await(timeout, only=batch)
             return
         self._drain()
         if not batch.done:
             batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
 
-    def _await(self, targets: list[ProducerBatch], timeout: float) -> None:
-        """Hand every sealed batch to the sender thread and wait up to `timeout` seconds for `targets`."""
+    def _await(self, timeout: float, only: ProducerBatch | None = None) -> None:
+        """Hand every sealed batch to the sender thread, then wait up to `timeout` seconds for `only` (or for
+        every batch not yet appended)."""
         if not isinstance(timeout, (int, float)) or timeout < 0:
             raise InvalidConfigurationError(f"timeout={timeout!r} must be a number of seconds >= 0")
         with self._handoff_lock:
             self._handoff += self._acc.take_sealed()
+            targets = [only] if only is not None else [b for b in self._draining + self._handoff if not b.done]
         if self._closed and not self._flushing:
             self._drain()
         self._wake.set()
@@ -223,11 +225,8 @@ class Producer:
         self._acc.seal_all()
         if timeout is None:
             self._drain()
-            return
-        with self._handoff_lock:
-            self._handoff += self._acc.take_sealed()
-            pending = [b for b in self._draining + self._handoff if not b.done]
-        self._await(pending, timeout)
+        else:
+            self._await(timeout)
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(range(self._engine.partitions_for(topic)))

@@ -23,7 +23,7 @@ CASES = int(os.environ.get("KAFKALOG_PARSER_FUZZ_CASES", "200000"))
 def _index(cls, data: bytes):
     """The entry check an index opened from disk gets (segments.index.MmapIndex.validate)."""
     usable = len(data) - len(data) % cls.ENTRY.size
-    problem = cls._check_entries(None, cls.ENTRY.iter_unpack(data[:usable]), 1 << 20)
+    problem = cls.check_entries(cls.ENTRY.iter_unpack(data[:usable]), 1 << 20)
     if problem:
         raise CorruptIndexError(problem)
 
