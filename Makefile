@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast fuzz crash bench bench-quick clean setup
+.PHONY: run test test-fast fuzz crash soak bench bench-quick clean setup
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +31,18 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests
 
-# 10x CI's fuzzing: decoder and parser inputs, seeded operation runs and power cuts
+# 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs and power cuts
 fuzz: $(STAMP)
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
-		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim
+	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 \
+		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz
 
 crash: $(STAMP)
 	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 $(PY) -m pytest -q tests/crash
+
+# the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
+soak: $(STAMP)
+	KAFKALOG_BIG_LOG_BYTES=10737418240 $(PY) -m pytest -q tests/unit/test_bounded_resources.py
 
 bench: $(STAMP)
 	$(PY) -m bench

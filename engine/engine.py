@@ -23,6 +23,7 @@ from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
+    InvalidLogDirectoryError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
@@ -35,7 +36,7 @@ from engine.common.errors import (
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
 from replication.log_manager import LogManager
 from replication.partition import Partition
-from segments import partition_metadata
+from segments import names, partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from txn.unified_log import DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
@@ -69,7 +70,7 @@ class Engine:
                  **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
-        self.path = os.path.abspath(path)
+        self.path = _log_dir_path(path)
         self.clock = clock or SystemClock()
         if fd_budget is not None and (not isinstance(fd_budget, int) or isinstance(fd_budget, bool)
                                       or fd_budget < 4):
@@ -85,7 +86,11 @@ class Engine:
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self._waiters: set[threading.Event] = set()
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self.fs.makedirs(self.path)
+        try:
+            self.fs.makedirs(self.path)
+        except OSError as exc:
+            raise InvalidLogDirectoryError(f"cannot use {self.path} as a log directory: {exc.strerror}",
+                                           file=self.path) from None
         found = metadata.read(self.fs, self.path)
         self._catalogue = found or Catalogue()
         self._logs = LogManager(
@@ -165,8 +170,8 @@ class Engine:
                     f"replication_factor must be an int >= 1, got {replication_factor!r}")
             if replication_factor > 1:
                 raise not_supported_yet(f"replication_factor={replication_factor} (in-process replicas)")
+            LogConfig.from_dict(config, base=self.defaults)  # typed errors before anything is created
             overrides = dict(config or {})
-            LogConfig.from_dict(overrides, base=self.defaults)
             if name in self._catalogue.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides)
@@ -204,8 +209,7 @@ class Engine:
     def _topic(self, name: str) -> TopicRecord:
         rec = self._catalogue.topics.get(name)
         if rec is None:
-            if name in INTERNAL_TOPICS:
-                raise InvalidTopicError(f"{name!r} is an internal topic reserved for the engine")
+            _check_external(name)
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", file=self.path)
         return rec
 
@@ -280,8 +284,7 @@ class Engine:
         """The partition every read and write of `topic`-`partition` goes through."""
         found = self._partitions.get((topic, partition))
         if found is None:
-            if topic in INTERNAL_TOPICS:
-                raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
+            _check_external(topic)
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
         return found
 
@@ -383,6 +386,27 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.path!r}, topics={len(self._catalogue.topics)}, closed={self._closed})"
+
+
+def _check_external(topic) -> None:
+    """InvalidTopicError for a name no client may use: malformed, or one of the engine's internal topics."""
+    names.validate_topic(topic)
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
+
+
+def _log_dir_path(path) -> str:
+    """`path` as an absolute log directory path, or a typed error for what cannot name one."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        raise InvalidConfigurationError(f"the log directory path must be a str or os.PathLike, got "
+                                        f"{type(path).__name__}")
+    if not path or "\0" in path:
+        raise InvalidConfigurationError(f"{path!r} is not a log directory path (empty, or holds a NUL)")
+    return os.path.abspath(path)
 
 
 def open(path: str, **config) -> Engine:  # noqa: A001 (engine.open mirrors the built-in's role)

@@ -22,6 +22,7 @@ import uuid
 
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
+    InvalidLogDirectoryError,
     KafkaError,
     KafkaStorageError,
     LogDirectoryLockedError,
@@ -98,9 +99,12 @@ class LogManager:
                 raise LogDirectoryLockedError("the log directory is already open in this process", file=self.dir)
             try:
                 handle = self.fs.lock(os.path.join(self.dir, LOCK_FILE))
+            except BlockingIOError:
+                raise LogDirectoryLockedError("the log directory is locked by another process",
+                                              file=self.dir) from None
             except OSError as exc:
-                raise LogDirectoryLockedError(
-                    f"the log directory is locked by another process ({exc.strerror})", file=self.dir) from exc
+                raise InvalidLogDirectoryError(f"cannot lock the log directory: {exc.strerror}",
+                                               file=self.dir) from None
             _held.add(self.dir)
             return handle
 

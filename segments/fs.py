@@ -25,8 +25,7 @@ import resource
 import shutil
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from engine.common.errors import KafkaStorageError
 
@@ -38,10 +37,20 @@ def default_fd_budget() -> int:
 
 
 class _Handle:
-    __slots__ = ("file", "pins")
+    """A pooled file and its pin count; as a context manager (from `FileSystem.handle`) it gives the file and
+    unpins it on exit."""
 
-    def __init__(self, file: BinaryIO) -> None:
-        self.file, self.pins = file, 0
+    __slots__ = ("file", "pins", "lock")
+
+    def __init__(self, file: BinaryIO, lock: threading.Lock) -> None:
+        self.file, self.pins, self.lock = file, 1, lock
+
+    def __enter__(self) -> BinaryIO:
+        return self.file
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.pins -= 1
 
 
 class FileSystem:
@@ -53,33 +62,28 @@ class FileSystem:
         self._pool_lock = threading.Lock()
 
     # --- the descriptor pool ------------------------------------------------------------------
-    @contextmanager
-    def handle(self, path: str, mode: str) -> Iterator[BinaryIO]:
-        """A pooled handle on `path` ("ab+" appends, "r+b" positional writes), pinned for the block."""
+    def handle(self, path: str, mode: str) -> _Handle:
+        """A pooled handle on `path` ("ab+" appends, "r+b" positional writes), pinned until the end of the
+        `with` block it must be used in."""
         key = (path, mode)
         with self._pool_lock:
             entry = self._handles.get(key)
             if entry is not None:
                 self._handles.move_to_end(key)
                 entry.pins += 1
-        if entry is None:
-            entry = _Handle(self.open(path, mode))
-            entry.pins = 1
-            with self._pool_lock:
-                raced = self._handles.get(key)
-                if raced is None:
-                    self._handles[key] = entry
-                else:  # another thread opened it meanwhile: use theirs
-                    raced.pins += 1
-                    entry.file.close()
-                    entry = raced
-                victims = self._victims()
-            self._close_all(victims)
-        try:
-            yield entry.file
-        finally:
-            with self._pool_lock:
-                entry.pins -= 1
+                return entry
+        entry = _Handle(self.open(path, mode), self._pool_lock)
+        with self._pool_lock:
+            raced = self._handles.get(key)
+            if raced is None:
+                self._handles[key] = entry
+            else:  # another thread opened it meanwhile: use theirs
+                raced.pins += 1
+                entry.file.close()
+                entry = raced
+            victims = self._victims()
+        self._close_all(victims)
+        return entry
 
     def _victims(self) -> list:
         """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held)."""
@@ -148,8 +152,10 @@ class FileSystem:
             return f.read()
 
     def write(self, f: BinaryIO, data) -> int:
-        view = memoryview(data)
-        done = 0
+        done = f.write(data)
+        if done == len(data):
+            return done
+        view = memoryview(data).cast("B")
         while done < len(view):
             done += f.write(view[done:])
         return done
@@ -244,12 +250,15 @@ class FileSystem:
             raise KafkaStorageError(f"cannot write: {exc}", file=path) from exc
 
     def lock(self, path: str) -> BinaryIO:
-        """Hold an exclusive POSIX record lock on `path` (as Java's FileChannel.lock); BlockingIOError if taken."""
+        """Hold an exclusive POSIX record lock on `path` (as Java's FileChannel.lock); BlockingIOError if another
+        process holds it, any other OSError if the file cannot be opened or locked."""
         f = open(path, "a+b")
         try:
             fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             f.close()
+            if exc.errno in (errno.EACCES, errno.EAGAIN):  # POSIX lets F_SETLK report a held lock either way
+                raise BlockingIOError(exc.errno, "held by another process", path) from None
             raise
         return f
 

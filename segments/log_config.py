@@ -7,6 +7,7 @@ Immutable; thread-safe.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from engine.common.errors import InvalidConfigurationError, not_supported_yet
@@ -44,10 +45,15 @@ class LogConfig:
     @classmethod
     def from_dict(cls, config: dict | None = None, base: "LogConfig | None" = None) -> "LogConfig":
         """Build from Kafka's dotted names (e.g. {"segment.bytes": 1 << 20}), on top of `base`."""
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidConfigurationError(f"a config must be a dict of Kafka's dotted names, got "
+                                            f"{type(config).__name__}")
         known = {f.name for f in fields(cls)}
         values = {}
         for name, value in (config or {}).items():
-            attr = str(name).replace(".", "_")
+            if not isinstance(name, str):
+                raise InvalidConfigurationError(f"a config name must be a str, got {name!r}")
+            attr = name.replace(".", "_")
             if attr not in known:
                 raise InvalidConfigurationError(f"unknown topic config {name!r}")
             values[attr] = cls._check(name, attr, value)

@@ -14,6 +14,7 @@ LOG, INDEX, TIME_INDEX, TXN_INDEX, SNAPSHOT = ".log", ".index", ".timeindex", ".
 DELETED, CLEANED, SWAP = ".deleted", ".cleaned", ".swap"
 SEGMENT_SUFFIXES = (LOG, INDEX, TIME_INDEX, TXN_INDEX)
 MAX_TOPIC_LENGTH = 249
+MAX_PARTITION = 2**31 - 1
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -50,8 +51,9 @@ def partition_dir_name(topic: str, partition: int) -> str:
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
     """(topic, partition) of a `<topic>-<partition>` directory name, or None if it is not one."""
     topic, sep, part = name.rpartition("-")
-    if not sep or not part.isdigit() or not topic:
-        return None
+    if not sep or not part.isascii() or not part.isdigit() or not topic or part != str(int(part)) \
+            or int(part) > MAX_PARTITION:
+        return None  # Kafka's partition is an int32 and its directory name carries it without leading zeros
     try:
         validate_topic(topic)
     except InvalidTopicError:

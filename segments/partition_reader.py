@@ -6,7 +6,10 @@ ignored); the log start offset comes from the directory's `log-start-offset-chec
 above the first segment, and the high watermark from `replication-offset-checkpoint`, capped by the
 log end (without that file, the log end). Offsets and timestamps are found through the `.index` and
 `.timeindex` files; a missing or untrimmed index only makes the search start earlier.
-Crash policy: a partial batch at the tail (a write in progress, or a crash) is not read.
+Crash policy: a partial batch at the tail (a write in progress, or a crash) is not read. Corruption is never
+read as data: each batch served must continue its predecessor (offsets above the previous batch's, below the next
+segment's base) or CorruptRecordError names the file and position; an index entry that does not match its batch
+makes the reader scan the segment instead. Leader epochs are not checked here: Spark's rows do not carry them.
 Thread-safety: a reader may be shared by threads; segments are mapped read-only.
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 from typing import Iterator, NamedTuple
 
 from engine.common.clock import SystemClock
+from engine.common.errors import CorruptIndexError
 from engine.record import batch_format as bf
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
@@ -73,30 +77,37 @@ class PartitionReader:
         for seg in self.log_segments.from_offset(start):
             if seg.base_offset >= end:
                 return
-            found = seg.translate_offset(offset, seg.offset_index.lookup(offset)[1])
+            upper = self.log_segments.next_base(seg.base_offset)
+            try:
+                found = seg.locate(offset, upper)
+            except CorruptIndexError:  # a read-only reader cannot rebuild the index: it scans instead
+                found = seg.locate(offset, upper, use_index=False)
             if found is None:
                 continue  # nothing at or after `offset` here (a gap): the next segment
-            position = found.position
+            position, prev_last = found[0].position, found[1]
             while position < seg.size:
-                size, last_next = self._whole_batches(seg, position, max_bytes)
+                size, prev_last = self._whole_batches(seg, position, max_bytes, prev_last, upper)
                 if size == 0:
                     break  # a partial batch at the tail
                 yield Chunk(position, seg.window(position, position + size))
-                if last_next >= end:
+                if prev_last + 1 >= end:
                     return
                 position += size
 
     @staticmethod
-    def _whole_batches(seg: LogSegment, position: int, max_bytes: int) -> tuple[int, int]:
-        """(bytes, next offset) of the whole batches from `position` within max_bytes (one batch at least)."""
+    def _whole_batches(seg: LogSegment, position: int, max_bytes: int, prev_last: int,
+                       upper: int | None) -> tuple[int, int]:
+        """(bytes, last offset) of the whole batches from `position` within max_bytes (one batch at least),
+        each checked to follow `prev_last` and to end below `upper` (CorruptRecordError otherwise)."""
         limit = min(seg.size, position + max_bytes)
         for _ in range(2):
-            size = last_next = 0
+            size, last = 0, prev_last
             for batch in seg.batches(position, limit):
+                seg.check_follows(batch, last, upper)
                 size += batch.size_in_bytes
-                last_next = batch.next_offset
+                last = batch.last_offset
             if size or limit - position < bf.LOG_OVERHEAD:
-                return size, last_next
+                return size, last
             head = seg.view(position, position + bf.LOG_OVERHEAD)  # one batch larger than max_bytes
             limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True))
         return 0, 0

@@ -228,12 +228,12 @@ class LogSegment:
         to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise; and
         `check(batch)` is called on each batch returned."""
         try:
-            found = self._locate(start_offset, upper)
+            found = self.locate(start_offset, upper)
         except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
             with self._lock:
                 self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
                 self.rebuild_indexes()
-            found = self._locate(start_offset, upper)
+            found = self.locate(start_offset, upper)
         if found is None:
             return None
         start, prev_last = found
@@ -247,17 +247,18 @@ class LogSegment:
             if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
                 break
             if end:
-                self._check_follows(batch, prev_last, upper)
+                self.check_follows(batch, prev_last, upper)
             if check is not None:
                 check(batch)
             prev_last = batch.last_offset
             end += batch.size_in_bytes
         return start.position, data[:end]
 
-    def _locate(self, offset: int, upper: int | None) -> tuple[OffsetPosition, int] | None:
+    def locate(self, offset: int, upper: int | None, use_index: bool = True) -> tuple[OffsetPosition, int] | None:
         """The first batch whose last offset >= `offset`, with the last offset of the batch before it,
-        scanned from the offset index's entry and checked batch by batch on the way."""
-        entry_offset, position = self.offset_index.lookup(offset)
+        scanned from the offset index's entry (or the segment's start) and checked batch by batch on the way;
+        CorruptIndexError if the entry does not match the batch it points at."""
+        entry_offset, position = self.offset_index.lookup(offset) if use_index else (self.base_offset, 0)
         prev_last = self.base_offset - 1
         for batch in self.batches(position):
             if batch.position == position and position > 0:
@@ -265,13 +266,13 @@ class LogSegment:
                     raise CorruptIndexError(f"the entry for offset {entry_offset} points at a batch ending at "
                                             f"{batch.last_offset}", file=self.offset_index.path, position=position)
             else:
-                self._check_follows(batch, prev_last, upper)
+                self.check_follows(batch, prev_last, upper)
             if batch.last_offset >= offset:
                 return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes), prev_last
             prev_last = batch.last_offset
         return None
 
-    def _check_follows(self, batch, prev_last: int, upper: int | None) -> None:
+    def check_follows(self, batch, prev_last: int, upper: int | None) -> None:
         """A batch's offsets must lie above its predecessor's and below `upper` (corruption otherwise)."""
         if batch.base_offset <= prev_last or batch.last_offset < batch.base_offset or (
                 upper is not None and batch.last_offset >= upper):
@@ -453,7 +454,7 @@ class LogSegment:
         try:
             for batch in self.batches():
                 batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
-                self._check_follows(batch, prev_last, upper)
+                self.check_follows(batch, prev_last, upper)
                 if batch.last_offset - base > INT32_MAX:
                     raise CorruptRecordError("batch offset out of the segment's int32 range",
                                              file=self.log_path, position=batch.position)

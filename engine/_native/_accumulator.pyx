@@ -30,6 +30,8 @@ import random as _random_module
 
 from engine.record import batch_format as bf
 
+cdef object _TS_MAX = bf.INT64_MAX
+
 cdef enum:
     RECORD_OVERHEAD = 21  # engine.record.batch_format.RECORD_OVERHEAD
 
@@ -264,7 +266,7 @@ cdef class RecordAccumulator:
         cdef int64_t ts
         cdef object batch, spare = None
         if ((value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)) and not headers
-                and (timestamp_ms is None or PyLong_CheckExact(timestamp_ms) and timestamp_ms >= 0)):
+                and (timestamp_ms is None or PyLong_CheckExact(timestamp_ms) and 0 <= timestamp_ms <= _TS_MAX)):
             headers = None  # plainly valid: only the size to work out
             if value is not None:
                 size += len(<bytes>value)

@@ -627,7 +627,8 @@ cdef class RecordBatch:
         self._check_count(end[0] - p[0])
         return owner
 
-    def consumer_records(self, topic, int32_t partition, int64_t start_offset, Py_ssize_t max_records):
+    def consumer_records(self, topic, int32_t partition, int64_t start_offset, Py_ssize_t max_records,
+                         Py_ssize_t max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`
         (none for a control batch); returns (records, next_offset to fetch from)."""
         cdef object owner
@@ -643,7 +644,7 @@ cdef class RecordBatch:
         cdef object epoch = self.partition_leader_epoch if self.partition_leader_epoch >= 0 else None
         if self.attributes & 0x20 or max_records <= 0:
             return out, self.base_offset + self.last_offset_delta + 1 if self.attributes & 0x20 else start_offset
-        owner = self._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+        owner = self._open(True, max_decompressed_bytes, &p, &end)
         for i in range(self.records_count):
             rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
             if rc:

@@ -6,7 +6,8 @@ fields. Control batches are never returned and offset gaps (compaction) are skip
 in the consumer; `poll()` and iteration move them past every record they return.
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
-consumer_timeout_ms=inf). `group_id` and isolation_level='read_committed' raise "not supported yet"
+consumer_timeout_ms=inf), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed batch inflating past it
+raises RecordTooLargeError rather than filling memory). `group_id` and isolation_level='read_committed' raise "not supported yet"
 until consumer groups and transactions exist: they are never quietly ignored.
 Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
 thread-safe. poll(timeout_ms) waits on the engine's clock for an append.
@@ -25,6 +26,7 @@ from engine.common.errors import (
 )
 from engine.common.structs import OffsetAndTimestamp, TopicPartition
 from engine.record import codec
+from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
 from replication.partition import Partition, check_isolation
 
 RESETS = ("earliest", "latest", "none")
@@ -41,7 +43,8 @@ class Consumer:
                  max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
                  max_partition_fetch_bytes: int = 1048576, isolation_level: str = "read_uncommitted",
                  consumer_timeout_ms: float = math.inf, key_deserializer=None, value_deserializer=None,
-                 client_id: str | None = None, **unknown) -> None:
+                 client_id: str | None = None, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED,
+                 **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
         if group_id is not None:
@@ -58,6 +61,7 @@ class Consumer:
         self.fetch_max_bytes = _positive("fetch_max_bytes", fetch_max_bytes)
         self.max_partition_fetch_bytes = _positive("max_partition_fetch_bytes", max_partition_fetch_bytes)
         self.consumer_timeout_ms = consumer_timeout_ms
+        self.max_decompressed_bytes = _positive("max_decompressed_bytes", max_decompressed_bytes)
         self._key_de, self._value_de = key_deserializer, value_deserializer
         self.client_id = client_id
         self._positions: dict[TopicPartition, int | None] = {}
@@ -216,7 +220,8 @@ class Consumer:
             records: list = []
             nxt = pos
             for batch in data.batches(partition.log.dir):
-                got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records))
+                got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records),
+                                                  self.max_decompressed_bytes)
                 records += got
                 if len(records) >= remaining:
                     break

@@ -214,6 +214,12 @@ class InvalidOffsetError(KafkaError):
     """An index or log append whose offset does not increase (Kafka's InvalidOffsetException)."""
 
 
+class InvalidLogDirectoryError(KafkaStorageError):
+    """The path cannot hold a log directory: a file, under a file, or not accessible."""
+
+    retriable = False
+
+
 class LogDirectoryLockedError(KafkaStorageError):
     """The log directory's `.lock` is held by another process or engine."""
 

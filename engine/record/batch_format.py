@@ -140,8 +140,8 @@ def check_send(value, key, headers, timestamp_ms) -> tuple:
         size += sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in headers)
     else:
         headers = None
-    if timestamp_ms is not None and (type(timestamp_ms) is not int or timestamp_ms < 0):
-        raise InvalidTimestampError(f"timestamp_ms must be an int >= 0 or None, got {timestamp_ms!r}")
+    if timestamp_ms is not None and (type(timestamp_ms) is not int or not 0 <= timestamp_ms <= INT64_MAX):
+        raise InvalidTimestampError(f"timestamp_ms must be an int in [0, 2**63) or None, got {timestamp_ms!r}")
     return value, key, headers, size, timestamp_ms
 
 
@@ -198,7 +198,12 @@ def normalize_headers(i: int, headers) -> list[tuple[bytes, bytes | None]]:
             raise InvalidRecordError(f"record {i}: a header must be a (str, bytes|None) tuple")
         if not isinstance(h[0], str):
             raise InvalidRecordError(f"record {i}: a header key must be str, got {type(h[0]).__name__}")
-        out.append((h[0].encode("utf-8", "surrogateescape"), check_bytes("header value", h[1])))
+        try:
+            key = h[0].encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise InvalidRecordError(f"record {i}: header key {h[0]!r:.60} is not encodable as UTF-8 ({exc.reason})") \
+                from None
+        out.append((key, check_bytes("header value", h[1])))
     return out
 
 

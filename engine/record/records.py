@@ -376,8 +376,8 @@ class RecordBatch:
         self.walk(lambda *fields: out.append(Record(*fields[:7])), max_decompressed_bytes)
         return out
 
-    def consumer_records(self, topic: str, partition: int, start_offset: int,
-                         max_records: int) -> tuple[list, int]:
+    def consumer_records(self, topic: str, partition: int, start_offset: int, max_records: int,
+                         max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED) -> tuple[list, int]:
         """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`
         (none for a control batch); returns (records, next_offset to fetch from)."""
         if self.is_control:
@@ -394,7 +394,7 @@ class RecordBatch:
                 out.append(ConsumerRecord(topic, partition, epoch, offset, ts, tstype, key, value, headers, None,
                                           -1 if key is None else len(key), -1 if value is None else len(value),
                                           header_size(headers)))
-        self.walk(keep)
+        self.walk(keep, max_decompressed_bytes)
         if len(out) > max_records:
             return out[:max_records], out[max_records].offset
         return out, self.next_offset

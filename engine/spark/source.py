@@ -6,6 +6,7 @@ Planning (driver): the partition directories are matched against `subscribe` / `
 options (resolved through the `.timeindex`/`.index` files, with Spark's precedence), is checked against
 the log start offset (`failOnDataLoss`) and narrowed by pushed-down filters; ranges larger than
 `maxBytesPerPartition` are split at segment boundaries, then further by offsets up to `minPartitions`.
+`maxDecompressedBytes` (128 MiB) bounds what one compressed batch may inflate to (RecordTooLargeError past it).
 Reading (executors): whole batches come from mmapped segments (segments.partition_reader) and the native
 columnar decoder turns them into Arrow record batches; control records never appear and offset gaps
 (compaction, markers) are not data loss. What a reader may see (the high watermark bounds "latest"; ListOffsets
@@ -44,8 +45,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine.common.errors import InvalidConfigurationError, OffsetOutOfRangeError, not_supported_yet
+from engine.common.errors import InvalidConfigurationError, InvalidTopicError, OffsetOutOfRangeError, not_supported_yet
 from engine.record import codec
+from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
 from replication.partition import PartitionView
 from segments import names
 from segments.fs import FileSystem
@@ -58,7 +60,7 @@ OPTIONS = {
     "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
     "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
-    "kafka.isolation.level", "maxbytesperpartition",
+    "kafka.isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
 }
 
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
@@ -103,9 +105,22 @@ def _json_map(options: dict, name: str) -> dict[tuple[str, int], int] | None:
         return None
     try:
         doc = json.loads(raw)
-        return {(topic, int(p)): int(v) for topic, parts in doc.items() for p, v in parts.items()}
+        found = {(topic, int(p)): int(v) for topic, parts in doc.items() for p, v in parts.items()}
     except (ValueError, AttributeError, TypeError):
         raise _bad(name, f'must be JSON like {{"topic": {{"0": 23}}}}, got {raw!r}') from None
+    _check_names(name, found)
+    return found
+
+
+def _check_names(option: str, partitions) -> None:
+    """A typed error naming `option` for a topic name Kafka refuses or a partition outside int32."""
+    for topic, partition in partitions:
+        try:
+            names.validate_topic(topic)
+        except InvalidTopicError as exc:
+            raise _bad(option, exc.message) from None
+        if not 0 <= partition <= names.MAX_PARTITION:
+            raise _bad(option, f"partition {partition} of {topic!r} is not in [0, 2**31)")
 
 
 class Settings:
@@ -134,10 +149,12 @@ class Settings:
                 self.assigned = {(t, int(p)) for t, parts in json.loads(self.selector).items() for p in parts}
             except (ValueError, AttributeError, TypeError):
                 raise _bad("assign", f'must be JSON like {{"topic": [0, 1]}}, got {self.selector!r}') from None
+            _check_names("assign", self.assigned)
         else:
             self.topics = {t.strip() for t in self.selector.split(",") if t.strip()}
             if not self.topics:
                 raise _bad("subscribe", "names no topic")
+            _check_names("subscribe", ((t, 0) for t in self.topics))
         level = options.get("kafka.isolation.level", "read_uncommitted")
         if level == "read_committed":
             raise not_supported_yet("kafka.isolation.level=read_committed (transactions)")
@@ -148,6 +165,7 @@ class Settings:
         self.include_headers = _bool(options, "includeHeaders", False)
         self.min_partitions = _int(options, "minPartitions", 1, 1)
         self.max_bytes = _int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
+        self.max_decompressed = _int(options, "maxDecompressedBytes", DEFAULT_MAX_DECOMPRESSED, 1)
         self.strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
         if self.strategy not in ("error", "latest"):
             raise _bad("startingOffsetsByTimestampStrategy", f"must be 'error' or 'latest', got {self.strategy!r}")
@@ -359,6 +377,7 @@ class KafkalogReader(DataSourceReader):
             for chunk in reader.chunks(partition.start, partition.end, CHUNK_BYTES):
                 cols = codec.decode_columnar(chunk.data, start_offset=partition.start, end_offset=partition.end,
                                              include_headers=self.settings.include_headers,
+                                             max_decompressed_bytes=self.settings.max_decompressed,
                                              position=chunk.position, source=partition.directory)
                 n = len(cols)
                 if not n:

@@ -259,7 +259,18 @@ def test_gaps_and_markers_are_not_data_loss(reads, kafka_dir):
     ({"subscribe": "mix", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"subscribe": "mix", "kafka.isolation.level": "read_committed"}, "not supported yet"),
     ({"subscribePattern": "("}, "subscribePattern"),
+    ({"subscribe": "mix", "maxDecompressedBytes": "0"}, "maxDecompressedBytes"),
+    ({"subscribe": "mix,../etc"}, "subscribe"),
+    ({"assign": '{"mix": [-1]}'}, "assign"),
+    ({"subscribe": "mix", "startingOffsets": '{"a/b": {"0": 1}}'}, "startingOffsets"),
 ])
 def test_bad_options_name_the_option(reads, own_dir, options, named):
     with pytest.raises(Exception, match=named.replace(".", r"\.")):
         reads(own_dir, **options).count()
+
+
+def test_the_decompression_limit_is_an_option(reads, own_dir):
+    """Compressed batches of `mix` inflate to about 700 bytes: a 100-byte limit refuses them on the executor."""
+    assert reads(own_dir, subscribe="mix", maxDecompressedBytes=str(1 << 20)).count() == 600
+    with pytest.raises(Exception, match="RecordTooLargeError"):
+        reads(own_dir, subscribe="mix", maxDecompressedBytes="100").count()

@@ -87,6 +87,9 @@ def test_topics_create_list_describe_alter_delete(tmp_path):
     ["console-consumer", "--topic", "t", "--property", "print.nothing=true"],
     ["console-producer", "--topic", "t", "--compression-codec", "brotli"],
     ["get-offsets", "--topic", "t", "--time", "yesterday"],
+    ["get-offsets", "--topic", "../t"],                                # names are checked wherever they arrive
+    ["console-consumer", "--topic", "a/b", "--timeout-ms", "10"],
+    ["console-producer", "--topic", "__consumer_offsets"],
     ["delete-records", "--offset-json-file", "/no/such/file.json"],
     ["verify", "/no/such/directory"],
     ["no-such-command"],

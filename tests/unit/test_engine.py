@@ -16,8 +16,11 @@ import engine
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
+    InvalidLogDirectoryError,
     InvalidPartitionsError,
+    InvalidRecordError,
     InvalidReplicationFactorError,
+    InvalidTimestampError,
     InvalidTopicError,
     LogDirectoryLockedError,
     TopicAlreadyExistsError,
@@ -67,6 +70,17 @@ def test_topic_lifecycle(tmp_path):
     (lambda e: e.delete_topic("nope"), UnknownTopicOrPartitionError),
     (lambda e: e.describe_topic("nope"), UnknownTopicOrPartitionError),
     (lambda e: e.log("__consumer_offsets", 0), InvalidTopicError),
+    (lambda e: e.log("../a.b", 0), InvalidTopicError),
+    (lambda e: e.create_topic("n", config="notadict"), InvalidConfigurationError),
+    (lambda e: e.create_topic("n", config=[("segment.bytes", 1 << 20)]), InvalidConfigurationError),
+    (lambda e: e.create_topic("n", config={1: 2}), InvalidConfigurationError),
+    (lambda e: e.consumer().assign([engine.TopicPartition("../a.b", 0)]), InvalidTopicError),
+    (lambda e: e.consumer().subscribe(["a/b"]), InvalidTopicError),
+    (lambda e: e.producer().send("__consumer_offsets", b"v"), InvalidTopicError),
+    (lambda e: e.producer().send("a.b", b"v", timestamp_ms=2**63), InvalidTimestampError),
+    (lambda e: e.producer().send("a.b", b"v", headers=[("\ud800", b"x")]), InvalidRecordError),
+    (lambda e: e.producer(enable_idempotence=True).send("a.b", b"v", headers=[("\udfff", b"x")]),
+     InvalidRecordError),
 ])
 def test_bad_admin_calls_are_typed_and_write_nothing(tmp_path, call, error):
     with open_engine(tmp_path) as e:
@@ -80,6 +94,70 @@ def test_bad_admin_calls_are_typed_and_write_nothing(tmp_path, call, error):
 def test_unknown_engine_option(tmp_path):
     with pytest.raises(InvalidConfigurationError):
         engine.open(str(tmp_path), replicas=3)
+
+
+@pytest.mark.parametrize("path, error", [
+    ("", InvalidConfigurationError),            # not the current directory
+    (None, InvalidConfigurationError),
+    (42, InvalidConfigurationError),
+    ("a\0b", InvalidConfigurationError),
+    ("file", InvalidLogDirectoryError),         # a file, not a directory
+    ("file/below", InvalidLogDirectoryError),   # under a file
+])
+def test_paths_that_cannot_be_a_log_directory_are_typed(tmp_path, monkeypatch, path, error):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_bytes(b"x")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(error) as info:
+        engine.open(path, background=False)
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written, the cwd least of all
+    if error is InvalidLogDirectoryError:
+        assert info.value.file == os.path.abspath(path) and not info.value.retriable
+
+
+def test_a_directory_that_cannot_be_locked_is_not_reported_as_locked(tmp_path):
+    """The lock file cannot be created (a read-only directory): that is not another process holding it."""
+    from segments.fs import FileSystem
+
+    class ReadOnly(FileSystem):
+        def lock(self, path):
+            raise PermissionError(13, "Permission denied", path)
+
+    with pytest.raises(InvalidLogDirectoryError, match="Permission denied") as info:
+        engine.open(str(tmp_path), fs=ReadOnly(), background=False)
+    assert not isinstance(info.value, LogDirectoryLockedError)
+
+
+def test_new_files_and_directories_honour_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        with open_engine(tmp_path / "d") as e:
+            e.create_topic("events", partitions=2)
+            with e.producer() as p:
+                p.send("events", value=b"v", partition=1).get()
+            e.log("events", 1).roll()
+    finally:
+        os.umask(old)
+    modes = {}
+    for root, dirs, files in os.walk(tmp_path / "d"):
+        for name in dirs + files:
+            modes[os.path.join(root, name)] = os.stat(os.path.join(root, name)).st_mode & 0o777
+    assert len(modes) > 10 and not [p for p, m in modes.items() if m & 0o027], modes
+    assert all(m & 0o111 == 0 for p, m in modes.items() if os.path.isfile(p))
+
+
+def test_only_canonical_partition_directories_are_adopted(tmp_path):
+    """`t-01` or `t-99999999999` is not a partition directory (Kafka's names carry an int32 without leading
+    zeros): it is never taken for `t-1`, nor opened."""
+    with open_engine(tmp_path) as e:
+        e.create_topic("t", partitions=2)
+        e.append("t", 1, engine.encode_batch([(None, b"one", None, 5)]))
+    os.remove(tmp_path / "kafkalog.metadata")
+    for odd in ("t-01", "t-99999999999", "t-\u0661"):  # the last is an Arabic-Indic digit one
+        os.makedirs(tmp_path / odd)
+    with open_engine(tmp_path) as e:
+        d = e.describe_topic("t")
+        assert len(d.partitions) == 2 and d.partitions[1].log_end_offset == 1
 
 
 def test_close_and_reopen_keep_everything(tmp_path):

@@ -1,0 +1,90 @@
+"""Coverage-guided fuzzing (atheris, libFuzzer) of the decoders and the parsers of every file beside the
+segments. The pure-Python twin and the parsers are instrumented, so the fuzzer steers by their branches;
+the native core runs the same input and must agree with the twin (same records, or the same error class).
+
+    python -m tests.fuzz.coverage <target> [libFuzzer flags]     # targets: decoder, and PARSERS' names
+
+A target returns or raises a typed KafkaError; anything else is a crash, which libFuzzer saves as
+`crash-<sha1>` under tests/data/fuzz-crashers/<target>/ (kept as a vector: tests/fuzz/test_coverage.py
+replays them all). The seed corpus is what the mutation fuzzers start from.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from pathlib import Path
+
+import atheris
+
+with atheris.instrument_imports(include=["engine.record", "segments", "txn.producer_snapshot", "engine.metadata"]):
+    from engine.record import codec as selector
+    from tests.unit.test_codec_fuzz import _corpus, _verdict
+    from tests.unit.test_parser_fuzz import PARSERS, _seeds
+
+from engine.common.errors import KafkaError
+from engine.record.codec import crc32c
+from tests.conftest import IMPLEMENTATIONS
+
+CRASHERS = Path(__file__).resolve().parents[1] / "data" / "fuzz-crashers"
+TARGETS = ["decoder", *sorted(PARSERS)]
+
+
+def _with_valid_checksums(name: str, data: bytes) -> bytes:
+    """The input's first byte chooses whether its checksums are made right (odd) or left as they are, so the
+    fuzzer reaches what lies behind a CRC as well as the CRC check itself."""
+    if not data or not data[0] & 1:
+        return data[1:]
+    buf = bytearray(data[1:])
+    if name == "snapshot" and len(buf) >= 10:
+        struct.pack_into(">I", buf, 2, crc32c(bytes(buf[6:])))
+    elif name == "decoder":
+        position = 0
+        while position + 61 <= len(buf):
+            end = position + 12 + struct.unpack_from(">i", buf, position + 8)[0]
+            if end <= position + 21 or end > len(buf):
+                break
+            struct.pack_into(">I", buf, position + 17, crc32c(bytes(buf[position + 21:end])))
+            position = end
+    return bytes(buf)
+
+
+def run_target(name: str, data: bytes) -> None:
+    """One input through a target: returns, or raises a typed error; twins must agree on the decoder."""
+    data = _with_valid_checksums(name, data)
+    if name == "decoder":
+        impls = [selector.load(i) for i in IMPLEMENTATIONS]
+        verdicts = [_verdict(impl, data) for impl in impls]
+        if any(v != verdicts[0] for v in verdicts[1:]):
+            raise AssertionError(f"the twins disagree on {data.hex()}: {verdicts}")
+        return
+    try:
+        PARSERS[name](data)
+    except KafkaError:
+        pass
+
+
+def seeds(name: str) -> list[bytes]:
+    """The mutation fuzzers' valid inputs, each prefixed with the byte that keeps its checksums right."""
+    found = _corpus(selector.load(IMPLEMENTATIONS[0])) if name == "decoder" else _seeds()[name]
+    return [b"\x01" + s for s in found]
+
+
+def main(argv: list[str]) -> None:
+    name, flags = argv[1], argv[2:]
+    if name not in TARGETS:
+        raise SystemExit(f"unknown target {name!r}; one of {TARGETS}")
+    corpus = Path(os.environ.get("KAFKALOG_FUZZ_CORPUS", "build/fuzz-corpus")) / name
+    corpus.mkdir(parents=True, exist_ok=True)
+    for i, seed in enumerate(seeds(name)):
+        (corpus / f"seed-{i}").write_bytes(seed)
+    artifacts = CRASHERS / name
+    kept = [str(artifacts)] if artifacts.is_dir() else []  # earlier crashers run first, as regression inputs
+    artifacts.mkdir(parents=True, exist_ok=True)
+    atheris.Setup([argv[0], f"-artifact_prefix={artifacts}/", "-max_len=65536", *flags, str(corpus), *kept],
+                  lambda data: run_target(name, data))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
