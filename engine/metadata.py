@@ -55,7 +55,10 @@ def parse(data: bytes, path: str | None = None) -> Catalogue:
                   for name, t in doc["topics"].items()}
         return Catalogue(topics, int(doc["producer_id_block_end"]))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidTopicError) as exc:
-        raise KafkaStorageError(f"unreadable engine metadata ({exc})", file=path) from None
+        raise KafkaStorageError(
+            f"unreadable engine metadata ({exc}); it holds the topics' configs, so the engine will not guess "
+            f"them: restore the file, or move it aside to adopt the partition directories with default configs",
+            file=path) from None
 
 
 def render(cat: Catalogue) -> bytes:

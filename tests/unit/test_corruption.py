@@ -220,3 +220,21 @@ def test_a_truncated_active_segment_tail_after_clean_close_is_recovered(tmp_path
     _check_served(served, written)
     assert error is None and len(served) == RECORDS - PER_BATCH
     assert any("was closed at" in n for n in notes)
+
+
+def test_a_corrupt_catalogue_stops_open_typed_and_moving_it_aside_adopts_the_directory(tmp_path):
+    """kafkalog.metadata holds the topics' configs (a retention override among them): the engine refuses to
+    guess them, names the file, writes nothing, and opens once the file is moved aside, every record kept."""
+    from engine.common.errors import KafkaStorageError
+
+    path = tmp_path / "cat"
+    written = _write(path)
+    (path / "kafkalog.metadata").write_bytes(b'{"topics": {"t": ')
+    before = {p: p.stat().st_mtime_ns for p in path.rglob("*")}
+    with pytest.raises(KafkaStorageError, match="move it aside") as info:
+        _open(path)
+    assert info.value.file.endswith("kafkalog.metadata")
+    assert {p: p.stat().st_mtime_ns for p in path.rglob("*")} == before
+    os.rename(path / "kafkalog.metadata", path / "kafkalog.metadata.bad")
+    served, error, _ = _served(path)
+    assert error is None and served == sorted(written.items())
