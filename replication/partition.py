@@ -1,27 +1,51 @@
-"""One topic-partition as its leader serves it (Kafka's Partition): the one path for appends and fetches.
+"""One topic-partition as a broker hosts it (Kafka's Partition): the one path for appends and fetches, as leader
+or as follower.
 
 `PartitionView` holds the rules of what a reader may see: offsets from the log start up to the fetch
 bound (the high watermark; the last stable offset under read_committed once transactions exist), and
 ListOffsets answers (earliest, latest, by timestamp) within that bound. A live `Partition` applies
 them to an engine's log; the Spark source applies the same rules to a directory read from outside
 (segments.partition_reader), so the bound is defined once.
-`Partition.append` appends a producer's batches as leader and then moves the high watermark: with one
-replica the ISR is the leader alone, so the HW follows the log end after every append (Kafka's
-maybeIncrementLeaderHW), and every acks setting is satisfied once the append returns.
+
+As leader, a `Partition` appends producers' batches stamped with its leader epoch and keeps a `Replica` per
+follower: each follower fetch (`fetch_for_follower`) records the follower's log end, may bring it back into the
+ISR, and may raise the high watermark, which is the smallest log end over the ISR (Kafka's
+maybeIncrementLeaderHW: it never moves while the ISR is smaller than min(min.insync.replicas, replicas), and
+never goes down). `maybe_shrink_isr` drops followers not caught up within `replica.lag.time.max.ms`.
+A fetch whose last fetched epoch diverges from the leader's log gets the epoch and end offset to truncate to
+(KIP-320's diverging epoch) instead of records. ISR changes go to the controller through `alter_isr`.
+As follower, a partition's log is written by a replication.replica_fetcher.
+With one replica the ISR is the leader alone, so the HW follows the log end after every append.
 On-disk: nothing of its own (the log's files; the HW reaches `replication-offset-checkpoint` through the
 log manager).
-Thread-safety: appends are serialised by the log's lock; fetches and offset queries take none.
+Thread-safety: a partition's state changes under its lock; appends are serialised by the log's lock as well;
+`wait_for_high_watermark` waits on the partition's condition.
 """
 from __future__ import annotations
 
-from typing import Protocol
+import threading
+from typing import Callable, NamedTuple, Protocol
 
-from engine.common.errors import InvalidConfigurationError, InvalidRequiredAcksError, not_supported_yet
+from engine.common.clock import Clock, SystemClock
+from engine.common.errors import (
+    FencedLeaderEpochError,
+    InvalidConfigurationError,
+    InvalidRequiredAcksError,
+    KafkaTimeoutError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    not_supported_yet,
+)
+from replication.replica import Replica
 from segments.local_log import FetchData
 from txn.unified_log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
 
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ACKS = (0, 1, -1)
+REPLICA_LAG_TIME_MAX_MS = 30_000
 
 
 class ReadableLog(Protocol):
@@ -71,32 +95,228 @@ class PartitionView:
         return found if found is not None and found[1] < bound else None
 
 
+class FollowerFetch(NamedTuple):
+    """A leader's answer to a follower: records from the fetch offset (None if none), the leader's high
+    watermark and log start, and the (epoch, end offset) to truncate to when the follower's log diverged."""
+
+    records: FetchData | None
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None = None
+
+
 class Partition(PartitionView):
     log: UnifiedLog
 
-    leader_epoch = 0
+    def __init__(self, topic: str, index: int, log: UnifiedLog, *, broker_id: int = 0,
+                 clock: Clock | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
+                 alter_isr: Callable[[Partition, frozenset], bool] | None = None) -> None:
+        super().__init__(topic, index, log)
+        self.broker_id = broker_id
+        self.clock = clock or SystemClock()
+        self.lag_max_ms = replica_lag_time_max_ms
+        self._alter_isr = alter_isr
+        self.leader_id: int | None = None
+        self.leader_epoch = 0
+        self.replicas: list[int] = [broker_id]
+        self.isr: frozenset[int] = frozenset({broker_id})
+        self.remote: dict[int, Replica] = {}
+        self.leader_epoch_start_offset = 0
+        self.truncation_pending = False  # a follower truncates by epoch before its next fetch
+        self._lock = threading.RLock()
+        self._hw_changed = threading.Condition(self._lock)
 
-    def make_leader(self) -> None:
-        """Become the leader of the partition's only replica: the HW moves to the log end, and appends carry
-        the latest leader epoch the log has seen (0 for a new log; a broker's own for a directory it wrote),
-        so epochs never go down in the log."""
-        self.leader_epoch = max(self.log.leader_epochs.latest_epoch or 0, 0)
-        self.log.update_high_watermark(self.log.log_end_offset)
+    # --- roles ----------------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    def make_leader(self, leader_epoch: int | None = None, isr=None, replicas=None,
+                    high_watermark_floor: int = 0) -> None:
+        """Lead the partition. Without arguments (the only replica): keep the latest epoch the log has seen
+        (0 for a new log), so epochs never go down in the log; the HW moves to the log end. With them (the
+        controller's LeaderAndIsr): take `leader_epoch`, which starts at the log end, forget what the previous
+        leadership knew of the followers, and start the HW at `high_watermark_floor` at least (the HW the
+        partition had: every ISR member holds that much, so the visible HW never goes down across a failover)."""
+        with self._lock:
+            self.leader_id = self.broker_id
+            self.replicas = list(replicas) if replicas is not None else [self.broker_id]
+            self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
+            now = self.clock.time_ms()
+            self.remote = {b: Replica(b) for b in self.replicas if b != self.broker_id}
+            for b, r in self.remote.items():
+                r.reset(now if b in self.isr else 0)
+            if leader_epoch is None:
+                self.leader_epoch = max(self.log.leader_epochs.latest_epoch or 0, 0)
+            else:
+                self.leader_epoch = leader_epoch
+                self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            if high_watermark_floor > self.log.high_watermark:
+                self.log.update_high_watermark(high_watermark_floor)
+            self._maybe_increment_hw()
+
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas=None, isr=None) -> None:
+        """Follow `leader_id` in `leader_epoch`; the replica fetcher truncates the log by epoch before fetching."""
+        with self._lock:
+            self.leader_id, self.leader_epoch = leader_id, leader_epoch
+            if replicas is not None:
+                self.replicas = list(replicas)
+            if isr is not None:
+                self.isr = frozenset(isr)
+            self.remote = {}
+            self.truncation_pending = True
+            self._hw_changed.notify_all()
+
+    def make_offline(self) -> None:
+        """No leader (the broker hosting this replica stopped, or no replica could be elected)."""
+        with self._lock:
+            self.leader_id = None
+            self.remote = {}
+            self._hw_changed.notify_all()
+
+    def _check_leader(self, leader_epoch: int | None = None) -> None:
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {self.topic}-{self.index} "
+                                           f"(leader: {self.leader_id})", file=self.log.dir)
+        if leader_epoch is not None and leader_epoch >= 0:
+            if leader_epoch < self.leader_epoch:
+                raise FencedLeaderEpochError(f"leader epoch {leader_epoch} is older than {self.leader_epoch}",
+                                             file=self.log.dir)
+            if leader_epoch > self.leader_epoch:
+                raise UnknownLeaderEpochError(f"leader epoch {leader_epoch} is newer than {self.leader_epoch}",
+                                              file=self.log.dir)
 
     @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def min_isr(self) -> int:
+        return min(self.log.config.min_insync_replicas, len(self.replicas))
+
+    # --- the leader's writes --------------------------------------------------------------------
     def append(self, data, acks: int = -1) -> AppendInfo:
-        """Append a producer's batches (bytes of whole RecordBatch v2 batches) as leader; the HW follows.
-        `acks` (0, 1 or -1) is met on return: the leader is the whole ISR."""
+        """Append a producer's batches (bytes of whole RecordBatch v2 batches) as leader, stamped with the
+        leader epoch. acks=-1 is refused (NotEnoughReplicasError) while the ISR is smaller than
+        min.insync.replicas; waiting for the HW to pass the batch is `wait_for_high_watermark`."""
         if acks not in ACKS:
             raise InvalidRequiredAcksError(f"acks={acks!r} must be 0, 1 or -1", file=self.log.dir)
-        try:
-            return self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
-        finally:  # an append that failed after writing (its fsync, a checkpoint) still moved the LEO
-            self.log.update_high_watermark(self.log.log_end_offset)
+        with self._lock:
+            self._check_leader()
+            if acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, min.insync.replicas is "
+                    f"{self.log.config.min_insync_replicas}", file=self.log.dir)
+            try:
+                return self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
+            finally:  # an append that failed after writing (its fsync, a checkpoint) still moved the LEO
+                self._maybe_increment_hw()
 
+    def wait_for_high_watermark(self, offset: int, timeout_ms: float) -> None:
+        """Block until the HW passes `offset` (acks=all); NotEnoughReplicasAfterAppendError if the ISR is then
+        below min.insync.replicas, NotLeaderOrFollowerError if leadership moved, KafkaTimeoutError on time."""
+        deadline = self.clock.time_ms() + timeout_ms
+        with self._lock:
+            while self.log.high_watermark <= offset:
+                if not self.is_leader:
+                    raise NotLeaderOrFollowerError(f"leadership of {self.topic}-{self.index} moved before offset "
+                                                   f"{offset} was replicated", file=self.log.dir, offset=offset)
+                left = deadline - self.clock.time_ms()
+                if left <= 0:
+                    raise KafkaTimeoutError(f"offset {offset} of {self.topic}-{self.index} was not replicated to "
+                                            f"the ISR in {timeout_ms} ms", file=self.log.dir, offset=offset)
+                self._hw_changed.wait(min(left, 50) / 1000.0)  # short slices: a test's clock moves by hand
+            if len(self.isr) < self.log.config.min_insync_replicas:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"offset {offset} is written, but {self.topic}-{self.index} has {len(self.isr)} in-sync "
+                    f"replicas, below min.insync.replicas={self.log.config.min_insync_replicas}",
+                    file=self.log.dir, offset=offset)
+
+    # --- the leader's view of its followers -----------------------------------------------------
+    def fetch_for_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int, max_bytes: int,
+                           leader_epoch: int | None = None) -> FollowerFetch:
+        """A follower's fetch from its log end: its state is recorded (ISR expansion, HW), then records from
+        `fetch_offset` (past the HW: followers replicate everything), or the epoch to truncate to."""
+        with self._lock:
+            self._check_leader(leader_epoch)
+            replica = self.remote.get(replica_id)
+            if replica is None:
+                raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.topic}-{self.index}",
+                                               file=self.log.dir)
+            log = self.log
+            if last_fetched_epoch >= 0 and fetch_offset > 0:
+                epoch, end = log.leader_epochs.end_offset_for(last_fetched_epoch, log.log_end_offset)
+                if epoch < last_fetched_epoch or end < fetch_offset:
+                    return FollowerFetch(None, log.high_watermark, log.log_start_offset, (epoch, end))
+            leo = log.log_end_offset
+            if fetch_offset > leo or fetch_offset < log.log_start_offset:
+                raise OffsetOutOfRangeError(f"follower fetch at {fetch_offset} is outside [{log.log_start_offset}, "
+                                            f"{leo}]", file=log.dir, offset=fetch_offset)
+            replica.on_fetch(fetch_offset, -1, leo, self.clock.time_ms())
+            self._maybe_expand_isr(replica)
+            self._maybe_increment_hw()
+            records = log.read(fetch_offset, max_bytes) if fetch_offset < leo else None
+            return FollowerFetch(records, log.high_watermark, log.log_start_offset)
+
+    def offsets_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (largest epoch <= `epoch`, its end offset) in the leader's log."""
+        with self._lock:
+            self._check_leader()
+            return self.log.leader_epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    def _maybe_expand_isr(self, replica: Replica) -> None:
+        """A follower outside the ISR joins once it has reached the HW and this leadership's first offset."""
+        if replica.broker_id in self.isr:
+            return
+        hw = self.log.high_watermark
+        if replica.log_end_offset >= hw and replica.log_end_offset >= self.leader_epoch_start_offset:
+            self._set_isr(self.isr | {replica.broker_id})
+
+    def maybe_shrink_isr(self) -> bool:
+        """Drop followers not caught up within replica.lag.time.max.ms; True if the ISR changed."""
+        with self._lock:
+            if not self.is_leader:
+                return False
+            now = self.clock.time_ms()
+            lagging = {b for b in self.isr if b != self.broker_id and not self.remote[b].caught_up(now, self.lag_max_ms)}
+            if not lagging:
+                return False
+            changed = self._set_isr(self.isr - lagging)
+            self._maybe_increment_hw()
+            return changed
+
+    def remove_from_isr(self, broker_id: int) -> None:
+        """The controller saw `broker_id` die: it leaves the ISR at once (its session expired)."""
+        with self._lock:
+            if broker_id in self.isr and self.is_leader:
+                self._set_isr(self.isr - {broker_id})
+                self._maybe_increment_hw()
+
+    def _set_isr(self, isr: frozenset) -> bool:
+        if self._alter_isr is not None and not self._alter_isr(self, isr):
+            return False
+        self.isr = frozenset(isr)
+        self._hw_changed.notify_all()
+        return True
+
+    def _maybe_increment_hw(self) -> bool:
+        """The HW becomes the smallest log end over the ISR and caught-up followers, if that is higher."""
+        log = self.log
+        if self.remote and len(self.isr) < self.min_isr:
+            return False
+        now = self.clock.time_ms()
+        candidate = log.log_end_offset
+        for b, r in self.remote.items():
+            if b in self.isr or r.caught_up(now, self.lag_max_ms) and r.log_end_offset >= 0:
+                candidate = min(candidate, r.log_end_offset)
+        if candidate <= log.high_watermark:
+            return False
+        log.update_high_watermark(candidate)
+        self._hw_changed.notify_all()
+        return True
+
+    # --- readers --------------------------------------------------------------------------------
     def fetch(self, offset: int, max_bytes: int, isolation: str = READ_UNCOMMITTED) -> FetchData | None:
         """Whole batches from `offset` (at least one, however large), none past the fetch bound; None when
         `offset` is at or past the bound; OffsetOutOfRangeError below the log start."""

@@ -10,6 +10,7 @@ Thread-safety: `render`/`parse` are pure; a cache is changed only under its log'
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 
@@ -69,6 +70,19 @@ class LeaderEpochCache:
             return
         self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
         self._save()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (the largest known epoch <= `epoch`, the offset where it ended): the log end
+        for the latest epoch, the next epoch's start otherwise; (epoch, first start) for an epoch below every
+        known one; (-1, -1) for -1 or an epoch above every known one."""
+        if epoch < 0 or not self.entries:
+            return -1, -1
+        if epoch == self.entries[-1][0]:
+            return epoch, log_end_offset
+        i = bisect.bisect_right(self.entries, epoch, key=lambda entry: entry[0])
+        if i == len(self.entries):
+            return -1, -1
+        return (self.entries[i - 1][0] if i else epoch), self.entries[i][1]
 
     def assign_if_newer(self, epoch: int, start_offset: int) -> None:
         """`assign` for an epoch above every known one, else nothing: rebuilding the cache from batches

@@ -32,6 +32,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     message_timestamp_type: str = "CreateTime"
     preallocate: bool = False
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     # name -> (minimum, maximum) for the int configs
     _RANGES = {
@@ -39,7 +41,7 @@ class LogConfig:
         "segment_index_bytes": (8, 2**31 - 1), "index_interval_bytes": (0, 2**31 - 1),
         "flush_messages": (1, LONG_MAX), "flush_ms": (0, LONG_MAX), "retention_ms": (-1, LONG_MAX),
         "retention_bytes": (-1, LONG_MAX), "file_delete_delay_ms": (0, LONG_MAX),
-        "max_message_bytes": (0, 2**31 - 1),
+        "max_message_bytes": (0, 2**31 - 1), "min_insync_replicas": (1, 2**31 - 1),
     }
 
     @classmethod
@@ -78,9 +80,12 @@ class LogConfig:
             if value not in ("CreateTime", "LogAppendTime"):
                 raise InvalidConfigurationError(f"{name}={value!r} must be CreateTime or LogAppendTime")
             return value
-        if value not in (False, "false"):
-            raise not_supported_yet(f"{name}={value!r}")
-        return False
+        if value not in (True, False, "true", "false"):
+            raise InvalidConfigurationError(f"{name}={value!r} must be true or false")
+        value = value in (True, "true")
+        if attr == "preallocate" and value:
+            raise not_supported_yet(f"{name}=true")
+        return value
 
     def to_dict(self) -> dict:
         """Kafka's dotted names and values."""

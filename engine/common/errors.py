@@ -188,6 +188,36 @@ class NotEnoughReplicasError(KafkaError):
     code, retriable = 19, True
 
 
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    """NOT_ENOUGH_REPLICAS_AFTER_APPEND: written by the leader, but the ISR shrank below min.insync.replicas."""
+
+    code, retriable = 20, True
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    """NOT_LEADER_OR_FOLLOWER: this broker does not host the partition as leader (or at all)."""
+
+    code, retriable = 6, True
+
+
+class FencedLeaderEpochError(KafkaError):
+    """FENCED_LEADER_EPOCH: the request carries a leader epoch older than the partition's."""
+
+    code, retriable = 74, True
+
+
+class UnknownLeaderEpochError(KafkaError):
+    """UNKNOWN_LEADER_EPOCH: the request carries a leader epoch newer than this replica knows."""
+
+    code, retriable = 75, True
+
+
+class StaleControllerEpochError(KafkaError):
+    """STALE_CONTROLLER_EPOCH: a request from a controller that has been replaced."""
+
+    code = 11
+
+
 class KafkaTimeoutError(KafkaError):
     """REQUEST_TIMED_OUT: an operation did not finish in time."""
 

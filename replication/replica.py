@@ -1,0 +1,43 @@
+"""What a partition's leader knows of one follower replica (Kafka's Replica): its log end offset as of its
+last fetch, and when it was last caught up, which decides ISR membership (`replica.lag.time.max.ms`).
+
+A follower is caught up at a fetch when it asked from the leader's log end, or from at least the log end the
+leader had at its previous fetch (it then was caught up as of that previous fetch): Kafka's
+`updateFetchStateOrThrow`.
+On-disk: nothing (the leader rebuilds this from the next fetches after a restart or a leader change).
+Thread-safety: changed only under the owning partition's lock.
+"""
+from __future__ import annotations
+
+UNKNOWN = -1
+
+
+class Replica:
+    __slots__ = ("broker_id", "log_end_offset", "log_start_offset", "last_caught_up_ms", "_last_fetch_leader_leo",
+                 "_last_fetch_ms")
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.reset(0)
+
+    def reset(self, last_caught_up_ms: int) -> None:
+        """Forget what the previous leader learned (a new leadership starts knowing nothing of the follower)."""
+        self.log_end_offset = self.log_start_offset = UNKNOWN
+        self.last_caught_up_ms = last_caught_up_ms
+        self._last_fetch_leader_leo = UNKNOWN
+        self._last_fetch_ms = 0
+
+    def on_fetch(self, fetch_offset: int, log_start_offset: int, leader_leo: int, now_ms: int) -> None:
+        """A fetch from `fetch_offset` arrived while the leader's log ended at `leader_leo`."""
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self._last_fetch_leader_leo >= 0:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self._last_fetch_ms)
+        self.log_end_offset, self.log_start_offset = fetch_offset, log_start_offset
+        self._last_fetch_leader_leo, self._last_fetch_ms = leader_leo, now_ms
+
+    def caught_up(self, now_ms: int, lag_max_ms: int) -> bool:
+        return now_ms - self.last_caught_up_ms <= lag_max_ms
+
+    def __repr__(self) -> str:
+        return f"Replica({self.broker_id}, leo={self.log_end_offset})"

@@ -1,0 +1,122 @@
+"""A follower broker's fetcher (Kafka's ReplicaFetcherThread and AbstractFetcherThread), in process: for each
+partition it follows it fetches from its own log end at the leader, appends the leader's batches unchanged
+(offsets, epochs and producer ids as they are), and sets its high watermark to min(leader HW, own log end).
+
+Truncation is by leader epoch, never by high watermark (KIP-101, KIP-279): after a leader change or a restart
+the follower asks the leader for the end offset of its latest epoch (OffsetsForLeaderEpoch) and truncates to
+min(leader's end, its own end for that epoch, its log end); when the leader answers with an older epoch the
+follower does not have, it truncates to where its own largest epoch below that one ends and asks again. A
+fetch that finds the logs diverged (KIP-320) carries the epoch and end offset to truncate to the same way.
+The HW is the fallback only when the leader knows no epoch at all.
+On-disk: nothing of its own (the follower log's files and checkpoints).
+Thread-safety: `fetch_once` is called by one thread per follower broker (the engine's fetcher thread, or a test).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from engine.common.errors import InvalidOffsetError
+from replication.partition import FollowerFetch, Partition
+
+MAX_FETCH_BYTES = 1 << 20
+
+
+class PendingFetch(NamedTuple):
+    follower: Partition
+    leader: Partition
+    answer: FollowerFetch
+
+
+class ReplicaFetcher:
+    def __init__(self, broker_id: int, leader_of: Callable[[Partition], Partition | None],
+                 max_bytes: int = MAX_FETCH_BYTES) -> None:
+        self.broker_id = broker_id
+        self.leader_of = leader_of
+        self.max_bytes = max_bytes
+
+    def fetch_once(self, follower: Partition) -> int:
+        """One fetch round for `follower` (truncating first if its leadership changed); the bytes appended."""
+        pending = self.send(follower)
+        return self.complete(pending) if pending is not None else 0
+
+    def send(self, follower: Partition) -> PendingFetch | None:
+        """The request half of a fetch: the leader records the follower's log end (which may move the HW) and
+        reads the records; None when there is no leader to fetch from."""
+        leader = self.leader_of(follower)
+        if leader is None or not leader.is_leader or follower.is_leader:
+            return None
+        log = follower.log
+        if follower.truncation_pending:
+            self.truncate(follower, leader)
+            follower.truncation_pending = False
+        latest = log.leader_epochs.latest_epoch
+        got = leader.fetch_for_follower(self.broker_id, log.log_end_offset, -1 if latest is None else latest,
+                                        self.max_bytes, leader_epoch=follower.leader_epoch)
+        return PendingFetch(follower, leader, got)
+
+    def complete(self, pending: PendingFetch) -> int:
+        """The response half: as with a fetch Kafka answers when it completes, the HW it carries is the
+        leader's as of now (other followers' fetches since may have raised it); the bytes appended."""
+        follower, leader, got = pending
+        log = follower.log
+        if got.diverging_epoch is not None:
+            self._truncate_towards(follower, *got.diverging_epoch)
+            return 0
+        appended = 0
+        if got.records is not None:
+            data = self._from_log_end(got.records, log.log_end_offset, log.dir)
+            if data:
+                log.append_as_follower(data)
+                appended = len(data)
+        self.follow_high_watermark(follower, max(got.high_watermark, leader.log.high_watermark),
+                                   got.log_start_offset)
+        return appended
+
+    @staticmethod
+    def follow_high_watermark(follower: Partition, leader_hw: int, leader_log_start: int) -> None:
+        """HW = min(leader HW, own log end), never lowered by a fetch; the log start follows the leader's."""
+        log = follower.log
+        hw = min(leader_hw, log.log_end_offset)
+        if hw > log.high_watermark:
+            log.update_high_watermark(hw)
+        if log.log_start_offset < leader_log_start <= log.high_watermark:
+            log.delete_records(leader_log_start)
+
+    @staticmethod
+    def _from_log_end(records, leo: int, source: str) -> memoryview:
+        """The fetched bytes from the batch starting at the follower's log end (a fetch view may begin at an
+        earlier batch of the same segment)."""
+        view = records.records
+        for batch in records.batches(source):
+            if batch.base_offset == leo:
+                return view[batch.position:]  # positions count from the view's start
+            if batch.base_offset > leo or batch.last_offset >= leo:
+                raise InvalidOffsetError(f"the leader's batch [{batch.base_offset}, {batch.last_offset}] does not "
+                                         f"start at the follower's log end {leo}", file=source, offset=leo)
+        return view[:0]
+
+    def truncate(self, follower: Partition, leader: Partition) -> None:
+        """Truncate by epoch until the follower's log is a prefix of the leader's (KIP-279's loop)."""
+        log = follower.log
+        for _ in range(len(log.leader_epochs.entries) + 2):
+            latest = log.leader_epochs.latest_epoch
+            if latest is None:
+                if log.log_end_offset > log.high_watermark:
+                    log.truncate_to(log.high_watermark)  # no epoch to ask about: the HW is all that is known
+                return
+            if self._truncate_towards(follower, *leader.offsets_for_leader_epoch(latest)):
+                return
+
+    @staticmethod
+    def _truncate_towards(follower: Partition, leader_epoch: int, leader_end: int) -> bool:
+        """Apply one OffsetsForLeaderEpoch answer; True when the truncation is complete."""
+        log = follower.log
+        if leader_end < 0:  # the leader knows no such epoch: fall back to the high watermark
+            log.truncate_to(max(log.high_watermark, 0))
+            return True
+        own_epoch, own_end = log.leader_epochs.end_offset_for(leader_epoch, log.log_end_offset)
+        if own_epoch != leader_epoch:  # not ours: cut to where our epochs below it end, then ask again
+            log.truncate_to(min(own_end if own_end >= 0 else log.log_end_offset, log.log_end_offset))
+            return False
+        log.truncate_to(min(own_end, leader_end, log.log_end_offset))
+        return True
