@@ -29,28 +29,43 @@ from engine.common.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaStorageError,
+    NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     not_supported_yet,
 )
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
+from replication.broker import Broker, broker_dir
+from replication.controller import Controller
 from replication.log_manager import LogManager
-from replication.partition import Partition
+from replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
+from replication.replica_fetcher import ReplicaFetcher
 from segments import names, partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from txn.unified_log import DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
+MAX_BROKERS = 64
+
+
+class ReplicaDescription(NamedTuple):
+    log_end_offset: int
+    high_watermark: int
 
 
 class PartitionDescription(NamedTuple):
     partition: int
     log_start_offset: int
     log_end_offset: int
-    high_watermark: int
+    high_watermark: int          # the partition's (its leader's); -1 while it has no leader
     size_bytes: int
     segments: int
+    leader: int = 0              # broker ids; -1 for no leader
+    leader_epoch: int = 0
+    replicas: list[int] = [0]
+    isr: list[int] = [0]
+    replica_states: dict[int, ReplicaDescription] = {}  # each live replica's LEO and HW, by broker
 
 
 class TopicDescription(NamedTuple):
@@ -67,6 +82,7 @@ class Engine:
     def __init__(self, path: str, *, clock: Clock | None = None, fs: FileSystem | None = None,
                  background: bool = True, topic_defaults: dict | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
+                 brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
                  **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
@@ -85,7 +101,13 @@ class Engine:
         self._closed = False
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self._waiters: set[threading.Event] = set()
-        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}  # each partition's leader
+        self._hw_seen: dict[tuple[str, int], int] = {}  # the highest HW a leader had before it failed
+        if type(replica_lag_time_max_ms) is not int or replica_lag_time_max_ms < 1:
+            raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")
+        self._lag_ms = replica_lag_time_max_ms
+        self._background = background
+        self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
         try:
             self.fs.makedirs(self.path)
         except OSError as exc:
@@ -93,21 +115,33 @@ class Engine:
                                            file=self.path) from None
         found = metadata.read(self.fs, self.path)
         self._catalogue = found or Catalogue()
+        self._catalogue.brokers = _broker_count(brokers, found)
+        self._catalogue.controller_epoch += 1  # a new controller for this open
+        self.controller = Controller(self._catalogue.brokers, self._catalogue.controller_epoch)
+        log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
-            log_options={"producer_id_expiration_ms": producer_id_expiration_ms},
-            tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers)})
+            log_options=log_options,
+            tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
+                   "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs)})
+        self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
+            for b in range(1, self._catalogue.brokers):
+                self._brokers[b] = Broker(b, LogManager(
+                    broker_dir(self.path, b), fs=self.fs, clock=self.clock, configs=self._log_config,
+                    background=background, log_options=log_options, node_id=b), self._new_partition)
             self._reconcile(adopt=found is None)
-            for (topic, p), lg in self._logs.logs().items():
-                if topic not in INTERNAL_TOPICS:
-                    self._add_partition(topic, p, lg)
+            for name, rec in sorted(self._catalogue.topics.items()):
+                for p in range(rec.partitions):
+                    self._add_partition(name, p)
+            self._start_fetchers()
             highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
             metadata.write(self.fs, self.path, self._catalogue)
         except BaseException:
-            self._logs.close()
+            for broker in self._brokers.values():
+                broker.close()
             raise
 
     # --- catalogue ------------------------------------------------------------------------------
@@ -139,13 +173,79 @@ class Engine:
         for name, rec in self._catalogue.topics.items():
             for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
                 self._logs.create_log(name, p, rec.topic_id)
+        for b, broker in self._brokers.items():  # the other brokers hold only the replicas assigned to them
+            for (topic, partition) in sorted(broker.logs.logs()) if b else ():
+                rec = self._catalogue.topics.get(topic)
+                state = rec.states.get(partition) if rec is not None else None
+                if state is None or b not in state.replicas:
+                    broker.logs.set_aside(topic, partition, "stray")
 
-    def _add_partition(self, topic: str, index: int, lg: UnifiedLog) -> None:
-        partition = self._partitions[(topic, index)] = Partition(topic, index, lg)
-        partition.make_leader()  # the only replica leads (Kafka's makeLeader moves the HW to the LEO)
+    def _new_partition(self, topic: str, index: int, log: UnifiedLog, broker_id: int) -> Partition:
+        return Partition(topic, index, log, broker_id=broker_id, clock=self.clock,
+                         replica_lag_time_max_ms=self._lag_ms, alter_isr=self._alter_isr)
+
+    def _add_partition(self, topic: str, index: int) -> None:
+        """Host `topic`-`index` on its replicas' brokers and give each its role."""
+        rec = self._catalogue.topics[topic]
+        state = rec.states.get(index)
+        if state is None:  # a single replica on broker 0, leading in the log's own latest epoch
+            self._partitions[(topic, index)] = part = self._brokers[0].host(topic, index, rec.topic_id)
+            part.make_leader()
+            return
+        for b in state.replicas:
+            if self._brokers[b].alive:
+                self._brokers[b].host(topic, index, rec.topic_id)
+        with self._controller_lock:
+            self.controller.elect(state, self._unclean(topic))  # a partition left without a leader
+        self._apply(topic, index)
+
+    def _apply(self, topic: str, index: int) -> None:
+        """Give every live replica of `topic`-`index` its role in the controller's state (LeaderAndIsr); a new
+        leader's HW starts at the highest HW the partition had in this process (every ISR member holds that much,
+        so a reader never sees the HW go down across a failover)."""
+        hw_floor = self._hw_seen.get((topic, index), 0)
+        state = self._catalogue.topics[topic].states[index]
+        epoch = self.controller.epoch
+        leader = self._brokers[state.leader].partitions.get((topic, index)) if state.leader >= 0 else None
+        if leader is None:
+            self._partitions.pop((topic, index), None)
+        else:
+            leader.make_leader(state.leader_epoch, state.isr, state.replicas, hw_floor, controller_epoch=epoch)
+            self._partitions[(topic, index)] = leader
+        for b in state.replicas:
+            part = self._brokers[b].partitions.get((topic, index)) if self._brokers[b].alive else None
+            if part is None or part is leader:
+                continue
+            if leader is None:
+                part.make_offline()
+            else:
+                part.make_follower(state.leader, state.leader_epoch, state.replicas, state.isr, controller_epoch=epoch)
+        for broker in self._brokers.values():
+            broker.wake.set()
+
+    def _alter_isr(self, partition: Partition, isr: frozenset) -> bool:
+        """AlterPartition: a leader's ISR change, accepted by the controller and persisted before it holds."""
+        with self._controller_lock:
+            rec = self._catalogue.topics.get(partition.topic)
+            state = rec.states.get(partition.index) if rec is not None else None
+            if state is None or not self.controller.alter_isr(state, partition.broker_id, partition.leader_epoch,
+                                                              isr):
+                return False
+            metadata.write(self.fs, self.path, self._catalogue)
+            return True
+
+    def _start_fetchers(self) -> None:
+        if self._background and self._catalogue.brokers > 1:
+            for broker in self._brokers.values():
+                if broker.alive:
+                    broker.start_fetcher(self._leader_of)
+
+    def _leader_of(self, follower: Partition) -> Partition | None:
+        return self._partitions.get((follower.topic, follower.index))
 
     def _save(self) -> None:
-        metadata.write(self.fs, self.path, self._catalogue)
+        with self._controller_lock:
+            metadata.write(self.fs, self.path, self._catalogue)
 
     @property
     def clean_shutdown(self) -> bool:
@@ -168,26 +268,47 @@ class Engine:
             if type(replication_factor) is not int or replication_factor < 1:
                 raise InvalidReplicationFactorError(
                     f"replication_factor must be an int >= 1, got {replication_factor!r}")
-            if replication_factor > 1:
-                raise not_supported_yet(f"replication_factor={replication_factor} (in-process replicas)")
-            LogConfig.from_dict(config, base=self.defaults)  # typed errors before anything is created
+            if replication_factor > self._catalogue.brokers:
+                raise InvalidReplicationFactorError(
+                    f"replication_factor={replication_factor} is larger than the engine's {self._catalogue.brokers} "
+                    f"broker(s) (engine.open(path, brokers=N))")
+            effective = LogConfig.from_dict(config, base=self.defaults)  # typed errors before anything is created
+            if effective.min_insync_replicas > replication_factor:
+                raise InvalidConfigurationError(
+                    f"min.insync.replicas={effective.min_insync_replicas} is larger than replication_factor="
+                    f"{replication_factor}")
             overrides = dict(config or {})
             if name in self._catalogue.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides)
+            rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides, replication_factor)
             self._catalogue.topics[name] = rec
             try:
-                for p in range(partitions):
-                    self._add_partition(name, p, self._logs.create_log(name, p, rec.topic_id))
+                self._add_partitions(name, 0, partitions)
                 self._save()
             except BaseException:
                 del self._catalogue.topics[name]
-                for p in range(partitions):
-                    self._partitions.pop((name, p), None)
-                    if (name, p) in self._logs.logs():
-                        self._logs.delete_log(name, p)
+                self._drop_partitions(name, 0, partitions)
                 raise
             return self.describe_topic(name)
+
+    def _add_partitions(self, name: str, start: int, end: int) -> None:
+        rec = self._catalogue.topics[name]
+        for p in range(start, end):
+            if self._catalogue.brokers > 1:
+                with self._controller_lock:
+                    state = rec.states[p] = self.controller.new_partition(p, rec.replication_factor)
+                    self.controller.elect(state, False)  # a dead preferred leader: the next live replica
+            self._add_partition(name, p)
+
+    def _drop_partitions(self, name: str, start: int, end: int) -> None:
+        rec = self._catalogue.topics.get(name)
+        for p in range(start, end):
+            self._partitions.pop((name, p), None)
+            if rec is not None:
+                rec.states.pop(p, None)
+            for broker in self._brokers.values():
+                if broker.alive:
+                    broker.drop(name, p)
 
     def delete_topic(self, name: str) -> None:
         with self._lock:
@@ -198,8 +319,9 @@ class Engine:
             for client in list(self._clients):
                 client.on_topic_changed(name)
             for p in range(rec.partitions):
-                del self._partitions[(name, p)]
-                self._logs.delete_log(name, p)
+                self._partitions.pop((name, p), None)
+                for broker in self._brokers.values():
+                    broker.drop(name, p)  # a broker that is down removes the directory as a stray later
 
     def list_topics(self) -> list[str]:
         with self._lock:
@@ -214,15 +336,26 @@ class Engine:
         return rec
 
     def describe_topic(self, name: str) -> TopicDescription:
-        """Partitions (log start, LEO, high watermark, bytes, segments) and the effective config."""
+        """Partitions (log start, LEO, high watermark, bytes, segments; leader, epoch, replicas, ISR and each
+        live replica's LEO and HW) and the effective config."""
         with self._lock:
             self._check_open()
             rec = self._topic(name)
             parts = []
             for p in range(rec.partitions):
-                part = self.partition(name, p)
-                parts.append(PartitionDescription(p, part.log_start_offset, part.log_end_offset, part.high_watermark,
-                                                  part.log.size_in_bytes(), len(part.log.segments)))
+                state = rec.states.get(p)
+                part = self._partitions.get((name, p))
+                hosted = {b: broker.partitions[(name, p)] for b, broker in self._brokers.items()
+                          if (name, p) in broker.partitions}
+                shown = part or hosted.get(0) or next(iter(hosted.values()), None)
+                replicas = state.replicas if state else [0]
+                parts.append(PartitionDescription(
+                    p, shown.log_start_offset if shown else -1, shown.log_end_offset if shown else -1,
+                    part.high_watermark if part else -1, shown.log.size_in_bytes() if shown else 0,
+                    len(shown.log.segments) if shown else 0,
+                    part.broker_id if part else -1, part.leader_epoch if part else (state.leader_epoch if state else 0),
+                    list(replicas), sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []),
+                    {b: ReplicaDescription(r.log_end_offset, r.log.high_watermark) for b, r in sorted(hosted.items())}))
             return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict(), dict(rec.config))
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:
@@ -236,16 +369,12 @@ class Engine:
                                              f"be larger, got {count!r}")
             old = rec.partitions
             try:
-                for p in range(old, count):
-                    self._add_partition(name, p, self._logs.create_log(name, p, rec.topic_id))
+                self._add_partitions(name, old, count)
                 rec.partitions = count
                 self._save()
             except BaseException:
                 rec.partitions = old
-                for p in range(old, count):
-                    self._partitions.pop((name, p), None)
-                    if (name, p) in self._logs.logs():
-                        self._logs.delete_log(name, p)
+                self._drop_partitions(name, old, count)
                 raise
             for client in list(self._clients):
                 client.on_topic_changed(name)
@@ -261,8 +390,10 @@ class Engine:
             new = LogConfig.from_dict(merged, base=self.defaults)
             rec.config = merged
             self._save()
-            for p in range(rec.partitions):
-                self.log(name, p).config = new
+            for broker in self._brokers.values():
+                for (topic, _), part in list(broker.partitions.items()):
+                    if topic == name:
+                        part.log.config = new
             return new.to_dict()
 
     def partitions_for(self, topic: str) -> int:
@@ -271,9 +402,12 @@ class Engine:
 
     def recovery_notes(self) -> list[str]:
         """What opening the directory (and reading it since) found damaged and repaired, in words."""
-        notes = list(self._logs.repairs)
-        for (topic, p), lg in sorted(self._logs.logs().items()):
-            notes += [f"{topic}-{p}: {what}" for what in lg.recovery.describe()]
+        notes = []
+        for b, broker in sorted(self._brokers.items()):
+            where = f"broker {b}: " if b else ""
+            notes += [where + what for what in broker.logs.repairs]
+            for (topic, p), lg in sorted(broker.logs.logs().items()):
+                notes += [f"{where}{topic}-{p}: {what}" for what in lg.recovery.describe()]
         return notes
 
     def log(self, topic: str, partition: int) -> UnifiedLog:
@@ -285,6 +419,10 @@ class Engine:
         found = self._partitions.get((topic, partition))
         if found is None:
             _check_external(topic)
+            rec = self._catalogue.topics.get(topic)
+            if rec is not None and type(partition) is int and 0 <= partition < rec.partitions:
+                raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader (no live in-sync replica)",
+                                               file=self.path)
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
         return found
 
@@ -296,23 +434,124 @@ class Engine:
             rec = self._topic(topic)
             return rec.partitions, self._log_config(topic).max_message_bytes
 
-    def append(self, topic: str, partition: int, data, acks: int = -1) -> AppendInfo:
-        """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader;
-        KafkaStorageError while the directory's background work is failing."""
+    def append(self, topic: str, partition: int, data, acks: int = -1, timeout_ms: int = 30_000) -> AppendInfo:
+        """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader. With
+        acks=-1 ('all') it returns once the high watermark passed the batch, waiting at most `timeout_ms`
+        (KafkaTimeoutError; NotEnoughReplicasError before the append and NotEnoughReplicasAfterAppendError
+        after it when the ISR is below min.insync.replicas). KafkaStorageError while the directory's
+        background work is failing."""
         self._check_open()
         self._logs.check_health()
-        info = self.partition(topic, partition).append(data, acks)
+        part = self.partition(topic, partition)
+        info = part.append(data, acks)
+        for broker in self._brokers.values():
+            broker.wake.set()
+        if acks == -1 and part.remote:
+            if not self._background:
+                self.replicate()
+            part.wait_for_high_watermark(info.last_offset, timeout_ms)
         if self._waiters:
             for ev in list(self._waiters):
                 ev.set()
         return info
 
+    # --- replication -----------------------------------------------------------------------------
+    def replicate(self, max_rounds: int = 1000) -> int:
+        """Run fetch rounds for every follower until nothing moves (what the fetcher threads do; with
+        background=False this is how followers catch up); returns the bytes replicated."""
+        total = 0
+        fetchers = {b: ReplicaFetcher(b, self._leader_of) for b, broker in self._brokers.items()}
+        for _ in range(max_rounds):
+            with self._lock:
+                followers = [(b, p) for b, broker in self._brokers.items() if broker.alive
+                             for p in broker.followers()]
+            before = [(p.log.log_end_offset, p.log.high_watermark) for _, p in followers]
+            total += sum(fetchers[b].fetch_once(p) for b, p in followers)
+            if before == [(p.log.log_end_offset, p.log.high_watermark) for _, p in followers]:
+                break
+        return total
+
+    def shrink_isrs(self) -> int:
+        """Drop followers that have not caught up within replica_lag_time_max_ms from their partitions' ISR
+        (a background task); the number of partitions whose ISR shrank."""
+        return sum(part.maybe_shrink_isr() for part in list(self._partitions.values()) if part.remote)
+
+    def fail_broker(self, broker_id: int) -> None:
+        """Stop broker `broker_id` as if its process died (for tests, demos and studying Kafka): its replicas
+        stop, it leaves every ISR at once and its leaderships move to the next live in-sync replica."""
+        with self._lock:
+            self._check_open()
+            broker = self._broker(broker_id, alive=True)
+            for tp, part in self._partitions.items():  # what readers may have seen stays visible after failover
+                self._hw_seen[tp] = max(self._hw_seen.get(tp, 0), part.high_watermark)
+            broker.crash()
+            with self._controller_lock:
+                self.controller.alive.discard(broker_id)
+                moved = [(name, p) for name, rec in self._catalogue.topics.items()
+                         for p, state in rec.states.items()
+                         if self.controller.broker_failed(broker_id, state, self._unclean(name))]
+                metadata.write(self.fs, self.path, self._catalogue)
+            for name, rec in self._catalogue.topics.items():
+                for p in range(rec.partitions):
+                    if (name, p) in moved or rec.states.get(p) is None:
+                        if rec.states.get(p) is None:
+                            self._partitions.pop((name, p), None)  # a single replica on the broker that died
+                        else:
+                            self._apply(name, p)
+
+    def restart_broker(self, broker_id: int) -> None:
+        """Bring a failed broker back: its log directory is recovered and it rejoins as a follower (or as leader
+        of a partition that had none and can take it)."""
+        with self._lock:
+            self._check_open()
+            broker = self._broker(broker_id, alive=False)
+            broker.restart()
+            with self._controller_lock:
+                self.controller.alive.add(broker_id)
+                elected = {(name, p) for name, rec in self._catalogue.topics.items()
+                           for p, state in rec.states.items()
+                           if self.controller.broker_started(broker_id, state, self._unclean(name))}
+                metadata.write(self.fs, self.path, self._catalogue)
+            for (topic, p) in sorted(broker.logs.logs()):
+                rec = self._catalogue.topics.get(topic)
+                state = rec.states.get(p) if rec is not None else None
+                if (rec is None or p >= rec.partitions or state is None and broker_id
+                        or state is not None and broker_id not in state.replicas):
+                    broker.logs.set_aside(topic, p, "stray")  # deleted or reassigned while the broker was down
+            for name, rec in sorted(self._catalogue.topics.items()):
+                for p in range(rec.partitions):
+                    state = rec.states.get(p)
+                    if state is None and broker_id == 0:
+                        self._add_partition(name, p)
+                    elif state is not None and broker_id in state.replicas:
+                        part = broker.host(name, p, rec.topic_id)
+                        if (name, p) in elected or state.leader < 0:
+                            self._apply(name, p)
+                        else:
+                            part.make_follower(state.leader, state.leader_epoch, state.replicas, state.isr,
+                                               controller_epoch=self.controller.epoch)
+            if self._background:
+                broker.start_fetcher(self._leader_of)
+
+    def _broker(self, broker_id, alive: bool) -> Broker:
+        broker = self._brokers.get(broker_id) if type(broker_id) is int else None
+        if broker is None:
+            raise InvalidConfigurationError(f"broker {broker_id!r} is not one of this engine's brokers "
+                                            f"0..{self._catalogue.brokers - 1}")
+        if broker.alive != alive:
+            raise IllegalStateError(f"broker {broker_id} is {'already down' if alive else 'running'}")
+        return broker
+
+    def _unclean(self, topic: str) -> bool:
+        return self._log_config(topic).unclean_leader_election_enable
+
     def flush(self) -> None:
         """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""
         self._check_open()
-        for lg in self._logs.logs().values():
-            lg.flush()
-        self._logs.check_health()
+        for broker in list(self._brokers.values()):
+            for lg in broker.logs.logs().values():
+                lg.flush()
+            broker.logs.check_health()
 
     def wait_for_data(self, event: threading.Event, timeout_ms: float) -> None:
         """Block until an append (event registered with `watch`) or `timeout_ms` of clock time."""
@@ -374,7 +613,10 @@ class Engine:
                 errors.append(exc)
         with self._lock:
             self._closed = True
-        self._logs.close()
+        for broker in self._brokers.values():
+            broker.stop_fetcher()
+        for broker in self._brokers.values():
+            broker.close()
         if errors:
             raise errors[0]
 
@@ -386,6 +628,18 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.path!r}, topics={len(self._catalogue.topics)}, closed={self._closed})"
+
+
+def _broker_count(brokers, found: Catalogue | None) -> int:
+    """The directory's broker count: as stored, or `brokers` for a new one (a typed error otherwise)."""
+    stored = found.brokers if found is not None else None
+    if brokers is None:
+        return stored or 1
+    if type(brokers) is not int or not 1 <= brokers <= MAX_BROKERS:
+        raise InvalidConfigurationError(f"brokers={brokers!r} must be an int in [1, {MAX_BROKERS}]")
+    if stored is not None and brokers != stored:
+        raise not_supported_yet(f"changing the broker count of a log directory (it has {stored}, got {brokers})")
+    return brokers
 
 
 def _check_external(topic) -> None:

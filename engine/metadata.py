@@ -2,8 +2,10 @@
 controller's metadata log holds for a broker): every topic's id, partition count and config
 overrides (Kafka's dotted names), and the end of the last producer-id block handed out.
 
-Byte layout: UTF-8 JSON `{"version": 1, "topics": {name: {"id", "partitions", "config"}},
-"producer_id_block_end": N}`. Kafka ignores the file; topic ids match each `partition.metadata`.
+Byte layout: UTF-8 JSON `{"version": 1, "topics": {name: {"id", "partitions", "config",
+"replication_factor", "states": {partition: {"replicas", "leader", "leader_epoch", "isr"}}}},
+"producer_id_block_end": N, "brokers": N, "controller_epoch": N}` (the last two and each topic's last two
+are absent from files written before replication, which read as one broker and RF 1). Kafka ignores the file; topic ids match each `partition.metadata`.
 Crash policy: rewritten whole (tmp + fsync + rename + dir fsync), so a crash leaves the old or the
 new catalogue, never a mix. A directory without it (a Kafka broker's, or an old one) is adopted from
 its partition directories. Thread-safety: the Engine serialises writes.
@@ -15,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 
 from engine.common.errors import InvalidTopicError, KafkaStorageError
+from replication.controller import PartitionState
 from segments import names
 from segments.fs import FileSystem
 
@@ -29,12 +32,16 @@ class TopicRecord:
     topic_id: str
     partitions: int
     config: dict = field(default_factory=dict)
+    replication_factor: int = 1
+    states: dict[int, PartitionState] = field(default_factory=dict)  # by partition; empty for RF 1
 
 
 @dataclass
 class Catalogue:
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     producer_id_block_end: int = 0
+    brokers: int = 1
+    controller_epoch: int = 0
 
 
 def read(fs: FileSystem, directory: str) -> Catalogue | None:
@@ -51,9 +58,12 @@ def parse(data: bytes, path: str | None = None) -> Catalogue:
         doc = json.loads(data.decode())
         if doc.get("version") != VERSION:
             raise ValueError(f"version {doc.get('version')!r}")
-        topics = {names.validate_topic(name): TopicRecord(t["id"], int(t["partitions"]), dict(t["config"]))
-                  for name, t in doc["topics"].items()}
-        return Catalogue(topics, int(doc["producer_id_block_end"]))
+        topics = {names.validate_topic(name): TopicRecord(
+            t["id"], int(t["partitions"]), dict(t["config"]), int(t.get("replication_factor", 1)),
+            {int(p): PartitionState.from_dict(st) for p, st in t.get("states", {}).items()})
+            for name, t in doc["topics"].items()}
+        return Catalogue(topics, int(doc["producer_id_block_end"]), int(doc.get("brokers", 1)),
+                         int(doc.get("controller_epoch", 0)))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidTopicError) as exc:
         raise KafkaStorageError(
             f"unreadable engine metadata ({exc}); it holds the topics' configs, so the engine will not guess "
@@ -63,9 +73,12 @@ def parse(data: bytes, path: str | None = None) -> Catalogue:
 
 def render(cat: Catalogue) -> bytes:
     doc = {"version": VERSION,
-           "topics": {name: {"id": t.topic_id, "partitions": t.partitions, "config": t.config}
+           "topics": {name: {"id": t.topic_id, "partitions": t.partitions, "config": t.config,
+                             "replication_factor": t.replication_factor,
+                             "states": {str(p): st.to_dict() for p, st in sorted(t.states.items())}}
                       for name, t in sorted(cat.topics.items())},
-           "producer_id_block_end": cat.producer_id_block_end}
+           "producer_id_block_end": cat.producer_id_block_end, "brokers": cat.brokers,
+           "controller_epoch": cat.controller_epoch}
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 

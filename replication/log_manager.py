@@ -53,7 +53,7 @@ class LogManager:
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
                  log_options: dict | None = None,
-                 tasks: dict | None = None) -> None:
+                 tasks: dict | None = None, node_id: int = 0) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
         background thread's schedule."""
@@ -71,6 +71,8 @@ class LogManager:
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
+        self.node_id = node_id
+        self._background = background
         self.fs.makedirs(self.dir)
         self._lock_file = self._acquire_lock()
         try:
@@ -86,11 +88,21 @@ class LogManager:
                 lg.close()
             self._release_lock()
             raise
+        self._start_background()
+
+    def _start_background(self) -> None:
         self._stop = threading.Event()
         self._thread = None
-        if background:
+        if self._background:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-manager:{self.dir}", daemon=True)
             self._thread.start()
+
+    def _stop_background(self) -> None:
+        self._stop.set()
+        if hasattr(self.clock, "wake"):
+            self.clock.wake()
+        if self._thread is not None:
+            self._thread.join()
 
     # --- directory ownership ------------------------------------------------------------------
     def _acquire_lock(self):
@@ -118,7 +130,7 @@ class LogManager:
         if self.fs.exists(path):
             return
         text = (f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
-                f"version=1\ncluster.id={partition_metadata.new_topic_id()}\nnode.id=0\n"
+                f"version=1\ncluster.id={partition_metadata.new_topic_id()}\nnode.id={self.node_id}\n"
                 f"directory.id={partition_metadata.new_topic_id()}\n")
         self.fs.atomic_write(path, text.encode())
 
@@ -255,11 +267,7 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
-        self._stop.set()
-        if hasattr(self.clock, "wake"):
-            self.clock.wake()
-        if self._thread is not None:
-            self._thread.join()
+        self._stop_background()
         try:
             for lg in self.logs().values():
                 lg.close()
@@ -269,6 +277,31 @@ class LogManager:
                                  json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
         finally:
             self._release_lock()
+
+    def crash(self) -> None:
+        """Stop as a broker process that died would: background work stops and every log is closed, with no
+        flush, checkpoint or clean-shutdown marker; the directory stays locked (this engine still owns it)."""
+        self._stop_background()
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        for lg in logs:
+            lg.close(flush=False)
+
+    def release(self) -> None:
+        """Give the directory up after `crash()`, leaving it as the crash left it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._release_lock()
+
+    def restart(self) -> None:
+        """Load the directory again after `crash()`: every log is recovered, as after an unclean shutdown."""
+        with self._lock:
+            self.clean_shutdown = False
+            self._failures.clear()
+            self._load_logs()
+        self._start_background()
 
     def __enter__(self) -> "LogManager":
         return self

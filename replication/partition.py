@@ -36,6 +36,7 @@ from engine.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    StaleControllerEpochError,
     UnknownLeaderEpochError,
     not_supported_yet,
 )
@@ -123,6 +124,7 @@ class Partition(PartitionView):
         self.remote: dict[int, Replica] = {}
         self.leader_epoch_start_offset = 0
         self.truncation_pending = False  # a follower truncates by epoch before its next fetch
+        self.controller_epoch = -1
         self._lock = threading.RLock()
         self._hw_changed = threading.Condition(self._lock)
 
@@ -132,13 +134,14 @@ class Partition(PartitionView):
         return self.leader_id == self.broker_id
 
     def make_leader(self, leader_epoch: int | None = None, isr=None, replicas=None,
-                    high_watermark_floor: int = 0) -> None:
+                    high_watermark_floor: int = 0, controller_epoch: int | None = None) -> None:
         """Lead the partition. Without arguments (the only replica): keep the latest epoch the log has seen
         (0 for a new log), so epochs never go down in the log; the HW moves to the log end. With them (the
         controller's LeaderAndIsr): take `leader_epoch`, which starts at the log end, forget what the previous
         leadership knew of the followers, and start the HW at `high_watermark_floor` at least (the HW the
         partition had: every ISR member holds that much, so the visible HW never goes down across a failover)."""
         with self._lock:
+            self._check_controller(controller_epoch)
             self.leader_id = self.broker_id
             self.replicas = list(replicas) if replicas is not None else [self.broker_id]
             self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
@@ -156,9 +159,11 @@ class Partition(PartitionView):
                 self.log.update_high_watermark(high_watermark_floor)
             self._maybe_increment_hw()
 
-    def make_follower(self, leader_id: int, leader_epoch: int, replicas=None, isr=None) -> None:
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas=None, isr=None,
+                      controller_epoch: int | None = None) -> None:
         """Follow `leader_id` in `leader_epoch`; the replica fetcher truncates the log by epoch before fetching."""
         with self._lock:
+            self._check_controller(controller_epoch)
             self.leader_id, self.leader_epoch = leader_id, leader_epoch
             if replicas is not None:
                 self.replicas = list(replicas)
@@ -174,6 +179,15 @@ class Partition(PartitionView):
             self.leader_id = None
             self.remote = {}
             self._hw_changed.notify_all()
+
+    def _check_controller(self, controller_epoch: int | None) -> None:
+        """A LeaderAndIsr from a controller older than one already heard from is refused."""
+        if controller_epoch is None:
+            return
+        if controller_epoch < self.controller_epoch:
+            raise StaleControllerEpochError(f"controller epoch {controller_epoch} is older than "
+                                            f"{self.controller_epoch}", file=self.log.dir)
+        self.controller_epoch = controller_epoch
 
     def _check_leader(self, leader_epoch: int | None = None) -> None:
         if not self.is_leader:

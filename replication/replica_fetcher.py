@@ -13,12 +13,15 @@ Thread-safety: `fetch_once` is called by one thread per follower broker (the eng
 """
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Callable, NamedTuple
 
 from engine.common.errors import InvalidOffsetError
 from replication.partition import FollowerFetch, Partition
 
 MAX_FETCH_BYTES = 1 << 20
+log = logging.getLogger("kafkalog.replica_fetcher")
 
 
 class PendingFetch(NamedTuple):
@@ -120,3 +123,33 @@ class ReplicaFetcher:
             return False
         log.truncate_to(min(own_end, leader_end, log.log_end_offset))
         return True
+
+
+class ReplicaFetcherThread:
+    """The engine's thread for one follower broker: fetch rounds over the partitions it follows, waiting up to
+    `wait_ms` (Kafka's replica.fetch.wait.max.ms) for an append when a round brought nothing; stops on `stop()`."""
+
+    def __init__(self, fetcher: ReplicaFetcher, partitions: Callable[[], list[Partition]], wake: threading.Event,
+                 wait_ms: int = 500) -> None:
+        self.fetcher, self.partitions, self.wake, self.wait_ms = fetcher, partitions, wake, wait_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kafkalog-replica-fetcher:{fetcher.broker_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.wake.clear()
+            moved = 0
+            for p in self.partitions():
+                try:
+                    moved += self.fetcher.fetch_once(p)
+                except Exception as exc:  # noqa: BLE001 - a failing partition must not stop the others
+                    log.warning("replica fetcher %s: %s-%s: %s", self.fetcher.broker_id, p.topic, p.index, exc)
+            if not moved:
+                self.wake.wait(self.wait_ms / 1000.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        self._thread.join()

@@ -196,11 +196,14 @@ class LocalLog:
             seg.delete_files()
         return len(ready)
 
-    def close(self) -> None:
-        """Flush and close every segment; pending deletions happen now."""
-        self.flush()
+    def close(self, flush: bool = True) -> None:
+        """Flush and close every segment; pending deletions happen now. Without `flush`, only close (the
+        `.deleted` files stay for the next load to remove)."""
+        if flush:
+            self.flush()
         for seg in self.segments.all():
             seg.close()
-        for _, seg in self._pending_deletes:
-            seg.delete_files()
+        if flush:
+            for _, seg in self._pending_deletes:
+                seg.delete_files()
         self._pending_deletes = []

@@ -427,12 +427,14 @@ class UnifiedLog:
             return self.producer_state.remove_expired(self.clock.time_ms())
 
     # --- lifecycle ----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Snapshot the producer state at the log end, then flush and close (a clean shutdown of this log)."""
+    def close(self, flush: bool = True) -> None:
+        """Snapshot the producer state at the log end, then flush and close (a clean shutdown of this log);
+        with flush=False only close, as a process that dies leaves it (the next open recovers it)."""
         with self._lock:
-            self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot()
-            self.local.close()
+            if flush:
+                self.producer_state.map_end_offset = self.log_end_offset
+                self.producer_state.take_snapshot()
+            self.local.close(flush)
 
     def __repr__(self) -> str:
         return (f"UnifiedLog({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "

@@ -5,7 +5,10 @@ encodes each sealed batch once (with the producer id, epoch and the partition's 
 idempotent) and appends it to the partition, retrying retriable errors with the same bytes, so a
 retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
 Configs are kafka-python's names with Kafka's defaults (acks='all', enable_idempotence=True,
-linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000).
+linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000,
+request_timeout_ms=30000). acks='all' waits for the partition's ISR (at most request_timeout_ms per attempt);
+retriable errors (no leader during a failover, NotEnoughReplicas, a timeout) are retried until
+delivery_timeout_ms.
 Threads: send/flush/close are thread-safe. One sender thread per producer seals batches whose
 linger expired and appends them; full batches are appended by the sending thread itself. Batches
 are appended one at a time, in sealing order, so records of a partition keep their send order.
@@ -47,7 +50,8 @@ class Producer:
     def __init__(self, engine, *, acks="all", enable_idempotence=_UNSET, linger_ms: int = 0,
                  batch_size: int = 16384, compression_type: str | None = None,
                  max_request_size: int = 1048576, partitioner=None, retries: int = 2**31 - 1,
-                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000, key_serializer=None,
+                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000,
+                 request_timeout_ms: int = 30_000, key_serializer=None,
                  value_serializer=None, client_id: str | None = None, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
@@ -72,6 +76,7 @@ class Producer:
         self.retries = _int("retries", retries, 0)
         self.retry_backoff_ms = _int("retry_backoff_ms", retry_backoff_ms, 0)
         self.delivery_timeout_ms = _int("delivery_timeout_ms", delivery_timeout_ms, 1)
+        self.request_timeout_ms = _int("request_timeout_ms", request_timeout_ms, 1)
         self.compression = compression_type or "none"
         self.client_id = client_id
         self._engine, self._clock = engine, engine.clock
@@ -164,7 +169,9 @@ class Producer:
         attempt = 0
         while True:
             try:
-                info = self._engine.append(batch.topic, batch.partition, data)
+                left = self.delivery_timeout_ms - (self._clock.time_ms() - batch.created_ms)
+                info = self._engine.append(batch.topic, batch.partition, data, self.acks,
+                                           max(1, min(self.request_timeout_ms, left)))
             except KafkaError as exc:
                 expired = self._clock.time_ms() - batch.created_ms >= self.delivery_timeout_ms
                 if exc.retriable and attempt < self.retries and not expired and not self._stop.is_set():

@@ -61,7 +61,7 @@ def test_topic_lifecycle(tmp_path):
     (lambda e: e.create_topic("n", partitions=0), InvalidPartitionsError),
     (lambda e: e.create_topic("n", partitions="3"), InvalidPartitionsError),
     (lambda e: e.create_topic("n", replication_factor=0), InvalidReplicationFactorError),
-    (lambda e: e.create_topic("n", replication_factor=3), UnsupportedVersionError),
+    (lambda e: e.create_topic("n", replication_factor=3), InvalidReplicationFactorError),  # one broker
     (lambda e: e.create_topic("n", config={"segment.bytes": -1}), InvalidConfigurationError),
     (lambda e: e.create_topic("n", config={"no.such.config": 1}), InvalidConfigurationError),
     (lambda e: e.create_topic("n", config={"cleanup.policy": "compact"}), UnsupportedVersionError),

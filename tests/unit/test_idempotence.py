@@ -58,11 +58,11 @@ def test_reordered_retry_is_refused_not_reordered(eng):
 def test_producer_retries_a_failed_batch_before_the_next(eng):
     real, attempts = eng.append, []
 
-    def first_attempt_fails(topic, partition, data):
+    def first_attempt_fails(topic, partition, data, *args):
         attempts.append(next(iter(engine.iter_batches(data))).base_sequence)
         if len(attempts) == 1:
             raise KafkaTimeoutError("A timed out before reaching the log")
-        return real(topic, partition, data)
+        return real(topic, partition, data, *args)
     eng.append = first_attempt_fails
     with eng.producer(retry_backoff_ms=0, batch_size=0) as p:  # one record per batch: A, then B
         fa, fb = p.send("t", value=b"A"), p.send("t", value=b"B")
@@ -93,8 +93,8 @@ def test_lost_acknowledgement_retry_appends_once(eng):
     the same bytes and the log answers with the first append's offsets."""
     real, calls = eng.append, []
 
-    def flaky(topic, partition, data):
-        info = real(topic, partition, data)
+    def flaky(topic, partition, data, *args):
+        info = real(topic, partition, data, *args)
         calls.append(info)
         if len(calls) == 1:
             raise KafkaTimeoutError("acknowledgement lost")
@@ -111,8 +111,8 @@ def test_lost_acknowledgement_retry_appends_once(eng):
 def test_without_idempotence_a_lost_ack_duplicates(eng):
     real, calls = eng.append, []
 
-    def flaky(topic, partition, data):
-        calls.append(real(topic, partition, data))
+    def flaky(topic, partition, data, *args):
+        calls.append(real(topic, partition, data, *args))
         if len(calls) == 1:
             raise KafkaTimeoutError("acknowledgement lost")
         return calls[-1]
@@ -123,7 +123,7 @@ def test_without_idempotence_a_lost_ack_duplicates(eng):
 
 
 def test_exhausted_retries_fail_the_future_and_bump_the_epoch(eng):
-    def down(topic, partition, data):
+    def down(topic, partition, data, *args):
         raise KafkaTimeoutError("unreachable")
     real = eng.append
     eng.append = down

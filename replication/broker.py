@@ -1,0 +1,82 @@
+"""One simulated broker of an engine (what Kafka's ReplicaManager is to a broker): its log directory (a
+replication.log_manager.LogManager), the partitions it hosts as leader or follower, and its replica fetcher
+thread. `crash()` stops it as a dying process would (no flush, no checkpoint, no clean-shutdown marker) and
+`restart()` recovers its directory; the controller decides what each hosted partition does afterwards.
+On-disk: the broker's Kafka log directory; broker 0's is the directory the user opened, broker b's is
+`<that>/brokers/<b>`.
+Thread-safety: the engine changes a broker under its lock; the fetcher thread only reads `followers()`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from replication.log_manager import LogManager
+from replication.partition import Partition
+from replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
+
+BROKERS_DIR = "brokers"
+
+
+def broker_dir(root: str, broker_id: int) -> str:
+    return root if broker_id == 0 else os.path.join(root, BROKERS_DIR, str(broker_id))
+
+
+class Broker:
+    def __init__(self, broker_id: int, logs: LogManager, partition_factory: Callable[..., Partition]) -> None:
+        self.id, self.logs = broker_id, logs
+        self.alive = True
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._new_partition = partition_factory
+        self.wake = threading.Event()
+        self._fetcher: ReplicaFetcherThread | None = None
+
+    def host(self, topic: str, index: int, topic_id: str | None = None) -> Partition:
+        """This broker's replica of `topic`-`index` (its log created if the directory lacks it)."""
+        key = (topic, index)
+        part = self.partitions.get(key)
+        if part is None:
+            log = self.logs.logs().get(key) or self.logs.create_log(topic, index, topic_id)
+            part = self.partitions[key] = self._new_partition(topic, index, log, self.id)
+        return part
+
+    def drop(self, topic: str, index: int) -> None:
+        """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
+        self.partitions.pop((topic, index), None)
+        if (topic, index) in self.logs.logs():
+            self.logs.delete_log(topic, index)
+
+    def followers(self) -> list[Partition]:
+        return [p for p in list(self.partitions.values()) if not p.is_leader and p.leader_id is not None]
+
+    def start_fetcher(self, leader_of: Callable[[Partition], Partition | None]) -> None:
+        if self._fetcher is None:
+            self._fetcher = ReplicaFetcherThread(ReplicaFetcher(self.id, leader_of), self.followers, self.wake)
+
+    def stop_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.stop()
+            self._fetcher = None
+
+    def crash(self) -> None:
+        """Die: the fetcher stops, every hosted partition goes (its log closed as a killed process leaves it)."""
+        self.stop_fetcher()
+        self.alive = False
+        for part in self.partitions.values():
+            part.make_offline()
+        self.partitions = {}
+        self.logs.crash()
+
+    def restart(self) -> None:
+        """Come back: the directory is recovered; the controller then says which partitions to host and how."""
+        self.logs.restart()
+        self.alive = True
+
+    def close(self) -> None:
+        """Shut down cleanly; a broker that is down stays as it died (its directory is recovered next time)."""
+        self.stop_fetcher()
+        if self.alive:
+            self.logs.close()
+        else:
+            self.logs.release()
