@@ -2,14 +2,18 @@
 background work; the clients (`producer()`, `consumer()`) are made from it.
 
 On disk: Kafka's log directory (replication.log_manager) plus `kafkalog.metadata` (engine.metadata).
-Every read and write of a partition goes through its `replication.partition.Partition`, which owns the
-high watermark; partitions have one replica for now, so acks=1 and acks='all' mean the same.
+Every read and write of a partition goes through its leader's `replication.partition.Partition`, which owns
+the high watermark. With `brokers=N` the engine runs N in-process brokers (replication.broker): broker 0's log
+directory is `path`, broker b's `path/brokers/<b>`; the controller (replication.controller) assigns replicas,
+elects leaders and keeps their state in the catalogue; `fail_broker`/`restart_broker` simulate a broker's
+process dying and coming back.
 Crash policy: a topic is created by writing its partition directories (each with its
 `partition.metadata`) and then the catalogue; it is deleted by rewriting the catalogue first and then
 removing the directories. A partition directory the catalogue does not know (a crash in between,
 or another topic id) is renamed `-stray`, as KRaft brokers do, so nothing is lost.
-Threads: every public method is thread-safe; the log manager's background thread runs flush,
-retention, checkpoints and producer-id expiry, and stops on close().
+Threads: every public method is thread-safe; each broker's log manager thread runs flush, retention and
+checkpoints (broker 0's also producer-id expiry and ISR expiry), each live broker of several runs a replica
+fetcher thread; all stop on close().
 """
 from __future__ import annotations
 
@@ -138,7 +142,7 @@ class Engine:
             highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
-            metadata.write(self.fs, self.path, self._catalogue)
+            self._save()
         except BaseException:
             for broker in self._brokers.values():
                 broker.close()
@@ -434,26 +438,41 @@ class Engine:
             rec = self._topic(topic)
             return rec.partitions, self._log_config(topic).max_message_bytes
 
-    def append(self, topic: str, partition: int, data, acks: int = -1, timeout_ms: int = 30_000) -> AppendInfo:
+    def append(self, topic: str, partition: int, data, acks: int = -1, timeout_ms: int = 30_000,
+               wait: bool = True) -> AppendInfo:
         """Append a producer's batch (bytes of one or more whole batches) to a partition as its leader. With
         acks=-1 ('all') it returns once the high watermark passed the batch, waiting at most `timeout_ms`
         (KafkaTimeoutError; NotEnoughReplicasError before the append and NotEnoughReplicasAfterAppendError
-        after it when the ISR is below min.insync.replicas). KafkaStorageError while the directory's
-        background work is failing."""
+        after it when the ISR is below min.insync.replicas); with wait=False that wait is left to
+        `wait_for_replication`, so a producer can have several batches in flight. KafkaStorageError while the
+        directory's background work is failing."""
         self._check_open()
         self._logs.check_health()
         part = self.partition(topic, partition)
         info = part.append(data, acks)
         for broker in self._brokers.values():
             broker.wake.set()
-        if acks == -1 and part.remote:
-            if not self._background:
-                self.replicate()
-            part.wait_for_high_watermark(info.last_offset, timeout_ms)
+        if acks == -1 and wait:
+            self._wait_for_replication(part, info, timeout_ms)
         if self._waiters:
             for ev in list(self._waiters):
                 ev.set()
         return info
+
+    def wait_for_replication(self, topic: str, partition: int, info: AppendInfo, timeout_ms: int) -> None:
+        """acks=all for an append made with wait=False: the HW passes it within `timeout_ms`, under the leader
+        that appended it (NotLeaderOrFollowerError if leadership moved since: the producer resends)."""
+        self._wait_for_replication(self.partition(topic, partition), info, timeout_ms)
+
+    def _wait_for_replication(self, part: Partition, info: AppendInfo, timeout_ms: int) -> None:
+        if not part.remote:
+            return
+        if part.leader_epoch != info.leader_epoch:
+            raise NotLeaderOrFollowerError(f"{part.topic}-{part.index} changed leader since offset "
+                                           f"{info.last_offset} was appended", file=self.path, offset=info.last_offset)
+        if not self._background:
+            self.replicate()
+        part.wait_for_high_watermark(info.last_offset, timeout_ms)
 
     # --- replication -----------------------------------------------------------------------------
     def replicate(self, max_rounds: int = 1000) -> int:

@@ -52,10 +52,22 @@ class ReplicaFetcher:
         if follower.truncation_pending:
             self.truncate(follower, leader)
             follower.truncation_pending = False
+        if self._nothing_to_fetch(follower, leader):
+            return None
         latest = log.leader_epochs.latest_epoch
         got = leader.fetch_for_follower(self.broker_id, log.log_end_offset, -1 if latest is None else latest,
                                         self.max_bytes, leader_epoch=follower.leader_epoch)
         return PendingFetch(follower, leader, got)
+
+    def _nothing_to_fetch(self, follower: Partition, leader: Partition) -> bool:
+        """A fetch now would change nothing: no new records, no new HW, the leader already knows this
+        follower's log end, and it counted the follower caught up within half replica.lag.time.max.ms (an idle
+        follower still fetches often enough to stay in the ISR)."""
+        seen = leader.remote.get(self.broker_id)
+        leo = follower.log.log_end_offset
+        return (seen is not None and seen.log_end_offset == leo == leader.log.log_end_offset
+                and follower.log.high_watermark == leader.log.high_watermark
+                and leader.clock.time_ms() - seen.last_caught_up_ms < leader.lag_max_ms // 2)
 
     def complete(self, pending: PendingFetch) -> int:
         """The response half: as with a fetch Kafka answers when it completes, the HW it carries is the

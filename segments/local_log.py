@@ -77,10 +77,12 @@ class LocalLog:
             incoming_bytes=size, incoming_max_ts=max_ts, incoming_last_offset=last_offset,
             now_ms=self.clock.time_ms(), segment_bytes=self.config.segment_bytes)
 
-    def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int) -> None:
+    def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int,
+               batches: list[tuple[int, int]] | None = None) -> None:
         """Write whole batches (bytes, or a list of pieces for writev) ending at `last_offset` to the active
-        segment; moves the LEO and flushes when `flush.messages` appends have accumulated."""
-        self.active_segment.append(last_offset, max_ts, offset_of_max, data, size)
+        segment (`batches`: their (last offset, size), to index each); moves the LEO and flushes when
+        `flush.messages` appends have accumulated."""
+        self.active_segment.append(last_offset, max_ts, offset_of_max, data, size, batches)
         self.log_end_offset = last_offset + 1
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()

@@ -337,9 +337,10 @@ class LogSegment:
 
     # --- writing ------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,
-               size: int | None = None) -> None:
+               size: int | None = None, batches: list[tuple[int, int]] | None = None) -> None:
         """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in
-        all); index them as Kafka's LogSegment.append does."""
+        all); index them as Kafka's LogSegment.append does: each batch in turn when `batches` gives their
+        (last offset, size), else the whole append as one."""
         if size is None:
             size = len(data)
         if not size:
@@ -374,14 +375,16 @@ class LogSegment:
             self._size = position + size  # the batches are in the log: nothing below may undo that
             if largest_timestamp > max_ts:
                 self._max_ts = (largest_timestamp, offset_of_max_timestamp)
-            if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
-                try:
-                    self.offset_index.append(largest_offset, position)
-                    self.time_index.maybe_append(*self._max_ts)
-                except (OSError, KafkaStorageError) as exc:  # a missing entry only makes the index sparser
-                    log.error("no index entry for offset %d in %s: %s", largest_offset, self.log_path, exc)
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += size
+            for last, batch_size in batches or [(largest_offset, size)]:
+                if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
+                    try:
+                        self.offset_index.append(last, position)
+                        self.time_index.maybe_append(*self._max_ts)
+                    except (OSError, KafkaStorageError) as exc:  # a missing entry only makes the index sparser
+                        log.error("no index entry for offset %d in %s: %s", last, self.log_path, exc)
+                    self.bytes_since_last_index_entry = 0
+                self.bytes_since_last_index_entry += batch_size
+                position += batch_size
 
     def _restore_after_failed_write(self, position: int) -> None:
         """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""

@@ -62,6 +62,16 @@ class AppendInfo(NamedTuple):
     batches: int
     size: int
     duplicate: bool = False  # a producer's resend of a batch already in the log: nothing was appended
+    leader_epoch: int = -1   # the epoch the leader appended in (a wait for replication holds only within it)
+
+
+def _batch_extents(pieces: list) -> list[tuple[int, int]]:
+    """(last offset, size) of each batch of a prepared leader append (pieces alternate a header and a body)."""
+    out = []
+    for i in range(0, len(pieces), 2):
+        fields = bf.HEADER.unpack_from(pieces[i])
+        out.append((fields[0] + fields[6], bf.HEADER_SIZE + memoryview(pieces[i + 1]).nbytes))
+    return out
 
 
 def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | None:
@@ -199,14 +209,16 @@ class UnifiedLog:
                     dup = ps.find_duplicate(producer_batch)
                     if dup is not None:
                         return AppendInfo(dup.first_offset, dup.last_offset, -1, dup.last_offset, -1, 0, 0,
-                                          duplicate=True)
+                                          duplicate=True, leader_epoch=leader_epoch)
                     ps.validate(producer_batch, self.dir)
-            self._append(pieces, size, first, end - 1, max_ts, offset_of_max)
+            self._append(pieces, size, first, end - 1, max_ts, offset_of_max,
+                         _batch_extents(pieces) if count > 1 else None)
             self.leader_epochs.assign(leader_epoch, first)
             if producer_batch is not None:
                 ps.update(producer_batch, first, append_time if append_time >= 0 else producer_batch.max_timestamp)
             ps.map_end_offset = end
-            return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size)
+            return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size,
+                              leader_epoch=leader_epoch)
 
     def append_as_follower(self, data) -> AppendInfo:
         """Append a replica's batches with their offsets and epochs as they are, keeping producer state in step."""
@@ -224,7 +236,8 @@ class UnifiedLog:
                 prev = b.last_offset
                 if b.max_timestamp > max_ts:
                     max_ts, offset_of_max = b.max_timestamp, b.last_offset
-            self._append(data, len(data), batches[0].base_offset, prev, max_ts, offset_of_max)
+            self._append(data, len(data), batches[0].base_offset, prev, max_ts, offset_of_max,
+                         [(b.last_offset, b.size_in_bytes) for b in batches])
             for b in batches:
                 self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
                 if b.producer_id >= 0:
@@ -248,11 +261,12 @@ class UnifiedLog:
                 f"append of {len(view)} bytes exceeds segment.bytes={self.config.segment_bytes}", file=self.dir)
         return batches
 
-    def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int) -> None:
+    def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int,
+                batches: list[tuple[int, int]] | None = None) -> None:
         with self._storage("append"):
             if self.local.should_roll(size, max_ts, last):
                 self._roll(first)
-            self.local.append(last, max_ts, offset_of_max, data, size)
+            self.local.append(last, max_ts, offset_of_max, data, size, batches)
 
     @contextmanager
     def _storage(self, what: str):

@@ -24,6 +24,8 @@ from engine.common.clock import SystemClock
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
 from engine.record import batch_format as bf
 
+MAX_IN_FLIGHT = 5  # batches appended before their acks='all' waits (Kafka's max.in.flight default)
+SETTLE_TICK_MS = 2
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 COMPRESSION = (None, "none", "gzip", "snappy", "lz4", "zstd")
 _UNSET = object()
@@ -86,6 +88,7 @@ class Producer:
         self._send_lock = threading.RLock()
         self._handoff: list[ProducerBatch] = []  # sealed batches taken for the sender thread to append
         self._draining: list[ProducerBatch] = []  # the batches the current drain is appending
+        self._in_flight: list[tuple] = []  # acks='all': (batch, bytes, AppendInfo) appended, not yet replicated
         self._handoff_lock = threading.Lock()
         self._wake, self._stop = threading.Event(), threading.Event()
         self._closed = self._flushing = False
@@ -93,7 +96,7 @@ class Producer:
         clock = None if type(engine.clock) is SystemClock else engine.clock  # None: the core reads wall time itself
         self._acc = accumulator.selected.RecordAccumulator(
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine.partition_layout,
-            drain=self._force, on_full=self._drain, on_open=self._on_open, clock=clock, partitioner=partitioner)
+            drain=self._force, on_full=self._drain_full, on_open=self._on_open, clock=clock, partitioner=partitioner)
         if key_serializer is None and value_serializer is None:
             self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
         else:
@@ -110,15 +113,19 @@ class Producer:
         return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
 
     # --- moving batches -------------------------------------------------------------------------
-    def _drain(self) -> None:
+    def _drain(self, settle: bool = True) -> None:
         """Append every sealed batch, in sealing order (those handed to the sender first: they were sealed
-        before any still in the accumulator)."""
+        before any still in the accumulator). With acks='all' up to MAX_IN_FLIGHT appended batches wait for
+        the ISR together (Kafka's max.in.flight.requests.per.connection); `settle` ends that wait now (a full
+        batch's drain leaves it to the next drain or to the sender thread's next tick)."""
         with self._send_lock:
             with self._handoff_lock:
                 batches, self._handoff = self._handoff, []
                 self._draining = batches = batches + self._acc.take_sealed()
             for batch in batches:
-                self._append(batch)
+                self._append(batch, self._in_flight)
+            if settle:
+                self._settle(self._in_flight)
 
     def _force(self, batch: ProducerBatch, timeout: float | None = None) -> None:
         """A future's get() on a pending batch: seal and append it now (in this thread), or, with a
@@ -138,7 +145,8 @@ class Producer:
             raise InvalidConfigurationError(f"timeout={timeout!r} must be a number of seconds >= 0")
         with self._handoff_lock:
             self._handoff += self._acc.take_sealed()
-            targets = [only] if only is not None else [b for b in self._draining + self._handoff if not b.done]
+            pending = self._draining + self._handoff + [entry[0] for entry in list(self._in_flight)]
+            targets = [only] if only is not None else [b for b in pending if not b.done]
         if self._closed and not self._flushing:
             self._drain()
         self._wake.set()
@@ -154,7 +162,8 @@ class Producer:
                 raise KafkaTimeoutError(f"the batch for {batch.topic}-{batch.partition} was not appended within "
                                         f"{timeout} s; it is still being sent")
 
-    def _append(self, batch: ProducerBatch) -> None:
+    def _append(self, batch: ProducerBatch, in_flight: list | None = None) -> None:
+        """Build and append `batch`; with acks='all' and `in_flight`, leave the wait for the ISR to `_settle`."""
         if self._closed and not self._flushing:
             batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
             return
@@ -166,6 +175,39 @@ class Producer:
         except KafkaError as exc:
             batch.fail(exc)
             return
+        if in_flight is not None and self.acks == -1:
+            if len(in_flight) >= MAX_IN_FLIGHT:
+                self._settle(in_flight)
+            try:
+                info = self._engine.append(batch.topic, batch.partition, data, -1, self.request_timeout_ms, False)
+            except KafkaError:
+                self._settle(in_flight)  # the batches before it first, then this one with retries
+            else:
+                self._advance(tp, seq, batch)
+                in_flight.append((batch, data, info))
+                return
+        self._send(batch, data, seq)
+
+    def _settle(self, in_flight: list) -> None:
+        """Wait for the ISR to take each appended batch, in order; from the first that fails (leadership moved,
+        a timeout), resend the rest with retries: an idempotent resend that the log already holds is a
+        duplicate answered with its first offsets."""
+        resend = False
+        for batch, data, info in in_flight:
+            if not resend:
+                try:
+                    self._engine.wait_for_replication(batch.topic, batch.partition, info, self.request_timeout_ms)
+                    batch.complete(info.first_offset, info.log_append_time)
+                    continue
+                except KafkaError:
+                    resend = True
+            self._send(batch, data, None)
+        in_flight.clear()
+
+    def _send(self, batch: ProducerBatch, data: bytes, seq: int | None) -> None:
+        """Append `data` (waiting for the ISR with acks='all'), retrying retriable errors until retries or
+        delivery_timeout_ms run out; `seq` None: the sequences already count this batch."""
+        tp = (batch.topic, batch.partition)
         attempt = 0
         while True:
             try:
@@ -182,14 +224,21 @@ class Producer:
                     self._bump_epoch()  # the batch may or may not be in the log: start a fresh sequence space
                 batch.fail(exc)
                 return
-            if self.idempotent:
-                self._sequences[tp] = bf.increment_sequence(seq, len(batch.records))
+            if seq is not None:
+                self._advance(tp, seq, batch)
             batch.complete(info.first_offset if self.acks else -1, info.log_append_time)
             return
+
+    def _advance(self, tp: tuple[str, int], seq: int, batch: ProducerBatch) -> None:
+        if self.idempotent:
+            self._sequences[tp] = bf.increment_sequence(seq, len(batch.records))
 
     def _bump_epoch(self) -> None:
         self.producer_epoch += 1
         self._sequences.clear()
+
+    def _drain_full(self) -> None:
+        self._drain(settle=False)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -198,7 +247,10 @@ class Producer:
             nxt = self._acc.seal_expired(self._clock.time_ms(), self.linger_ms)
             self._idle = nxt < 0
             self._drain()
-            self._clock.wait(self._wake, 3_600_000 if nxt < 0 else max(0, nxt - self._clock.time_ms()))
+            wait = 3_600_000 if nxt < 0 else max(0, nxt - self._clock.time_ms())
+            if self._in_flight:  # a sending thread's batches wait for the ISR: settle them soon
+                wait = min(wait, SETTLE_TICK_MS)
+            self._clock.wait(self._wake, wait)
 
     def _on_open(self) -> None:
         """A partition's batch opened: wake the sender only if it sleeps without a linger deadline (a batch

@@ -34,6 +34,7 @@ def add_topics(sub) -> None:
     p.add_argument("--topic", help="the topic (for --describe, all topics when omitted)")
     p.add_argument("--partitions", type=int, help="partition count (--create)")
     p.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (--create; 1)")
+    p.add_argument("--brokers", type=int, help="in-process brokers of a new directory (stored; default 1)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config override (repeatable)")
     p.add_argument("--delete-config", action="append", metavar="KEY", help="remove an override (--alter)")
     p.set_defaults(func=topics)
@@ -41,9 +42,10 @@ def add_topics(sub) -> None:
 
 def _describe(eng, name: str) -> dict:
     d = eng.describe_topic(name)
-    return {"topic": d.name, "topicId": d.topic_id, "partitionCount": len(d.partitions), "replicationFactor": 1,
-            "configs": d.overrides,
-            "partitions": [{"partition": p.partition, "leader": 0, "replicas": [0], "isr": [0],
+    return {"topic": d.name, "topicId": d.topic_id, "partitionCount": len(d.partitions),
+            "replicationFactor": len(d.partitions[0].replicas), "configs": d.overrides,
+            "partitions": [{"partition": p.partition, "leader": p.leader, "leaderEpoch": p.leader_epoch,
+                            "replicas": p.replicas, "isr": p.isr,
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments}
                            for p in d.partitions]}
@@ -54,7 +56,8 @@ def _describe_text(doc: dict) -> str:
     lines = [f"Topic: {doc['topic']}\tTopicId: {doc['topicId']}\tPartitionCount: {doc['partitionCount']}\t"
              f"ReplicationFactor: {doc['replicationFactor']}\tConfigs: {configs}"]
     for p in doc["partitions"]:
-        lines.append(f"\tTopic: {doc['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+        leader = p["leader"] if p["leader"] >= 0 else "none"
+        lines.append(f"\tTopic: {doc['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                      f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
                      f"LogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}\t"
                      f"HighWatermark: {p['highWatermark']}")
@@ -68,7 +71,7 @@ def _need_topic(args) -> str:
 
 
 def topics(args: argparse.Namespace, out: Output) -> int:
-    with engine.open(args.data) as eng:
+    with engine.open(args.data, brokers=args.brokers) as eng:
         if args.list:
             names = eng.list_topics()
             out.result(names, "\n".join(names))

@@ -60,3 +60,19 @@ def test_bad_input_is_refused_alike():
         assert impl.prepare_leader_append(marker, 5, 0, -1, 1 << 20, True)[1] == 6
     gappy = IMPLS[0].encode_batch([IMPLS[0].Record(0, T0, None, b"a"), IMPLS[0].Record(2, T0, None, b"b")])
     _same_error(E.InvalidRecordError, gappy, 0, 0, -1, 1 << 20)
+
+
+def test_an_append_of_many_batches_indexes_each_batch(tmp_path):
+    """Kafka's LogSegment.append walks the batches: an index entry names the batch at its position (one entry
+    for the whole append would name a later batch's offset there, which the verifier rightly reports)."""
+    import engine as eng_pkg
+    from engine.tools import verify
+
+    with eng_pkg.open(str(tmp_path), background=False) as e:
+        e.create_topic("t", config={"index.interval.bytes": 100})
+        data = b"".join(eng_pkg.encode_batch([(None, b"x" * 200, None, 1)]) for _ in range(10))
+        for _ in range(5):
+            e.append("t", 0, data)
+        index = e.log("t", 0).active_segment.offset_index
+        assert index.entries >= 20  # an entry every batch or so, not one per append
+    assert verify.check(str(tmp_path))[1] == []

@@ -256,3 +256,22 @@ def test_fencing_a_stale_leader_epoch_and_a_non_leader(tmp_path):
         c.parts[1].append(engine.encode_batch([(None, b"v", None, 1)]), acks=1)
     with pytest.raises(NotLeaderOrFollowerError):
         c.parts[0].fetch_for_follower(7, 0, -1, 100)
+
+
+def test_an_idle_follower_stays_in_the_isr(tmp_path):
+    """With nothing to replicate a follower's fetches change nothing, but they still tell the leader it is
+    caught up: hours without appends never shrink the ISR."""
+    c = Cluster(tmp_path, 2)
+    c.parts[0].make_leader(0, isr=[0, 1], replicas=[0, 1])
+    c.parts[1].make_follower(0, 0, replicas=[0, 1])
+    f = c.fetcher(1)
+    c.produce(b"x")
+    for _ in range(3):
+        f.fetch_once(c.parts[1])
+    for _ in range(500):
+        c.clock.advance(10_000)
+        f.fetch_once(c.parts[1])
+        assert not c.parts[0].maybe_shrink_isr()
+    assert c.parts[0].isr == {0, 1}
+    c.clock.advance(31_000)  # no fetch for longer than replica.lag.time.max.ms: out
+    assert c.parts[0].maybe_shrink_isr() and c.parts[0].isr == {0}

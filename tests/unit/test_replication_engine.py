@@ -233,6 +233,9 @@ def _random_failover_run(path, seed: int) -> None:
     for b in d.replicas:
         assert _log_bytes(e, TOPIC, 0, b, d.high_watermark) == _log_bytes(e, TOPIC, 0, d.leader, d.high_watermark)
     e.close()
+    from engine.tools import verify
+    for b, directory in _replica_dirs(path, 3).items():
+        assert verify.check(directory)[1] == [], (seed, b, trace)
 
 
 def engine_fetcher(e, broker_id):
@@ -250,3 +253,32 @@ RUNS = int(os.environ.get("KAFKALOG_FAILOVER_RUNS", "200"))
 @pytest.mark.parametrize("seed", range(RUNS))
 def test_seeded_random_failover_keeps_every_acknowledged_record(tmp_path, seed):
     _random_failover_run(tmp_path, seed)
+
+
+def test_every_replica_directory_passes_the_single_log_checks(tmp_path):
+    """Each broker's directory is a Kafka log directory on its own: `verify` (batches, indexes, checkpoints),
+    Kafka's text checkpoints, and the Spark source's reader sees broker 0's replica up to its high watermark."""
+    from engine.tools import verify
+    from segments.fs import FileSystem
+    from segments.partition_reader import PartitionReader, read_checkpoints
+
+    with engine.open(str(tmp_path), brokers=3) as e:
+        e.create_topic(TOPIC, partitions=2, replication_factor=3,
+                       config={"segment.bytes": 2000, "index.interval.bytes": 100})
+        with e.producer(acks="all", batch_size=300, linger_ms=1) as p:
+            for i in range(400):
+                p.send(TOPIC, value=b"value-%d" % i, partition=i % 2)
+        e.fail_broker(2)
+        with e.producer(acks="all") as p:
+            for i in range(40):
+                p.send(TOPIC, value=b"late-%d" % i, partition=i % 2).get(timeout=5)
+        e.restart_broker(2)
+        expected = {p: e.describe_topic(TOPIC).partitions[p].high_watermark for p in range(2)}
+    for b, d in _replica_dirs(tmp_path, 3).items():
+        checked, problems = verify.check(d)
+        assert problems == [] and checked >= 2, (b, problems)
+    starts, hws = read_checkpoints(FileSystem(), str(tmp_path))
+    for p in range(2):
+        reader = PartitionReader(str(tmp_path / f"{TOPIC}-{p}"), high_watermark=hws.get((TOPIC, p)))
+        assert reader.high_watermark == expected[p] == 220
+        reader.close()
