@@ -392,6 +392,9 @@ class Engine:
             merged = {**rec.config, **config}
             merged = {k: v for k, v in merged.items() if v is not None}
             new = LogConfig.from_dict(merged, base=self.defaults)
+            if new.min_insync_replicas > rec.replication_factor:
+                raise InvalidConfigurationError(f"min.insync.replicas={new.min_insync_replicas} is larger than "
+                                                f"the topic's replication factor {rec.replication_factor}")
             rec.config = merged
             self._save()
             for broker in self._brokers.values():
@@ -459,6 +462,10 @@ class Engine:
                 ev.set()
         return info
 
+    def is_replicated(self, topic: str, partition: int) -> bool:
+        """Whether appends to the partition wait for followers under acks='all' (its leader has some)."""
+        return bool(self.partition(topic, partition).remote)
+
     def wait_for_replication(self, topic: str, partition: int, info: AppendInfo, timeout_ms: int) -> None:
         """acks=all for an append made with wait=False: the HW passes it within `timeout_ms`, under the leader
         that appended it (NotLeaderOrFollowerError if leadership moved since: the producer resends)."""
@@ -512,11 +519,11 @@ class Engine:
                 metadata.write(self.fs, self.path, self._catalogue)
             for name, rec in self._catalogue.topics.items():
                 for p in range(rec.partitions):
-                    if (name, p) in moved or rec.states.get(p) is None:
-                        if rec.states.get(p) is None:
+                    if rec.states.get(p) is None:
+                        if broker_id == 0:
                             self._partitions.pop((name, p), None)  # a single replica on the broker that died
-                        else:
-                            self._apply(name, p)
+                    elif (name, p) in moved:
+                        self._apply(name, p)
 
     def restart_broker(self, broker_id: int) -> None:
         """Bring a failed broker back: its log directory is recovered and it rejoins as a follower (or as leader

@@ -20,6 +20,7 @@ from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     NoOffsetForPartitionError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
     not_supported_yet,
@@ -197,7 +198,10 @@ class Consumer:
                 break
             if tp in self._paused:
                 continue
-            partition = self._partition(tp)
+            try:
+                partition = self._partition(tp)
+            except NotLeaderOrFollowerError:
+                continue  # no leader for now (a failover): nothing to read from it this time
             pos = self._positions[tp]
             if pos is None:
                 pos = self._reset(tp)

@@ -175,7 +175,7 @@ class Producer:
         except KafkaError as exc:
             batch.fail(exc)
             return
-        if in_flight is not None and self.acks == -1:
+        if in_flight is not None and self.acks == -1 and self._replicated(batch):
             if len(in_flight) >= MAX_IN_FLIGHT:
                 self._settle(in_flight)
             try:
@@ -187,6 +187,12 @@ class Producer:
                 in_flight.append((batch, data, info))
                 return
         self._send(batch, data, seq)
+
+    def _replicated(self, batch: ProducerBatch) -> bool:
+        try:
+            return self._engine.is_replicated(batch.topic, batch.partition)
+        except KafkaError:
+            return False  # no leader now: the retrying path says so
 
     def _settle(self, in_flight: list) -> None:
         """Wait for the ISR to take each appended batch, in order; from the first that fails (leadership moved,

@@ -282,3 +282,47 @@ def test_every_replica_directory_passes_the_single_log_checks(tmp_path):
         reader = PartitionReader(str(tmp_path / f"{TOPIC}-{p}"), high_watermark=hws.get((TOPIC, p)))
         assert reader.high_watermark == expected[p] == 220
         reader.close()
+
+
+def test_a_consumer_skips_a_partition_without_a_leader_and_resumes_after(tmp_path):
+    with _open(tmp_path, brokers=2) as e:
+        e.create_topic(TOPIC, partitions=2, replication_factor=2)
+        e.append(TOPIC, 0, _batch(b"p0"))
+        e.append(TOPIC, 1, _batch(b"p1"))
+        c = e.consumer(TOPIC, auto_offset_reset="earliest")
+        assert sorted(r.value for recs in c.poll().values() for r in recs) == [b"p0", b"p1"]
+        e.fail_broker(1)
+        e.fail_broker(0)                 # both partitions lose their last ISR member
+        with pytest.raises(NotLeaderOrFollowerError):
+            e.append(TOPIC, 0, _batch(b"x"))
+        assert c.poll() == {}            # no error: nothing to read while there is no leader
+        e.restart_broker(0)
+        e.append(TOPIC, 1, _batch(b"back"))
+        assert [r.value for recs in c.poll().values() for r in recs] == [b"back"]
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_refused_on_alter(tmp_path):
+    with _open(tmp_path, brokers=2) as e:
+        e.create_topic(TOPIC, replication_factor=2, config={"min.insync.replicas": 2})
+        with pytest.raises(InvalidConfigurationError, match="min.insync.replicas=3"):
+            e.alter_topic_config(TOPIC, {"min.insync.replicas": 3})
+
+
+def test_failing_another_broker_leaves_adopted_topics_alone(tmp_path):
+    """A directory adopted without a catalogue keeps its partitions as single replicas on broker 0: failing
+    broker 1 does not touch them, failing broker 0 takes them offline until it returns."""
+    with _open(tmp_path) as e:
+        e.create_topic("solo")
+        e.append("solo", 0, _batch(b"one"))
+    os.remove(tmp_path / "kafkalog.metadata")
+    with _open(tmp_path, brokers=2) as e:
+        e.fail_broker(1)
+        e.append("solo", 0, _batch(b"two"))
+        assert e.describe_topic("solo").partitions[0].high_watermark == 2
+        e.restart_broker(1)
+        e.fail_broker(0)
+        with pytest.raises(NotLeaderOrFollowerError):
+            e.append("solo", 0, _batch(b"three"))
+        e.restart_broker(0)
+        e.append("solo", 0, _batch(b"three"))
+        assert e.describe_topic("solo").partitions[0].high_watermark == 3
