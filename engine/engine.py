@@ -224,8 +224,7 @@ class Engine:
                 part.make_offline()
             else:
                 part.make_follower(state.leader, state.leader_epoch, state.replicas, state.isr, controller_epoch=epoch)
-        for broker in self._brokers.values():
-            broker.wake.set()
+        self._wake_followers()
 
     def _alter_isr(self, partition: Partition, isr: frozenset) -> bool:
         """AlterPartition: a leader's ISR change, accepted by the controller and persisted before it holds."""
@@ -453,10 +452,11 @@ class Engine:
         self._logs.check_health()
         part = self.partition(topic, partition)
         info = part.append(data, acks)
-        for broker in self._brokers.values():
-            broker.wake.set()
         if acks == -1 and wait:
             self._wait_for_replication(part, info, timeout_ms)
+        elif acks != -1:
+            self._wake_followers()  # (an acks='all' append in flight wakes them when it is waited for: the
+            # followers then fetch the batches in flight together)
         if self._waiters:
             for ev in list(self._waiters):
                 ev.set()
@@ -479,7 +479,12 @@ class Engine:
                                            f"{info.last_offset} was appended", file=self.path, offset=info.last_offset)
         if not self._background:
             self.replicate()
+        self._wake_followers()
         part.wait_for_high_watermark(info.last_offset, timeout_ms)
+
+    def _wake_followers(self) -> None:
+        for broker in self._brokers.values():
+            broker.wake.set()
 
     # --- replication -----------------------------------------------------------------------------
     def replicate(self, max_rounds: int = 1000) -> int:

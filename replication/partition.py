@@ -270,8 +270,28 @@ class Partition(PartitionView):
             replica.on_fetch(fetch_offset, -1, leo, self.clock.time_ms())
             self._maybe_expand_isr(replica)
             self._maybe_increment_hw()
-            records = log.read(fetch_offset, max_bytes) if fetch_offset < leo else None
-            return FollowerFetch(records, log.high_watermark, log.log_start_offset)
+            return FollowerFetch(self._read_for(replica, fetch_offset, max_bytes), log.high_watermark,
+                                 log.log_start_offset)
+
+    def _read_for(self, replica: Replica, fetch_offset: int, max_bytes: int) -> FetchData | None:
+        """A follower's records from `fetch_offset`: when it asks from where its last fetch ended, the bytes
+        appended since are served straight from the active segment (a fetch session's position, in process)."""
+        mark = replica.tail_mark
+        if mark is not None and mark[0] == fetch_offset:
+            found = self.log.read_tail(mark, max_bytes)
+            if found is not None:
+                replica.tail_mark = found[1]
+                return found[0] if found[1][0] > fetch_offset else None
+        replica.tail_mark = None
+        if fetch_offset >= self.log.log_end_offset:
+            replica.tail_mark = self.log.tail()
+            return None
+        records = self.log.read(fetch_offset, max_bytes)
+        end = records.position + records.records.nbytes
+        mark = self.log.tail()
+        if mark[1] == records.segment_base and mark[2] == end:  # it read to the end: the next fetch follows on
+            replica.tail_mark = mark
+        return records
 
     def offsets_for_leader_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= `epoch`, its end offset) in the leader's log."""

@@ -212,6 +212,10 @@ class FileSystem:
         return mmap.mmap(f.fileno(), length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ,
                          offset=offset)
 
+    def pread(self, f: BinaryIO, size: int, offset: int) -> bytes:
+        """`size` bytes at `offset` (fewer only at the end of the file)."""
+        return os.pread(f.fileno(), size, offset)
+
     def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
         """Write `data` at `offset` (index entries)."""
         if os.pwrite(f.fileno(), data, offset) != len(data):
@@ -364,6 +368,10 @@ class FaultyFileSystem(FileSystem):
 
     def writev(self, f: BinaryIO, buffers: list, total: int) -> None:
         self.write(f, b"".join(bytes(memoryview(b).cast("B")) for b in buffers))
+
+    def pread(self, f: BinaryIO, size: int, offset: int) -> bytes:
+        """`size` bytes at `offset` (fewer only at the end of the file)."""
+        return os.pread(f.fileno(), size, offset)
 
     def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
         self._check("write", f"pwrite to {f.name}")

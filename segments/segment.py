@@ -150,6 +150,19 @@ class LogSegment:
                 self.fs.track_map(self)
             return memoryview(self._map)[start:end]
 
+    def read_bytes(self, start: int, end: int) -> bytes:
+        """A copy of the `.log` bytes [start, end), read through the append handle: for the bytes just appended
+        to the active segment, which a mapping would have to be remade to reach."""
+        with self._lock:
+            end = min(end, self._size)
+            if end <= start:
+                return b""
+            with self._handle() as f:
+                data = self.fs.pread(f, end - start, start)
+        if len(data) != end - start:
+            raise KafkaStorageError(f"short read of [{start}, {end})", file=self.log_path, position=start)
+        return data
+
     def window(self, start: int, end: int) -> memoryview:
         """A zero-copy view for a reader to keep: a view of WINDOW_BYTES or more maps only its own
         (page-aligned) window, unmapped once the reader drops it, so scanning a large log does not keep

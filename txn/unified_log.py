@@ -315,6 +315,29 @@ class UnifiedLog:
         bound = leo if upper_bound is None else min(upper_bound, leo)
         return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch)
 
+    def tail(self) -> tuple[int, int, int]:
+        """(LEO, active segment base, its size): taken together, so the bytes before that size are exactly the
+        batches below that LEO (an append moves both under the log's lock)."""
+        with self._lock:
+            seg = self.local.active_segment
+            return self.log_end_offset, seg.base_offset, seg.size
+
+    def read_tail(self, mark: tuple[int, int, int], max_bytes: int) -> tuple[FetchData, tuple[int, int, int]] | None:
+        """What was appended since `mark` (an earlier `tail()`), when it is all still in the active segment and
+        fits `max_bytes`: the batches read back without an index lookup or a scan (they are whole: written
+        under the lock held here). None when that does not hold; `read` then serves the fetch."""
+        offset, base, position = mark
+        with self._lock:
+            seg = self.local.active_segment
+            leo, size = self.log_end_offset, seg.size
+            if seg.base_offset != base or size < position or leo < offset or size - position > max_bytes:
+                return None
+            try:
+                data = seg.read_bytes(position, size)
+            except OSError as exc:
+                raise KafkaStorageError(f"read failed: {exc}", file=seg.log_path, position=position) from exc
+        return FetchData(offset, base, position, memoryview(data)), (leo, base, size)
+
     def _check_epoch(self, batch) -> None:
         """A batch read must carry the leader epoch the checkpoint gives its offset (the header's epoch is
         outside the CRC: a flipped one would reach consumers as a wrong record). CorruptRecordError otherwise."""
