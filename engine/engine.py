@@ -518,17 +518,21 @@ class Engine:
             broker.crash()
             with self._controller_lock:
                 self.controller.alive.discard(broker_id)
-                moved = [(name, p) for name, rec in self._catalogue.topics.items()
-                         for p, state in rec.states.items()
-                         if self.controller.broker_failed(broker_id, state, self._unclean(name))]
+                leaders = {(name, p): state.leader for name, rec in self._catalogue.topics.items()
+                           for p, state in rec.states.items()}
+                for name, rec in self._catalogue.topics.items():
+                    for state in rec.states.values():
+                        self.controller.broker_failed(broker_id, state, self._unclean(name))
                 metadata.write(self.fs, self.path, self._catalogue)
             for name, rec in self._catalogue.topics.items():
                 for p in range(rec.partitions):
                     if rec.states.get(p) is None:
                         if broker_id == 0:
                             self._partitions.pop((name, p), None)  # a single replica on the broker that died
-                    elif (name, p) in moved:
-                        self._apply(name, p)
+                    elif rec.states[p].leader != leaders[(name, p)]:
+                        self._apply(name, p)  # a new leader (or none): every live replica gets its role
+                    elif broker_id in rec.states[p].replicas and (name, p) in self._partitions:
+                        self._partitions[(name, p)].remove_from_isr(broker_id)  # the leader stays: ISR only
 
     def restart_broker(self, broker_id: int) -> None:
         """Bring a failed broker back: its log directory is recovered and it rejoins as a follower (or as leader

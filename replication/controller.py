@@ -72,20 +72,17 @@ class Controller:
         state.leader_epoch += 1
         return True
 
-    def broker_failed(self, broker: int, state: PartitionState, unclean: bool) -> bool:
-        """`broker` died: it leaves the ISR (unless it is the last member) and its leaderships move."""
-        self.alive.discard(broker)
-        changed = False
+    def broker_failed(self, broker: int, state: PartitionState, unclean: bool) -> None:
+        """`broker` died (and left `alive`): it leaves the ISR (unless it is the last member) and its
+        leaderships move."""
         if broker in state.isr and len(state.isr) > 1:
             state.isr = [b for b in state.isr if b != broker]
-            changed = True
         if state.leader == broker:
-            changed = self.elect(state, unclean) or changed
-        return changed
+            self.elect(state, unclean)
 
     def broker_started(self, broker: int, state: PartitionState, unclean: bool) -> bool:
-        """`broker` is back: an offline partition it can lead gets it as leader; otherwise it follows."""
-        self.alive.add(broker)
+        """`broker` is back (in `alive` again): an offline partition it can lead gets it as leader; otherwise it
+        follows."""
         if state.leader == NO_LEADER and broker in state.replicas:
             return self.elect(state, unclean)
         return False

@@ -267,7 +267,7 @@ class Partition(PartitionView):
             if fetch_offset > leo or fetch_offset < log.log_start_offset:
                 raise OffsetOutOfRangeError(f"follower fetch at {fetch_offset} is outside [{log.log_start_offset}, "
                                             f"{leo}]", file=log.dir, offset=fetch_offset)
-            replica.on_fetch(fetch_offset, -1, leo, self.clock.time_ms())
+            replica.on_fetch(fetch_offset, leo, self.clock.time_ms())
             self._maybe_expand_isr(replica)
             self._maybe_increment_hw()
             return FollowerFetch(self._read_for(replica, fetch_offset, max_bytes), log.high_watermark,
@@ -321,11 +321,17 @@ class Partition(PartitionView):
             return changed
 
     def remove_from_isr(self, broker_id: int) -> None:
-        """The controller saw `broker_id` die: it leaves the ISR at once (its session expired)."""
+        """The controller saw `broker_id` die: it leaves the ISR at once (its session expired), and what the
+        leader knew of it is forgotten, so it no longer counts as a caught-up replica about to rejoin (Kafka
+        leaves fenced brokers out of that too)."""
         with self._lock:
-            if broker_id in self.isr and self.is_leader:
+            if not self.is_leader:
+                return
+            if broker_id in self.remote:
+                self.remote[broker_id].reset(0)
+            if broker_id in self.isr:
                 self._set_isr(self.isr - {broker_id})
-                self._maybe_increment_hw()
+            self._maybe_increment_hw()
 
     def _set_isr(self, isr: frozenset) -> bool:
         if self._alter_isr is not None and not self._alter_isr(self, isr):

@@ -13,8 +13,8 @@ UNKNOWN = -1
 
 
 class Replica:
-    __slots__ = ("broker_id", "log_end_offset", "log_start_offset", "last_caught_up_ms", "_last_fetch_leader_leo",
-                 "_last_fetch_ms", "tail_mark")
+    __slots__ = ("broker_id", "log_end_offset", "last_caught_up_ms", "_last_fetch_leader_leo", "_last_fetch_ms",
+                 "tail_mark")
 
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
@@ -22,19 +22,19 @@ class Replica:
 
     def reset(self, last_caught_up_ms: int) -> None:
         """Forget what the previous leader learned (a new leadership starts knowing nothing of the follower)."""
-        self.log_end_offset = self.log_start_offset = UNKNOWN
+        self.log_end_offset = UNKNOWN
         self.last_caught_up_ms = last_caught_up_ms
         self._last_fetch_leader_leo = UNKNOWN
         self._last_fetch_ms = 0
         self.tail_mark: tuple[int, int, int] | None = None  # where the last fetch served up to: the log's tail()
 
-    def on_fetch(self, fetch_offset: int, log_start_offset: int, leader_leo: int, now_ms: int) -> None:
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
         """A fetch from `fetch_offset` arrived while the leader's log ended at `leader_leo`."""
         if fetch_offset >= leader_leo:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self._last_fetch_leader_leo >= 0:
             self.last_caught_up_ms = max(self.last_caught_up_ms, self._last_fetch_ms)
-        self.log_end_offset, self.log_start_offset = fetch_offset, log_start_offset
+        self.log_end_offset = fetch_offset
         self._last_fetch_leader_leo, self._last_fetch_ms = leader_leo, now_ms
 
     def caught_up(self, now_ms: int, lag_max_ms: int) -> bool:

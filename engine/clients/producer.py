@@ -123,9 +123,9 @@ class Producer:
                 batches, self._handoff = self._handoff, []
                 self._draining = batches = batches + self._acc.take_sealed()
             for batch in batches:
-                self._append(batch, self._in_flight)
+                self._append(batch)
             if settle:
-                self._settle(self._in_flight)
+                self._settle()
 
     def _force(self, batch: ProducerBatch, timeout: float | None = None) -> None:
         """A future's get() on a pending batch: seal and append it now (in this thread), or, with a
@@ -162,8 +162,9 @@ class Producer:
                 raise KafkaTimeoutError(f"the batch for {batch.topic}-{batch.partition} was not appended within "
                                         f"{timeout} s; it is still being sent")
 
-    def _append(self, batch: ProducerBatch, in_flight: list | None = None) -> None:
-        """Build and append `batch`; with acks='all' and `in_flight`, leave the wait for the ISR to `_settle`."""
+    def _append(self, batch: ProducerBatch) -> None:
+        """Build and append `batch`; with acks='all' on a replicated partition, leave the wait for the ISR to
+        `_settle` (the batch joins those in flight)."""
         if self._closed and not self._flushing:
             batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
             return
@@ -175,17 +176,18 @@ class Producer:
         except KafkaError as exc:
             batch.fail(exc)
             return
-        if in_flight is not None and self.acks == -1 and self._replicated(batch):
-            if len(in_flight) >= MAX_IN_FLIGHT:
-                self._settle(in_flight)
+        if self.acks == -1 and self._replicated(batch):
+            if len(self._in_flight) >= MAX_IN_FLIGHT:
+                self._settle()
             try:
                 info = self._engine.append(batch.topic, batch.partition, data, -1, self.request_timeout_ms, False)
             except KafkaError:
-                self._settle(in_flight)  # the batches before it first, then this one with retries
-            else:
+                info = None  # this one goes the retrying way below, after the batches before it
+            if info is not None:
                 self._advance(tp, seq, batch)
-                in_flight.append((batch, data, info))
+                self._in_flight.append((batch, data, info))
                 return
+        self._settle()  # batches in flight are settled (or resent) before any later batch is sent on its own
         self._send(batch, data, seq)
 
     def _replicated(self, batch: ProducerBatch) -> bool:
@@ -194,11 +196,12 @@ class Producer:
         except KafkaError:
             return False  # no leader now: the retrying path says so
 
-    def _settle(self, in_flight: list) -> None:
+    def _settle(self) -> None:
         """Wait for the ISR to take each appended batch, in order; from the first that fails (leadership moved,
         a timeout), resend the rest with retries: an idempotent resend that the log already holds is a
         duplicate answered with its first offsets."""
         resend = False
+        in_flight, self._in_flight = self._in_flight, []
         for batch, data, info in in_flight:
             if not resend:
                 try:
@@ -208,7 +211,6 @@ class Producer:
                 except KafkaError:
                     resend = True
             self._send(batch, data, None)
-        in_flight.clear()
 
     def _send(self, batch: ProducerBatch, data: bytes, seq: int | None) -> None:
         """Append `data` (waiting for the ISR with acks='all'), retrying retriable errors until retries or

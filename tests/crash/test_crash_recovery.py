@@ -7,11 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,40 +16,17 @@ from engine.common.clock import ManualClock
 from replication.log_manager import LogManager
 from segments.fs import FaultyFileSystem, FileSystem
 from segments.log_config import LogConfig
+from tests.crash.children import run_until_killed
 from tests.log_checks import read_all, verify_index_files, verify_log
 from txn.unified_log import UnifiedLog as Log
 
 pytestmark = pytest.mark.crash
-ROOT = Path(__file__).resolve().parents[2]
 TRIALS = int(os.environ.get("KAFKALOG_CRASH_TRIALS", "50"))
 
 
 def _run_and_kill(directory: Path, seed: int, rng: random.Random) -> list[tuple[int, int, int]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.crash.appender", str(directory), str(seed)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    first = threading.Event()
-
-    def reader():
-        for line in proc.stdout:
-            lines.append(line)
-            first.set()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    if not first.wait(60):
-        proc.kill()
-        pytest.fail(f"the appender never acknowledged: {proc.stderr.read()}")
-    time.sleep(rng.uniform(0.0, 0.4))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    t.join(10)
-    acks = []
-    for line in lines:
-        if line.endswith("\n") and line.startswith("ACK "):
-            first_off, last_off, crc = map(int, line.split()[1:])
-            acks.append((first_off, last_off, crc))
-    return acks
+    lines = run_until_killed("tests.crash.appender", [str(directory), str(seed)], 1, rng.uniform(0.0, 0.4))
+    return [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("ACK ")]
 
 
 def test_sigkill_while_appending_loses_no_acknowledged_batch(tmp_path):

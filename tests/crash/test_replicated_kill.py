@@ -8,45 +8,20 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import engine
+from tests.crash.children import run_until_killed
 
 pytestmark = pytest.mark.crash
-ROOT = Path(__file__).resolve().parents[2]
 TRIALS = int(os.environ.get("KAFKALOG_REPLICATED_KILLS", "6"))
 
 
 def _run_and_kill(directory: Path, seed: int, delay: float) -> list[tuple[int, int, bytes]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.crash.replicated_producer", str(directory), str(seed)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    enough = threading.Event()
-
-    def reader():
-        for line in proc.stdout:
-            lines.append(line)
-            if len(lines) >= 20:
-                enough.set()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    if not enough.wait(60):
-        proc.kill()
-        pytest.fail(f"the producer acknowledged too little: {proc.stderr.read()[-3000:]}")
-    time.sleep(delay)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    t.join(10)
-    return [(int(p), int(o), v.encode()) for line in lines if line.endswith("\n")
-            for _, p, o, v in [line.split()]]
+    lines = run_until_killed("tests.crash.replicated_producer", [str(directory), str(seed)], 20, delay)
+    return [(int(p), int(o), v.encode()) for line in lines for _, p, o, v in [line.split()]]
 
 
 def _records(part) -> dict[int, bytes]:
