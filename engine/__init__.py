@@ -6,7 +6,7 @@
 from engine.common.clock import Clock, ManualClock, SystemClock
 from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
 from engine.common.errors import __all__ as _errors
-from engine.common.structs import OffsetAndTimestamp, RecordMetadata, TopicPartition
+from engine.common.structs import OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 from engine.record.codec import (
     IMPL,
     Record,
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
     "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
-    "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndTimestamp", "RecordMetadata",
+    "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "RecordMetadata",
     *_errors,
 ]
 

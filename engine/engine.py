@@ -11,9 +11,11 @@ Crash policy: a topic is created by writing its partition directories (each with
 `partition.metadata`) and then the catalogue; it is deleted by rewriting the catalogue first and then
 removing the directories. A partition directory the catalogue does not know (a crash in between,
 or another topic id) is renamed `-stray`, as KRaft brokers do, so nothing is lost.
+Transactions (engine.transactions) use two internal topics, `__transaction_state` and `__consumer_offsets`,
+created with 50 partitions on first use and kept in the catalogue; no client API can name them.
 Threads: every public method is thread-safe; each broker's log manager thread runs flush, retention and
-checkpoints (broker 0's also producer-id expiry and ISR expiry), each live broker of several runs a replica
-fetcher thread; all stop on close().
+checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions and expiring
+transactional ids), each live broker of several runs a replica fetcher thread; all stop on close().
 """
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ from engine.common.errors import (
     UnknownTopicOrPartitionError,
     not_supported_yet,
 )
+from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
+from engine.transactions import Transactions
 from replication.broker import Broker, broker_dir
 from replication.controller import Controller
 from replication.log_manager import LogManager
@@ -47,10 +51,13 @@ from replication.replica_fetcher import ReplicaFetcher
 from segments import names, partition_metadata
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
-from txn.unified_log import DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
+from txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
+from txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 MAX_BROKERS = 64
+INTERNAL_PARTITIONS = 50  # offsets.topic.num.partitions, transaction.state.log.num.partitions
+INTERNAL_SEGMENT_BYTES = 104_857_600
 
 
 class ReplicaDescription(NamedTuple):
@@ -112,6 +119,7 @@ class Engine:
         self._lag_ms = replica_lag_time_max_ms
         self._background = background
         self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
+        self._txn: Transactions | None = None
         try:
             self.fs.makedirs(self.path)
         except OSError as exc:
@@ -127,7 +135,9 @@ class Engine:
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
             log_options=log_options,
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
-                   "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs)})
+                   "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
+                   "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
+                   "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids)})
         self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
             for b in range(1, self._catalogue.brokers):
@@ -143,6 +153,7 @@ class Engine:
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
             self._save()
+            self._txn = Transactions(self) if self.internal_topics() else None
         except BaseException:
             for broker in self._brokers.values():
                 broker.close()
@@ -327,16 +338,106 @@ class Engine:
                     broker.drop(name, p)  # a broker that is down removes the directory as a stray later
 
     def list_topics(self) -> list[str]:
+        """The topics clients may use (the internal ones are not listed)."""
         with self._lock:
             self._check_open()
-            return sorted(self._catalogue.topics)
+            return sorted(name for name in self._catalogue.topics if name not in INTERNAL_TOPICS)
 
     def _topic(self, name: str) -> TopicRecord:
-        rec = self._catalogue.topics.get(name)
+        rec = self._catalogue.topics.get(name) if name not in INTERNAL_TOPICS else None
         if rec is None:
             _check_external(name)
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", file=self.path)
         return rec
+
+    # --- internal topics --------------------------------------------------------------------------
+    def internal_topics(self) -> dict[str, int]:
+        """The internal topics this directory has, with their partition counts."""
+        return {name: rec.partitions for name, rec in self._catalogue.topics.items() if name in INTERNAL_TOPICS}
+
+    def ensure_internal_topic(self, name: str) -> bool:
+        """Create internal topic `name` (50 partitions; replicated up to 3 times) unless it exists; a broker's
+        own partitions of it are adopted as they are. True if it was created now."""
+        with self._lock:
+            self._check_open()
+            if name in self._catalogue.topics:
+                return False
+            found = [lg for (topic, _), lg in sorted(self._logs.logs().items()) if topic == name]
+            topic_id = None
+            for lg in found:
+                try:
+                    topic_id = topic_id or partition_metadata.read(self.fs, lg.dir)
+                except KafkaStorageError:
+                    continue
+            rf = min(3, self._catalogue.brokers)
+            config = {"retention.ms": -1, "segment.bytes": INTERNAL_SEGMENT_BYTES, "min.insync.replicas": min(2, rf)}
+            self._catalogue.topics[name] = TopicRecord(topic_id or partition_metadata.new_topic_id(),
+                                                       INTERNAL_PARTITIONS, config, rf)
+            try:
+                self._add_partitions(name, 0, INTERNAL_PARTITIONS)
+                self._save()
+            except BaseException:
+                del self._catalogue.topics[name]
+                self._drop_partitions(name, 0, INTERNAL_PARTITIONS)
+                raise
+            return True
+
+    def internal_partition(self, topic: str, partition: int) -> Partition:
+        """The leader of an internal topic's partition (NotLeaderOrFollowerError when it has none)."""
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader", file=self.path)
+        return found
+
+    def leaders(self) -> dict[tuple[str, int], Partition]:
+        """Every partition's leader, internal topics included (for tools)."""
+        return dict(self._partitions)
+
+    def append_internal(self, topic: str, partition: int, data, origin: str = CLIENT) -> AppendInfo:
+        """A coordinator's append to an internal topic, acks='all'."""
+        self._check_open()
+        part = self.internal_partition(topic, partition)
+        info = part.append(data, -1, origin)
+        self._wait_for_replication(part, info, 30_000)
+        return info
+
+    def append_marker(self, topic: str, partition: int, commit: bool, producer_id: int, producer_epoch: int,
+                      coordinator_epoch: int, timeout_ms: int) -> AppendInfo:
+        """WriteTxnMarkers to one partition (any topic), acks='all'."""
+        self._check_open()
+        part = self._partitions.get((topic, partition))
+        if part is None:
+            rec = self._catalogue.topics.get(topic)
+            if rec is None or partition >= rec.partitions:
+                raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader", file=self.path)
+        info = part.append_marker(commit, producer_id, producer_epoch, coordinator_epoch)
+        self._wait_for_replication(part, info, timeout_ms)
+        for ev in list(self._waiters):
+            ev.set()
+        return info
+
+    @property
+    def transactions(self) -> Transactions:
+        """The transaction coordinator and the committed group offsets (created on first use)."""
+        with self._lock:
+            self._check_open()
+            if self._txn is None:
+                self._txn = Transactions(self)
+            return self._txn
+
+    def abort_timed_out_transactions(self) -> int:
+        """Fence and abort transactions open past their timeout (a background task every 10 s)."""
+        return self._txn.coordinator.abort_timed_out() if self._txn is not None and not self._closed else 0
+
+    def expire_transactional_ids(self) -> int:
+        """Forget transactional ids idle past transactional.id.expiration.ms (a background task, hourly)."""
+        return self._txn.coordinator.expire_ids() if self._txn is not None and not self._closed else 0
+
+    def committed(self, group_id: str, tp) -> OffsetAndMetadata | None:
+        """The offset `group_id` committed for `tp` (None when it has none)."""
+        _check_external(tp[0])
+        return self.transactions.offsets.committed(group_id, TopicPartition(*tp))
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions (log start, LEO, high watermark, bytes, segments; leader, epoch, replicas, ISR and each
@@ -422,7 +523,7 @@ class Engine:
 
     def partition(self, topic: str, partition: int) -> Partition:
         """The partition every read and write of `topic`-`partition` goes through."""
-        found = self._partitions.get((topic, partition))
+        found = self._partitions.get((topic, partition)) if topic not in INTERNAL_TOPICS else None
         if found is None:
             _check_external(topic)
             rec = self._catalogue.topics.get(topic)

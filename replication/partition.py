@@ -2,7 +2,7 @@
 or as follower.
 
 `PartitionView` holds the rules of what a reader may see: offsets from the log start up to the fetch
-bound (the high watermark; the last stable offset under read_committed once transactions exist), and
+bound (the high watermark; the last stable offset under read_committed), and
 ListOffsets answers (earliest, latest, by timestamp) within that bound. A live `Partition` applies
 them to an engine's log; the Spark source applies the same rules to a directory read from outside
 (segments.partition_reader), so the bound is defined once.
@@ -38,11 +38,11 @@ from engine.common.errors import (
     OffsetOutOfRangeError,
     StaleControllerEpochError,
     UnknownLeaderEpochError,
-    not_supported_yet,
 )
 from replication.replica import Replica
 from segments.local_log import FetchData
-from txn.unified_log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
+from segments.txn_index import AbortedTxn
+from txn.unified_log import CLIENT, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
 
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ACKS = (0, 1, -1)
@@ -54,16 +54,15 @@ class ReadableLog(Protocol):
 
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None: ...
 
 
 def check_isolation(level: str) -> str:
-    """`level` if it is one this engine serves; read_committed waits for transactions."""
-    if level == READ_COMMITTED:
-        raise not_supported_yet("isolation_level='read_committed' (transactions)")
-    if level != READ_UNCOMMITTED:
-        raise InvalidConfigurationError(f"isolation_level={level!r} must be 'read_uncommitted'")
+    """`level` if it is 'read_uncommitted' or 'read_committed'; InvalidConfigurationError otherwise."""
+    if level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise InvalidConfigurationError(f"isolation_level={level!r} must be 'read_uncommitted' or 'read_committed'")
     return level
 
 
@@ -81,7 +80,8 @@ class PartitionView:
 
     def fetch_upper_bound(self, isolation: str = READ_UNCOMMITTED) -> int:
         """The offset after the last record a reader at `isolation` may see."""
-        check_isolation(isolation)
+        if check_isolation(isolation) == READ_COMMITTED:
+            return self.log.last_stable_offset
         return self.log.high_watermark
 
     def offset_for_timestamp(self, timestamp: int, isolation: str = READ_UNCOMMITTED) -> tuple[int, int] | None:
@@ -210,7 +210,7 @@ class Partition(PartitionView):
         return min(self.log.config.min_insync_replicas, len(self.replicas))
 
     # --- the leader's writes --------------------------------------------------------------------
-    def append(self, data, acks: int = -1) -> AppendInfo:
+    def append(self, data, acks: int = -1, origin: str = CLIENT) -> AppendInfo:
         """Append a producer's batches (bytes of whole RecordBatch v2 batches) as leader, stamped with the
         leader epoch. acks=-1 is refused (NotEnoughReplicasError) while the ISR is smaller than
         min.insync.replicas; waiting for the HW to pass the batch is `wait_for_high_watermark`."""
@@ -223,8 +223,19 @@ class Partition(PartitionView):
                     f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, min.insync.replicas is "
                     f"{self.log.config.min_insync_replicas}", file=self.log.dir)
             try:
-                return self.log.append_as_leader(data, leader_epoch=self.leader_epoch)
+                return self.log.append_as_leader(data, leader_epoch=self.leader_epoch, origin=origin)
             finally:  # an append that failed after writing (its fsync, a checkpoint) still moved the LEO
+                self._maybe_increment_hw()
+
+    def append_marker(self, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> AppendInfo:
+        """WriteTxnMarkers: the coordinator's COMMIT or ABORT for `producer_id`, appended as leader (acks='all';
+        the wait is `wait_for_high_watermark`)."""
+        with self._lock:
+            self._check_leader()
+            try:
+                return self.log.append_marker(commit, producer_id, producer_epoch, coordinator_epoch,
+                                              leader_epoch=self.leader_epoch)
+            finally:
                 self._maybe_increment_hw()
 
     def wait_for_high_watermark(self, offset: int, timeout_ms: float) -> None:
@@ -364,6 +375,17 @@ class Partition(PartitionView):
         if offset >= bound:
             return None
         return self.log.read(offset, max_bytes, upper_bound=bound)
+
+    def aborted_transactions(self, data: FetchData) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of `data` overlaps (Kafka's FetchResponse field)."""
+        view = memoryview(data.records)
+        upper = self.fetch_upper_bound(READ_COMMITTED)
+        if view.nbytes:
+            last = None
+            for last in data.batches(self.log.dir):
+                pass
+            upper = min(upper, last.next_offset) if last is not None else upper
+        return self.log.collect_aborted(data.start_offset, upper)
 
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset to `offset` (-1: the HW); never past the HW."""

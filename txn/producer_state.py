@@ -3,7 +3,13 @@
 Per producer id: its epoch, its last 5 batches' (lastSeq, lastOffset, offsetDelta, timestamp), the last
 timestamp, the coordinator epoch and the first offset of its open transaction. A client append is
 checked against it (kafka-format.md §10.1): a duplicate of any retained batch is reported (and not
-appended), an older epoch is InvalidProducerEpochError, a sequence gap is OutOfOrderSequenceError.
+appended), an older epoch is InvalidProducerEpochError, a sequence gap is OutOfOrderSequenceError; a
+transaction marker with an older producer epoch is InvalidProducerEpochError, with an older coordinator
+epoch TransactionCoordinatorFencedError.
+Transactions (§10.2): the first transactional batch of a producer opens its transaction; a marker closes it
+as a `CompletedTxn`, which stays "unreplicated" until the high watermark passes its marker. The first
+unstable offset is the smallest first offset of an open or unreplicated transaction; the last stable offset
+(the log's) is that, capped by the HW.
 The state covers offsets below `map_end_offset`; `<N>.snapshot` files (txn.producer_snapshot) record it
 at segment rolls and on close, and it is rebuilt by loading the newest usable snapshot and replaying
 the log after it.
@@ -19,7 +25,12 @@ from collections import deque
 from typing import NamedTuple
 
 from engine.common.clock import Clock
-from engine.common.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from engine.common.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from engine.record import batch_format as bf
 from segments import names
 from segments.fs import FileSystem
@@ -31,6 +42,15 @@ log = logging.getLogger("kafkalog.producer_state")
 NUM_BATCHES_TO_RETAIN = 5
 NO_EPOCH = -1
 SNAPSHOT = ".snapshot"
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction closed by its marker: [first_offset, last_offset], the marker at last_offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 class BatchMetadata(NamedTuple):
@@ -90,6 +110,7 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self.last_snapshot_offset = -1
+        self.unreplicated: list[CompletedTxn] = []  # closed, their marker not yet below the HW
         self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
 
     # --- checks and updates ---------------------------------------------------------------------
@@ -100,8 +121,9 @@ class ProducerStateManager:
             return None
         return entry.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
 
-    def validate(self, batch, source: str | None = None) -> None:
-        """Kafka's checks for a client append: producer epoch, sequence, transaction state."""
+    def validate(self, batch, source: str | None = None, check_sequence: bool = True) -> None:
+        """Kafka's checks for an append: producer epoch, sequence (a client's; a coordinator's batches carry
+        none that count), transaction state."""
         entry = self.producers.get(batch.producer_id)
         if entry is None:
             return  # an unknown producer may start at any sequence (its state may have expired)
@@ -110,12 +132,13 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"producer {batch.producer_id} epoch {batch.producer_epoch} is older than {entry.epoch}", **where)
         first = batch.base_sequence
-        if batch.producer_epoch != entry.epoch:
+        if check_sequence and batch.producer_epoch != entry.epoch:
             if first != 0 and entry.epoch != NO_EPOCH:
                 raise OutOfOrderSequenceError(
                     f"producer {batch.producer_id}: new epoch {batch.producer_epoch} must start at sequence 0, "
                     f"got {first}", **where)
-        elif entry.epoch != NO_EPOCH and entry.batches and not _in_sequence(entry.last_seq, first):
+        elif check_sequence and entry.epoch != NO_EPOCH and entry.batches and not _in_sequence(entry.last_seq,
+                                                                                                first):
             raise OutOfOrderSequenceError(
                 f"producer {batch.producer_id}: out of order sequence {first}, expected {entry.last_seq + 1}",
                 **where)
@@ -123,8 +146,24 @@ class ProducerStateManager:
             raise InvalidTxnStateError(
                 f"producer {batch.producer_id} sent a non-transactional batch while its transaction is open", **where)
 
-    def update(self, batch, first_offset: int, timestamp: int) -> None:
-        """Record a data batch appended at [first_offset, first_offset + lastOffsetDelta]."""
+    def validate_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                        source: str | None = None) -> None:
+        """A coordinator's marker: never from an older producer epoch or an older coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(f"marker for producer {producer_id} has epoch {producer_epoch}, older "
+                                            f"than {entry.epoch}", file=source)
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, older than "
+                f"{entry.coordinator_epoch}", file=source)
+
+    def update(self, batch, first_offset: int, timestamp: int,
+               marker: tuple[int, int | None] | None = None) -> CompletedTxn | None:
+        """Record a batch appended at [first_offset, first_offset + lastOffsetDelta]; a control batch's
+        `marker` is its (control type, coordinator epoch). Returns the transaction a marker closed."""
         entry = self.producers.get(batch.producer_id)
         if entry is None:
             entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
@@ -132,13 +171,46 @@ class ProducerStateManager:
             entry.batches.clear()
             entry.epoch = batch.producer_epoch
         delta = batch.last_offset_delta
+        completed = None
         if batch.is_control:
-            entry.txn_first_offset = -1
+            ctype, coordinator_epoch = marker if marker is not None else (-1, None)
+            if ctype in (bf.ABORT, bf.COMMIT):
+                if coordinator_epoch is not None:
+                    entry.coordinator_epoch = coordinator_epoch
+                if entry.txn_first_offset >= 0:
+                    completed = CompletedTxn(batch.producer_id, entry.txn_first_offset, first_offset,
+                                             ctype == bf.ABORT)
+                    self.unreplicated.append(completed)
+                entry.txn_first_offset = -1
         else:
             entry.batches.append(BatchMetadata(batch.last_sequence, first_offset + delta, delta, timestamp))
             if batch.is_transactional and entry.txn_first_offset < 0:
                 entry.txn_first_offset = first_offset
         entry.last_timestamp = timestamp
+        return completed
+
+    # --- stability ----------------------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an open transaction or of a closed one not yet replicated."""
+        found = [e.txn_first_offset for e in list(self.producers.values()) if e.txn_first_offset >= 0]
+        found += [t.first_offset for t in list(self.unreplicated)]
+        return min(found) if found else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Closed transactions whose marker is below the HW are stable."""
+        if self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+
+    def last_stable_offset_for(self, completed: CompletedTxn) -> int:
+        """The LSO a `.txnindex` entry records for an aborted transaction: the first offset of the earliest
+        other open transaction, or one past its marker (Kafka's lastStableOffset(completedTxn))."""
+        others = [e.txn_first_offset for pid, e in self.producers.items()
+                  if e.txn_first_offset >= 0 and pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def ongoing(self) -> dict[int, ProducerStateEntry]:
+        """Producers with an open transaction, by producer id."""
+        return {pid: e for pid, e in self.producers.items() if e.txn_first_offset >= 0}
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms without an open transaction."""
@@ -184,6 +256,7 @@ class ProducerStateManager:
 
         Snapshots above `log_end` or at/below `log_start` are deleted, as are corrupt ones."""
         self.producers = {}
+        self.unreplicated = []
         self.last_snapshot_offset = -1
         for off in self.snapshot_offsets():
             if off > log_end or off <= log_start:

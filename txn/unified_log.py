@@ -9,13 +9,19 @@ batch that repeats one of its producer's last 5 batches is not appended and the 
 returned (`AppendInfo.duplicate`); an old epoch or a sequence gap raises. Batches from an idempotent
 producer must come one per append, as Kafka requires. Leader appends get offsets from the LEO and the
 leader epoch; follower appends keep theirs.
+Transactions: a marker (`append_marker`, the coordinator's) closes its producer's open transaction; an ABORT
+puts `(producer, first offset, marker offset, LSO)` into the active segment's `.txnindex`, on leaders and
+followers alike. `last_stable_offset` is the first unstable offset (txn.producer_state) capped by the HW, and
+`collect_aborted` answers a read_committed fetch with the aborted transactions it overlaps (kafka-format.md §10).
 On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
 Crash policy: on open the LocalLog is recovered (segments.log_loader); leader epochs at or past the log
 end, or before its start, are dropped; then the producer state is the newest usable snapshot plus a
 replay of the log after it (kafka-format.md §7 step 7; a snapshot above the log end, the tail was lost,
-is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off.
+is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off. When segments were
+recovered (their `.txnindex` emptied), the replay starts at or before the first of them (newer snapshots are
+deleted) and writes their aborted-transaction entries again from the markers, as Kafka's segment recovery does.
 Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
 (the segment set hands out a consistent list).
 """
@@ -43,12 +49,15 @@ from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.local_log import FetchData, LocalLog
 from segments.log_config import LogConfig
 from segments.segment import LogSegment
-from txn.producer_state import ProducerStateManager
+from segments.txn_index import AbortedTxn
+from txn.producer_state import CompletedTxn, ProducerStateManager
+from txn.read_committed import marker_of
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20
 PRODUCER_ID = 43  # where a batch header's producer id starts (its sign bit is the first byte's top bit)
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+CLIENT, COORDINATOR = "client", "coordinator"  # Kafka's AppendOrigin of a leader append
 
 
 class AppendInfo(NamedTuple):
@@ -106,7 +115,9 @@ class UnifiedLog:
         self._check_leader_epochs()
         self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
         self.producer_state.on_repair = self.recovery.note
+        self._reindexed = set(self.recovery.segments_recovered)  # segments whose .txnindex the replay rewrites
         self._rebuild_producer_state(self.recovery.clean_shutdown)
+        self._reindexed = set()
 
     def _check_leader_epochs(self) -> None:
         """Each checkpointed epoch must be the one the batch holding its start offset carries (and a later
@@ -157,6 +168,11 @@ class UnifiedLog:
     def _rebuild_producer_state(self, clean_shutdown: bool) -> None:
         ps = self.producer_state
         ps.remove_stray_snapshots([s.base_offset for s in self.segments])
+        if self._reindexed:
+            first = min(self._reindexed)
+            for off in ps.snapshot_offsets():
+                if off > first:
+                    ps.delete_snapshot(off)
         end = self.log_end_offset
         if not ps.snapshot_offsets() and clean_shutdown:
             # Kafka's shortcut: a clean shutdown without snapshots had no producers to remember
@@ -168,6 +184,7 @@ class UnifiedLog:
             start = ps.load(self.log_start_offset, end)
             self._replay(max(start if start is not None else 0, self.log_start_offset), end)
         ps.map_end_offset = end
+        ps.on_high_watermark(self.high_watermark)
         ps.take_snapshot()
 
     def _replay(self, offset: int, end: int) -> None:
@@ -182,16 +199,35 @@ class UnifiedLog:
             for batch in data.batches(self.dir):
                 self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
                 if producers and batch.producer_id >= 0:
-                    self.producer_state.update(batch, batch.base_offset, batch.max_timestamp)
+                    self._update_producer(batch, batch.base_offset, batch.max_timestamp,
+                                          index=data.segment_base in self._reindexed)
                 last = batch.next_offset
             if last == offset:
                 break  # nothing readable past this point (cannot happen after recovery)
             offset = last
 
+    def _update_producer(self, batch, first_offset: int, timestamp: int, index: bool = True,
+                         marker: tuple[int, int | None] | None = None) -> None:
+        """Producer state after `batch` (at `first_offset`; a control batch's `marker` read from it unless given);
+        an aborted transaction it closes goes to the `.txnindex` of the segment holding its marker (when `index`:
+        the replay of an intact segment skips it)."""
+        if batch.is_control and marker is None:
+            marker = marker_of(batch)
+        completed = self.producer_state.update(batch, first_offset, timestamp, marker)
+        if completed is not None and completed.is_aborted and index:
+            self._index_aborted(completed)
+
+    def _index_aborted(self, txn: CompletedTxn) -> None:
+        seg = next(iter(self.local.segments.from_offset(txn.last_offset)), self.active_segment)
+        lso = self.producer_state.last_stable_offset_for(txn)
+        seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
     # --- appends ------------------------------------------------------------------------------
-    def append_as_leader(self, data, *, leader_epoch: int = 0, allow_control: bool = False) -> AppendInfo:
+    def append_as_leader(self, data, *, leader_epoch: int = 0, allow_control: bool = False,
+                         origin: str = CLIENT) -> AppendInfo:
         """Append a client's batches: producer-state checks, then offsets from the LEO and the leader epoch
-        stamped on each (and LogAppendTime, when the topic uses it)."""
+        stamped on each (and LogAppendTime, when the topic uses it). A coordinator's batches (`origin`
+        COORDINATOR: transactional offset commits) skip the duplicate and sequence checks, as in Kafka."""
         size = memoryview(data).nbytes
         config = self.local.config
         if size > config.segment_bytes:
@@ -204,21 +240,35 @@ class UnifiedLog:
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             producer_batch = _producer_batch(pieces, count, self.dir)
             ps = self.producer_state
+            marker = None
             if producer_batch is not None:
-                if not producer_batch.is_control:
-                    dup = ps.find_duplicate(producer_batch)
+                if producer_batch.is_control:
+                    marker = marker_of(next(codec.iter_batches(bytes(pieces[0]) + bytes(pieces[1]))))
+                    ps.validate_marker(producer_batch.producer_id, producer_batch.producer_epoch,
+                                       marker[1] if marker[1] is not None else -1, self.dir)
+                else:
+                    dup = ps.find_duplicate(producer_batch) if origin == CLIENT else None
                     if dup is not None:
                         return AppendInfo(dup.first_offset, dup.last_offset, -1, dup.last_offset, -1, 0, 0,
                                           duplicate=True, leader_epoch=leader_epoch)
-                    ps.validate(producer_batch, self.dir)
+                    ps.validate(producer_batch, self.dir, check_sequence=origin == CLIENT)
             self._append(pieces, size, first, end - 1, max_ts, offset_of_max,
                          _batch_extents(pieces) if count > 1 else None)
             self.leader_epochs.assign(leader_epoch, first)
             if producer_batch is not None:
-                ps.update(producer_batch, first, append_time if append_time >= 0 else producer_batch.max_timestamp)
+                self._update_producer(producer_batch, first,
+                                      append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
             ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size,
                               leader_epoch=leader_epoch)
+
+    def append_marker(self, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
+                      leader_epoch: int = 0) -> AppendInfo:
+        """Append a COMMIT or ABORT marker for `producer_id` (WriteTxnMarkers), timestamped now."""
+        data = codec.encode_control_batch("commit" if commit else "abort", base_offset=0, producer_id=producer_id,
+                                            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch,
+                                            timestamp_ms=self.clock.time_ms())
+        return self.append_as_leader(data, leader_epoch=leader_epoch, allow_control=True)
 
     def append_as_follower(self, data) -> AppendInfo:
         """Append a replica's batches with their offsets and epochs as they are, keeping producer state in step."""
@@ -241,7 +291,7 @@ class UnifiedLog:
             for b in batches:
                 self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
                 if b.producer_id >= 0:
-                    self.producer_state.update(b, b.base_offset, b.max_timestamp)
+                    self._update_producer(b, b.base_offset, b.max_timestamp)
             self.producer_state.map_end_offset = self.log_end_offset
             return AppendInfo(batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches), len(data))
 
@@ -338,6 +388,27 @@ class UnifiedLog:
                 raise KafkaStorageError(f"read failed: {exc}", file=seg.log_path, position=position) from exc
         return FetchData(offset, base, position, memoryview(data)), (leo, base, size)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided and replicated (never above the HW)."""
+        hw = self.high_watermark
+        unstable = self.producer_state.first_unstable_offset()
+        return hw if unstable is None else max(self.log_start_offset, min(unstable, hw))
+
+    def collect_aborted(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound), from the `.txnindex` of the segment
+        holding `start_offset` on (Kafka's collectAbortedTransactions: the search stops at the first entry
+        whose LSO reaches the bound)."""
+        found: list[AbortedTxn] = []
+        for seg in self.local.segments.from_offset(start_offset):
+            if seg.base_offset >= upper_bound:
+                break
+            got, done = seg.txn_index.collect_aborted(start_offset, upper_bound)
+            found += got
+            if done:
+                break
+        return found
+
     def _check_epoch(self, batch) -> None:
         """A batch read must carry the leader epoch the checkpoint gives its offset (the header's epoch is
         outside the CRC: a flipped one would reach consumers as a wrong record). CorruptRecordError otherwise."""
@@ -394,6 +465,7 @@ class UnifiedLog:
         """Set the high watermark (clamped to [log start, LEO]); the partition above owns its meaning."""
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+            self.producer_state.on_high_watermark(self.high_watermark)
             return self.high_watermark
 
     def delete_records(self, offset: int) -> int:

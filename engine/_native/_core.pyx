@@ -1516,13 +1516,13 @@ cdef class RecordsBuilder:
         i = <BuiltInfo *>self.infos.data + index
         return i.ts, i.klen, i.vlen, i.hsize
 
-    def build(self, *, compression="none", producer_id=-1, producer_epoch=-1, base_sequence=-1):
+    def build(self, *, compression="none", producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=False):
         """The batch (base offset 0: the log assigns offsets)."""
         cdef Params pr
         cdef bytes out, payload
         cdef uint8_t *h
         cdef Py_ssize_t size
-        _params(&pr, 0, compression, "create", None, producer_id, producer_epoch, base_sequence, False, -1)
+        _params(&pr, 0, compression, "create", None, producer_id, producer_epoch, base_sequence, transactional, -1)
         if self.count == 0:
             raise InvalidRecordError("a batch needs at least one record")
         if pr.codec == 0:

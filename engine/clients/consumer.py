@@ -1,14 +1,19 @@
-"""A kafka-python-shaped consumer over an Engine, without consumer groups (yet).
+"""A kafka-python-shaped consumer over an Engine, without group membership (yet).
 
 Reads go through each partition's `fetch()` (replication.partition): whole batches up to the high
 watermark (never past it), decoded by the native core into ConsumerRecords with kafka-python's
-fields. Control batches are never returned and offset gaps (compaction) are skipped. Positions live
-in the consumer; `poll()` and iteration move them past every record they return.
+fields. Control batches are never returned and offset gaps (compaction) are skipped. Under
+isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
+transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
+fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
+With a `group_id` and `assign()`, a partition starts from the group's committed offset (`committed()`;
+offsets reach it through a transactional producer's send_offsets_to_transaction, or `commit()`).
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
-consumer_timeout_ms=inf), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed batch inflating past it
-raises RecordTooLargeError rather than filling memory). `group_id` and isolation_level='read_committed' raise "not supported yet"
-until consumer groups and transactions exist: they are never quietly ignored.
+consumer_timeout_ms=inf, enable_auto_commit=True), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed
+batch inflating past it raises RecordTooLargeError rather than filling memory). Until consumer groups exist,
+`subscribe()` with a `group_id` and `enable_auto_commit=True` with a `group_id` raise "not supported yet":
+they are never quietly ignored.
 Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
 thread-safe. poll(timeout_ms) waits on the engine's clock for an append.
 """
@@ -28,7 +33,8 @@ from engine.common.errors import (
 from engine.common.structs import OffsetAndTimestamp, TopicPartition
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
-from replication.partition import Partition, check_isolation
+from replication.partition import READ_COMMITTED, Partition, check_isolation
+from txn.read_committed import AbortedFilter
 
 RESETS = ("earliest", "latest", "none")
 
@@ -45,11 +51,16 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1048576, isolation_level: str = "read_uncommitted",
                  consumer_timeout_ms: float = math.inf, key_deserializer=None, value_deserializer=None,
                  client_id: str | None = None, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED,
-                 **unknown) -> None:
+                 enable_auto_commit: bool = True, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
         if group_id is not None:
-            raise not_supported_yet(f"group_id={group_id!r} (consumer groups and committed offsets)")
+            if not isinstance(group_id, str) or not group_id:
+                raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
+            if enable_auto_commit is not False:
+                raise not_supported_yet("enable_auto_commit=True (consumer groups): pass enable_auto_commit=False "
+                                        "and commit through a transaction or commit()")
+        self.group_id = group_id
         check_isolation(isolation_level)
         if auto_offset_reset not in RESETS:
             raise InvalidConfigurationError(f"auto_offset_reset={auto_offset_reset!r} must be one of {RESETS}")
@@ -81,6 +92,9 @@ class Consumer:
     def subscribe(self, topics) -> None:
         """Subscribe to topics; with no group, this consumer is their only member and gets every partition."""
         self._check()
+        if self.group_id is not None:
+            raise not_supported_yet(f"subscribe() with group_id={self.group_id!r} (consumer group membership); "
+                                    f"assign() partitions instead")
         topics = [topics] if isinstance(topics, str) else list(topics)
         if self._subscription is None and self._positions:
             raise IllegalStateError("subscribe() after assign(): call unsubscribe() first")
@@ -138,6 +152,10 @@ class Consumer:
         return self._partition(tp).fetch_upper_bound(self.isolation_level)
 
     def _reset(self, tp: TopicPartition) -> int:
+        committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
+        if committed is not None and self._positions.get(tp) is None:
+            self._positions[tp] = committed.offset
+            return committed.offset
         if self.auto_offset_reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
         pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
@@ -181,6 +199,14 @@ class Consumer:
             out[tp] = OffsetAndTimestamp(found[1], found[0], None) if found is not None else None
         return out
 
+    def committed(self, tp: TopicPartition, metadata: bool = False):
+        """The group's committed offset for `tp` (an OffsetAndMetadata with metadata=True); None if none."""
+        self._check()
+        if self.group_id is None:
+            raise IllegalStateError("committed() needs a group_id")
+        found = self._engine.committed(self.group_id, TopicPartition(*tp))
+        return found if metadata or found is None else found.offset
+
     def commit(self, offsets=None) -> None:
         raise not_supported_yet("commit() (consumer groups and committed offsets)")
 
@@ -223,7 +249,12 @@ class Consumer:
             budget -= data.records.nbytes
             records: list = []
             nxt = pos
+            visible = AbortedFilter(partition.aborted_transactions(data)).visible \
+                if self.isolation_level == READ_COMMITTED else None
             for batch in data.batches(partition.log.dir):
+                if visible is not None and not visible(batch):
+                    nxt = max(nxt, batch.next_offset)
+                    continue
                 got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records),
                                                   self.max_decompressed_bytes)
                 records += got

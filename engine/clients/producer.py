@@ -9,6 +9,10 @@ linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delive
 request_timeout_ms=30000). acks='all' waits for the partition's ISR (at most request_timeout_ms per attempt);
 retriable errors (no leader during a failover, NotEnoughReplicas, a timeout) are retried until
 delivery_timeout_ms.
+With `transactional_id` the producer is transactional (engine.clients.transaction_manager): kafka-python's
+init_transactions, begin_transaction, send_offsets_to_transaction, commit_transaction and abort_transaction;
+its batches carry the transactional bit, each partition joins the transaction before its first batch, and
+commit/abort first append everything sent (a failed batch makes the transaction abort-only).
 Threads: send/flush/close are thread-safe. One sender thread per producer seals batches whose
 linger expired and appends them; full batches are appended by the sending thread itself. Batches
 are appended one at a time, in sealing order, so records of a partition keep their send order.
@@ -20,6 +24,7 @@ from typing import NamedTuple
 
 from engine.clients import accumulator
 from engine.clients.accumulator import ProducerBatch
+from engine.clients.transaction_manager import TransactionManager
 from engine.common.clock import SystemClock
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
 from engine.record import batch_format as bf
@@ -54,12 +59,17 @@ class Producer:
                  max_request_size: int = 1048576, partitioner=None, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000,
                  request_timeout_ms: int = 30_000, key_serializer=None,
-                 value_serializer=None, client_id: str | None = None, **unknown) -> None:
+                 value_serializer=None, client_id: str | None = None, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
         if acks not in ACKS:
             raise InvalidConfigurationError(f"acks={acks!r} must be 0, 1 or 'all'")
         self.acks = ACKS[acks]
+        if transactional_id is not None:
+            if enable_idempotence is False or self.acks != -1:
+                raise InvalidConfigurationError("a transactional_id needs enable_idempotence=True and acks='all'")
+            enable_idempotence = True
         if enable_idempotence is _UNSET:
             enable_idempotence = self.acks == -1  # Kafka turns it off quietly when it was not asked for
         elif enable_idempotence not in (True, False):
@@ -83,7 +93,10 @@ class Producer:
         self.client_id = client_id
         self._engine, self._clock = engine, engine.clock
         self.idempotent = enable_idempotence
-        self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) if self.idempotent else (-1, -1)
+        self._txn = None if transactional_id is None else TransactionManager(engine, transactional_id,
+                                                                             transaction_timeout_ms)
+        self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) \
+            if self.idempotent and self._txn is None else (-1, -1)
         self._sequences: dict[tuple[str, int], int] = {}
         self._send_lock = threading.RLock()
         self._handoff: list[ProducerBatch] = []  # sealed batches taken for the sender thread to append
@@ -97,13 +110,22 @@ class Producer:
         self._acc = accumulator.selected.RecordAccumulator(
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine.partition_layout,
             drain=self._force, on_full=self._drain_full, on_open=self._on_open, clock=clock, partitioner=partitioner)
-        if key_serializer is None and value_serializer is None:
+        self._key_ser, self._value_ser = key_serializer, value_serializer
+        if self._txn is not None:
+            self.send = self._send_transactional
+        elif key_serializer is None and value_serializer is None:
             self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
         else:
-            self._key_ser, self._value_ser = key_serializer, value_serializer
             self.send = self._send_serialized
         self._thread = threading.Thread(target=self._run, name="kafkalog-producer-sender", daemon=True)
         self._thread.start()
+
+    def _send_transactional(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        self._txn.check_send()
+        try:
+            return self._send_serialized(topic, value, key, headers, partition, timestamp_ms)
+        except KafkaError as exc:  # as Kafka's client: a record refused in send() makes the transaction abort-only
+            raise self._txn.on_failed(exc) from None
 
     def _send_serialized(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         if self._value_ser is not None and value is not None:
@@ -171,10 +193,13 @@ class Producer:
         tp = (batch.topic, batch.partition)
         seq = self._sequences.get(tp, 0)
         try:
+            if self._txn is not None:
+                self._txn.before_append(*tp)
             data = batch.records.build(compression=self.compression, producer_id=self.producer_id,
-                                       producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1)
+                                       producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1,
+                                       transactional=self._txn is not None)
         except KafkaError as exc:
-            batch.fail(exc)
+            self._fail(batch, exc)
             return
         if self.acks == -1 and self._replicated(batch):
             if len(self._in_flight) >= MAX_IN_FLIGHT:
@@ -228,14 +253,17 @@ class Producer:
                     attempt += 1
                     self._clock.wait(self._stop, self.retry_backoff_ms)
                     continue
-                if exc.retriable and self.idempotent:
+                if exc.retriable and self.idempotent and self._txn is None:
                     self._bump_epoch()  # the batch may or may not be in the log: start a fresh sequence space
-                batch.fail(exc)
+                self._fail(batch, exc)
                 return
             if seq is not None:
                 self._advance(tp, seq, batch)
             batch.complete(info.first_offset if self.acks else -1, info.log_append_time)
             return
+
+    def _fail(self, batch: ProducerBatch, exc: KafkaError) -> None:
+        batch.fail(self._txn.on_failed(exc) if self._txn is not None else exc)
 
     def _advance(self, tp: tuple[str, int], seq: int, batch: ProducerBatch) -> None:
         if self.idempotent:
@@ -294,6 +322,50 @@ class Producer:
             self._drain()
         else:
             self._await(timeout)
+
+    # --- transactions ------------------------------------------------------------------------------
+    def _transactional(self):
+        if self._txn is None:
+            raise IllegalStateError("this producer has no transactional_id")
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        return self._txn
+
+    def init_transactions(self) -> None:
+        """Register the transactional_id: a new epoch that fences any older producer using it (and aborts a
+        transaction it left open)."""
+        with self._send_lock:
+            self.producer_id, self.producer_epoch = self._transactional().init()
+            self._sequences.clear()
+
+    def begin_transaction(self) -> None:
+        with self._send_lock:
+            self._transactional().begin()
+
+    def send_offsets_to_transaction(self, offsets: dict, consumer_group_id: str) -> None:
+        """Commit `offsets` ({TopicPartition: OffsetAndMetadata or int}, the next offsets to read) for the
+        consumer group inside this transaction: visible to `committed()` only once it commits."""
+        with self._send_lock:
+            self._transactional().send_offsets(offsets, consumer_group_id)
+
+    def commit_transaction(self) -> None:
+        """Append everything sent in the transaction, then commit it (TransactionAbortableError if a send
+        failed: abort instead)."""
+        self._end(commit=True)
+
+    def abort_transaction(self) -> None:
+        """Append what is still pending, then abort: no read_committed reader ever sees the transaction."""
+        self._end(commit=False)
+
+    def _end(self, commit: bool) -> None:
+        txn = self._transactional()
+        with self._send_lock:
+            (txn.check_commit if commit else txn.check_abort)()
+        self.flush()
+        with self._send_lock:
+            if commit:
+                txn.check_commit()  # a batch that failed while flushing makes the transaction abort-only
+            txn.end(commit)
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(range(self._engine.partitions_for(topic)))

@@ -176,9 +176,45 @@ class NoOffsetForPartitionError(KafkaError):
 
 
 class ProducerFencedError(KafkaError):
-    """PRODUCER_FENCED."""
+    """PRODUCER_FENCED: another producer with the same transactional.id has a newer epoch."""
 
     code = 90
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    """INVALID_PRODUCER_ID_MAPPING: the producer id is not the one the coordinator holds for the transactional id."""
+
+    code = 49
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    """INVALID_TRANSACTION_TIMEOUT: transaction_timeout_ms outside [1, transaction.max.timeout.ms]."""
+
+    code = 50
+
+
+class ConcurrentTransactionsError(KafkaError):
+    """CONCURRENT_TRANSACTIONS: the previous transaction of this transactional id is still completing."""
+
+    code, retriable = 51, True
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    """TRANSACTION_COORDINATOR_FENCED: a marker from an older coordinator epoch."""
+
+    code = 52
+
+
+class TransactionalIdNotFoundError(KafkaError):
+    """TRANSACTIONAL_ID_NOT_FOUND."""
+
+    code = 105
+
+
+class TransactionAbortableError(KafkaError):
+    """TRANSACTION_ABORTABLE: the transaction can no longer commit (a send failed); abort it and retry."""
+
+    code = 120
 
 
 # --- replication and storage -----------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The small value types clients exchange, shaped like kafka-python's (`kafka.structs`).
 
-`TopicPartition`, `OffsetAndTimestamp` and `RecordMetadata` are named tuples with kafka-python's
+`TopicPartition`, `OffsetAndMetadata`, `OffsetAndTimestamp` and `RecordMetadata` are named tuples with kafka-python's
 fields, so code that unpacks them keeps working. Immutable; thread-safe. Leaf module.
 """
 from __future__ import annotations
@@ -11,6 +11,14 @@ from typing import NamedTuple
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next offset to read, with the committer's metadata string."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -172,12 +172,12 @@ class RecordsBuilder:
         return self._infos[index]
 
     def build(self, *, compression="none", producer_id: int = -1, producer_epoch: int = -1,
-              base_sequence: int = -1) -> bytes:
+              base_sequence: int = -1, transactional: bool = False) -> bytes:
         """The batch (base offset 0: the log assigns offsets)."""
         codec, attributes, _ = bf.batch_attributes(
             base_offset=0, compression=compression, timestamp_type="create", log_append_time_ms=None,
             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-            transactional=False, partition_leader_epoch=-1)
+            transactional=transactional, partition_leader_epoch=-1)
         if not self._infos:
             raise InvalidRecordError("a batch needs at least one record")
         return _assemble(bytes(self._body), len(self._infos), base_offset=0, ple=-1, codec=codec, level=None,

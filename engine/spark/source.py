@@ -11,8 +11,12 @@ Reading (executors): whole batches come from mmapped segments (segments.partitio
 columnar decoder turns them into Arrow record batches; control records never appear and offset gaps
 (compaction, markers) are not data loss. What a reader may see (the high watermark bounds "latest"; ListOffsets
 by timestamp) comes from replication.partition.PartitionView, the rules the engine's consumers follow.
+`kafka.isolation.level` (or `isolation.level`) `read_committed` bounds "latest" by the last stable offset and
+skips aborted transactions: the driver scans each partition's batch headers up to the high watermark once
+(txn.read_committed.scan: open transactions give the LSO, markers the aborted ranges) and hands every task the
+aborted ranges it overlaps; a task decodes only the runs of batches a read_committed consumer would return.
 Errors: an unknown option, a conflicting pair, or a bad value raises InvalidConfigurationError naming the
-option; `kafka.isolation.level=read_committed` raises "not supported yet".
+option.
 Thread-safety: a reader holds no shared state; executors open their segments read-only.
 """
 from __future__ import annotations
@@ -45,13 +49,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine.common.errors import InvalidConfigurationError, InvalidTopicError, OffsetOutOfRangeError, not_supported_yet
+from engine.common.errors import InvalidConfigurationError, InvalidTopicError, OffsetOutOfRangeError
+from engine.metadata import INTERNAL_TOPICS
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
-from replication.partition import PartitionView
+from replication.partition import READ_COMMITTED, READ_UNCOMMITTED, PartitionView
 from segments import names
 from segments.fs import FileSystem
-from segments.partition_reader import PartitionReader, read_checkpoints
+from segments.partition_reader import Chunk, PartitionReader, read_checkpoints
+from segments.txn_index import AbortedTxn
+from txn import read_committed
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
@@ -60,7 +67,7 @@ OPTIONS = {
     "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
     "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
-    "kafka.isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
+    "kafka.isolation.level", "isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
 }
 
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
@@ -155,11 +162,14 @@ class Settings:
             if not self.topics:
                 raise _bad("subscribe", "names no topic")
             _check_names("subscribe", ((t, 0) for t in self.topics))
-        level = options.get("kafka.isolation.level", "read_uncommitted")
-        if level == "read_committed":
-            raise not_supported_yet("kafka.isolation.level=read_committed (transactions)")
-        if level != "read_uncommitted":
-            raise _bad("kafka.isolation.level", f"must be read_uncommitted, got {level!r}")
+        levels = {name: options[name.lower()] for name in ("kafka.isolation.level", "isolation.level")
+                  if name.lower() in options}
+        if len(set(levels.values())) > 1:
+            raise _bad("kafka.isolation.level", f"and isolation.level disagree: {levels}")
+        level = next(iter(levels.values()), READ_UNCOMMITTED)
+        if level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise _bad(next(iter(levels), "kafka.isolation.level"),
+                       f"must be read_uncommitted or read_committed, got {level!r}")
         self.isolation = level
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.include_headers = _bool(options, "includeHeaders", False)
@@ -194,17 +204,41 @@ class Settings:
     def wants(self, topic: str, partition: int) -> bool:
         if self.mode == "subscribe":
             return topic in self.topics
-        if self.mode == "subscribePattern":
-            return self.pattern.fullmatch(topic) is not None
+        if self.mode == "subscribePattern":  # internal topics never match a pattern (exclude.internal.topics)
+            return topic not in INTERNAL_TOPICS and self.pattern.fullmatch(topic) is not None
         return (topic, partition) in self.assigned
 
 
 class OffsetRange(InputPartition):
     """Offsets [start, end) of one partition directory."""
 
-    def __init__(self, topic: str, partition: int, directory: str, start: int, end: int) -> None:
+    def __init__(self, topic: str, partition: int, directory: str, start: int, end: int,
+                 aborted: tuple[AbortedTxn, ...] = ()) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.directory, self.start, self.end = topic, partition, directory, start, end
+        self.aborted = aborted  # read_committed: the aborted transactions overlapping [start, end)
+
+
+class CommittedLog:
+    """A directory's partition as a read_committed reader sees it: its LSO and aborted transactions, from one
+    scan of its batch headers up to the high watermark."""
+
+    def __init__(self, reader: PartitionReader) -> None:
+        self.reader, self.dir = reader, reader.dir
+        self.log_start_offset, self.high_watermark = reader.log_start_offset, reader.high_watermark
+        start, hw = self.log_start_offset, self.high_watermark
+        found = read_committed.scan(b for chunk in reader.chunks(start, hw, CHUNK_BYTES)
+                                    for b in codec.iter_batches(chunk.data, source=reader.dir)
+                                    if b.base_offset < hw and b.next_offset > start)
+        unstable = found.first_unstable_offset
+        self.last_stable_offset = hw if unstable is None else max(start, min(unstable, hw))
+        self.aborted = found.aborted
+
+    def offset_for_timestamp(self, timestamp: int):
+        return self.reader.offset_for_timestamp(timestamp)
+
+    def overlapping(self, start: int, end: int) -> tuple[AbortedTxn, ...]:
+        return tuple(t for t in self.aborted if t.last_offset >= start and t.first_offset < end)
 
 
 class KafkalogDataSource(DataSource):
@@ -293,10 +327,13 @@ class KafkalogReader(DataSourceReader):
                 continue
             reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
             try:
-                view = PartitionView(tp[0], tp[1], reader)
+                committed = CommittedLog(reader) if s.isolation == READ_COMMITTED else None
+                view = PartitionView(tp[0], tp[1], committed or reader)
                 start, end = self._range(view, tp)
                 if start < end:
-                    ranges += self._split(reader, tp, directory, start, end)
+                    ranges += [OffsetRange(r.topic, r.partition, r.directory, r.start, r.end,
+                                           committed.overlapping(r.start, r.end) if committed else ())
+                               for r in self._split(reader, tp, directory, start, end)]
             finally:
                 reader.close()
         missing = s.assigned - seen if s.mode == "assign" else set()
@@ -373,8 +410,11 @@ class KafkalogReader(DataSourceReader):
             return
         target = to_arrow_schema(self.schema, timezone="UTC")
         reader = PartitionReader(partition.directory)
+        runs = reader.chunks(partition.start, partition.end, CHUNK_BYTES)
+        if self.settings.isolation == READ_COMMITTED:
+            runs = _visible_runs(runs, read_committed.AbortedFilter(partition.aborted), partition.directory)
         try:
-            for chunk in reader.chunks(partition.start, partition.end, CHUNK_BYTES):
+            for chunk in runs:
                 cols = codec.decode_columnar(chunk.data, start_offset=partition.start, end_offset=partition.end,
                                              include_headers=self.settings.include_headers,
                                              max_decompressed_bytes=self.settings.max_decompressed,
@@ -406,6 +446,24 @@ class KafkalogPushdownReader(KafkalogReader):
         for f in filters:
             if not self._accept(f):
                 yield f
+
+
+def _visible_runs(chunks, visible: read_committed.AbortedFilter, source: str):
+    """The chunks cut into runs of consecutive batches a read_committed reader returns (aborted transactions'
+    batches left out; control batches the decoder skips anyway)."""
+    for chunk in chunks:
+        run_start = None
+        pos = 0
+        for batch in codec.iter_batches(chunk.data, source=source):
+            end = pos + batch.size_in_bytes
+            if batch.is_control or visible.visible(batch):
+                run_start = pos if run_start is None else run_start
+            elif run_start is not None:
+                yield Chunk(chunk.position + run_start, chunk.data[run_start:pos])
+                run_start = None
+            pos = end
+        if run_start is not None:
+            yield Chunk(chunk.position + run_start, chunk.data[run_start:pos])
 
 
 _TIME_OPS = {"EqualTo": "equal", "GreaterThan": "greater", "GreaterThanOrEqual": "greater_equal",

@@ -1,0 +1,127 @@
+"""A transactional producer's side of a transaction (Kafka's client TransactionManager).
+
+States: UNINITIALIZED -> (init_transactions) READY -> (begin_transaction) IN_TRANSACTION -> (commit or abort)
+READY; a failed send moves IN_TRANSACTION to ABORTABLE_ERROR (only abort_transaction leaves it); being fenced
+(another producer initialised the same transactional.id, or the coordinator aborted this one on its timeout)
+is FATAL_ERROR, after which every call raises ProducerFencedError. A partition joins the transaction
+(AddPartitionsToTxn) before its first batch is appended; a transaction that touched nothing ends without
+the coordinator, as Kafka's client does.
+Threads: the producer calls it under its send lock.
+"""
+from __future__ import annotations
+
+import enum
+
+from engine.common.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+
+
+class State(enum.Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+
+
+class TransactionManager:
+    def __init__(self, engine, transactional_id, timeout_ms) -> None:
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidConfigurationError(f"transactional_id={transactional_id!r} must be a non-empty str")
+        if type(timeout_ms) is not int or timeout_ms < 1:
+            raise InvalidConfigurationError(f"transaction_timeout_ms={timeout_ms!r} must be an int >= 1")
+        self._engine, self.transactional_id, self.timeout_ms = engine, transactional_id, timeout_ms
+        self.state = State.UNINITIALIZED
+        self.producer_id, self.producer_epoch = -1, -1
+        self._partitions: set[tuple[str, int]] = set()
+        self._touched = False  # a partition or the group offsets joined the transaction
+        self._error: KafkaError | None = None
+
+    def _require(self, *states: State, call: str) -> None:
+        if self.state == State.FATAL_ERROR:
+            raise ProducerFencedError(f"transactional id {self.transactional_id!r} was fenced: {self._error}")
+        if self.state not in states:
+            if self.state == State.ABORTABLE_ERROR:
+                raise TransactionAbortableError(f"cannot {call}: the transaction failed ({self._error}); "
+                                                f"call abort_transaction()")
+            raise IllegalStateError(f"cannot {call} in state {self.state.value}")
+
+    def _call(self, fn, *args):
+        """A coordinator request; a fence makes this producer unusable."""
+        try:
+            return fn(*args)
+        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+            raise self.fenced(exc) from None
+
+    def fenced(self, exc: KafkaError) -> ProducerFencedError:
+        self.state, self._error = State.FATAL_ERROR, exc
+        return ProducerFencedError(f"transactional id {self.transactional_id!r} is fenced by a newer producer "
+                                   f"epoch ({exc.message})", file=exc.file, offset=exc.offset)
+
+    def init(self) -> tuple[int, int]:
+        self._require(State.UNINITIALIZED, call="init_transactions()")
+        txn = self._engine.transactions
+        self.producer_id, self.producer_epoch = txn.init_producer_id(self.transactional_id, self.timeout_ms)
+        self.state = State.READY
+        return self.producer_id, self.producer_epoch
+
+    def begin(self) -> None:
+        self._require(State.READY, call="begin_transaction()")
+        self.state, self._partitions, self._touched, self._error = State.IN_TRANSACTION, set(), False, None
+
+    def check_send(self) -> None:
+        self._require(State.IN_TRANSACTION, call="send() outside a transaction")
+
+    def before_append(self, topic: str, partition: int) -> None:
+        """AddPartitionsToTxn for the batch's partition, once per transaction."""
+        self._require(State.IN_TRANSACTION, call="send()")
+        if (topic, partition) not in self._partitions:
+            self._call(self._engine.transactions.coordinator.add_partitions, self.transactional_id,
+                       self.producer_id, self.producer_epoch, [(topic, partition)])
+            self._partitions.add((topic, partition))
+            self._touched = True
+
+    def on_failed(self, exc: KafkaError) -> KafkaError:
+        """A batch of the transaction failed: the error it fails with (fencing is fatal, the rest abortable)."""
+        if isinstance(exc, (ProducerFencedError, InvalidProducerEpochError)):
+            return exc if self.state == State.FATAL_ERROR else self.fenced(exc)
+        if self.state == State.IN_TRANSACTION:
+            self.state, self._error = State.ABORTABLE_ERROR, exc
+        return exc
+
+    def send_offsets(self, offsets: dict, group_id) -> None:
+        self._require(State.IN_TRANSACTION, call="send_offsets_to_transaction()")
+        if not isinstance(offsets, dict):
+            raise InvalidConfigurationError("offsets must be a dict of TopicPartition to OffsetAndMetadata or int")
+        committed = {}
+        for tp, om in offsets.items():
+            om = OffsetAndMetadata(om) if type(om) is int else om
+            if not isinstance(om, OffsetAndMetadata) or type(om.offset) is not int or om.offset < 0:
+                raise InvalidConfigurationError(f"offset for {tp} must be an int >= 0 or an OffsetAndMetadata, "
+                                                f"got {om!r}")
+            committed[TopicPartition(*tp)] = om
+        for tp in committed:
+            self._engine.partition(tp.topic, tp.partition)  # typed errors for a partition that does not exist
+        self._call(self._engine.transactions.commit_offsets, self.transactional_id, self.producer_id,
+                   self.producer_epoch, group_id, committed)
+        self._touched = True
+
+    def check_commit(self) -> None:
+        self._require(State.IN_TRANSACTION, call="commit_transaction()")
+
+    def check_abort(self) -> None:
+        self._require(State.IN_TRANSACTION, State.ABORTABLE_ERROR, call="abort_transaction()")
+
+    def end(self, commit: bool) -> None:
+        """EndTxn (skipped when the transaction touched nothing); READY after it."""
+        if self._touched:
+            self._call(self._engine.transactions.coordinator.end_txn, self.transactional_id, self.producer_id,
+                       self.producer_epoch, commit)
+        self.state, self._partitions, self._touched, self._error = State.READY, set(), False, None

@@ -1,0 +1,146 @@
+"""Kafka's message-schema field encodings, as the internal topics' keys and values use them.
+
+Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); bytes = int32
+length (-1: null); array = int32 count (-1: null). Flexible versions: compact string/bytes/array = unsigned
+varint (length + 1, 0: null), and every struct ends with tagged fields (uvarint count, then tag, size, data).
+A `Reader` past its end, or given a negative length, raises CorruptRecordError naming the field.
+Pure functions over bytes; thread-safe.
+"""
+from __future__ import annotations
+
+import struct
+
+from engine.common.errors import CorruptRecordError
+
+_INTS = {8: struct.Struct(">b"), 16: struct.Struct(">h"), 32: struct.Struct(">i"), 64: struct.Struct(">q")}
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def int(self, bits: int, value: int) -> "Writer":
+        self.out += _INTS[bits].pack(value)
+        return self
+
+    def uvarint(self, value: int) -> "Writer":
+        while value > 0x7F:
+            self.out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        self.out.append(value)
+        return self
+
+    def string(self, value: str | None, compact: bool = False) -> "Writer":
+        data = None if value is None else value.encode()
+        if compact:
+            self.uvarint(0 if data is None else len(data) + 1)
+        else:
+            self.int(16, -1 if data is None else len(data))
+        if data is not None:
+            self.out += data
+        return self
+
+    def bytes(self, value: bytes | None, compact: bool = False) -> "Writer":
+        if compact:
+            self.uvarint(0 if value is None else len(value) + 1)
+        else:
+            self.int(32, -1 if value is None else len(value))
+        if value is not None:
+            self.out += value
+        return self
+
+    def count(self, n: int | None, compact: bool = False) -> "Writer":
+        """An array's length (None: a null array)."""
+        return self.uvarint(0 if n is None else n + 1) if compact else self.int(32, -1 if n is None else n)
+
+    def tagged(self, fields: dict[int, bytes] | None = None) -> "Writer":
+        """A flexible struct's tagged-field section (tags ascending)."""
+        fields = fields or {}
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            self.uvarint(tag).uvarint(len(fields[tag]))
+            self.out += fields[tag]
+        return self
+
+    def done(self) -> bytes:
+        return bytes(self.out)
+
+
+class Reader:
+    def __init__(self, data, what: str = "record") -> None:
+        self.data, self.pos, self.what = memoryview(data), 0, what
+
+    def _take(self, n: int, field: str) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            raise CorruptRecordError(f"{self.what}: {field} runs past the end ({len(self.data)} bytes)",
+                                     position=self.pos)
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def int(self, bits: int, field: str = "int") -> int:
+        return _INTS[bits].unpack(self._take(bits // 8, field))[0]
+
+    def uvarint(self, field: str = "varint") -> int:
+        value = shift = 0
+        while True:
+            b = self._take(1, field)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise CorruptRecordError(f"{self.what}: {field} is not a valid varint", position=self.pos)
+
+    def _length(self, compact: bool, bits: int, field: str) -> int | None:
+        n = self.uvarint(field) - 1 if compact else self.int(bits, field)
+        if n < -1:
+            raise CorruptRecordError(f"{self.what}: {field} has length {n}", position=self.pos)
+        return None if n == -1 else n
+
+    def string(self, field: str = "string", compact: bool = False, nullable: bool = False) -> str | None:
+        n = self._length(compact, 16, field)
+        if n is None:
+            if not nullable:
+                raise CorruptRecordError(f"{self.what}: {field} is null", position=self.pos)
+            return None
+        try:
+            return bytes(self._take(n, field)).decode()
+        except UnicodeDecodeError:
+            raise CorruptRecordError(f"{self.what}: {field} is not UTF-8", position=self.pos) from None
+
+    def bytes(self, field: str = "bytes", compact: bool = False) -> bytes | None:
+        n = self._length(compact, 32, field)
+        return None if n is None else bytes(self._take(n, field))
+
+    def count(self, field: str = "array", compact: bool = False) -> int | None:
+        return self._length(compact, 32, field)
+
+    def tagged(self) -> dict[int, bytes]:
+        out = {}
+        for _ in range(self.uvarint("tagged field count")):
+            tag = self.uvarint("tag")
+            out[tag] = bytes(self._take(self.uvarint("tagged field size"), f"tagged field {tag}"))
+        return out
+
+    def end(self) -> None:
+        """The value must have been read whole (trailing bytes are a newer version's, or corruption)."""
+        if self.pos != len(self.data):
+            raise CorruptRecordError(f"{self.what}: {len(self.data) - self.pos} bytes after the last field",
+                                     position=self.pos)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode: 31*h + c over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's internal-topic partition of a group or transactional id: Utils.abs(hashCode) % partitions
+    (Utils.abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions

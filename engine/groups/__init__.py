@@ -1,0 +1,1 @@
+"""Consumer groups' state: committed offsets in `__consumer_offsets` (the group coordinator builds on it)."""

@@ -1,0 +1,143 @@
+"""Transactions in an engine: the coordinator's writes, its markers, and the group offsets they carry.
+
+The engine's side of txn.transaction_coordinator.TxnIO: a state change is one record appended to the
+transactional id's `__transaction_state` partition, a marker is appended to each partition's leader, and both
+wait for the ISR (acks='all'). Offsets sent to a transaction (TxnOffsetCommit) are a transactional batch in the
+group's `__consumer_offsets` partition, under the producer's id and epoch; engine.groups.offsets holds them
+pending until the marker. Both internal topics are created (50 partitions each) on first use and loaded on open.
+Crash policy: see the coordinator's (the logs are the truth; Prepare* states complete on load).
+Thread-safety: the coordinator's lock serialises requests; the offset store has its own.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engine.common.errors import InvalidConfigurationError, UnknownTopicOrPartitionError
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups import offsets
+from engine.groups.offsets import OffsetStore
+from engine.record import codec
+from txn import transaction_log
+from txn.transaction_coordinator import TransactionCoordinator
+from txn.unified_log import COORDINATOR
+
+INTERNAL_WRITE_TIMEOUT_MS = 30_000
+
+
+class OpenTransaction(NamedTuple):
+    """A transaction open in one partition (what KIP-664's DescribeProducers shows)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    last_timestamp: int
+    transactional_id: str | None
+
+
+class Transactions:
+    def __init__(self, eng) -> None:
+        self._eng = eng
+        self.coordinator = TransactionCoordinator(self, eng.clock)
+        self.offsets = OffsetStore()
+        for topic in (transaction_log.TOPIC, offsets.TOPIC):
+            if topic in eng.internal_topics():
+                self._load(topic)
+
+    def _load(self, topic: str) -> None:
+        if topic == transaction_log.TOPIC:
+            self.coordinator.load(self._records(topic))
+        else:
+            for p, batch in self._batches(topic):
+                self.offsets.apply_batch(p, batch, batch.records())
+
+    def ensure_topic(self, topic: str) -> None:
+        """Create an internal topic on first use (adopting a broker's partitions of it, whose records load)."""
+        if self._eng.ensure_internal_topic(topic):
+            self._load(topic)
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        self.ensure_topic(transaction_log.TOPIC)
+        return self.coordinator.init_producer_id(transactional_id, timeout_ms)
+
+    def _batches(self, topic: str):
+        """(partition, batch) of every partition of an internal topic, up to each one's HW."""
+        for p in range(self._eng.internal_topics()[topic]):
+            log = self._eng.internal_partition(topic, p).log
+            offset = log.log_start_offset
+            while offset < log.high_watermark:
+                start = offset
+                for batch in log.read(offset, 8 << 20, log.high_watermark).batches(log.dir):
+                    yield p, batch
+                    offset = batch.next_offset
+                if offset == start:
+                    break  # nothing readable below the HW (cannot happen after recovery)
+
+    def _records(self, topic: str):
+        for _, batch in self._batches(topic):
+            if not batch.is_control:
+                yield from ((r.key, r.value) for r in batch.records())
+
+    # --- TxnIO ----------------------------------------------------------------------------------
+    def write_state(self, transactional_id: str, value: bytes | None) -> None:
+        data = codec.encode_batch([(transaction_log.encode_key(transactional_id), value, None,
+                                    self._eng.clock.time_ms())])
+        self._eng.append_internal(transaction_log.TOPIC, transaction_log.partition(transactional_id), data)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return self._eng.internal_partition(transaction_log.TOPIC, transaction_log.partition(transactional_id)) \
+            .leader_epoch
+
+    def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      partitions: list[tuple[str, int]], commit: bool) -> None:
+        for topic, p in partitions:
+            try:
+                self._eng.append_marker(topic, p, commit, producer_id, producer_epoch, coordinator_epoch,
+                                        INTERNAL_WRITE_TIMEOUT_MS)
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it joined the transaction: nothing to mark
+            if topic == offsets.TOPIC:
+                self.offsets.complete(p, producer_id, commit)
+
+    def allocate_producer_id(self) -> int:
+        return self._eng.allocate_producer_id()
+
+    # --- requests the producer makes ------------------------------------------------------------
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
+        _check_group(group_id)
+        self.ensure_topic(offsets.TOPIC)
+        self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
+                                        [(offsets.TOPIC, offsets.partition(group_id))])
+
+    def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                       committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
+        self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+        now = self._eng.clock.time_ms()
+        rows = [(offsets.encode_key(group_id, tp), offsets.encode_value(om, now), None, now)
+                for tp, om in sorted(committed.items())]
+        if not rows:
+            return
+        data = codec.encode_batch(rows, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
+                                  transactional=True)
+        p = offsets.partition(group_id)
+        self._eng.append_internal(offsets.TOPIC, p, data, origin=COORDINATOR)
+        batch = next(codec.iter_batches(data))
+        self.offsets.apply_batch(p, batch, batch.records())
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        """Every partition's open transactions (hanging ones included), from the partitions' producer state."""
+        out = []
+        for (topic, p), part in sorted(self._eng.leaders().items()):
+            for pid, entry in sorted(part.log.producer_state.ongoing().items()):
+                out.append(OpenTransaction(topic, p, pid, entry.epoch, entry.txn_first_offset, entry.last_timestamp,
+                                           self.coordinator.transactional_id_of(pid)))
+        return out
+
+
+def _check_group(group_id) -> str:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidConfigurationError(f"group_id must be a non-empty str, got {group_id!r}")
+    return group_id

@@ -1,0 +1,491 @@
+"""Transactions: the seed's examples, fencing, timeouts, recovery of a PrepareCommit, misuse, a model check of
+read_committed, and Kafka's txn-0 vector read with Kafka's aborted ranges."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+
+import pytest
+
+import engine
+from engine import ManualClock, TopicPartition
+from engine.common.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    InvalidRecordError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaStorageError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionAbortableError,
+    UnsupportedVersionError,
+)
+from engine.transactions import Transactions
+from segments.txn_index import AbortedTxn
+from tests import vectors
+from txn import producer_snapshot, transaction_log
+from txn.transaction_log import TxnState
+
+
+def read(e, topic, isolation="read_committed", partitions=None):
+    """(partition, offset, value) of everything a fresh consumer at `isolation` reads from the start."""
+    c = e.consumer(isolation_level=isolation, auto_offset_reset="earliest", consumer_timeout_ms=0)
+    parts = partitions if partitions is not None else range(e.partitions_for(topic))
+    c.assign([TopicPartition(topic, p) for p in parts])
+    out = []
+    while True:
+        got = c.poll(max_records=10_000)
+        if not got:
+            return sorted(out)
+        out += [(r.partition, r.offset, r.value) for rs in got.values() for r in rs]
+
+
+# --- seed 000, 7.4: TransactionOnlySend and consume-transform-produce ------------------------------
+@pytest.mark.parametrize("commit", [True, False])
+def test_transaction_only_send(tmp_path, commit):
+    """The seed's TransactionOnlySend: msg1..msg3 in one transaction; read_committed sees them only after the
+    commit, and never after an abort."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("topic-transaction")
+        producer = e.producer(transactional_id="transactionId", key_serializer=str.encode,
+                              value_serializer=str.encode)
+        producer.init_transactions()
+        producer.begin_transaction()
+        for msg in ("msg1", "msg2", "msg3"):
+            producer.send("topic-transaction", msg)
+        producer.flush()
+        assert read(e, "topic-transaction") == []  # not yet decided: held back
+        assert [v for _, _, v in read(e, "topic-transaction", "read_uncommitted")] == [b"msg1", b"msg2", b"msg3"]
+        producer.commit_transaction() if commit else producer.abort_transaction()
+        got = [v for _, _, v in read(e, "topic-transaction")]
+        assert got == ([b"msg1", b"msg2", b"msg3"] if commit else [])
+        # the marker took offset 3, and the LSO reached the log end
+        lg = e.log("topic-transaction", 0)
+        assert lg.log_end_offset == 4 and lg.last_stable_offset == 4
+        assert [t.first_offset for s in lg.segments for t in s.txn_index.all()] == ([] if commit else [0])
+        producer.close()
+
+
+def test_consume_transform_produce(tmp_path):
+    """The seed's loop: records of topic-source go to topic-sink with the consumed offsets in the same
+    transaction; a restarted consumer starts from the committed offsets; an aborted round leaves nothing."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("topic-source", 2)
+        e.create_topic("topic-sink")
+        with e.producer() as p:
+            for i in range(20):
+                p.send("topic-source", b"v%d" % i, partition=i % 2)
+        producer = e.producer(transactional_id="transactionalId")
+        producer.init_transactions()
+
+        def run_once(abort=False, limit=7):
+            consumer = e.consumer(group_id="groupId", enable_auto_commit=False, auto_offset_reset="earliest",
+                                  isolation_level="read_committed")
+            consumer.assign([TopicPartition("topic-source", p) for p in (0, 1)])
+            records = consumer.poll(max_records=limit)
+            if not records:
+                return 0
+            producer.begin_transaction()
+            offsets = {}
+            for tp, rs in records.items():
+                for r in rs:
+                    producer.send("topic-sink", r.value, key=r.key)
+                offsets[tp] = engine.OffsetAndMetadata(rs[-1].offset + 1)
+            producer.send_offsets_to_transaction(offsets, "groupId")
+            producer.abort_transaction() if abort else producer.commit_transaction()
+            return sum(len(rs) for rs in records.values())
+
+        assert run_once(abort=True) == 7
+        assert read(e, "topic-sink") == [] and e.committed("groupId", ("topic-source", 0)) is None
+        while run_once():
+            pass
+        sink = sorted(v for _, _, v in read(e, "topic-sink"))
+        assert sink == sorted(b"v%d" % i for i in range(20))
+        assert e.committed("groupId", ("topic-source", 0)).offset == 10
+    with engine.open(tmp_path) as e:  # the offsets are in __consumer_offsets: they survive a reopen
+        c = e.consumer(group_id="groupId", enable_auto_commit=False)
+        assert c.committed(TopicPartition("topic-source", 1)) == 10
+        c.assign([TopicPartition("topic-source", 1)])
+        assert c.position(TopicPartition("topic-source", 1)) == 10
+
+
+# --- fencing, timeouts, recovery ------------------------------------------------------------------
+def test_a_zombie_is_fenced(tmp_path):
+    with engine.open(tmp_path) as e:
+        e.create_topic("t")
+        zombie = e.producer(transactional_id="app")
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send("t", b"zombie-1").get()
+        successor = e.producer(transactional_id="app")
+        successor.init_transactions()  # aborts the zombie's open transaction and fences it
+        with pytest.raises(ProducerFencedError):
+            zombie.send("t", b"zombie-2").get()
+        with pytest.raises(ProducerFencedError):
+            zombie.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            zombie.begin_transaction()
+        successor.begin_transaction()
+        successor.send("t", b"fresh")
+        successor.commit_transaction()
+        assert [v for _, _, v in read(e, "t")] == [b"fresh"]
+        desc = e.transactions.coordinator.describe("app")
+        assert (desc.state, desc.producer_epoch) == ("CompleteCommit", 2)  # fence +1, then the new producer +1
+
+
+def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
+    clock = ManualClock(1_700_000_000_000)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t")
+        p = e.producer(transactional_id="slow", transaction_timeout_ms=5_000)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"late").get()
+        clock.advance(5_000)
+        assert e.abort_timed_out_transactions() == 0  # not past it yet
+        assert e.log("t", 0).last_stable_offset == 0
+        clock.advance(1)
+        assert e.abort_timed_out_transactions() == 1
+        assert e.transactions.coordinator.describe("slow").state == "CompleteAbort"
+        assert e.log("t", 0).last_stable_offset == 2 and read(e, "t") == []
+        with pytest.raises(ProducerFencedError):
+            p.commit_transaction()
+
+
+def test_an_engine_reopened_in_prepare_commit_completes_it(tmp_path, monkeypatch):
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", 2)
+        p = e.producer(transactional_id="crashy")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"a", partition=0)
+        p.send("t", b"b", partition=1)
+
+        def lost(*args):
+            raise KafkaStorageError("the process died while writing markers")
+        monkeypatch.setattr(Transactions, "write_markers", lost)
+        with pytest.raises(KafkaStorageError):
+            p.commit_transaction()
+        assert e.transactions.coordinator.describe("crashy").state == "PrepareCommit"
+        assert read(e, "t") == []
+        monkeypatch.undo()
+    with engine.open(tmp_path) as e:
+        assert e.transactions.coordinator.describe("crashy").state == "CompleteCommit"
+        assert read(e, "t") == [(0, 0, b"a"), (1, 0, b"b")]
+
+
+def test_an_open_transaction_survives_a_reopen_until_its_timeout(tmp_path):
+    clock = ManualClock(1_700_000_000_000)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t")
+        p = e.producer(transactional_id="open", transaction_timeout_ms=10_000)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"x").get()
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        assert e.log("t", 0).last_stable_offset == 0  # the snapshot kept the open transaction
+        assert [(t.topic, t.first_offset, t.transactional_id) for t in e.transactions.open_transactions()] == \
+            [("t", 0, "open")]
+        clock.advance(10_001)
+        assert e.abort_timed_out_transactions() == 1
+        assert e.log("t", 0).last_stable_offset == 2 and e.transactions.open_transactions() == []
+
+
+def test_expired_transactional_ids_get_tombstones(tmp_path):
+    clock = ManualClock(1_700_000_000_000)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        p = e.producer(transactional_id="idle")
+        p.init_transactions()
+        clock.advance(604_800_000)
+        assert e.expire_transactional_ids() == 1
+        assert e.transactions.coordinator.list() == []
+        part = e.internal_partition(transaction_log.TOPIC, transaction_log.partition("idle"))
+        last = list(part.log.read(0).batches())[-1].records()[-1]
+        assert transaction_log.decode_key(last.key) == "idle" and last.value is None
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        assert e.transactions.coordinator.list() == []
+
+
+# --- misuse and bad input ---------------------------------------------------------------------------
+@pytest.mark.parametrize("call, error", [
+    (lambda p: p.begin_transaction(), IllegalStateError),                     # before init_transactions
+    (lambda p: (p.init_transactions(), p.send("t", b"x")), IllegalStateError),  # outside a transaction
+    (lambda p: (p.init_transactions(), p.commit_transaction()), IllegalStateError),
+    (lambda p: (p.init_transactions(), p.abort_transaction()), IllegalStateError),
+    (lambda p: (p.init_transactions(), p.init_transactions()), IllegalStateError),
+    (lambda p: (p.init_transactions(), p.begin_transaction(), p.begin_transaction()), IllegalStateError),
+    (lambda p: (p.init_transactions(), p.begin_transaction(), p.send_offsets_to_transaction([1], "g")),
+     InvalidConfigurationError),
+    (lambda p: (p.init_transactions(), p.begin_transaction(),
+                p.send_offsets_to_transaction({TopicPartition("t", 0): -1}, "g")), InvalidConfigurationError),
+    (lambda p: (p.init_transactions(), p.begin_transaction(),
+                p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "")), InvalidConfigurationError),
+])
+def test_misuse_raises_kafkas_errors(tmp_path, call, error):
+    with engine.open(tmp_path) as e:
+        e.create_topic("t")
+        p = e.producer(transactional_id="misuse")
+        with pytest.raises(error):
+            call(p)
+        assert read(e, "t", "read_uncommitted") == []
+
+
+@pytest.mark.parametrize("config, error", [
+    ({"transactional_id": "x", "acks": 1}, InvalidConfigurationError),
+    ({"transactional_id": "x", "enable_idempotence": False}, InvalidConfigurationError),
+    ({"transactional_id": ""}, InvalidConfigurationError),
+    ({"transactional_id": 7}, InvalidConfigurationError),
+    ({"transactional_id": "x", "transaction_timeout_ms": 0}, InvalidConfigurationError),
+])
+def test_bad_transactional_configs(tmp_path, config, error):
+    with engine.open(tmp_path) as e, pytest.raises(error):
+        e.producer(**config)
+
+
+def test_timeout_above_the_coordinators_maximum(tmp_path):
+    with engine.open(tmp_path) as e:
+        with pytest.raises(InvalidTransactionTimeoutError):
+            e.producer(transactional_id="x", transaction_timeout_ms=900_001).init_transactions()
+
+
+def test_methods_of_a_non_transactional_producer_and_group_options(tmp_path):
+    with engine.open(tmp_path) as e:
+        e.create_topic("t")
+        with pytest.raises(IllegalStateError):
+            e.producer().begin_transaction()
+        with pytest.raises(UnsupportedVersionError):  # auto-commit needs the group coordinator
+            e.consumer(group_id="g")
+        with pytest.raises(UnsupportedVersionError):
+            e.consumer(group_id="g", enable_auto_commit=False).subscribe(["t"])
+        with pytest.raises(IllegalStateError):
+            e.consumer().committed(TopicPartition("t", 0))
+
+
+@pytest.mark.parametrize("where", ["send", "append"])
+def test_a_failed_send_makes_the_transaction_abort_only(tmp_path, monkeypatch, where):
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", config={"max.message.bytes": 1000})
+        p = e.producer(transactional_id="big")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"ok").get()
+        if where == "send":  # refused by the accumulator
+            with pytest.raises(RecordTooLargeError):
+                p.send("t", b"x" * 5000)
+        else:  # refused by the log
+            def refuse(*args, **kwargs):
+                raise InvalidRecordError("refused by the log")
+            monkeypatch.setattr(e, "append", refuse)
+            failed = p.send("t", b"y")
+            p.flush()
+            assert failed.failed()
+            monkeypatch.undo()
+        with pytest.raises(TransactionAbortableError):
+            p.commit_transaction()
+        with pytest.raises(TransactionAbortableError):
+            p.send("t", b"more")
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send("t", b"after")
+        p.commit_transaction()
+        assert [v for _, _, v in read(e, "t")] == [b"after"]
+
+
+def test_coordinator_refuses_invalid_transitions(tmp_path):
+    with engine.open(tmp_path) as e:
+        coordinator = e.transactions.coordinator
+        pid, epoch = e.transactions.init_producer_id("t1", 60_000)
+        with pytest.raises(InvalidTxnStateError):  # Empty cannot commit
+            coordinator.end_txn("t1", pid, epoch, True)
+        with pytest.raises(ProducerFencedError):
+            coordinator.add_partitions("t1", pid, epoch - 1 if epoch else epoch + 5, [("x", 0)])
+        assert coordinator.describe("t1").state == "Empty"
+
+
+# --- read_committed against a model -------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(int(os.environ.get("KAFKALOG_TXN_MODEL_RUNS", "24"))))
+def test_random_transactions_agree_with_the_model(tmp_path, seed):
+    """3 transactional producers and 1 plain one, interleaved at random with commits and aborts: after every
+    step read_committed returns exactly the model's committed records, in offset order, and the LSO is the
+    model's (never above the HW). Every fourth seed runs on 3 brokers with RF 3."""
+    rng = random.Random(seed)
+    brokers = 3 if seed % 4 == 3 else 1
+    with engine.open(tmp_path, brokers=brokers, background=False) as e:
+        e.create_topic("t", 2, replication_factor=brokers)
+        txns = [e.producer(transactional_id=f"tx{i}") for i in range(3)]
+        for p in txns:
+            p.init_transactions()
+        plain = e.producer()
+        state = {i: None for i in range(3)}   # producer -> its open transaction's number, or None
+        status: dict[tuple[int, int], str] = {}
+        written: list[tuple[int, int, bytes, tuple | None]] = []  # (partition, offset, value, (producer, txn))
+        counter = 0
+        for step in range(30):
+            i = rng.randrange(4)
+            if i == 3:
+                part = rng.randrange(2)
+                meta = plain.send("t", b"plain-%d" % step, partition=part).get()
+                written.append((part, meta.offset, b"plain-%d" % step, None))
+            elif state[i] is None:
+                counter += 1
+                state[i] = counter
+                status[(i, counter)] = "open"
+                txns[i].begin_transaction()
+            elif rng.random() < 0.6:
+                part = rng.randrange(2)
+                futures = [(txns[i].send("t", b"tx%d-%d-%d" % (i, step, k), partition=part), b"tx%d-%d-%d" % (i, step, k))
+                           for k in range(rng.randrange(1, 4))]
+                written += [(part, f.get().offset, v, (i, state[i])) for f, v in futures]
+            else:
+                commit = rng.random() < 0.5
+                txns[i].commit_transaction() if commit else txns[i].abort_transaction()
+                status[(i, state[i])] = "committed" if commit else "aborted"
+                state[i] = None
+            for part in (0, 1):
+                opens = [off for p, off, _, who in written if p == part and who and status[who] == "open"]
+                lg = e.log("t", part)
+                lso = min(opens) if opens else lg.high_watermark
+                assert lg.last_stable_offset == lso <= lg.high_watermark
+            want = sorted((p, off, v) for p, off, v, who in written
+                          if (who is None or status[who] == "committed")
+                          and off < e.log("t", p).last_stable_offset)
+            assert read(e, "t") == want, f"seed {seed} step {step}"
+
+
+# --- Kafka's txn-0 vector -------------------------------------------------------------------------
+def _txn_case(tmp_path):
+    root = tmp_path / "logdir"
+    shutil.copytree(vectors.case_dir("txn-0"), root / "txn-0",
+                    ignore=shutil.ignore_patterns("*.json", "*.jsonl", "*.txt"))
+    return root
+
+
+def _expected_committed():
+    """Kafka's own decode of txn-0: data records below the first still-open transaction, minus those of the
+    transaction its `.txnindex` says was aborted."""
+    lines = vectors.expected("txn-0")
+    aborted = [line for line in lines if line["type"] == "abortedTxn"]
+    out, batch, open_first = [], None, {}
+    for line in lines:
+        if line["type"] == "batch":
+            batch = line
+            if line["isTransactional"] and not line["isControl"]:
+                open_first.setdefault(line["producerId"], line["baseOffset"])
+            elif line["isControl"]:
+                open_first.pop(line["producerId"], None)
+        elif line["type"] == "record" and not batch["isControl"]:
+            hidden = batch["isTransactional"] and any(
+                t["producerId"] == batch["producerId"] and t["firstOffset"] <= line["offset"] <= t["lastOffset"]
+                for t in aborted)
+            if not hidden:
+                out.append((line["offset"], vectors.b64(line["valueB64"])))
+    lso = min(open_first.values())
+    return [r for r in out if r[0] < lso], lso, aborted
+
+
+def test_kafkas_txn_vector_reads_with_kafkas_aborted_ranges(tmp_path):
+    want, lso, aborted = _expected_committed()
+    assert lso == 22 and len(aborted) == 1
+    with engine.open(_txn_case(tmp_path)) as e:
+        lg = e.log("txn", 0)
+        assert lg.last_stable_offset == lso
+        assert lg.collect_aborted(0, lg.log_end_offset) == [
+            AbortedTxn(t["producerId"], t["firstOffset"], t["lastOffset"], t["lastStableOffset"]) for t in aborted]
+        assert [(off, v) for _, off, v in read(e, "txn")] == want
+
+
+def test_recovery_rebuilds_the_txnindex_and_snapshot_kafka_wrote(tmp_path):
+    root = _txn_case(tmp_path)
+    seg = root / "txn-0" / "00000000000000000000.txnindex"
+    kafka_index = seg.read_bytes()
+    kafka_snapshot = producer_snapshot.decode((root / "txn-0" / "00000000000000000027.snapshot").read_bytes())
+    os.remove(seg)
+    os.remove(root / "txn-0" / "00000000000000000027.snapshot")
+    with open(root / "recovery-point-offset-checkpoint", "w") as f:
+        f.write("0\n1\ntxn 0 0\n")  # an unclean shutdown that flushed nothing: the segment is recovered
+    with engine.open(root) as e:
+        assert any("re-validated" in n for n in e.recovery_notes())
+        assert seg.read_bytes() == kafka_index
+        ours = {s.producer_id: s for s in e.log("txn", 0).producer_state.producers.values()}
+        for want in kafka_snapshot:
+            got = ours[want.producer_id].snapshot_entry()
+            assert got == want
+
+
+# --- byte formats decoded independently ------------------------------------------------------------
+def _string(data, pos):
+    n = struct.unpack_from(">h", data, pos)[0]
+    return data[pos + 2:pos + 2 + n].decode(), pos + 2 + n
+
+
+def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
+    """TransactionLogKey v0 and TransactionLogValue v0 as Kafka's published JSON schemas lay them out, read
+    here with struct alone."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", 3)
+        p = e.producer(transactional_id="schema-check")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"x", partition=2).get()
+        p.send("t", b"y", partition=0).get()
+        p.commit_transaction()
+        part = e.internal_partition("__transaction_state", transaction_log.partition("schema-check"))
+        records = [r for b in part.log.read(0).batches() for r in b.records()]
+    states = []
+    for r in records:
+        version, = struct.unpack_from(">h", r.key)
+        tid, end = _string(r.key, 2)
+        assert (version, tid, end) == (0, "schema-check", len(r.key))
+        v = r.value
+        version, pid, epoch, timeout, status, count = struct.unpack_from(">hqhibi", v)
+        pos, parts = struct.calcsize(">hqhibi"), {}
+        for _ in range(max(count, 0)):
+            topic, pos = _string(v, pos)
+            n, = struct.unpack_from(">i", v, pos)
+            parts[topic] = list(struct.unpack_from(">%di" % n, v, pos + 4))
+            pos += 4 + 4 * n
+        last_update, start = struct.unpack_from(">qq", v, pos)
+        assert pos + 16 == len(v) and version == 0 and timeout == 60_000 and last_update > 0
+        states.append((status, count, parts, start > 0))
+    assert states == [(TxnState.EMPTY, -1, {}, False), (TxnState.ONGOING, 1, {"t": [2]}, True),
+                      (TxnState.ONGOING, 1, {"t": [0, 2]}, True), (TxnState.PREPARE_COMMIT, 1, {"t": [0, 2]}, True),
+                      (TxnState.COMPLETE_COMMIT, 1, {"t": [0, 2]}, True)]
+
+
+def test_offset_commit_records_decode_with_kafkas_schema(tmp_path):
+    """OffsetCommitKey v1 and OffsetCommitValue v3, transactional, in the group's partition (Java's hashCode)."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("src")
+        p = e.producer(transactional_id="x")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_offsets_to_transaction({TopicPartition("src", 0): engine.OffsetAndMetadata(42, "meta")},
+                                      "polygenelubricants")
+        p.commit_transaction()
+        # "polygenelubricants".hashCode() is Integer.MIN_VALUE: Utils.abs makes it 0
+        batches = list(e.internal_partition("__consumer_offsets", 0).log.read(0).batches())
+    data, marker = batches
+    assert data.is_transactional and not data.is_control and marker.is_control
+    r, = data.records()
+    version, = struct.unpack_from(">h", r.key)
+    group, pos = _string(r.key, 2)
+    topic, pos = _string(r.key, pos)
+    assert (version, group, topic, struct.unpack_from(">i", r.key, pos)[0]) == (1, "polygenelubricants", "src", 0)
+    version, offset, leader_epoch = struct.unpack_from(">hqi", r.value)
+    metadata, pos = _string(r.value, 14)
+    assert (version, offset, leader_epoch, metadata, len(r.value)) == (3, 42, -1, "meta", pos + 8)
+
+
+def test_coordinator_state_round_trips_through_version_1_values():
+    value = transaction_log.TxnLogValue(5, 3, 1000, TxnState.ONGOING, {"a": [1, 0]}, 10, 9)
+    v1 = bytearray(transaction_log.encode_value(value))
+    v1[0:2] = b"\x00\x01"
+    # hand-built flexible layout: compact array of (compact string, compact int32 array, tags), then tags
+    flexible = bytes(v1[:17]) + bytes([2, 2]) + b"a" + bytes([3]) + struct.pack(">ii", 0, 1) + b"\x00" + \
+        struct.pack(">qq", 10, 9) + b"\x00"
+    decoded = transaction_log.decode_value(flexible)
+    assert (decoded.producer_id, decoded.state, decoded.partitions, decoded.start_ms) == (5, TxnState.ONGOING,
+                                                                                          {"a": [0, 1]}, 9)

@@ -1,0 +1,123 @@
+"""Records of `__transaction_state`: one per transactional id and state change (Kafka's TransactionLog).
+
+Byte layout (engine.common.schema encodings): key = `int16 version (0) | TransactionalId string`; value =
+`int16 version | ProducerId int64 | ProducerEpoch int16 | TransactionTimeoutMs int32 | TransactionStatus int8
+| TransactionPartitions nullable [Topic string, PartitionIds [int32]] | TransactionLastUpdateTimestampMs int64 |
+TransactionStartTimestampMs int64`; version 0 is non-flexible, version 1 flexible with tagged fields
+(0 PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion). kafkalog writes version 0, as Kafka does
+without transaction.version 1, and reads both. A null value (a tombstone) removes the id. Partition =
+abs(javaHashCode(id)) % 50.
+Crash policy: records are appended to the log like any other (acks='all'); the latest per id wins on load.
+Pure functions over bytes; thread-safe.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+
+from engine.common.errors import CorruptRecordError
+from engine.common.schema import Reader, Writer, partition_for
+
+TOPIC = "__transaction_state"
+PARTITIONS = 50  # transaction.state.log.num.partitions
+KEY_VERSION = 0
+VALUE_VERSION = 0
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's TransactionState ids (the TransactionStatus byte)."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+@dataclass(frozen=True)
+class TxnLogValue:
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: dict[str, list[int]] | None  # None: a null array (Kafka writes it for Empty)
+    last_update_ms: int
+    start_ms: int
+    tagged: dict[int, bytes] = field(default_factory=dict)  # version 1's tagged fields, kept as read
+
+
+def partition(transactional_id: str) -> int:
+    return partition_for(transactional_id, PARTITIONS)
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return Writer().int(16, KEY_VERSION).string(transactional_id).done()
+
+
+def decode_key(data) -> str:
+    r = Reader(data, "transaction log key")
+    version = r.int(16, "key version")
+    if version != KEY_VERSION:
+        raise CorruptRecordError(f"transaction log key version {version} is not 0")
+    tid = r.string("TransactionalId")
+    r.end()
+    return tid
+
+
+def encode_value(v: TxnLogValue) -> bytes:
+    w = Writer().int(16, VALUE_VERSION).int(64, v.producer_id).int(16, v.producer_epoch).int(32, v.timeout_ms)
+    w.int(8, int(v.state))
+    parts = None if v.partitions is None else sorted(v.partitions.items())
+    w.count(None if parts is None else len(parts))
+    for topic, ids in parts or ():
+        w.string(topic).count(len(ids))
+        for i in sorted(ids):
+            w.int(32, i)
+    return w.int(64, v.last_update_ms).int(64, v.start_ms).done()
+
+
+def decode_value(data) -> TxnLogValue:
+    r = Reader(data, "transaction log value")
+    version = r.int(16, "value version")
+    if version not in (0, 1):
+        raise CorruptRecordError(f"transaction log value version {version} is not 0 or 1")
+    flexible = version >= 1
+    pid, epoch, timeout = r.int(64, "ProducerId"), r.int(16, "ProducerEpoch"), r.int(32, "TransactionTimeoutMs")
+    status = r.int(8, "TransactionStatus")
+    try:
+        state = TxnState(status)
+    except ValueError:
+        raise CorruptRecordError(f"transaction log value: unknown TransactionStatus {status}") from None
+    n = r.count("TransactionPartitions", flexible)
+    parts: dict[str, list[int]] | None = None if n is None else {}
+    for _ in range(n or 0):
+        topic = r.string("Topic", flexible)
+        m = r.count("PartitionIds", flexible) or 0
+        parts[topic] = [r.int(32, "PartitionId") for _ in range(m)]
+        if flexible:
+            r.tagged()
+    last, start = r.int(64, "TransactionLastUpdateTimestampMs"), r.int(64, "TransactionStartTimestampMs")
+    tagged = r.tagged() if flexible else {}
+    r.end()
+    return TxnLogValue(pid, epoch, timeout, state, parts, last, start, tagged)
+
+
+def describe_value(v: TxnLogValue | None) -> str:
+    """Kafka's TransactionLogMessageFormatter-like text of a value (for dump-log's decoder)."""
+    if v is None:
+        return "<DELETE>"
+    parts = ",".join(f"{t}-{p}" for t, ids in sorted((v.partitions or {}).items()) for p in ids)
+    extra = ""
+    if v.tagged:
+        prev = v.tagged.get(0)
+        extra = f",previousProducerId:{struct.unpack('>q', prev)[0]}" if prev and len(prev) == 8 else ""
+    return (f"producerId:{v.producer_id},producerEpoch:{v.producer_epoch},state={v.state.kafka_name},"
+            f"partitions=[{parts}],txnLastUpdateTimestamp={v.last_update_ms},txnTimeoutMs={v.timeout_ms}{extra}")
