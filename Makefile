@@ -38,7 +38,7 @@ fuzz: $(STAMP)
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz
 
 crash: $(STAMP)
-	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 $(PY) -m pytest -q tests/crash
+	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 KAFKALOG_TXN_KILLS=500 $(PY) -m pytest -q tests/crash
 
 # the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
 soak: $(STAMP)

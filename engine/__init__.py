@@ -24,7 +24,8 @@ __version__ = "0.1.0"
 __all__ = [
     "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
     "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
-    "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "RecordMetadata",
+    "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp",
+    "RecordMetadata",
     *_errors,
 ]
 

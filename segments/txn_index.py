@@ -67,12 +67,13 @@ class TxnIndex:
             return self._entries()
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
-        """Aborted transactions overlapping [fetch_offset, upper_bound); True if the search may stop here."""
+        """Aborted transactions overlapping [fetch_offset, upper_bound); True if the search may stop here: an
+        entry's LSO reached the bound, so no later entry (here or in a later segment) can overlap it."""
         found = []
         for txn in self.all():
             if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
                 found.append(txn)
-            if txn.last_offset >= upper_bound_offset:
+            if txn.last_stable_offset >= upper_bound_offset:
                 return found, True
         return found, False
 

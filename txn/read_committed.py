@@ -5,7 +5,8 @@ fetch overlaps, a min-heap by first offset feeds an "aborted producers" set as b
 batch of a producer in that set is skipped, its ABORT marker takes the producer out again, and control batches
 are never data. `scan` is the same knowledge for a reader without the engine's producer state (Spark on a
 directory): one pass over batch headers up to the high watermark gives the first unstable offset (the first
-offset of a transaction still open) and every aborted transaction, each (producer, first offset, marker offset).
+offset of a transaction still open) and every aborted transaction, each (producer, first offset, marker offset);
+`CommittedLog` wraps such a directory's reader with them.
 Pure functions and per-reader objects; a filter belongs to one reader thread.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ import heapq
 from typing import Iterable, NamedTuple
 
 from engine.record import batch_format as bf
+from engine.record import codec
+from segments.partition_reader import PartitionReader
 from segments.txn_index import AbortedTxn
 
 
@@ -63,3 +66,22 @@ def scan(batches: Iterable) -> ScanResult:
         else:
             open_txns.setdefault(pid, batch.base_offset)
     return ScanResult(min(open_txns.values(), default=None), aborted)
+
+
+class CommittedLog:
+    """A partition directory read from outside (segments.partition_reader) as a read_committed reader sees it:
+    its LSO and aborted transactions, from one `scan` of its batch headers up to the high watermark."""
+
+    def __init__(self, reader: PartitionReader, chunk_bytes: int = 8 << 20) -> None:
+        self.reader, self.dir = reader, reader.dir
+        self.log_start_offset, self.high_watermark = reader.log_start_offset, reader.high_watermark
+        start, hw = self.log_start_offset, self.high_watermark
+        found = scan(b for chunk in reader.chunks(start, hw, chunk_bytes)
+                     for b in codec.iter_batches(chunk.data, source=reader.dir)
+                     if b.base_offset < hw and b.next_offset > start)
+        unstable = found.first_unstable_offset
+        self.last_stable_offset = hw if unstable is None else max(start, min(unstable, hw))
+        self.aborted = found.aborted
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self.reader.offset_for_timestamp(timestamp)

@@ -13,7 +13,6 @@ Pure functions over bytes; thread-safe.
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass, field
 
 from engine.common.errors import CorruptRecordError
@@ -115,9 +114,5 @@ def describe_value(v: TxnLogValue | None) -> str:
     if v is None:
         return "<DELETE>"
     parts = ",".join(f"{t}-{p}" for t, ids in sorted((v.partitions or {}).items()) for p in ids)
-    extra = ""
-    if v.tagged:
-        prev = v.tagged.get(0)
-        extra = f",previousProducerId:{struct.unpack('>q', prev)[0]}" if prev and len(prev) == 8 else ""
     return (f"producerId:{v.producer_id},producerEpoch:{v.producer_epoch},state={v.state.kafka_name},"
-            f"partitions=[{parts}],txnLastUpdateTimestamp={v.last_update_ms},txnTimeoutMs={v.timeout_ms}{extra}")
+            f"partitions=[{parts}],txnLastUpdateTimestamp={v.last_update_ms},txnTimeoutMs={v.timeout_ms}")

@@ -400,9 +400,7 @@ class UnifiedLog:
         holding `start_offset` on (Kafka's collectAbortedTransactions: the search stops at the first entry
         whose LSO reaches the bound)."""
         found: list[AbortedTxn] = []
-        for seg in self.local.segments.from_offset(start_offset):
-            if seg.base_offset >= upper_bound:
-                break
+        for seg in self.local.segments.from_offset(start_offset):  # a later segment may hold the marker
             got, done = seg.txn_index.collect_aborted(start_offset, upper_bound)
             found += got
             if done:

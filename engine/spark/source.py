@@ -219,28 +219,6 @@ class OffsetRange(InputPartition):
         self.aborted = aborted  # read_committed: the aborted transactions overlapping [start, end)
 
 
-class CommittedLog:
-    """A directory's partition as a read_committed reader sees it: its LSO and aborted transactions, from one
-    scan of its batch headers up to the high watermark."""
-
-    def __init__(self, reader: PartitionReader) -> None:
-        self.reader, self.dir = reader, reader.dir
-        self.log_start_offset, self.high_watermark = reader.log_start_offset, reader.high_watermark
-        start, hw = self.log_start_offset, self.high_watermark
-        found = read_committed.scan(b for chunk in reader.chunks(start, hw, CHUNK_BYTES)
-                                    for b in codec.iter_batches(chunk.data, source=reader.dir)
-                                    if b.base_offset < hw and b.next_offset > start)
-        unstable = found.first_unstable_offset
-        self.last_stable_offset = hw if unstable is None else max(start, min(unstable, hw))
-        self.aborted = found.aborted
-
-    def offset_for_timestamp(self, timestamp: int):
-        return self.reader.offset_for_timestamp(timestamp)
-
-    def overlapping(self, start: int, end: int) -> tuple[AbortedTxn, ...]:
-        return tuple(t for t in self.aborted if t.last_offset >= start and t.first_offset < end)
-
-
 class KafkalogDataSource(DataSource):
     """`spark.read.format("kafkalog").option("path", dir).option("subscribe", "events").load()`."""
 
@@ -327,12 +305,12 @@ class KafkalogReader(DataSourceReader):
                 continue
             reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
             try:
-                committed = CommittedLog(reader) if s.isolation == READ_COMMITTED else None
+                committed = read_committed.CommittedLog(reader, CHUNK_BYTES) if s.isolation == READ_COMMITTED else None
                 view = PartitionView(tp[0], tp[1], committed or reader)
                 start, end = self._range(view, tp)
                 if start < end:
                     ranges += [OffsetRange(r.topic, r.partition, r.directory, r.start, r.end,
-                                           committed.overlapping(r.start, r.end) if committed else ())
+                                           overlapping(committed.aborted, r.start, r.end) if committed else ())
                                for r in self._split(reader, tp, directory, start, end)]
             finally:
                 reader.close()
@@ -448,6 +426,12 @@ class KafkalogPushdownReader(KafkalogReader):
                 yield f
 
 
+def overlapping(aborted, start: int, end: int) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions a task reading [start, end) must know: exactly those whose data or marker falls
+    in it (one that ended before it would hide its producer's later batches: its marker is never read)."""
+    return tuple(t for t in aborted if t.last_offset >= start and t.first_offset < end)
+
+
 def _visible_runs(chunks, visible: read_committed.AbortedFilter, source: str):
     """The chunks cut into runs of consecutive batches a read_committed reader returns (aborted transactions'
     batches left out; control batches the decoder skips anyway)."""
@@ -456,7 +440,7 @@ def _visible_runs(chunks, visible: read_committed.AbortedFilter, source: str):
         pos = 0
         for batch in codec.iter_batches(chunk.data, source=source):
             end = pos + batch.size_in_bytes
-            if batch.is_control or visible.visible(batch):
+            if visible.visible(batch) or batch.is_control:  # (a marker must reach the filter: it ends an abort)
                 run_start = pos if run_start is None else run_start
             elif run_start is not None:
                 yield Chunk(chunk.position + run_start, chunk.data[run_start:pos])
@@ -487,6 +471,7 @@ def _split_to(ranges: list[OffsetRange], minimum: int) -> list[OffsetRange]:
             break
         mid = widest.start + (widest.end - widest.start) // 2
         i = ranges.index(widest)
-        ranges[i:i + 1] = [OffsetRange(widest.topic, widest.partition, widest.directory, widest.start, mid),
-                           OffsetRange(widest.topic, widest.partition, widest.directory, mid, widest.end)]
+        ranges[i:i + 1] = [OffsetRange(widest.topic, widest.partition, widest.directory, lo, hi,
+                                       overlapping(widest.aborted, lo, hi))
+                           for lo, hi in ((widest.start, mid), (mid, widest.end))]
     return ranges

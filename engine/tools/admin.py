@@ -166,3 +166,60 @@ def delete_records(args: argparse.Namespace, out: Output) -> int:
     out.result(rows, "Records delete operation completed:\n" + "\n".join(
         f"partition: {r['topic']}-{r['partition']}\tlow_watermark: {r['lowWatermark']}" for r in rows))
     return 0
+
+
+# --- transactions -------------------------------------------------------------------------------------
+def add_transactions(sub) -> None:
+    p = sub.add_parser("transactions", help="list and describe transactions, open ones per partition "
+                                            "(kafka-transactions.sh)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="every transactional id and its state")
+    action.add_argument("--describe", action="store_true",
+                        help="coordinator state and the transactions open in each partition (hanging ones too)")
+    p.add_argument("--transactional-id", help="only this transactional id (--describe)")
+    p.set_defaults(func=transactions)
+
+
+def _txn_row(d, now: int) -> dict:
+    return {"transactionalId": d.transactional_id, "coordinator": 0, "producerId": d.producer_id,
+            "producerEpoch": d.producer_epoch, "transactionState": d.state, "transactionTimeoutMs": d.timeout_ms,
+            "currentTransactionStartTimeMs": d.start_ms,
+            "transactionDurationMs": now - d.start_ms if d.start_ms >= 0 else None,
+            "topicPartitions": [f"{t}-{p}" for t, p in d.partitions]}
+
+
+def transactions(args: argparse.Namespace, out: Output) -> int:
+    with engine.open(args.data) as eng:
+        txn, now = eng.transactions, eng.clock.time_ms()
+        if args.list:
+            rows = [_txn_row(d, now) for d in txn.coordinator.list()]
+            out.result(rows, _table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
+                                    [[r["transactionalId"], r["coordinator"], r["producerId"], r["transactionState"]]
+                                     for r in rows]))
+            return 0
+        ids = [txn.coordinator.describe(args.transactional_id)] if args.transactional_id else txn.coordinator.list()
+        rows = [_txn_row(d, now) for d in ids]
+        starts = {d.producer_id: d.start_ms for d in ids}
+        opened = [{"topic": o.topic, "partition": o.partition, "producerId": o.producer_id,
+                   "producerEpoch": o.producer_epoch, "startOffset": o.first_offset,
+                   "lastTimestamp": o.last_timestamp, "transactionalId": o.transactional_id,
+                   "durationMs": now - starts.get(o.producer_id, o.last_timestamp)}
+                  for o in txn.open_transactions()
+                  if not args.transactional_id or o.transactional_id == args.transactional_id]
+        text = _table(["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState", "TransactionTimeoutMs",
+                       "TransactionDurationMs", "TopicPartitions"],
+                      [[r["transactionalId"], r["producerId"], r["producerEpoch"], r["transactionState"],
+                        r["transactionTimeoutMs"], "" if r["transactionDurationMs"] is None
+                        else r["transactionDurationMs"], ",".join(r["topicPartitions"])] for r in rows])
+        text += "\n\nOpen transactions by partition:\n" + _table(
+            ["Topic", "Partition", "ProducerId", "ProducerEpoch", "StartOffset", "DurationMs", "TransactionalId"],
+            [[o["topic"], o["partition"], o["producerId"], o["producerEpoch"], o["startOffset"], o["durationMs"],
+              o["transactionalId"] or "(unknown)"] for o in opened])
+        out.result({"transactions": rows, "openTransactions": opened}, text)
+    return 0
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

@@ -1,7 +1,7 @@
 """The `kafkalog` command (also `python -m engine`): Kafka's tools over a log directory.
 
 Subcommands: demo, dump-log, topics, console-producer, console-consumer, get-offsets, delete-records,
-verify, recover. Every one takes the log directory as `--data DIR` (default ./data; verify and recover
+transactions, verify, recover. Every one takes the log directory as `--data DIR` (default ./data; verify and recover
 also take it as their positional argument), prints human text or, with `--json`, JSON, and reports an
 error as one line on stderr: exit status 2 for bad arguments or values, 1 for anything else that failed.
 """
@@ -32,7 +32,8 @@ def _dump_log(args: argparse.Namespace, out: Output) -> int:
 
     return dump_log.dump([f for f in args.files.split(",") if f], as_json=out.as_json, deep=args.deep_iteration,
                          print_data=args.print_data_log, verify_index_only=args.verify_index_only,
-                         index_sanity_check=args.index_sanity_check, base_offset=args.base_offset)
+                         index_sanity_check=args.index_sanity_check, base_offset=args.base_offset,
+                         transaction_log_decoder=args.transaction_log_decoder)
 
 
 def _add_dump_log(sub) -> None:
@@ -43,6 +44,8 @@ def _add_dump_log(sub) -> None:
     dump.add_argument("--verify-index-only", action="store_true", help="check index entries against the log")
     dump.add_argument("--index-sanity-check", action="store_true", help="run Kafka's index sanity checks")
     dump.add_argument("--base-offset", type=int, help="base offset for a file not named by its offset")
+    dump.add_argument("--transaction-log-decoder", action="store_true",
+                      help="decode __transaction_state records (implies --print-data-log)")
     dump.set_defaults(func=_dump_log)
 
 
@@ -59,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
         return original(name, parents=[common], **kwargs)
     sub.add_parser = add_parser
     for add in (demo.add_demo, _add_dump_log, admin.add_topics, console.add_producer, console.add_consumer,
-                admin.add_get_offsets, admin.add_delete_records, verify.add_verify, verify.add_recover):
+                admin.add_get_offsets, admin.add_delete_records, admin.add_transactions, verify.add_verify,
+                verify.add_recover):
         add(sub)
     return root
 

@@ -5,7 +5,9 @@ JSON lines use the field names and meanings of the Kafka-written vectors' `expec
 txnIndex / abortedTxn, producerSnapshot / producerSnapshotEntry, leaderEpochCheckpoint /
 epochEntry), so the two compare field by field. Text follows kafka-dump-log's field names and
 order. Index verification reports every entry that does not point where Kafka guarantees it
-points; the exit code is non-zero when anything is corrupt or mismatched.
+points; the exit code is non-zero when anything is corrupt or mismatched. `--transaction-log-decoder` prints the
+records of `__transaction_state` segments as Kafka's decoder does (`key: transaction_metadata::transactionalId=...
+payload: producerId:...,state=...`).
 Reads files only; never modifies them.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex
 from segments.time_index import TimeIndex
 from segments.txn_index import TxnIndex
-from txn import producer_snapshot
+from txn import producer_snapshot, transaction_log
 
 TS_TYPE = {"create": "CreateTime", "log_append": "LogAppendTime"}
 
@@ -56,8 +58,10 @@ def record_json(key: bytes | None, value: bytes | None, headers) -> dict:
 
 
 class Dumper:
-    def __init__(self, out: TextIO, *, as_json: bool, deep: bool, print_data: bool) -> None:
+    def __init__(self, out: TextIO, *, as_json: bool, deep: bool, print_data: bool,
+                 transaction_log_decoder: bool = False) -> None:
         self.out, self.as_json, self.deep, self.print_data = out, as_json, deep, print_data
+        self.txn_decoder = transaction_log_decoder
         self.problems = 0
         self.fs = FileSystem()
 
@@ -136,6 +140,10 @@ class Dumper:
                                   "coordinatorEpoch": epoch}
                 if ctype in (0, 1):
                     text += f" endTxnMarker: {CONTROL_TYPE_NAMES[ctype]} coordinatorEpoch: {epoch}"
+            elif self.txn_decoder:
+                decoded = _transaction_log_text(key, value)
+                rec["transactionLog"] = dict(zip(("key", "payload"), decoded))
+                text += f" key: {decoded[0]} payload: {decoded[1]}"
             elif self.print_data:
                 if key is not None:
                     text += f" key: {key.decode('utf-8', 'replace')}"
@@ -255,11 +263,26 @@ class Dumper:
                           f"epoch: {epoch} startOffset: {start}")
 
 
+def _transaction_log_text(key: bytes | None, value: bytes | None) -> tuple[str, str | None]:
+    """Kafka's TransactionLog.formatRecordKeyAndValue text of a `__transaction_state` record."""
+    version = int.from_bytes(key[:2], "big", signed=True) if key and len(key) >= 2 else None
+    if version != transaction_log.KEY_VERSION:
+        return f"unknown::version={version}", None
+    try:
+        tid = transaction_log.decode_key(key)
+        return (f"transaction_metadata::transactionalId={tid}",
+                transaction_log.describe_value(None if value is None else transaction_log.decode_value(value)))
+    except KafkaError as exc:
+        return f"transaction_metadata::undecodable ({exc})", None
+
+
 def dump(files: list[str], *, as_json: bool = False, deep: bool = False, print_data: bool = False,
          verify_index_only: bool = False, index_sanity_check: bool = False, out: TextIO = sys.stdout,
-         base_offset: int | None = None) -> int:
+         base_offset: int | None = None, transaction_log_decoder: bool = False) -> int:
     """Dump each file; return the exit code (1 if any corruption or index mismatch was found)."""
-    d = Dumper(out, as_json=as_json, deep=deep or print_data, print_data=print_data)
+    decode = print_data or transaction_log_decoder
+    d = Dumper(out, as_json=as_json, deep=deep or decode, print_data=decode,
+               transaction_log_decoder=transaction_log_decoder)
     for path in progress(files, total=len(files), desc="dump-log"):
         name = os.path.basename(path)
         try:

@@ -257,7 +257,9 @@ def test_gaps_and_markers_are_not_data_loss(reads, kafka_dir):
     ({"subscribe": "mix", "endingOffsets": "earliest"}, "endingOffsets"),
     ({"subscribe": "mix", "minPartitions": "0"}, "minPartitions"),
     ({"subscribe": "mix", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"subscribe": "mix", "kafka.isolation.level": "read_committed"}, "not supported yet"),
+    ({"subscribe": "mix", "kafka.isolation.level": "read_commited"}, "kafka.isolation.level"),
+    ({"subscribe": "mix", "kafka.isolation.level": "read_committed", "isolation.level": "read_uncommitted"},
+     "isolation.level"),
     ({"subscribePattern": "("}, "subscribePattern"),
     ({"subscribe": "mix", "maxDecompressedBytes": "0"}, "maxDecompressedBytes"),
     ({"subscribe": "mix,../etc"}, "subscribe"),
@@ -274,3 +276,64 @@ def test_the_decompression_limit_is_an_option(reads, own_dir):
     assert reads(own_dir, subscribe="mix", maxDecompressedBytes=str(1 << 20)).count() == 600
     with pytest.raises(Exception, match="RecordTooLargeError"):
         reads(own_dir, subscribe="mix", maxDecompressedBytes="100").count()
+
+
+# --- read_committed ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option", ["kafka.isolation.level", "isolation.level"])
+def test_read_committed_on_kafkas_txn_vector(reads, kafka_dir, option):
+    """Kafka's txn-0: 7002's aborted transaction [6, 14] is skipped and nothing at or past 7001's open transaction
+    (offset 22) is read; the expected rows come from Kafka's own decode and its `.txnindex`."""
+    lines = vectors.expected("txn-0")
+    aborted = [(t["producerId"], t["firstOffset"], t["lastOffset"]) for t in lines if t["type"] == "abortedTxn"]
+    producers = {line["baseOffset"]: line for line in lines if line["type"] == "batch"}
+    batch_of = {}
+    for line in lines:
+        if line["type"] == "batch":
+            current = line
+        elif line["type"] == "record":
+            batch_of[line["offset"]] = current
+    want = [r for r in expected_from_dump("txn-0") if r[2] < 22 and not (
+        batch_of[r[2]]["isTransactional"] and any(pid == batch_of[r[2]]["producerId"] and lo <= r[2] <= hi
+                                                  for pid, lo, hi in aborted))]
+    assert producers and len(want) < len(expected_from_dump("txn-0"))
+    got = rows(reads(kafka_dir, subscribe="txn", includeHeaders="true", **{option: "read_committed"}))
+    assert got == want
+    assert rows(reads(kafka_dir, subscribe="txn", includeHeaders="true")) == expected_from_dump("txn-0")
+
+
+def test_read_committed_returns_exactly_the_committed_rows(reads, tmp_path):
+    """Transactions committed, aborted and left open across small segments and several partitions, with plain
+    records between them: Spark's read_committed rows equal a read_committed consumer's, split or not."""
+    path = tmp_path / "data"
+    with engine.open(str(path)) as e:
+        e.create_topic("tx", partitions=2, config={"segment.bytes": 2048})
+        plain = e.producer()
+        producers = [e.producer(transactional_id=f"p{i}") for i in range(2)]
+        for p in producers:
+            p.init_transactions()
+        for round_ in range(12):
+            for i, p in enumerate(producers):
+                p.begin_transaction()
+                for k in range(5):
+                    p.send("tx", b"r%d-p%d-%d" % (round_, i, k), partition=(round_ + k) % 2)
+                plain.send("tx", b"plain-%d-%d" % (round_, i), partition=i).get()
+                if round_ < 11 or i == 0:
+                    p.commit_transaction() if (round_ + i) % 3 else p.abort_transaction()
+                else:
+                    p.flush()  # p1's last transaction stays open
+        c = e.consumer(isolation_level="read_committed", auto_offset_reset="earliest", consumer_timeout_ms=0)
+        c.assign([engine.TopicPartition("tx", p) for p in (0, 1)])
+        want = sorted((r.partition, r.offset, r.value) for r in c)
+        assert any(b"p1-" in v for _, _, v in want) and not any(v.startswith(b"r11-p1") for _, _, v in want)
+        for part in (0, 1):
+            assert e.log("tx", part).last_stable_offset < e.log("tx", part).high_watermark
+        e.flush()
+        for p in producers:
+            p.close()
+        plain.close()
+        snapshot = str(tmp_path / "copy")
+        shutil.copytree(str(path), snapshot)  # the engine's directory as another process would see it
+    for options in ({}, {"maxBytesPerPartition": "1024", "minPartitions": "7"}):
+        got = [(r[1], r[2], r[4]) for r in rows(reads(snapshot, subscribe="tx", **{"kafka.isolation.level":
+                                                                                  "read_committed"}, **options))]
+        assert got == want, options

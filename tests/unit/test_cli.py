@@ -110,6 +110,7 @@ def test_topics_describe_prints_leaders_replicas_and_isr_as_kafka_topics_does(tm
     ["console-consumer", "--topic", "a/b", "--timeout-ms", "10"],
     ["console-producer", "--topic", "__consumer_offsets"],
     ["delete-records", "--offset-json-file", "/no/such/file.json"],
+    ["transactions"],                                                 # neither --list nor --describe
     ["verify", "/no/such/directory"],
     ["no-such-command"],
 ])
@@ -255,3 +256,38 @@ def test_demo_without_java_says_what_to_install(tmp_path):
         "Spark step skipped: no Java runtime found for Spark: install a Java 17 or newer runtime (Debian: apt-get "
         "install openjdk-17-jre-headless) or set JAVA_HOME")
     assert "Traceback" not in out.stderr and "consumed 3,000 records" in out.stdout
+
+
+def test_transactions_list_and_describe_agree_with_the_coordinator(tmp_path):
+    """`transactions --list/--describe` show each id's state and the transactions open per partition, with
+    their first offset; dump-log's --transaction-log-decoder prints each state change as Kafka's decoder."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", 2)
+        e.producer().send("t", b"plain", partition=1).get()
+        hanging = e.producer(transactional_id="hanging")
+        hanging.init_transactions()
+        hanging.begin_transaction()
+        hanging.send("t", b"open", partition=1).get()
+        done = e.producer(transactional_id="done")
+        done.init_transactions()
+        done.begin_transaction()
+        done.send("t", b"x", partition=0)
+        done.commit_transaction()
+        want = {d.transactional_id: (d.producer_id, d.state) for d in e.transactions.coordinator.list()}
+    listed = json.loads(run("transactions", "--data", tmp_path, "--list", "--json").stdout)
+    assert {r["transactionalId"]: (r["producerId"], r["transactionState"]) for r in listed} == want
+    assert want["hanging"][1] == "Ongoing" and want["done"][1] == "CompleteCommit"
+    described = json.loads(run("transactions", "--data", tmp_path, "--describe", "--json").stdout)
+    assert [(o["topic"], o["partition"], o["startOffset"], o["transactionalId"])
+            for o in described["openTransactions"]] == [("t", 1, 1, "hanging")]
+    text = run("transactions", "--data", tmp_path, "--describe", "--transactional-id", "done").stdout
+    assert "CompleteCommit" in text and "t-0" in text and "hanging" not in text
+    missing = run("transactions", "--data", tmp_path, "--describe", "--transactional-id", "nope", check=1)
+    assert "TransactionalIdNotFoundError" in missing.stderr
+    from txn import transaction_log
+    log = tmp_path / f"__transaction_state-{transaction_log.partition('done')}" / "00000000000000000000.log"
+    lines = [line for line in run("dump-log", "--files", log, "--transaction-log-decoder").stdout.splitlines()
+             if "transactionalId=done" in line]
+    states = [line.split("state=")[1].split(",")[0] for line in lines]
+    assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
+    assert "partitions=[t-0]" in lines[-1] and f"producerId:{want['done'][0]}," in lines[-1]

@@ -259,12 +259,14 @@ def test_acks_zero_and_one(eng):
 
 
 def test_consumer_configs_not_yet_supported_are_refused(eng):
+    with pytest.raises(UnsupportedVersionError):  # group membership and auto-commit wait for consumer groups
+        eng.consumer("events", group_id="billing", enable_auto_commit=False)
     with pytest.raises(UnsupportedVersionError):
-        eng.consumer("events", isolation_level="read_committed")
-    with pytest.raises(UnsupportedVersionError):
-        eng.consumer("events", group_id="billing")
+        eng.consumer(group_id="billing")
     with pytest.raises(InvalidConfigurationError):
         eng.consumer("events", auto_offset_reset="smallest")
+    with pytest.raises(InvalidConfigurationError):
+        eng.consumer("events", isolation_level="read_commited")
 
 
 def test_closed_clients_refuse_work(eng):

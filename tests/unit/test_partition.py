@@ -10,7 +10,7 @@ import pytest
 
 import engine
 from engine.common.clock import ManualClock
-from engine.common.errors import InvalidRequiredAcksError, UnsupportedVersionError
+from engine.common.errors import InvalidConfigurationError, InvalidRequiredAcksError
 from engine.record import batch_format as bf
 from replication.partition import READ_COMMITTED, Partition, PartitionView
 from segments import leader_epoch_checkpoint
@@ -19,6 +19,7 @@ from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.log_config import LogConfig
 from segments.partition_reader import PartitionReader
 from tests import vectors
+from txn.read_committed import CommittedLog
 from txn.unified_log import UnifiedLog
 
 T0 = 1_700_000_000_000
@@ -128,13 +129,16 @@ def test_live_and_directory_views_apply_the_same_bound(tmp_path):
     assert fetched == [3] and part.fetch(4, 1 << 20) is None
     reader = PartitionReader(str(directory), high_watermark=4)
     try:
-        for view in (part, PartitionView("t", 0, reader)):
+        for view in (part, PartitionView("t", 0, reader), PartitionView("t", 0, CommittedLog(reader))):
             assert view.fetch_upper_bound() == 4
             assert view.offset_for_timestamp(T0 + 2) == (T0 + 2, 2)
             assert view.offset_for_timestamp(T0 + 50) is None     # only offsets 4-6 are that late
             assert view.offset_for_timestamp(-2) == (-1, 0) and view.offset_for_timestamp(-1) == (-1, 4)
-            with pytest.raises(UnsupportedVersionError, match="not supported yet"):
-                view.fetch_upper_bound(READ_COMMITTED)
+            if isinstance(view.log, PartitionReader):
+                continue  # a bare directory reader knows no transactions: Spark wraps it in a CommittedLog
+            assert view.fetch_upper_bound(READ_COMMITTED) == 4  # no transaction: the LSO is the HW
+            with pytest.raises(InvalidConfigurationError):
+                view.fetch_upper_bound("read_commited")
     finally:
         reader.close()
     with pytest.raises(InvalidRequiredAcksError):

@@ -32,7 +32,7 @@ def test_append_collect_truncate_round_trip(tmp_path):
     with pytest.raises(InvalidOffsetError):
         index.append(AbortedTxn(9, 21, 30, 18))
     assert [t.producer_id for t in index.collect_aborted(15, 25)[0]] == [9]
-    found, done = index.collect_aborted(0, 16)  # 9's transaction starts at 20, past the bound; its marker ends the search
+    found, done = index.collect_aborted(0, 16)  # 9's transaction starts at 20, past the bound; its LSO 18 ends the search
     assert [t.producer_id for t in found] == [7002] and done
     index.truncate_to(30)
     assert [t.last_offset for t in index.all()] == [14]
