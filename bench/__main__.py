@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from bench import clients, codec, curves, log, replication, runner, spark
+from bench import clients, codec, curves, log, replication, runner, spark, transactions
 from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
         doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch)
                          + clients.workloads(args.quick, scratch) + replication.workloads(args.quick, scratch)
-                         + not_yet(),
+                         + transactions.workloads(args.quick, scratch) + not_yet(),
                          reps=reps, min_time=min_time)
         # Spark reads its log from the page cache: its repetitions run on their own, so that the gigabytes the
         # other workloads write between repetitions neither evict that log nor load the disk while it is read

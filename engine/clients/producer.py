@@ -19,6 +19,7 @@ are appended one at a time, in sealing order, so records of a partition keep the
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import NamedTuple
 
@@ -121,8 +122,11 @@ class Producer:
         self._thread.start()
 
     def _send_transactional(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        self._txn.check_send()
+        if not self._txn.in_transaction:
+            self._txn.check_send()
         try:
+            if self._key_ser is None and self._value_ser is None:
+                return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
             return self._send_serialized(topic, value, key, headers, partition, timestamp_ms)
         except KafkaError as exc:  # as Kafka's client: a record refused in send() makes the transaction abort-only
             raise self._txn.on_failed(exc) from None
@@ -144,6 +148,9 @@ class Producer:
             with self._handoff_lock:
                 batches, self._handoff = self._handoff, []
                 self._draining = batches = batches + self._acc.take_sealed()
+            if self._txn is not None and batches:
+                with contextlib.suppress(KafkaError):  # each batch's own attempt below fails it with the error
+                    self._txn.before_append((b.topic, b.partition) for b in batches)
             for batch in batches:
                 self._append(batch)
             if settle:
@@ -194,7 +201,7 @@ class Producer:
         seq = self._sequences.get(tp, 0)
         try:
             if self._txn is not None:
-                self._txn.before_append(*tp)
+                self._txn.before_append([tp])
             data = batch.records.build(compression=self.compression, producer_id=self.producer_id,
                                        producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1,
                                        transactional=self._txn is not None)

@@ -76,16 +76,22 @@ class TransactionManager:
         self._require(State.READY, call="begin_transaction()")
         self.state, self._partitions, self._touched, self._error = State.IN_TRANSACTION, set(), False, None
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.state is State.IN_TRANSACTION
+
     def check_send(self) -> None:
         self._require(State.IN_TRANSACTION, call="send() outside a transaction")
 
-    def before_append(self, topic: str, partition: int) -> None:
-        """AddPartitionsToTxn for the batch's partition, once per transaction."""
+    def before_append(self, partitions) -> None:
+        """AddPartitionsToTxn for the partitions of the batches about to be appended, once per transaction (one
+        request for all that are new, as Kafka's sender batches them)."""
         self._require(State.IN_TRANSACTION, call="send()")
-        if (topic, partition) not in self._partitions:
+        new = set(partitions) - self._partitions
+        if new:
             self._call(self._engine.transactions.coordinator.add_partitions, self.transactional_id,
-                       self.producer_id, self.producer_epoch, [(topic, partition)])
-            self._partitions.add((topic, partition))
+                       self.producer_id, self.producer_epoch, sorted(new))
+            self._partitions |= new
             self._touched = True
 
     def on_failed(self, exc: KafkaError) -> KafkaError:
