@@ -42,7 +42,7 @@ from engine.common.errors import (
 )
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
-from engine.transactions import Transactions
+from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
 from replication.broker import Broker, broker_dir
 from replication.controller import Controller
 from replication.log_manager import LogManager
@@ -398,7 +398,7 @@ class Engine:
         self._check_open()
         part = self.internal_partition(topic, partition)
         info = part.append(data, -1, origin)
-        self._wait_for_replication(part, info, 30_000)
+        self._wait_for_replication(part, info, INTERNAL_WRITE_TIMEOUT_MS)
         return info
 
     def append_marker(self, topic: str, partition: int, commit: bool, producer_id: int, producer_epoch: int,

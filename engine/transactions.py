@@ -5,23 +5,28 @@ transactional id's `__transaction_state` partition, a marker is appended to each
 wait for the ISR (acks='all'). Offsets sent to a transaction (TxnOffsetCommit) are a transactional batch in the
 group's `__consumer_offsets` partition, under the producer's id and epoch; engine.groups.offsets holds them
 pending until the marker. Both internal topics are created (50 partitions each) on first use and loaded on open.
-Crash policy: see the coordinator's (the logs are the truth; Prepare* states complete on load).
+Crash policy: see the coordinator's (the logs are the truth; Prepare* states complete on load). On open, a
+transaction still open in a partition but not open at the coordinator (a power loss can keep one file's
+appends and not another's) is closed: COMMIT if the coordinator completed that commit, else ABORT.
 Thread-safety: the coordinator's lock serialises requests; the offset store has its own.
 """
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
-from engine.common.errors import InvalidConfigurationError, UnknownTopicOrPartitionError
+from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownTopicOrPartitionError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.groups import offsets
 from engine.groups.offsets import OffsetStore
 from engine.record import codec
 from txn import transaction_log
 from txn.transaction_coordinator import TransactionCoordinator
+from txn.transaction_log import TxnState
 from txn.unified_log import COORDINATOR
 
 INTERNAL_WRITE_TIMEOUT_MS = 30_000
+log = logging.getLogger("kafkalog.transactions")
 
 
 class OpenTransaction(NamedTuple):
@@ -44,6 +49,7 @@ class Transactions:
         for topic in (transaction_log.TOPIC, offsets.TOPIC):
             if topic in eng.internal_topics():
                 self._load(topic)
+        self.resolve_orphans()
 
     def _load(self, topic: str) -> None:
         if topic == transaction_log.TOPIC:
@@ -126,6 +132,34 @@ class Transactions:
         self._eng.append_internal(offsets.TOPIC, p, data, origin=COORDINATOR)
         batch = next(codec.iter_batches(data))
         self.offsets.apply_batch(p, batch, batch.records())
+
+    def resolve_orphans(self) -> int:
+        """Close transactions of this coordinator's producers left open in a partition where the coordinator has
+        none open (a power loss kept a partition's data but not its marker): COMMIT where the coordinator completed
+        that commit, ABORT otherwise (as `kafka-transactions.sh abort` does for a hanging transaction). Producers
+        it does not know are left alone. The count closed."""
+        closed = 0
+        for o in self.open_transactions():
+            if o.transactional_id is None:
+                continue  # a producer this coordinator never knew (a broker's, in an adopted directory)
+            md = self.coordinator.txns[o.transactional_id]
+            same = (o.topic, o.partition) in md.partitions and md.producer_epoch == o.producer_epoch
+            if same and md.state == TxnState.ONGOING:
+                continue  # a live transaction: its producer (or its timeout) ends it
+            commit = same and md.state == TxnState.COMPLETE_COMMIT
+            epoch = max(o.producer_epoch, md.producer_epoch)
+            coordinator_epoch = self.coordinator_epoch(o.transactional_id)
+            try:
+                self.write_markers(o.producer_id, epoch, coordinator_epoch, [(o.topic, o.partition)], commit)
+            except KafkaError as exc:
+                log.warning("could not close the transaction open in %s-%d since offset %d: %s", o.topic,
+                            o.partition, o.first_offset, exc)
+                continue
+            log.warning("closed the transaction of producer %d open in %s-%d since offset %d with %s (its "
+                        "coordinator had no such open transaction)", o.producer_id, o.topic, o.partition,
+                        o.first_offset, "COMMIT" if commit else "ABORT")
+            closed += 1
+        return closed
 
     def open_transactions(self) -> list[OpenTransaction]:
         """Every partition's open transactions (hanging ones included), from the partitions' producer state."""

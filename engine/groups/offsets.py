@@ -114,9 +114,3 @@ class OffsetStore:
     def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
         with self._lock:
             return self._committed.get(group_id, {}).get(tp)
-
-    def pending(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Offsets of `group_id` written in transactions not yet decided."""
-        with self._lock:
-            return {tp: v for entries in self._pending.values() for (g, tp), v in entries.items()
-                    if g == group_id and v is not None}

@@ -36,11 +36,12 @@ def run(e, rng: random.Random, kill: tuple[str, int] | None = None) -> int:
         here = kill[0] if kill and kill[1] == rounds else None
         producer.begin_transaction()
         offsets, sent = {}, 0
+        kill_after = min(2, sum(len(rs) for rs in records.values()))
         for tp, rs in records.items():
             for r in rs:
                 producer.send(SINK, r.value, key=r.key)
                 sent += 1
-                if here == "between-sends" and sent == 2:
+                if here == "between-sends" and sent == kill_after:
                     producer.flush()
                     die()
             offsets[tp] = engine.OffsetAndMetadata(rs[-1].offset + 1)

@@ -489,3 +489,36 @@ def test_coordinator_state_round_trips_through_version_1_values():
     decoded = transaction_log.decode_value(flexible)
     assert (decoded.producer_id, decoded.state, decoded.partitions, decoded.start_ms) == (5, TxnState.ONGOING,
                                                                                           {"a": [0, 1]}, 9)
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_a_marker_lost_to_a_power_cut_is_written_again_on_open(tmp_path, outcome):
+    """The coordinator's log says the transaction completed, but the data partition lost its marker (a power loss
+    keeps each file's fsynced bytes only): the next open closes it the way the coordinator decided, instead of
+    leaving a hanging transaction that holds the LSO back forever."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("t")
+        p = e.producer(transactional_id="cut")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"a")
+        p.send("t", b"b")
+        p.commit_transaction() if outcome == "commit" else p.abort_transaction()
+        lg = e.log("t", 0)
+        assert lg.log_end_offset == 3
+        lg.truncate_to(2)  # the marker is gone; the data stays
+        assert lg.last_stable_offset == 0 and e.transactions.open_transactions()
+    with engine.open(tmp_path) as e:
+        assert e.transactions.open_transactions() == []
+        assert e.log("t", 0).last_stable_offset == 3
+        assert [v for _, _, v in read(e, "t")] == ([b"a", b"b"] if outcome == "commit" else [])
+
+
+def test_a_brokers_open_transaction_in_an_adopted_directory_is_left_alone(tmp_path):
+    root = _txn_case(tmp_path)
+    with engine.open(root) as e:
+        e.producer(transactional_id="ours").init_transactions()  # the coordinator starts: it knows only its own
+        assert [(o.producer_id, o.first_offset, o.transactional_id) for o in e.transactions.open_transactions()] \
+            == [(7001, 22, None)]
+    with engine.open(root) as e:
+        assert e.log("txn", 0).last_stable_offset == 22
