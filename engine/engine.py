@@ -362,9 +362,9 @@ class Engine:
             self._check_open()
             if name in self._catalogue.topics:
                 return False
-            found = [lg for (topic, _), lg in sorted(self._logs.logs().items()) if topic == name]
+            found = {p: lg for (topic, p), lg in sorted(self._logs.logs().items()) if topic == name}
             topic_id = None
-            for lg in found:
+            for lg in found.values():
                 try:
                     topic_id = topic_id or partition_metadata.read(self.fs, lg.dir)
                 except KafkaStorageError:
@@ -378,7 +378,12 @@ class Engine:
                 self._save()
             except BaseException:
                 del self._catalogue.topics[name]
-                self._drop_partitions(name, 0, INTERNAL_PARTITIONS)
+                for p in range(INTERNAL_PARTITIONS):
+                    if p in found:  # a broker's partition that was there before: stop hosting it, keep its data
+                        self._partitions.pop((name, p), None)
+                        self._brokers[0].partitions.pop((name, p), None)
+                    else:
+                        self._drop_partitions(name, p, p + 1)
                 raise
             return True
 

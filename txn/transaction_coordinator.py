@@ -139,7 +139,11 @@ class TransactionCoordinator:
     def _fence_and_abort(self, md: TransactionMetadata) -> None:
         """PrepareEpochFence: bump the epoch (the open producer is fenced) and abort under it."""
         md.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as Kafka's pending state
-        self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=min(md.producer_epoch + 1, MAX_EPOCH))
+        try:
+            self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=min(md.producer_epoch + 1, MAX_EPOCH))
+        except BaseException:
+            md.state = TxnState.ONGOING  # not written: still the open transaction it was
+            raise
         self._complete(md)
 
     def _get(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:

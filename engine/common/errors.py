@@ -193,12 +193,6 @@ class InvalidTransactionTimeoutError(KafkaError):
     code = 50
 
 
-class ConcurrentTransactionsError(KafkaError):
-    """CONCURRENT_TRANSACTIONS: the previous transaction of this transactional id is still completing."""
-
-    code, retriable = 51, True
-
-
 class TransactionCoordinatorFencedError(KafkaError):
     """TRANSACTION_COORDINATOR_FENCED: a marker from an older coordinator epoch."""
 

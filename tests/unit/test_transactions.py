@@ -353,6 +353,12 @@ def test_random_transactions_agree_with_the_model(tmp_path, seed):
                           if (who is None or status[who] == "committed")
                           and off < e.log("t", p).last_stable_offset)
             assert read(e, "t") == want, f"seed {seed} step {step}"
+        if brokers > 1:  # followers replicate markers and keep the same aborted-transaction index
+            e.replicate()
+            for part in (0, 1):
+                indexes = {b: [s.txn_index.all() for s in e._brokers[b].partitions[("t", part)].log.segments]
+                           for b in range(brokers)}
+                assert indexes[1] == indexes[0] == indexes[2]
 
 
 # --- Kafka's txn-0 vector -------------------------------------------------------------------------
