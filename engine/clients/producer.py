@@ -6,7 +6,7 @@ idempotent) and appends it to the partition, retrying retriable errors with the 
 retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
 Configs are kafka-python's names with Kafka's defaults (acks='all', enable_idempotence=True,
 linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000,
-request_timeout_ms=30000). acks='all' waits for the partition's ISR (at most request_timeout_ms per attempt);
+request_timeout_ms=30000, max_block_ms=60000: how long transactional calls retry). acks='all' waits for the partition's ISR (at most request_timeout_ms per attempt);
 retriable errors (no leader during a failover, NotEnoughReplicas, a timeout) are retried until
 delivery_timeout_ms.
 With `transactional_id` the producer is transactional (engine.clients.transaction_manager): kafka-python's
@@ -61,7 +61,7 @@ class Producer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000,
                  request_timeout_ms: int = 30_000, key_serializer=None,
                  value_serializer=None, client_id: str | None = None, transactional_id: str | None = None,
-                 transaction_timeout_ms: int = 60_000, **unknown) -> None:
+                 transaction_timeout_ms: int = 60_000, max_block_ms: int = 60_000, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
         if acks not in ACKS:
@@ -94,8 +94,10 @@ class Producer:
         self.client_id = client_id
         self._engine, self._clock = engine, engine.clock
         self.idempotent = enable_idempotence
-        self._txn = None if transactional_id is None else TransactionManager(engine, transactional_id,
-                                                                             transaction_timeout_ms)
+        self.max_block_ms = _int("max_block_ms", max_block_ms, 0)
+        self._txn = None if transactional_id is None else TransactionManager(
+            engine, transactional_id, transaction_timeout_ms, retry_backoff_ms=self.retry_backoff_ms,
+            max_block_ms=self.max_block_ms)
         self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) \
             if self.idempotent and self._txn is None else (-1, -1)
         self._sequences: dict[tuple[str, int], int] = {}

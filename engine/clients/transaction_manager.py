@@ -3,7 +3,8 @@
 States: UNINITIALIZED -> (init_transactions) READY -> (begin_transaction) IN_TRANSACTION -> (commit or abort)
 READY; a failed send moves IN_TRANSACTION to ABORTABLE_ERROR (only abort_transaction leaves it); being fenced
 (another producer initialised the same transactional.id, or the coordinator aborted this one on its timeout)
-is FATAL_ERROR, after which every call raises ProducerFencedError. A partition joins the transaction
+is FATAL_ERROR, after which every call raises ProducerFencedError. Coordinator requests that fail with a retriable
+error (a partition of an internal topic without a leader for a moment) are retried for up to max_block_ms. A partition joins the transaction
 (AddPartitionsToTxn) before its first batch is appended; a transaction that touched nothing ends without
 the coordinator, as Kafka's client does.
 Threads: the producer calls it under its send lock.
@@ -11,6 +12,7 @@ Threads: the producer calls it under its send lock.
 from __future__ import annotations
 
 import enum
+import threading
 
 from engine.common.errors import (
     IllegalStateError,
@@ -32,12 +34,14 @@ class State(enum.Enum):
 
 
 class TransactionManager:
-    def __init__(self, engine, transactional_id, timeout_ms) -> None:
+    def __init__(self, engine, transactional_id, timeout_ms, *, retry_backoff_ms: int = 100,
+                 max_block_ms: int = 60_000) -> None:
         if not isinstance(transactional_id, str) or not transactional_id:
             raise InvalidConfigurationError(f"transactional_id={transactional_id!r} must be a non-empty str")
         if type(timeout_ms) is not int or timeout_ms < 1:
             raise InvalidConfigurationError(f"transaction_timeout_ms={timeout_ms!r} must be an int >= 1")
         self._engine, self.transactional_id, self.timeout_ms = engine, transactional_id, timeout_ms
+        self._backoff_ms, self._max_block_ms = retry_backoff_ms, max_block_ms
         self.state = State.UNINITIALIZED
         self.producer_id, self.producer_epoch = -1, -1
         self._partitions: set[tuple[str, int]] = set()
@@ -54,11 +58,19 @@ class TransactionManager:
             raise IllegalStateError(f"cannot {call} in state {self.state.value}")
 
     def _call(self, fn, *args):
-        """A coordinator request; a fence makes this producer unusable."""
-        try:
-            return fn(*args)
-        except (ProducerFencedError, InvalidProducerEpochError) as exc:
-            raise self.fenced(exc) from None
+        """A coordinator request, retried on retriable errors (no leader for a moment, too few in-sync replicas)
+        for up to max_block_ms; a fence makes this producer unusable."""
+        clock = self._engine.clock
+        deadline = clock.time_ms() + self._max_block_ms
+        while True:
+            try:
+                return fn(*args)
+            except (ProducerFencedError, InvalidProducerEpochError) as exc:
+                raise self.fenced(exc) from None
+            except KafkaError as exc:
+                if not exc.retriable or clock.time_ms() + self._backoff_ms >= deadline:
+                    raise
+                clock.wait(threading.Event(), self._backoff_ms)
 
     def fenced(self, exc: KafkaError) -> ProducerFencedError:
         self.state, self._error = State.FATAL_ERROR, exc
@@ -67,8 +79,8 @@ class TransactionManager:
 
     def init(self) -> tuple[int, int]:
         self._require(State.UNINITIALIZED, call="init_transactions()")
-        txn = self._engine.transactions
-        self.producer_id, self.producer_epoch = txn.init_producer_id(self.transactional_id, self.timeout_ms)
+        self.producer_id, self.producer_epoch = self._call(self._engine.transactions.init_producer_id,
+                                                          self.transactional_id, self.timeout_ms)
         self.state = State.READY
         return self.producer_id, self.producer_epoch
 

@@ -18,6 +18,7 @@ from engine.common.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaStorageError,
+    NotEnoughReplicasError,
     ProducerFencedError,
     RecordTooLargeError,
     TransactionAbortableError,
@@ -158,7 +159,7 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
 def test_an_engine_reopened_in_prepare_commit_completes_it(tmp_path, monkeypatch):
     with engine.open(tmp_path) as e:
         e.create_topic("t", 2)
-        p = e.producer(transactional_id="crashy")
+        p = e.producer(transactional_id="crashy", max_block_ms=50)  # the failure is retriable: stop retrying soon
         p.init_transactions()
         p.begin_transaction()
         p.send("t", b"a", partition=0)
@@ -528,3 +529,34 @@ def test_a_brokers_open_transaction_in_an_adopted_directory_is_left_alone(tmp_pa
             == [(7001, 22, None)]
     with engine.open(root) as e:
         assert e.log("txn", 0).last_stable_offset == 22
+
+
+def test_coordinator_requests_retry_retriable_errors(tmp_path, monkeypatch):
+    """A commit whose markers meet a retriable error (an internal partition without enough replicas for a moment)
+    is retried within max_block_ms: the second attempt finishes the PrepareCommit the first one wrote."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("t")
+        p = e.producer(transactional_id="retry", retry_backoff_ms=1)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"once")
+        written, failures = Transactions.write_markers, []
+
+        def flaky(self, *args):
+            if not failures:
+                failures.append(1)
+                raise NotEnoughReplicasError("one replica short, for a moment")
+            return written(self, *args)
+        monkeypatch.setattr(Transactions, "write_markers", flaky)
+        p.commit_transaction()
+        assert failures and e.transactions.coordinator.describe("retry").state == "CompleteCommit"
+        assert [v for _, _, v in read(e, "t")] == [b"once"]
+        never = e.producer(transactional_id="never", retry_backoff_ms=1, max_block_ms=20)
+        never.init_transactions()
+        never.begin_transaction()
+        never.send("t", b"x")
+        monkeypatch.setattr(Transactions, "write_markers",
+                            lambda self, *args: (_ for _ in ()).throw(NotEnoughReplicasError("still short")))
+        with pytest.raises(NotEnoughReplicasError):
+            never.commit_transaction()
+        assert e.transactions.coordinator.describe("never").state == "PrepareCommit"
