@@ -6,8 +6,8 @@ fields. Control batches are never returned and offset gaps (compaction) are skip
 isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
 transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
 fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
-With a `group_id` and `assign()`, a partition starts from the group's committed offset (`committed()`;
-offsets reach it through a transactional producer's send_offsets_to_transaction, or `commit()`).
+With a `group_id` and `assign()`, a partition starts from the group's committed offset (`committed()`; offsets
+reach it through a transactional producer's send_offsets_to_transaction).
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
 consumer_timeout_ms=inf, enable_auto_commit=True), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed
@@ -59,7 +59,8 @@ class Consumer:
                 raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
             if enable_auto_commit is not False:
                 raise not_supported_yet("enable_auto_commit=True (consumer groups): pass enable_auto_commit=False "
-                                        "and commit through a transaction or commit()")
+                                        "and commit offsets with a transactional producer's "
+                                        "send_offsets_to_transaction()")
         self.group_id = group_id
         check_isolation(isolation_level)
         if auto_offset_reset not in RESETS:

@@ -6,7 +6,8 @@ idempotent) and appends it to the partition, retrying retriable errors with the 
 retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
 Configs are kafka-python's names with Kafka's defaults (acks='all', enable_idempotence=True,
 linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000,
-request_timeout_ms=30000, max_block_ms=60000: how long transactional calls retry). acks='all' waits for the partition's ISR (at most request_timeout_ms per attempt);
+request_timeout_ms=30000, max_block_ms=60000: how long transactional calls retry). acks='all' waits for the
+partition's ISR (at most request_timeout_ms per attempt);
 retriable errors (no leader during a failover, NotEnoughReplicas, a timeout) are retried until
 delivery_timeout_ms.
 With `transactional_id` the producer is transactional (engine.clients.transaction_manager): kafka-python's
