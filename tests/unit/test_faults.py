@@ -110,8 +110,8 @@ def test_enospc_while_checkpointing_the_thread_survives_and_flushing_resumes(tmp
         _eventually(lambda: (clock.advance(LogManager.RETRY_MS), not manager._failures)[1], "the retry")
         assert thread.is_alive()
         lg = e.log(TOPIC, 0)
+        before = lg.recovery_point  # (read before the append: the background flush may take it at once)
         e.append(TOPIC, 0, _batch(2))
-        before = lg.recovery_point
         _eventually(lambda: (clock.advance(600), lg.recovery_point > before)[1], "flush.ms to flush again")
         assert lg.recovery_point == lg.log_end_offset
 
