@@ -585,8 +585,27 @@ class Engine:
                                            f"{info.last_offset} was appended", file=self.path, offset=info.last_offset)
         if not self._background:
             self.replicate()
-        self._wake_followers()
+        elif not self._drive_followers(part, info.last_offset):
+            self._wake_followers()
         part.wait_for_high_watermark(info.last_offset, timeout_ms)
+
+    def _drive_followers(self, part: Partition, offset: int, rounds: int = 3) -> bool:
+        """Run the followers' fetch rounds for `part` in the waiting thread until the HW passes `offset` (in one
+        process a fetch is a call: no hand-off to the fetcher threads and back). A follower whose own thread is
+        fetching is left to it. True if the HW passed."""
+        for _ in range(rounds):
+            if part.high_watermark > offset:
+                return True
+            for b in list(part.remote):
+                broker = self._brokers[b]
+                follower = broker.partitions.get((part.topic, part.index)) if broker.alive else None
+                fetcher = broker.fetcher
+                if follower is not None and fetcher is not None and not follower.is_leader:
+                    try:
+                        fetcher.fetch_once(follower, blocking=False)
+                    except Exception:  # noqa: BLE001 - its fetcher thread meets (and logs) the same error
+                        return False  # the wait below decides
+        return part.high_watermark > offset
 
     def _wake_followers(self) -> None:
         for broker in self._brokers.values():

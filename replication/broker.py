@@ -30,6 +30,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._new_partition = partition_factory
         self.wake = threading.Event()
+        self.fetcher: ReplicaFetcher | None = None  # the fetch logic its thread runs (a waiter may run it too)
         self._fetcher: ReplicaFetcherThread | None = None
 
     def host(self, topic: str, index: int, topic_id: str | None = None) -> Partition:
@@ -43,7 +44,10 @@ class Broker:
 
     def drop(self, topic: str, index: int) -> None:
         """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
-        self.partitions.pop((topic, index), None)
+        part = self.partitions.pop((topic, index), None)
+        if part is not None:
+            with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
+                part.make_offline()
         if (topic, index) in self.logs.logs():
             self.logs.delete_log(topic, index)
 
@@ -52,19 +56,21 @@ class Broker:
 
     def start_fetcher(self, leader_of: Callable[[Partition], Partition | None]) -> None:
         if self._fetcher is None:
-            self._fetcher = ReplicaFetcherThread(ReplicaFetcher(self.id, leader_of), self.followers, self.wake)
+            self.fetcher = ReplicaFetcher(self.id, leader_of)
+            self._fetcher = ReplicaFetcherThread(self.fetcher, self.followers, self.wake)
 
     def stop_fetcher(self) -> None:
         if self._fetcher is not None:
             self._fetcher.stop()
-            self._fetcher = None
+            self._fetcher = self.fetcher = None
 
     def crash(self) -> None:
         """Die: the fetcher stops, every hosted partition goes (its log closed as a killed process leaves it)."""
         self.stop_fetcher()
         self.alive = False
         for part in self.partitions.values():
-            part.make_offline()
+            with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
+                part.make_offline()
         self.partitions = {}
         self.logs.crash()
 

@@ -124,6 +124,7 @@ class Partition(PartitionView):
         self.remote: dict[int, Replica] = {}
         self.leader_epoch_start_offset = 0
         self.truncation_pending = False  # a follower truncates by epoch before its next fetch
+        self.fetch_lock = threading.Lock()  # a follower's fetches run one at a time (its thread's or a waiter's)
         self.controller_epoch = -1
         self._lock = threading.RLock()
         self._hw_changed = threading.Condition(self._lock)

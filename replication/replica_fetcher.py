@@ -9,7 +9,8 @@ follower does not have, it truncates to where its own largest epoch below that o
 fetch that finds the logs diverged (KIP-320) carries the epoch and end offset to truncate to the same way.
 The HW is the fallback only when the leader knows no epoch at all.
 On-disk: nothing of its own (the follower log's files and checkpoints).
-Thread-safety: `fetch_once` is called by one thread per follower broker (the engine's fetcher thread, or a test).
+Thread-safety: `fetch_once` holds the follower partition's `fetch_lock`: the broker's fetcher thread and a thread
+waiting for acks='all' (which runs rounds itself, see Engine) never fetch for the same follower at once.
 """
 from __future__ import annotations
 
@@ -37,17 +38,23 @@ class ReplicaFetcher:
         self.leader_of = leader_of
         self.max_bytes = max_bytes
 
-    def fetch_once(self, follower: Partition) -> int:
-        """One fetch round for `follower` (truncating first if its leadership changed); the bytes appended."""
-        pending = self.send(follower)
-        return self.complete(pending) if pending is not None else 0
+    def fetch_once(self, follower: Partition, blocking: bool = True) -> int:
+        """One fetch round for `follower` (truncating first if its leadership changed); the bytes appended.
+        Rounds for one follower never overlap; with blocking=False a round already running means none here."""
+        if not follower.fetch_lock.acquire(blocking):
+            return 0
+        try:
+            pending = self.send(follower)
+            return self.complete(pending) if pending is not None else 0
+        finally:
+            follower.fetch_lock.release()
 
     def send(self, follower: Partition) -> PendingFetch | None:
         """The request half of a fetch: the leader records the follower's log end (which may move the HW) and
         reads the records; None when there is no leader to fetch from."""
         leader = self.leader_of(follower)
-        if leader is None or not leader.is_leader or follower.is_leader:
-            return None
+        if leader is None or not leader.is_leader or follower.is_leader or follower.leader_id is None:
+            return None  # (leader_id None: the partition went offline, its broker died or dropped it)
         log = follower.log
         if follower.truncation_pending:
             self.truncate(follower, leader)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import pytest
 
@@ -322,3 +323,33 @@ def test_failing_another_broker_leaves_adopted_topics_alone(tmp_path):
         e.restart_broker(0)
         e.append("solo", 0, _batch(b"three"))
         assert e.describe_topic("solo").partitions[0].high_watermark == 3
+
+
+def test_a_producer_waiting_for_acks_all_runs_the_follower_fetches_itself(tmp_path, monkeypatch):
+    """With fetcher threads running, an acks='all' wait fetches for the partition's followers in the waiting
+    thread (no hand-off to the fetcher threads and back); a follower's rounds never overlap, and a broker that
+    dies waits for a fetch in progress before its logs close."""
+    from replication.replica_fetcher import ReplicaFetcher
+    callers, running, overlaps = [], set(), []
+    original = ReplicaFetcher.send
+
+    def recording(self, follower):
+        key = (self.broker_id, follower.topic, follower.index)
+        overlaps.append(key in running)
+        running.add(key)
+        try:
+            callers.append(threading.current_thread().name)
+            return original(self, follower)
+        finally:
+            running.discard(key)
+    monkeypatch.setattr(ReplicaFetcher, "send", recording)
+    with engine.open(tmp_path, brokers=3) as e:
+        e.create_topic("w", partitions=2, replication_factor=3, config={"min.insync.replicas": 2})
+        with e.producer(acks="all", linger_ms=0) as p:
+            for i in range(300):
+                p.send("w", b"%d" % i, partition=i % 2)
+        assert threading.current_thread().name in callers and not any(overlaps)
+        e.fail_broker(1)  # stops its fetcher and takes each follower's fetch lock before closing its logs
+        with e.producer(acks="all") as p:
+            assert p.send("w", b"after", partition=0).get().offset == 150
+        assert e.describe_topic("w").partitions[0].log_end_offset == 151
