@@ -31,7 +31,8 @@ from engine.common.clock import SystemClock
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
 from engine.record import batch_format as bf
 
-MAX_IN_FLIGHT = 5  # batches appended before their acks='all' waits (Kafka's max.in.flight default)
+MAX_IN_FLIGHT = 5  # a partition's batches appended before their acks='all' waits (Kafka's max.in.flight default:
+#                    5 requests per broker, each with up to one batch per partition)
 SETTLE_TICK_MS = 2
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 COMPRESSION = (None, "none", "gzip", "snappy", "lz4", "zstd")
@@ -144,9 +145,9 @@ class Producer:
     # --- moving batches -------------------------------------------------------------------------
     def _drain(self, settle: bool = True) -> None:
         """Append every sealed batch, in sealing order (those handed to the sender first: they were sealed
-        before any still in the accumulator). With acks='all' up to MAX_IN_FLIGHT appended batches wait for
-        the ISR together (Kafka's max.in.flight.requests.per.connection); `settle` ends that wait now (a full
-        batch's drain leaves it to the next drain or to the sender thread's next tick)."""
+        before any still in the accumulator). With acks='all' up to MAX_IN_FLIGHT appended batches per partition
+        wait for the ISR together (Kafka's max.in.flight.requests.per.connection); `settle` ends that wait now (a
+        full batch's drain leaves it to the next drain or to the sender thread's next tick)."""
         with self._send_lock:
             with self._handoff_lock:
                 batches, self._handoff = self._handoff, []
@@ -212,7 +213,8 @@ class Producer:
             self._fail(batch, exc)
             return
         if self.acks == -1 and self._replicated(batch):
-            if len(self._in_flight) >= MAX_IN_FLIGHT:
+            if sum(1 for entry in self._in_flight if entry[0].topic == batch.topic
+                   and entry[0].partition == batch.partition) >= MAX_IN_FLIGHT:
                 self._settle()
             try:
                 info = self._engine.append(batch.topic, batch.partition, data, -1, self.request_timeout_ms, False)

@@ -353,3 +353,32 @@ def test_a_producer_waiting_for_acks_all_runs_the_follower_fetches_itself(tmp_pa
         with e.producer(acks="all") as p:
             assert p.send("w", b"after", partition=0).get().offset == 150
         assert e.describe_topic("w").partitions[0].log_end_offset == 151
+
+
+def test_acks_all_keeps_up_to_five_batches_in_flight_per_partition(tmp_path, monkeypatch):
+    """As Kafka's max.in.flight.requests.per.connection=5 (each request carrying a batch per partition): at most
+    five of a partition's batches are appended and not yet acknowledged, whatever the other partitions hold."""
+    with engine.open(tmp_path, brokers=3) as e:
+        e.create_topic("f", partitions=3, replication_factor=3, config={"min.insync.replicas": 2})
+        in_flight: dict[int, int] = {0: 0, 1: 0, 2: 0}
+        peaks = []
+        append, wait = e.append, e.wait_for_replication
+
+        def counting_append(topic, partition, data, acks=-1, timeout_ms=30_000, wait=True):
+            info = append(topic, partition, data, acks, timeout_ms, wait)
+            if not wait:
+                in_flight[partition] += 1
+                peaks.append(dict(in_flight))
+            return info
+
+        def counting_wait(topic, partition, info, timeout_ms):
+            in_flight[partition] -= 1
+            return wait(topic, partition, info, timeout_ms)
+        monkeypatch.setattr(e, "append", counting_append)
+        monkeypatch.setattr(e, "wait_for_replication", counting_wait)
+        with e.producer(acks="all", batch_size=200, linger_ms=50) as p:
+            for i in range(600):
+                p.send("f", b"x" * 50, partition=i % 3)
+        assert max(max(peak.values()) for peak in peaks) == 5
+        assert max(sum(peak.values()) for peak in peaks) > 5  # the limit is per partition, not per producer
+        assert [d.log_end_offset for d in e.describe_topic("f").partitions] == [200, 200, 200]
