@@ -121,17 +121,27 @@ class Transactions:
                        committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
         self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+        self._write_offsets(group_id, committed, producer_id=producer_id, producer_epoch=producer_epoch,
+                            base_sequence=0, transactional=True)
+
+    def commit_group_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """OffsetCommit outside a transaction (a consumer's commit()): visible at once."""
+        _check_group(group_id)
+        self.ensure_topic(offsets.TOPIC)
+        self._write_offsets(group_id, committed)
+
+    def _write_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata], **batch) -> None:
+        """One batch of OffsetCommit records in the group's `__consumer_offsets` partition, and the store after it."""
         now = self._eng.clock.time_ms()
         rows = [(offsets.encode_key(group_id, tp), offsets.encode_value(om, now), None, now)
                 for tp, om in sorted(committed.items())]
         if not rows:
             return
-        data = codec.encode_batch(rows, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
-                                  transactional=True)
+        data = codec.encode_batch(rows, **batch)
         p = offsets.partition(group_id)
         self._eng.append_internal(offsets.TOPIC, p, data, origin=COORDINATOR)
-        batch = next(codec.iter_batches(data))
-        self.offsets.apply_batch(p, batch, batch.records())
+        written = next(codec.iter_batches(data))
+        self.offsets.apply_batch(p, written, written.records())
 
     def resolve_orphans(self) -> int:
         """Close transactions of this coordinator's producers left open in a partition where the coordinator has

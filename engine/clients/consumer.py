@@ -6,8 +6,9 @@ fields. Control batches are never returned and offset gaps (compaction) are skip
 isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
 transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
 fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
-With a `group_id` and `assign()`, a partition starts from the group's committed offset (`committed()`; offsets
-reach it through a transactional producer's send_offsets_to_transaction).
+With a `group_id` and `assign()` (Kafka's standalone consumer), a partition starts from the group's committed
+offset (`committed()`); offsets are committed by `commit()` or by a transactional producer's
+send_offsets_to_transaction.
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
 consumer_timeout_ms=inf, enable_auto_commit=True), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed
@@ -30,7 +31,8 @@ from engine.common.errors import (
     UnknownTopicOrPartitionError,
     not_supported_yet,
 )
-from engine.common.structs import OffsetAndTimestamp, TopicPartition
+from engine.common.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from engine.groups.offsets import committed_map
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
 from replication.partition import READ_COMMITTED, Partition, check_isolation
@@ -59,8 +61,7 @@ class Consumer:
                 raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
             if enable_auto_commit is not False:
                 raise not_supported_yet("enable_auto_commit=True (consumer groups): pass enable_auto_commit=False "
-                                        "and commit offsets with a transactional producer's "
-                                        "send_offsets_to_transaction()")
+                                        "and call commit()")
         self.group_id = group_id
         check_isolation(isolation_level)
         if auto_offset_reset not in RESETS:
@@ -209,7 +210,15 @@ class Consumer:
         return found if metadata or found is None else found.offset
 
     def commit(self, offsets=None) -> None:
-        raise not_supported_yet("commit() (consumer groups and committed offsets)")
+        """Commit `offsets` ({TopicPartition: OffsetAndMetadata or int}, the next offsets to read; default: the
+        current position of every assigned partition that has one) for the group, at once (OffsetCommit)."""
+        self._check()
+        if self.group_id is None:
+            raise IllegalStateError("commit() needs a group_id")
+        if offsets is None:
+            offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items() if pos is not None}
+        committed = committed_map(offsets, self._engine.partition)
+        self._engine.transactions.commit_group_offsets(self.group_id, committed)
 
     # --- fetching ---------------------------------------------------------------------------------
     def _fetch(self, max_records: int) -> dict[TopicPartition, list]:

@@ -22,7 +22,7 @@ from engine.common.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
-from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups.offsets import committed_map
 
 
 class State(enum.Enum):
@@ -116,17 +116,7 @@ class TransactionManager:
 
     def send_offsets(self, offsets: dict, group_id) -> None:
         self._require(State.IN_TRANSACTION, call="send_offsets_to_transaction()")
-        if not isinstance(offsets, dict):
-            raise InvalidConfigurationError("offsets must be a dict of TopicPartition to OffsetAndMetadata or int")
-        committed = {}
-        for tp, om in offsets.items():
-            om = OffsetAndMetadata(om) if type(om) is int else om
-            if not isinstance(om, OffsetAndMetadata) or type(om.offset) is not int or om.offset < 0:
-                raise InvalidConfigurationError(f"offset for {tp} must be an int >= 0 or an OffsetAndMetadata, "
-                                                f"got {om!r}")
-            committed[TopicPartition(*tp)] = om
-        for tp in committed:
-            self._engine.partition(tp.topic, tp.partition)  # typed errors for a partition that does not exist
+        committed = committed_map(offsets, self._engine.partition)
         self._call(self._engine.transactions.commit_offsets, self.transactional_id, self.producer_id,
                    self.producer_epoch, group_id, committed)
         self._touched = True

@@ -15,13 +15,29 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-from engine.common.errors import CorruptRecordError
+from engine.common.errors import CorruptRecordError, InvalidConfigurationError
 from engine.common.schema import Reader, Writer, partition_for
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 
 TOPIC = "__consumer_offsets"
 PARTITIONS = 50  # offsets.topic.num.partitions
 KEY_VERSION, VALUE_VERSION = 1, 3
+
+
+def committed_map(offsets, exists) -> dict[TopicPartition, OffsetAndMetadata]:
+    """`offsets` ({TopicPartition: OffsetAndMetadata or int}) checked as a commit takes them; `exists(topic,
+    partition)` raises the typed error for a partition that does not exist."""
+    if not isinstance(offsets, dict):
+        raise InvalidConfigurationError("offsets must be a dict of TopicPartition to OffsetAndMetadata or int")
+    out = {}
+    for tp, om in offsets.items():
+        om = OffsetAndMetadata(om) if type(om) is int else om
+        if not isinstance(om, OffsetAndMetadata) or type(om.offset) is not int or om.offset < 0:
+            raise InvalidConfigurationError(f"offset for {tp} must be an int >= 0 or an OffsetAndMetadata, got {om!r}")
+        tp = TopicPartition(*tp)
+        exists(tp.topic, tp.partition)
+        out[tp] = om
+    return out
 
 
 def partition(group_id: str) -> int:

@@ -312,3 +312,35 @@ def test_consumer_reads_a_kafka_written_directory_across_gaps_and_markers(tmp_pa
                       for r in vectors.expected(case) if r["type"] == "record" and "control" not in r]
             got = [(r.offset, r.key, r.value) for r in consume_all(e, case.rsplit("-", 1)[0], max_poll_records=3)]
             assert got == expect and len(expect) > 5, case
+
+
+def test_a_standalone_consumer_commits_and_resumes_from_its_group_offsets(tmp_path):
+    """group_id + assign(): commit() stores positions (or given offsets) in __consumer_offsets as OffsetCommit v1/v3;
+    a new consumer of the group, and one after a reopen, starts there."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("c", 2)
+        with e.producer() as p:
+            for i in range(10):
+                p.send("c", b"%d" % i, partition=i % 2)
+        tps = [TopicPartition("c", 0), TopicPartition("c", 1)]
+        c = e.consumer(group_id="billing", enable_auto_commit=False, auto_offset_reset="earliest")
+        c.assign(tps)
+        assert len(c.poll(max_records=3)[tps[0]]) == 3
+        c.commit()  # only partition 0 has a position yet: 3
+        assert c.committed(tps[0]) == 3 and c.committed(tps[1]) is None
+        c.commit({tps[1]: engine.OffsetAndMetadata(4, "note")})
+        assert c.committed(tps[1], metadata=True) == engine.OffsetAndMetadata(4, "note", -1)
+        with pytest.raises(InvalidConfigurationError):
+            c.commit({tps[0]: -1})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            c.commit({TopicPartition("c", 9): 1})
+        with pytest.raises(IllegalStateError):
+            e.consumer().commit()
+    with engine.open(tmp_path) as e:
+        c = e.consumer(group_id="billing", enable_auto_commit=False)
+        c.assign(tps)
+        assert (c.position(tps[0]), c.position(tps[1])) == (3, 4)
+        from engine.groups import offsets
+        batches = list(e.internal_partition("__consumer_offsets", offsets.partition("billing")).log.read(0).batches())
+        assert [b.is_transactional for b in batches] == [False, False]
+        assert offsets.decode_key(batches[0].records()[0].key) == ("billing", tps[0])
