@@ -1,6 +1,6 @@
 """Records of `__transaction_state`: one per transactional id and state change (Kafka's TransactionLog).
 
-Byte layout (engine.common.schema encodings): key = `int16 version (0) | TransactionalId string`; value =
+Byte layout (engine.record.schema encodings): key = `int16 version (0) | TransactionalId string`; value =
 `int16 version | ProducerId int64 | ProducerEpoch int16 | TransactionTimeoutMs int32 | TransactionStatus int8
 | TransactionPartitions nullable [Topic string, PartitionIds [int32]] | TransactionLastUpdateTimestampMs int64 |
 TransactionStartTimestampMs int64`; version 0 is non-flexible, version 1 flexible with tagged fields
@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 
 from engine.common.errors import CorruptRecordError
-from engine.common.schema import Reader, Writer, partition_for
+from engine.record.schema import Reader, Writer, partition_for
 
 TOPIC = "__transaction_state"
 PARTITIONS = 50  # transaction.state.log.num.partitions

@@ -1,6 +1,6 @@
 """Committed offsets in `__consumer_offsets` (Kafka's GroupMetadataManager, its offset half).
 
-Byte layout (engine.common.schema encodings): key = `int16 version | group string | topic string | partition
+Byte layout (engine.record.schema encodings): key = `int16 version | group string | topic string | partition
 int32` (versions 0 and 1 are offset commits; kafkalog writes 1); value = `int16 version | offset int64 |
 leaderEpoch int32 (v3+) | metadata string | commitTimestamp int64 | expireTimestamp int64 (v1 only)`, version 4
 flexible; kafkalog writes 3. Key version 2 is a group's metadata and 3+ are newer group records: the offset
@@ -16,8 +16,8 @@ import threading
 from typing import Iterable
 
 from engine.common.errors import CorruptRecordError, InvalidConfigurationError
-from engine.common.schema import Reader, Writer, partition_for
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.record.schema import Reader, Writer, partition_for
 
 TOPIC = "__consumer_offsets"
 PARTITIONS = 50  # offsets.topic.num.partitions

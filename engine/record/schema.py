@@ -1,16 +1,17 @@
 """Kafka's message-schema field encodings, as the internal topics' keys and values use them.
 
-Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); bytes = int32
-length (-1: null); array = int32 count (-1: null). Flexible versions: compact string/bytes/array = unsigned
-varint (length + 1, 0: null), and every struct ends with tagged fields (uvarint count, then tag, size, data).
-A `Reader` past its end, or given a negative length, raises CorruptRecordError naming the field.
+Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); array = int32 count
+(-1: null). Flexible versions: compact string/array = unsigned varint (length + 1, 0: null), and every struct ends
+with tagged fields (uvarint count, then tag, size, data). kafkalog writes non-flexible versions only and reads
+both. A `Reader` past its end, or given a negative length, raises CorruptRecordError naming the field.
 Pure functions over bytes; thread-safe.
 """
 from __future__ import annotations
 
 import struct
 
-from engine.common.errors import CorruptRecordError
+from engine.common.errors import CorruptRecordError, InvalidRecordError
+from engine.record.records import _read_uvarint
 
 _INTS = {8: struct.Struct(">b"), 16: struct.Struct(">h"), 32: struct.Struct(">i"), 64: struct.Struct(">q")}
 
@@ -23,44 +24,16 @@ class Writer:
         self.out += _INTS[bits].pack(value)
         return self
 
-    def uvarint(self, value: int) -> "Writer":
-        while value > 0x7F:
-            self.out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        self.out.append(value)
-        return self
-
-    def string(self, value: str | None, compact: bool = False) -> "Writer":
+    def string(self, value: str | None) -> "Writer":
         data = None if value is None else value.encode()
-        if compact:
-            self.uvarint(0 if data is None else len(data) + 1)
-        else:
-            self.int(16, -1 if data is None else len(data))
+        self.int(16, -1 if data is None else len(data))
         if data is not None:
             self.out += data
         return self
 
-    def bytes(self, value: bytes | None, compact: bool = False) -> "Writer":
-        if compact:
-            self.uvarint(0 if value is None else len(value) + 1)
-        else:
-            self.int(32, -1 if value is None else len(value))
-        if value is not None:
-            self.out += value
-        return self
-
-    def count(self, n: int | None, compact: bool = False) -> "Writer":
+    def count(self, n: int | None) -> "Writer":
         """An array's length (None: a null array)."""
-        return self.uvarint(0 if n is None else n + 1) if compact else self.int(32, -1 if n is None else n)
-
-    def tagged(self, fields: dict[int, bytes] | None = None) -> "Writer":
-        """A flexible struct's tagged-field section (tags ascending)."""
-        fields = fields or {}
-        self.uvarint(len(fields))
-        for tag in sorted(fields):
-            self.uvarint(tag).uvarint(len(fields[tag]))
-            self.out += fields[tag]
-        return self
+        return self.int(32, -1 if n is None else n)
 
     def done(self) -> bytes:
         return bytes(self.out)
@@ -82,15 +55,11 @@ class Reader:
         return _INTS[bits].unpack(self._take(bits // 8, field))[0]
 
     def uvarint(self, field: str = "varint") -> int:
-        value = shift = 0
-        while True:
-            b = self._take(1, field)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError(f"{self.what}: {field} is not a valid varint", position=self.pos)
+        try:
+            value, self.pos = _read_uvarint(self.data, self.pos, len(self.data), 5)
+        except InvalidRecordError as exc:
+            raise CorruptRecordError(f"{self.what}: {field}: {exc.message}", position=self.pos) from None
+        return value
 
     def _length(self, compact: bool, bits: int, field: str) -> int | None:
         n = self.uvarint(field) - 1 if compact else self.int(bits, field)
@@ -108,10 +77,6 @@ class Reader:
             return bytes(self._take(n, field)).decode()
         except UnicodeDecodeError:
             raise CorruptRecordError(f"{self.what}: {field} is not UTF-8", position=self.pos) from None
-
-    def bytes(self, field: str = "bytes", compact: bool = False) -> bytes | None:
-        n = self._length(compact, 32, field)
-        return None if n is None else bytes(self._take(n, field))
 
     def count(self, field: str = "array", compact: bool = False) -> int | None:
         return self._length(compact, 32, field)
