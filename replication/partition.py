@@ -379,13 +379,7 @@ class Partition(PartitionView):
 
     def aborted_transactions(self, data: FetchData) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of `data` overlaps (Kafka's FetchResponse field)."""
-        view = memoryview(data.records)
-        upper = self.fetch_upper_bound(READ_COMMITTED)
-        if view.nbytes:
-            last = None
-            for last in data.batches(self.log.dir):
-                pass
-            upper = min(upper, last.next_offset) if last is not None else upper
+        upper = min(self.fetch_upper_bound(READ_COMMITTED), self.log.segment_end(data.segment_base))
         return self.log.collect_aborted(data.start_offset, upper)
 
     def delete_records(self, offset: int) -> int:

@@ -5,6 +5,8 @@ lastOffset int64 (the ABORT marker) | lastStableOffset int64`, append-only, no h
 preallocated; the file exists only once an entry was written. Readers take the version from the
 high byte (Kafka's quirk) and reject versions > 0; a trailing partial entry is ignored.
 Crash policy: appended with write(); fsynced by `flush()`; a recovered segment rebuilds it.
+The entries are read from the file once and then kept in memory, in step with every append and truncation
+(a read_committed fetch consults the index of every segment it may overlap).
 Thread-safety: one writer; readers take the lock.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ class TxnIndex:
     def __init__(self, fs: FileSystem, path: str, base_offset: int) -> None:
         self.fs, self.path, self.base_offset = fs, path, base_offset
         self._lock = threading.Lock()
+        self._cached: list[AbortedTxn] | None = None  # the file's entries, once read
 
     def append(self, txn: AbortedTxn) -> None:
         with self._lock:
@@ -44,9 +47,16 @@ class TxnIndex:
                     self.fs.write(f, ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
                                               txn.last_stable_offset))
             except OSError as exc:
+                self._cached = None  # what reached the file is read back next time
                 raise KafkaStorageError(f"cannot append to the transaction index: {exc}", file=self.path) from exc
+            entries.append(txn)
 
     def _entries(self) -> list[AbortedTxn]:
+        if self._cached is None:
+            self._cached = self._read()
+        return self._cached
+
+    def _read(self) -> list[AbortedTxn]:
         if not self.fs.exists(self.path):
             return []
         try:
@@ -64,7 +74,7 @@ class TxnIndex:
 
     def all(self) -> list[AbortedTxn]:
         with self._lock:
-            return self._entries()
+            return list(self._entries())
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
         """Aborted transactions overlapping [fetch_offset, upper_bound); True if the search may stop here: an
@@ -81,9 +91,11 @@ class TxnIndex:
         """Drop entries whose ABORT marker is at or past `offset`."""
         with self._lock:
             keep = [t for t in self._entries() if t.last_offset < offset]
+            self._cached = None
             if self.fs.exists(self.path):
                 with self.fs.handle(self.path, "r+b") as f:
                     self.fs.truncate(f, len(keep) * ENTRY.size)
+            self._cached = keep
 
     def reset(self) -> None:
         self.truncate_to(-1)

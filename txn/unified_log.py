@@ -395,6 +395,12 @@ class UnifiedLog:
         unstable = self.producer_state.first_unstable_offset()
         return hw if unstable is None else max(self.log_start_offset, min(unstable, hw))
 
+    def segment_end(self, base_offset: int) -> int:
+        """Where the segment at `base_offset` ends: the next segment's base, or the LEO (a fetch's data never
+        crosses it, so it bounds the aborted transactions that fetch needs, as Kafka's fetch does)."""
+        nxt = self.local.segments.next_base(base_offset)
+        return self.log_end_offset if nxt is None else nxt
+
     def collect_aborted(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper_bound), from the `.txnindex` of the segment
         holding `start_offset` on (Kafka's collectAbortedTransactions: the search stops at the first entry

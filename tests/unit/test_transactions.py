@@ -34,14 +34,16 @@ from txn.transaction_log import TxnState
 def read(e, topic, isolation="read_committed", partitions=None):
     """(partition, offset, value) of everything a fresh consumer at `isolation` reads from the start."""
     c = e.consumer(isolation_level=isolation, auto_offset_reset="earliest", consumer_timeout_ms=0)
-    parts = partitions if partitions is not None else range(e.partitions_for(topic))
-    c.assign([TopicPartition(topic, p) for p in parts])
+    tps = [TopicPartition(topic, p) for p in (partitions if partitions is not None else range(e.partitions_for(topic)))]
+    c.assign(tps)
+    end = c.end_offsets(tps)  # the HW, or the LSO under read_committed
     out = []
-    while True:
-        got = c.poll(max_records=10_000)
-        if not got:
+    for _ in range(10_000):
+        if all(c.position(tp) >= end[tp] for tp in tps):
             return sorted(out)
+        got = c.poll(max_records=10_000)  # (a fetch of aborted batches only returns nothing, but moves on)
         out += [(r.partition, r.offset, r.value) for rs in got.values() for r in rs]
+    raise AssertionError(f"the consumer never reached {end}")
 
 
 # --- seed 000, 7.4: TransactionOnlySend and consume-transform-produce ------------------------------
@@ -560,3 +562,23 @@ def test_coordinator_requests_retry_retriable_errors(tmp_path, monkeypatch):
         with pytest.raises(NotEnoughReplicasError):
             never.commit_transaction()
         assert e.transactions.coordinator.describe("never").state == "PrepareCommit"
+
+
+def test_an_abort_whose_marker_lands_in_a_later_segment_hides_its_data(tmp_path):
+    """The ABORT marker's `.txnindex` entry is in the segment after the data's: a read_committed fetch of the
+    earlier segment still learns of the abort (the search goes on past the fetched segment until an entry's LSO
+    reaches the bound, as Kafka's collectAbortedTransactions)."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", config={"segment.bytes": 1024})
+        p = e.producer(transactional_id="spans")
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(12):
+            p.send("t", b"aborted-%02d" % i + b"x" * 80).get()  # one batch each: the log rolls inside the transaction
+        lg = e.log("t", 0)
+        p.abort_transaction()
+        segments = lg.segments
+        marker_segment = next(s for s in reversed(segments) if s.txn_index.all())
+        assert len(segments) > 2 and marker_segment.base_offset > 0
+        e.producer().send("t", b"plain").get()
+        assert read(e, "t") == [(0, 13, b"plain")]
