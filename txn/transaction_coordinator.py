@@ -51,7 +51,8 @@ class TxnIO(Protocol):
                       partitions: list[TopicPartition], commit: bool) -> None:
         """Append a marker to each partition's leader and wait for it (a deleted partition is skipped)."""
 
-    def allocate_producer_id(self) -> int: ...
+    def allocate_producer_id(self) -> int:
+        """A producer id never handed out before (for a new transactional id, or when an epoch is exhausted)."""
 
 
 @dataclass

@@ -46,6 +46,14 @@ def read(e, topic, isolation="read_committed", partitions=None):
     raise AssertionError(f"the consumer never reached {end}")
 
 
+def begun(e, transactional_id: str, **config):
+    """A transactional producer, initialised, inside a new transaction."""
+    p = e.producer(transactional_id=transactional_id, **config)
+    p.init_transactions()
+    p.begin_transaction()
+    return p
+
+
 # --- seed 000, 7.4: TransactionOnlySend and consume-transform-produce ------------------------------
 @pytest.mark.parametrize("commit", [True, False])
 def test_transaction_only_send(tmp_path, commit):
@@ -103,8 +111,10 @@ def test_consume_transform_produce(tmp_path):
 
         assert run_once(abort=True) == 7
         assert read(e, "topic-sink") == [] and e.committed("groupId", ("topic-source", 0)) is None
+        rounds = 0
         while run_once():
-            pass
+            rounds += 1
+        assert rounds == 3  # 20 records, at most 7 a round (the aborted round committed no offsets)
         sink = sorted(v for _, _, v in read(e, "topic-sink"))
         assert sink == sorted(b"v%d" % i for i in range(20))
         assert e.committed("groupId", ("topic-source", 0)).offset == 10
@@ -119,9 +129,7 @@ def test_consume_transform_produce(tmp_path):
 def test_a_zombie_is_fenced(tmp_path):
     with engine.open(tmp_path) as e:
         e.create_topic("t")
-        zombie = e.producer(transactional_id="app")
-        zombie.init_transactions()
-        zombie.begin_transaction()
+        zombie = begun(e, "app")
         zombie.send("t", b"zombie-1").get()
         successor = e.producer(transactional_id="app")
         successor.init_transactions()  # aborts the zombie's open transaction and fences it
@@ -143,9 +151,7 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
     clock = ManualClock(1_700_000_000_000)
     with engine.open(tmp_path, clock=clock, background=False) as e:
         e.create_topic("t")
-        p = e.producer(transactional_id="slow", transaction_timeout_ms=5_000)
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "slow", transaction_timeout_ms=5_000)
         p.send("t", b"late").get()
         clock.advance(5_000)
         assert e.abort_timed_out_transactions() == 0  # not past it yet
@@ -161,9 +167,7 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
 def test_an_engine_reopened_in_prepare_commit_completes_it(tmp_path, monkeypatch):
     with engine.open(tmp_path) as e:
         e.create_topic("t", 2)
-        p = e.producer(transactional_id="crashy", max_block_ms=50)  # the failure is retriable: stop retrying soon
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "crashy", max_block_ms=50)  # the failure is retriable: stop retrying soon
         p.send("t", b"a", partition=0)
         p.send("t", b"b", partition=1)
 
@@ -184,9 +188,7 @@ def test_an_open_transaction_survives_a_reopen_until_its_timeout(tmp_path):
     clock = ManualClock(1_700_000_000_000)
     with engine.open(tmp_path, clock=clock, background=False) as e:
         e.create_topic("t")
-        p = e.producer(transactional_id="open", transaction_timeout_ms=10_000)
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "open", transaction_timeout_ms=10_000)
         p.send("t", b"x").get()
     with engine.open(tmp_path, clock=clock, background=False) as e:
         assert e.log("t", 0).last_stable_offset == 0  # the snapshot kept the open transaction
@@ -271,9 +273,7 @@ def test_methods_of_a_non_transactional_producer_and_group_options(tmp_path):
 def test_a_failed_send_makes_the_transaction_abort_only(tmp_path, monkeypatch, where):
     with engine.open(tmp_path) as e:
         e.create_topic("t", config={"max.message.bytes": 1000})
-        p = e.producer(transactional_id="big")
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "big")
         p.send("t", b"ok").get()
         if where == "send":  # refused by the accumulator
             with pytest.raises(RecordTooLargeError):
@@ -435,9 +435,7 @@ def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
     here with struct alone."""
     with engine.open(tmp_path) as e:
         e.create_topic("t", 3)
-        p = e.producer(transactional_id="schema-check")
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "schema-check")
         p.send("t", b"x", partition=2).get()
         p.send("t", b"y", partition=0).get()
         p.commit_transaction()
@@ -468,9 +466,7 @@ def test_offset_commit_records_decode_with_kafkas_schema(tmp_path):
     """OffsetCommitKey v1 and OffsetCommitValue v3, transactional, in the group's partition (Java's hashCode)."""
     with engine.open(tmp_path) as e:
         e.create_topic("src")
-        p = e.producer(transactional_id="x")
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "x")
         p.send_offsets_to_transaction({TopicPartition("src", 0): engine.OffsetAndMetadata(42, "meta")},
                                       "polygenelubricants")
         p.commit_transaction()
@@ -507,9 +503,7 @@ def test_a_marker_lost_to_a_power_cut_is_written_again_on_open(tmp_path, outcome
     leaving a hanging transaction that holds the LSO back forever."""
     with engine.open(tmp_path) as e:
         e.create_topic("t")
-        p = e.producer(transactional_id="cut")
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "cut")
         p.send("t", b"a")
         p.send("t", b"b")
         p.commit_transaction() if outcome == "commit" else p.abort_transaction()
@@ -538,9 +532,7 @@ def test_coordinator_requests_retry_retriable_errors(tmp_path, monkeypatch):
     is retried within max_block_ms: the second attempt finishes the PrepareCommit the first one wrote."""
     with engine.open(tmp_path) as e:
         e.create_topic("t")
-        p = e.producer(transactional_id="retry", retry_backoff_ms=1)
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "retry", retry_backoff_ms=1)
         p.send("t", b"once")
         written, failures = Transactions.write_markers, []
 
@@ -553,9 +545,7 @@ def test_coordinator_requests_retry_retriable_errors(tmp_path, monkeypatch):
         p.commit_transaction()
         assert failures and e.transactions.coordinator.describe("retry").state == "CompleteCommit"
         assert [v for _, _, v in read(e, "t")] == [b"once"]
-        never = e.producer(transactional_id="never", retry_backoff_ms=1, max_block_ms=20)
-        never.init_transactions()
-        never.begin_transaction()
+        never = begun(e, "never", retry_backoff_ms=1, max_block_ms=20)
         never.send("t", b"x")
         monkeypatch.setattr(Transactions, "write_markers",
                             lambda self, *args: (_ for _ in ()).throw(NotEnoughReplicasError("still short")))
@@ -570,9 +560,7 @@ def test_an_abort_whose_marker_lands_in_a_later_segment_hides_its_data(tmp_path)
     reaches the bound, as Kafka's collectAbortedTransactions)."""
     with engine.open(tmp_path) as e:
         e.create_topic("t", config={"segment.bytes": 1024})
-        p = e.producer(transactional_id="spans")
-        p.init_transactions()
-        p.begin_transaction()
+        p = begun(e, "spans")
         for i in range(12):
             p.send("t", b"aborted-%02d" % i + b"x" * 80).get()  # one batch each: the log rolls inside the transaction
         lg = e.log("t", 0)
