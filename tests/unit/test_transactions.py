@@ -339,9 +339,9 @@ def test_random_transactions_agree_with_the_model(tmp_path, seed):
                 txns[i].begin_transaction()
             elif rng.random() < 0.6:
                 part = rng.randrange(2)
-                futures = [(txns[i].send("t", b"tx%d-%d-%d" % (i, step, k), partition=part), b"tx%d-%d-%d" % (i, step, k))
-                           for k in range(rng.randrange(1, 4))]
-                written += [(part, f.get().offset, v, (i, state[i])) for f, v in futures]
+                values = [b"tx%d-%d-%d" % (i, step, k) for k in range(rng.randrange(1, 4))]
+                futures = [txns[i].send("t", v, partition=part) for v in values]
+                written += [(part, f.get().offset, v, (i, state[i])) for f, v in zip(futures, values)]
             else:
                 commit = rng.random() < 0.5
                 txns[i].commit_transaction() if commit else txns[i].abort_transaction()
