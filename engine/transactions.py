@@ -71,14 +71,7 @@ class Transactions:
         """(partition, batch) of every partition of an internal topic, up to each one's HW."""
         for p in range(self._eng.internal_topics()[topic]):
             log = self._eng.internal_partition(topic, p).log
-            offset = log.log_start_offset
-            while offset < log.high_watermark:
-                start = offset
-                for batch in log.read(offset, 8 << 20, log.high_watermark).batches(log.dir):
-                    yield p, batch
-                    offset = batch.next_offset
-                if offset == start:
-                    break  # nothing readable below the HW (cannot happen after recovery)
+            yield from ((p, batch) for _, batch in log.batches(log.log_start_offset, log.high_watermark))
 
     def _records(self, topic: str):
         for _, batch in self._batches(topic):

@@ -193,14 +193,20 @@ class UnifiedLog:
         self._replay_epochs(offset, end, producers=True)
 
     def _replay_epochs(self, offset: int, end: int, producers: bool) -> None:
+        for segment_base, batch in self.batches(offset, end):
+            self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
+            if producers and batch.producer_id >= 0:
+                self._update_producer(batch, batch.base_offset, batch.max_timestamp,
+                                      index=segment_base in self._reindexed)
+
+    def batches(self, offset: int, end: int):
+        """(segment base, batch) of every batch below `end` from the one holding `offset`, read a chunk at a time
+        (for replays and for loading the internal topics)."""
         while offset < end:
             data = self.local.read(offset, REPLAY_CHUNK, end, True)
             last = offset
             for batch in data.batches(self.dir):
-                self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
-                if producers and batch.producer_id >= 0:
-                    self._update_producer(batch, batch.base_offset, batch.max_timestamp,
-                                          index=data.segment_base in self._reindexed)
+                yield data.segment_base, batch
                 last = batch.next_offset
             if last == offset:
                 break  # nothing readable past this point (cannot happen after recovery)

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from engine.common.errors import CorruptRecordError, InvalidConfigurationError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.record import batch_format as bf
 from engine.record.schema import Reader, Writer, partition_for
 
 TOPIC = "__consumer_offsets"
@@ -104,8 +105,8 @@ class OffsetStore:
         """Take one batch of `__consumer_offsets`-`log_partition` (its decoded `records`), in log order."""
         with self._lock:
             if batch.is_control:
-                if records and records[0].control_type in (0, 1):
-                    self._complete(log_partition, batch.producer_id, records[0].control_type == 1)
+                if records and records[0].control_type in (bf.ABORT, bf.COMMIT):
+                    self._complete(log_partition, batch.producer_id, records[0].control_type == bf.COMMIT)
                 return
             entries = []
             for rec in records:
