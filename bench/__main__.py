@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from bench import clients, codec, curves, log, replication, runner, spark, transactions
+from bench import clients, codec, curves, groups, log, replication, runner, spark, transactions
 from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -57,13 +57,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
         doc = runner.run(codec.workloads(args.quick) + log.workloads(args.quick, scratch)
                          + clients.workloads(args.quick, scratch) + replication.workloads(args.quick, scratch)
-                         + transactions.workloads(args.quick, scratch) + not_yet(),
+                         + transactions.workloads(args.quick, scratch) + groups.workloads(args.quick, scratch)
+                         + not_yet(),
                          reps=reps, min_time=min_time)
         # Spark reads its log from the page cache: its repetitions run on their own, so that the gigabytes the
         # other workloads write between repetitions neither evict that log nor load the disk while it is read
         os.sync()
         doc["rows"] += runner.run(spark.workloads(args.quick, scratch), reps=reps, min_time=min_time)["rows"]
-        doc["figures"] = log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
+        doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
+                          + groups.figures(args.quick, scratch))
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),

@@ -6,7 +6,13 @@
 from engine.common.clock import Clock, ManualClock, SystemClock
 from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
 from engine.common.errors import __all__ as _errors
-from engine.common.structs import OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from engine.common.structs import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 from engine.record.codec import (
     IMPL,
     Record,
@@ -25,7 +31,8 @@ __all__ = [
     "IMPL", "Record", "RecordBatch", "crc32c", "decode_columnar", "encode_batch", "encode_columnar",
     "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
     "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp",
-    "RecordMetadata",
+    "RecordMetadata", "ConsumerGroupMetadata", "ConsumerRebalanceListener", "ConsumerPartitionAssignor",
+    "RangeAssignor", "RoundRobinAssignor", "StickyAssignor", "CooperativeStickyAssignor",
     *_errors,
 ]
 
@@ -33,7 +40,9 @@ __all__ = [
 # The facade sits above segments/ and txn/, which import engine's leaves: load it on first use, so
 # importing a lower layer first (which imports engine.common.errors, and so this package) never cycles.
 _FACADE = {"Engine": "engine.engine", "open": "engine.engine", "Producer": "engine.clients.producer",
-           "Consumer": "engine.clients.consumer"}
+           "Consumer": "engine.clients.consumer", "ConsumerRebalanceListener": "engine.clients.consumer_coordinator",
+           **dict.fromkeys(("ConsumerPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "StickyAssignor",
+                            "CooperativeStickyAssignor"), "engine.groups.assignors")}
 
 
 def __getattr__(name: str):

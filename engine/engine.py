@@ -11,11 +11,13 @@ Crash policy: a topic is created by writing its partition directories (each with
 `partition.metadata`) and then the catalogue; it is deleted by rewriting the catalogue first and then
 removing the directories. A partition directory the catalogue does not know (a crash in between,
 or another topic id) is renamed `-stray`, as KRaft brokers do, so nothing is lost.
-Transactions (engine.transactions) use two internal topics, `__transaction_state` and `__consumer_offsets`,
-created with 50 partitions on first use and kept in the catalogue; no client API can name them.
+Transactions (engine.transactions) and consumer groups (engine.groups.group_coordinator) use two internal topics,
+`__transaction_state` and `__consumer_offsets`, created with 50 partitions on first use and kept in the catalogue;
+no client API can name them.
 Threads: every public method is thread-safe; each broker's log manager thread runs flush, retention and
-checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions and expiring
-transactional ids), each live broker of several runs a replica fetcher thread; all stop on close().
+checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions, expiring
+transactional ids, group session and rebalance timeouts and expiring group offsets), each live broker of
+several runs a replica fetcher thread; all stop on close().
 """
 from __future__ import annotations
 
@@ -41,6 +43,13 @@ from engine.common.errors import (
     not_supported_yet,
 )
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups import offsets as group_offsets
+from engine.groups.group_coordinator import (
+    OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    GroupConfig,
+    GroupCoordinator,
+    GroupLog,
+)
 from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
 from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
 from replication.broker import Broker, broker_dir
@@ -58,6 +67,7 @@ PRODUCER_EXPIRATION_CHECK_MS = 600_000
 MAX_BROKERS = 64
 INTERNAL_PARTITIONS = 50  # offsets.topic.num.partitions, transaction.state.log.num.partitions
 INTERNAL_SEGMENT_BYTES = 104_857_600
+GROUP_TICK_MS = 500  # how often the background thread applies group deadlines nobody is waiting on
 
 
 class ReplicaDescription(NamedTuple):
@@ -94,7 +104,7 @@ class Engine:
                  background: bool = True, topic_defaults: dict | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
-                 **unknown) -> None:
+                 group_config: dict | None = None, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = _log_dir_path(path)
@@ -120,6 +130,8 @@ class Engine:
         self._background = background
         self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
         self._txn: Transactions | None = None
+        self._groups: GroupCoordinator | None = None
+        self._group_config = GroupConfig.of(group_config)
         try:
             self.fs.makedirs(self.path)
         except OSError as exc:
@@ -137,7 +149,9 @@ class Engine:
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                    "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
                    "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
-                   "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids)})
+                   "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids),
+                   "group-timeouts": (GROUP_TICK_MS, self.tick_groups),
+                   "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets)})
         self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
             for b in range(1, self._catalogue.brokers):
@@ -153,6 +167,8 @@ class Engine:
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
             self._save()
+            if group_offsets.TOPIC in self.internal_topics():
+                self.groups  # noqa: B018 (load groups and offsets now, so their timeouts and expiry run)
             self._txn = Transactions(self) if self.internal_topics() else None
         except BaseException:
             for broker in self._brokers.values():
@@ -439,10 +455,30 @@ class Engine:
         """Forget transactional ids idle past transactional.id.expiration.ms (a background task, hourly)."""
         return self._txn.coordinator.expire_ids() if self._txn is not None and not self._closed else 0
 
+    @property
+    def groups(self) -> GroupCoordinator:
+        """The group coordinator: consumer groups and their committed offsets (loaded on first use)."""
+        with self._lock:
+            self._check_open()
+            if self._groups is None:
+                groups = GroupCoordinator(GroupLog(self), self.clock, self._group_config)
+                if group_offsets.TOPIC in self.internal_topics():
+                    groups.load()
+                self._groups = groups
+            return self._groups
+
+    def tick_groups(self) -> int:
+        """Apply group deadlines (session and rebalance timeouts) nobody is waiting on (a background task)."""
+        return self._groups.tick() if self._groups is not None and not self._closed else 0
+
+    def expire_group_offsets(self) -> int:
+        """Tombstone offsets past offsets.retention.minutes (a background task every 10 minutes)."""
+        return self._groups.expire_offsets() if self._groups is not None and not self._closed else 0
+
     def committed(self, group_id: str, tp) -> OffsetAndMetadata | None:
         """The offset `group_id` committed for `tp` (None when it has none)."""
         _check_external(tp[0])
-        return self.transactions.offsets.committed(group_id, TopicPartition(*tp))
+        return self.groups.offsets.committed(group_id, TopicPartition(*tp))
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions (log start, LEO, high watermark, bytes, segments; leader, epoch, replicas, ISR and each

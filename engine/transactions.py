@@ -3,12 +3,13 @@
 The engine's side of txn.transaction_coordinator.TxnIO: a state change is one record appended to the
 transactional id's `__transaction_state` partition, a marker is appended to each partition's leader, and both
 wait for the ISR (acks='all'). Offsets sent to a transaction (TxnOffsetCommit) are a transactional batch in the
-group's `__consumer_offsets` partition, under the producer's id and epoch; engine.groups.offsets holds them
-pending until the marker. Both internal topics are created (50 partitions each) on first use and loaded on open.
+group's `__consumer_offsets` partition, under the producer's id and epoch; the group coordinator's offset store
+(engine.groups) holds them pending until the marker. Both internal topics are created (50 partitions each) on
+first use and loaded on open.
 Crash policy: see the coordinator's (the logs are the truth; Prepare* states complete on load). On open, a
 transaction still open in a partition but not open at the coordinator (a power loss can keep one file's
 appends and not another's) is closed: COMMIT if the coordinator completed that commit, else ABORT.
-Thread-safety: the coordinator's lock serialises requests; the offset store has its own.
+Thread-safety: the coordinator's lock serialises requests; the group coordinator has its own.
 """
 from __future__ import annotations
 
@@ -18,12 +19,10 @@ from typing import NamedTuple
 from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownTopicOrPartitionError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.groups import offsets
-from engine.groups.offsets import OffsetStore
 from engine.record import codec
 from txn import transaction_log
 from txn.transaction_coordinator import TransactionCoordinator
 from txn.transaction_log import TxnState
-from txn.unified_log import COORDINATOR
 
 INTERNAL_WRITE_TIMEOUT_MS = 30_000
 log = logging.getLogger("kafkalog.transactions")
@@ -45,38 +44,35 @@ class Transactions:
     def __init__(self, eng) -> None:
         self._eng = eng
         self.coordinator = TransactionCoordinator(self, eng.clock)
-        self.offsets = OffsetStore()
-        for topic in (transaction_log.TOPIC, offsets.TOPIC):
-            if topic in eng.internal_topics():
-                self._load(topic)
+        if transaction_log.TOPIC in eng.internal_topics():
+            self.coordinator.load(self._records())
         self.resolve_orphans()
 
-    def _load(self, topic: str) -> None:
-        if topic == transaction_log.TOPIC:
-            self.coordinator.load(self._records(topic))
-        else:
-            for p, batch in self._batches(topic):
-                self.offsets.apply_batch(p, batch, batch.records())
+    @property
+    def offsets(self):
+        """The committed group offsets (the group coordinator's store)."""
+        return self._eng.groups.offsets
 
     def ensure_topic(self, topic: str) -> None:
         """Create an internal topic on first use (adopting a broker's partitions of it, whose records load)."""
         if self._eng.ensure_internal_topic(topic):
-            self._load(topic)
+            if topic == transaction_log.TOPIC:
+                self.coordinator.load(self._records())
+            else:
+                self._eng.groups.load()
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
         self.ensure_topic(transaction_log.TOPIC)
         return self.coordinator.init_producer_id(transactional_id, timeout_ms)
 
-    def _batches(self, topic: str):
-        """(partition, batch) of every partition of an internal topic, up to each one's HW."""
+    def _records(self):
+        """(key, value) of every `__transaction_state` record up to each partition's HW."""
+        topic = transaction_log.TOPIC
         for p in range(self._eng.internal_topics()[topic]):
             log = self._eng.internal_partition(topic, p).log
-            yield from ((p, batch) for _, batch in log.batches(log.log_start_offset, log.high_watermark))
-
-    def _records(self, topic: str):
-        for _, batch in self._batches(topic):
-            if not batch.is_control:
-                yield from ((r.key, r.value) for r in batch.records())
+            for _, batch in log.batches(log.log_start_offset, log.high_watermark):
+                if not batch.is_control:
+                    yield from ((r.key, r.value) for r in batch.records())
 
     # --- TxnIO ----------------------------------------------------------------------------------
     def write_state(self, transactional_id: str, value: bytes | None) -> None:
@@ -114,27 +110,7 @@ class Transactions:
                        committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
         self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
-        self._write_offsets(group_id, committed, producer_id=producer_id, producer_epoch=producer_epoch,
-                            base_sequence=0, transactional=True)
-
-    def commit_group_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """OffsetCommit outside a transaction (a consumer's commit()): visible at once."""
-        _check_group(group_id)
-        self.ensure_topic(offsets.TOPIC)
-        self._write_offsets(group_id, committed)
-
-    def _write_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata], **batch) -> None:
-        """One batch of OffsetCommit records in the group's `__consumer_offsets` partition, and the store after it."""
-        now = self._eng.clock.time_ms()
-        rows = [(offsets.encode_key(group_id, tp), offsets.encode_value(om, now), None, now)
-                for tp, om in sorted(committed.items())]
-        if not rows:
-            return
-        data = codec.encode_batch(rows, **batch)
-        p = offsets.partition(group_id)
-        self._eng.append_internal(offsets.TOPIC, p, data, origin=COORDINATOR)
-        written = next(codec.iter_batches(data))
-        self.offsets.apply_batch(p, written, written.records())
+        self._eng.groups.commit_transactional(group_id, committed, producer_id, producer_epoch)
 
     def resolve_orphans(self) -> int:
         """Close transactions of this coordinator's producers left open in a partition where the coordinator has

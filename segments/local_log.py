@@ -129,10 +129,12 @@ class LocalLog:
 
     # --- reading ------------------------------------------------------------------------------
     def read(self, start_offset: int, max_bytes: int, upper_bound: int, min_one_message: bool,
-             check=None) -> FetchData:
+             check=None, active_end: tuple[int, int] | None = None) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
         `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO); `check(batch)`
-        sees each batch returned (the layers above add their own checks to the one pass over the headers)."""
+        sees each batch returned (the layers above add their own checks to the one pass over the headers).
+        `active_end` (base offset, size) of the active segment taken with the LEO under the caller's lock: bytes
+        appended after it are not read."""
         leo = self.log_end_offset
         if start_offset > leo:
             raise OffsetOutOfRangeError(f"offset {start_offset} is past the log end {leo}", file=self.dir,
@@ -142,9 +144,12 @@ class LocalLog:
                 break
             limit = None if upper_bound >= leo else seg.translate_offset(upper_bound,
                                                                          seg.offset_index.lookup(upper_bound)[1])
+            position = None if limit is None else limit.position
+            if position is None and active_end is not None and active_end[0] == seg.base_offset:
+                position = active_end[1]
             nxt = self.segments.next_base(seg.base_offset)
-            got = seg.read(start_offset, max_bytes, None if limit is None else limit.position, min_one_message,
-                           upper=leo if nxt is None else nxt, check=check)
+            got = seg.read(start_offset, max_bytes, position, min_one_message, upper=leo if nxt is None else nxt,
+                           check=check)
             if got is None:
                 continue  # nothing at or after start_offset in this segment (a gap): try the next
             return FetchData(start_offset, seg.base_offset, got[0], got[1])

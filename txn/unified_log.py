@@ -369,7 +369,11 @@ class UnifiedLog:
             raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
                                         offset=start_offset)
         bound = leo if upper_bound is None else min(upper_bound, leo)
-        return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch)
+        with self._lock:  # the active segment's end that goes with `leo`: appends racing this read stay unseen
+            seg = self.local.active_segment
+            active_end = (seg.base_offset, seg.size) if self.log_end_offset == leo else None
+        return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch,
+                               active_end=active_end)
 
     def tail(self) -> tuple[int, int, int]:
         """(LEO, active segment base, its size): taken together, so the bytes before that size are exactly the

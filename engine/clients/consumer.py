@@ -1,4 +1,4 @@
-"""A kafka-python-shaped consumer over an Engine, without group membership (yet).
+"""A kafka-python-shaped consumer over an Engine, alone or as a member of a consumer group.
 
 Reads go through each partition's `fetch()` (replication.partition): whole batches up to the high
 watermark (never past it), decoded by the native core into ConsumerRecords with kafka-python's
@@ -6,32 +6,42 @@ fields. Control batches are never returned and offset gaps (compaction) are skip
 isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
 transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
 fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
-With a `group_id` and `assign()` (Kafka's standalone consumer), a partition starts from the group's committed
-offset (`committed()`); offsets are committed by `commit()` or by a transactional producer's
-send_offsets_to_transaction.
+With a `group_id`, `subscribe()` makes the consumer a member of the group: the engine's group coordinator and the
+consumer's coordinator (engine.clients.consumer_coordinator) share the partitions out with the configured
+assignors (partition_assignment_strategy, Kafka's default ['range', 'cooperative-sticky']), and rebalances run
+inside poll(). With a `group_id` and `assign()` (Kafka's standalone consumer) there is no membership. Either way
+a partition starts from the group's committed offset (`committed()`), else from auto_offset_reset; offsets are
+committed by `commit()`/`commit_async()`, every auto_commit_interval_ms by poll() (enable_auto_commit), on
+close(), or by a transactional producer's send_offsets_to_transaction.
 Configs are kafka-python's (auto_offset_reset='latest', max_poll_records=500,
 fetch_max_bytes=52428800, max_partition_fetch_bytes=1048576, isolation_level='read_uncommitted',
-consumer_timeout_ms=inf, enable_auto_commit=True), plus kafkalog's max_decompressed_bytes (128 MiB: a compressed
-batch inflating past it raises RecordTooLargeError rather than filling memory). Until consumer groups exist,
-`subscribe()` with a `group_id` and `enable_auto_commit=True` with a `group_id` raise "not supported yet":
-they are never quietly ignored.
+consumer_timeout_ms=inf, enable_auto_commit=True, auto_commit_interval_ms=5000, session_timeout_ms=10000,
+heartbeat_interval_ms=3000, max_poll_interval_ms=300000, group_instance_id=None), plus rebalance_timeout_ms (the
+Java client's: max_poll_interval_ms) and kafkalog's max_decompressed_bytes (128 MiB: a compressed batch inflating
+past it raises RecordTooLargeError rather than filling memory).
 Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
-thread-safe. poll(timeout_ms) waits on the engine's clock for an append.
+thread-safe. A group member also runs a heartbeat thread, stopped by close(). poll(timeout_ms) waits on the
+engine's clock for an append.
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import math
+from concurrent.futures import Future
 
+from engine.clients.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
+    KafkaError,
     NoOffsetForPartitionError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
-    not_supported_yet,
 )
-from engine.common.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from engine.groups import assignors
 from engine.groups.offsets import committed_map
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
@@ -39,6 +49,8 @@ from replication.partition import READ_COMMITTED, Partition, check_isolation
 from txn.read_committed import AbortedFilter
 
 RESETS = ("earliest", "latest", "none")
+log = logging.getLogger("kafkalog.consumer")
+_CLIENT_IDS = itertools.count(1)
 
 
 def _positive(name: str, value) -> int:
@@ -53,16 +65,35 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1048576, isolation_level: str = "read_uncommitted",
                  consumer_timeout_ms: float = math.inf, key_deserializer=None, value_deserializer=None,
                  client_id: str | None = None, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED,
-                 enable_auto_commit: bool = True, **unknown) -> None:
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 group_instance_id: str | None = None, session_timeout_ms: int = 10000,
+                 heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
+                 rebalance_timeout_ms: int | None = None,
+                 partition_assignment_strategy=assignors.DEFAULT_STRATEGY, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
-        if group_id is not None:
-            if not isinstance(group_id, str) or not group_id:
-                raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
-            if enable_auto_commit is not False:
-                raise not_supported_yet("enable_auto_commit=True (consumer groups): pass enable_auto_commit=False "
-                                        "and call commit()")
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
+        if group_instance_id is not None and (group_id is None or not isinstance(group_instance_id, str)
+                                              or not group_instance_id):
+            raise InvalidConfigurationError(f"group_instance_id={group_instance_id!r} needs a group_id and must be a "
+                                            f"non-empty str")
+        if not isinstance(enable_auto_commit, bool):
+            raise InvalidConfigurationError(f"enable_auto_commit={enable_auto_commit!r} must be a bool")
+        for name, value in (("auto_commit_interval_ms", auto_commit_interval_ms),
+                            ("session_timeout_ms", session_timeout_ms),
+                            ("heartbeat_interval_ms", heartbeat_interval_ms),
+                            ("max_poll_interval_ms", max_poll_interval_ms)):
+            _positive(name, value)
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise InvalidConfigurationError(f"heartbeat_interval_ms={heartbeat_interval_ms} must be below "
+                                            f"session_timeout_ms={session_timeout_ms}")
+        rebalance_timeout_ms = max_poll_interval_ms if rebalance_timeout_ms is None else \
+            _positive("rebalance_timeout_ms", rebalance_timeout_ms)
+        strategy = assignors.resolve(partition_assignment_strategy)
         self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
         check_isolation(isolation_level)
         if auto_offset_reset not in RESETS:
             raise InvalidConfigurationError(f"auto_offset_reset={auto_offset_reset!r} must be one of {RESETS}")
@@ -77,7 +108,14 @@ class Consumer:
         self.consumer_timeout_ms = consumer_timeout_ms
         self.max_decompressed_bytes = _positive("max_decompressed_bytes", max_decompressed_bytes)
         self._key_de, self._value_de = key_deserializer, value_deserializer
-        self.client_id = client_id
+        self.client_id = client_id or f"consumer-{group_id or ''}-{next(_CLIENT_IDS)}"
+        self._group_settings = dict(
+            group_id=group_id, group_instance_id=group_instance_id, client_id=self.client_id,
+            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms, assignors=strategy,
+            auto_commit=self.enable_auto_commit, auto_commit_interval_ms=auto_commit_interval_ms)
+        self._group = None if group_id is None else ConsumerCoordinator(self, engine.groups, **self._group_settings)
+        self._next_auto_commit = engine.clock.time_ms() + auto_commit_interval_ms
         self._positions: dict[TopicPartition, int | None] = {}
         self._subscription: set[str] | None = None
         self._paused: set[TopicPartition] = set()
@@ -91,15 +129,25 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
-    def subscribe(self, topics) -> None:
-        """Subscribe to topics; with no group, this consumer is their only member and gets every partition."""
+    def subscribe(self, topics, listener: ConsumerRebalanceListener | None = None) -> None:
+        """Subscribe to topics. With a group_id the group's assignor shares their partitions among its members
+        (from the next poll()), calling `listener` around each rebalance; without one, this consumer is their only
+        member and gets every partition."""
         self._check()
-        if self.group_id is not None:
-            raise not_supported_yet(f"subscribe() with group_id={self.group_id!r} (consumer group membership); "
-                                    f"assign() partitions instead")
         topics = [topics] if isinstance(topics, str) else list(topics)
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise InvalidConfigurationError(f"subscribe() takes topic names, got {topics!r}")
         if self._subscription is None and self._positions:
             raise IllegalStateError("subscribe() after assign(): call unsubscribe() first")
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise InvalidConfigurationError("listener must be a ConsumerRebalanceListener")
+        if self._group is not None:
+            for t in topics:
+                self._engine.partitions_for(t)  # raises for an unknown topic
+            self._subscription = set(topics)
+            self._group.listener = listener or ConsumerRebalanceListener()
+            self._group.request_rejoin()
+            return
         parts = [TopicPartition(t, p) for t in topics for p in range(self._engine.partitions_for(t))]
         self._subscription = set(topics)
         self._positions = {tp: self._positions.get(tp) for tp in parts}
@@ -115,6 +163,9 @@ class Consumer:
         self._positions = {tp: self._positions.get(tp) for tp in parts}
 
     def unsubscribe(self) -> None:
+        if self._group is not None and self._subscription is not None:
+            self._group.close(self._auto_commit_now if self.enable_auto_commit else None)
+            self._group = ConsumerCoordinator(self, self._engine.groups, **self._group_settings)
         self._subscription = None
         self._positions = {}
         self._paused = set()
@@ -201,6 +252,20 @@ class Consumer:
             out[tp] = OffsetAndTimestamp(found[1], found[0], None) if found is not None else None
         return out
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The member's group, generation and member id (for a transactional producer's send_offsets_to_transaction)."""
+        if self.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id")
+        return self._group.metadata()
+
+    def _set_assignment(self, partitions) -> None:
+        """The group gave this member `partitions`: keep positions of those it already had."""
+        self._positions = {tp: self._positions.get(tp) for tp in sorted(partitions)}
+        self._paused &= set(self._positions)
+
+    def _committable(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items() if pos is not None}
+
     def committed(self, tp: TopicPartition, metadata: bool = False):
         """The group's committed offset for `tp` (an OffsetAndMetadata with metadata=True); None if none."""
         self._check()
@@ -215,10 +280,34 @@ class Consumer:
         self._check()
         if self.group_id is None:
             raise IllegalStateError("commit() needs a group_id")
-        if offsets is None:
-            offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items() if pos is not None}
-        committed = committed_map(offsets, self._engine.partition)
-        self._engine.transactions.commit_group_offsets(self.group_id, committed)
+        committed = committed_map(self._committable() if offsets is None else offsets, self._engine.partition)
+        if not committed:
+            return
+        if self._subscription is not None:
+            self._group.commit(committed)
+        else:
+            self._engine.groups.commit_offsets(self.group_id, committed)
+
+    def commit_async(self, offsets=None, callback=None) -> Future:
+        """commit(), reporting to `callback(offsets, exception or None)` and through the returned Future instead of
+        raising. (The engine is in this process: the commit is done when this returns.)"""
+        future: Future = Future()
+        target = self._committable() if offsets is None else offsets
+        try:
+            self.commit(target)
+        except KafkaError as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(target)
+        if callback is not None:
+            callback(target, future.exception())
+        return future
+
+    def _auto_commit_now(self) -> None:
+        try:
+            self.commit()
+        except KafkaError as exc:
+            log.warning("consumer %s of group %s: commit failed: %s", self.client_id, self.group_id, exc)
 
     # --- fetching ---------------------------------------------------------------------------------
     def _fetch(self, max_records: int) -> dict[TopicPartition, list]:
@@ -284,15 +373,24 @@ class Consumer:
             r.headers, None, r.serialized_key_size, r.serialized_value_size, r.serialized_header_size)
             for r in records]
 
+    def _membership(self, deadline: int) -> None:
+        """Keep the group membership current (rebalances, auto-commit) before fetching."""
+        if self._group is not None and self._subscription is not None:
+            self._group.poll(deadline)
+        elif self.enable_auto_commit and self._engine.clock.time_ms() >= self._next_auto_commit:
+            self._next_auto_commit = self._engine.clock.time_ms() + self.auto_commit_interval_ms
+            self._auto_commit_now()
+
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list]:
         """Records by partition, at most `max_records` (max_poll_records); waits up to `timeout_ms` for some."""
         self._check()
         limit = self.max_poll_records if max_records is None else _positive("max_records", max_records)
+        clock = self._engine.clock
+        deadline = clock.time_ms() + max(0, timeout_ms)
+        self._membership(deadline)
         got = self._fetch(limit)
         if got or timeout_ms <= 0:
             return got
-        clock = self._engine.clock
-        deadline = clock.time_ms() + timeout_ms
         event = self._engine.watch()
         try:
             while True:
@@ -300,8 +398,11 @@ class Consumer:
                 left = deadline - clock.time_ms()
                 if got or left <= 0 or self._closed:
                     return got
-                self._engine.wait_for_data(event, left)
+                # wake at the heartbeat interval so a rebalance the heartbeat thread flagged is joined promptly
+                self._engine.wait_for_data(event, left if self._group is None else
+                                           min(left, self._group.heartbeat_interval_ms))
                 event.clear()
+                self._membership(deadline)
         finally:
             self._engine.unwatch(event)
 
@@ -318,11 +419,26 @@ class Consumer:
                 yield from records
 
     def close(self, autocommit: bool = True) -> None:
-        self._closed = True
+        """Commit positions (enable_auto_commit and `autocommit`), leave the group (a static member does not) and
+        stop the heartbeat thread."""
+        if self._closed:
+            return
+        commit = self._auto_commit_now if autocommit and self.enable_auto_commit else None
+        try:
+            if self._group is not None and self._subscription is not None:
+                self._group.close(commit)
+            elif commit is not None and self._positions:
+                commit()
+        finally:
+            self._closed = True
 
     def on_topic_changed(self, topic: str) -> None:
         """The engine deleted `topic` or added partitions to it: drop the partitions that are gone, and take
         new ones of a subscribed topic (their position comes from auto_offset_reset)."""
+        if self._group is not None and self._subscription is not None:
+            if topic in self._subscription:
+                self._group.request_rejoin()  # the leader assigns the new partitions (or drops the gone ones)
+            return
         try:
             count = self._engine.partitions_for(topic)
         except UnknownTopicOrPartitionError:

@@ -286,6 +286,78 @@ class LogDirectoryLockedError(KafkaStorageError):
     retriable = False
 
 
+# --- consumer groups ------------------------------------------------------------------------------
+class CoordinatorNotAvailableError(KafkaError):
+    """COORDINATOR_NOT_AVAILABLE: the group is being unloaded or is dead."""
+
+    code, retriable = 15, True
+
+
+class OffsetMetadataTooLargeError(KafkaError):
+    """OFFSET_METADATA_TOO_LARGE: a committed offset's metadata is over offset.metadata.max.bytes (4096)."""
+
+    code = 12
+
+
+class IllegalGenerationError(KafkaError):
+    """ILLEGAL_GENERATION: a request from an older generation of the group."""
+
+    code = 22
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    """INCONSISTENT_GROUP_PROTOCOL: the member shares no assignment protocol (or protocol type) with the group."""
+
+    code = 23
+
+
+class InvalidGroupIdError(KafkaError):
+    """INVALID_GROUP_ID: the group id is empty or not a string."""
+
+    code = 24
+
+
+class UnknownMemberIdError(KafkaError):
+    """UNKNOWN_MEMBER_ID: the coordinator does not know this member (evicted, or it left)."""
+
+    code = 25
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    """INVALID_SESSION_TIMEOUT: outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
+
+    code = 26
+
+
+class RebalanceInProgressError(KafkaError):
+    """REBALANCE_IN_PROGRESS: the group is rebalancing; rejoin it."""
+
+    code = 27
+
+
+class NonEmptyGroupError(KafkaError):
+    """NON_EMPTY_GROUP: the operation needs a group with no active members."""
+
+    code = 68
+
+
+class GroupIdNotFoundError(KafkaError):
+    """GROUP_ID_NOT_FOUND: no such group."""
+
+    code = 69
+
+
+class FencedInstanceIdError(KafkaError):
+    """FENCED_INSTANCE_ID: another member joined with this group.instance.id."""
+
+    code = 82
+
+
+class CommitFailedError(KafkaError):
+    """The commit cannot complete: the group rebalanced and the partitions may belong to another member
+    (the Java client's CommitFailedException)."""
+
+
 def not_supported_yet(feature: str) -> UnsupportedVersionError:
     """The error for an option that a later kafkalog release implements."""
     return UnsupportedVersionError(f"{feature} is not supported yet by kafkalog")

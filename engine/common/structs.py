@@ -63,3 +63,12 @@ def consumer_record_fields(r) -> tuple | None:
 
 def consumer_record_repr(r) -> str:
     return "ConsumerRecord(" + ", ".join(f"{f}={getattr(r, f)!r}" for f in CONSUMER_RECORD_FIELDS) + ")"
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """Where a consumer stands in its group (what send_offsets_to_transaction and on_assignment receive)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

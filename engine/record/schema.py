@@ -1,9 +1,10 @@
 """Kafka's message-schema field encodings, as the internal topics' keys and values use them.
 
-Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); array = int32 count
-(-1: null). Flexible versions: compact string/array = unsigned varint (length + 1, 0: null), and every struct ends
-with tagged fields (uvarint count, then tag, size, data). kafkalog writes non-flexible versions only and reads
-both. A `Reader` past its end, or given a negative length, raises CorruptRecordError naming the field.
+Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); bytes = int32 length
+(-1: null); array = int32 count (-1: null). Flexible versions: compact string/array = unsigned varint
+(length + 1, 0: null), and every struct ends with tagged fields (uvarint count, then tag, size, data). kafkalog
+writes non-flexible versions only and reads both. A `Reader` past its end, or given a negative length, raises
+CorruptRecordError naming the field.
 Pure functions over bytes; thread-safe.
 """
 from __future__ import annotations
@@ -29,6 +30,13 @@ class Writer:
         self.int(16, -1 if data is None else len(data))
         if data is not None:
             self.out += data
+        return self
+
+    def bytes(self, value) -> "Writer":
+        """int32 length + the bytes (None: a null value, length -1)."""
+        self.int(32, -1 if value is None else len(value))
+        if value is not None:
+            self.out += value
         return self
 
     def count(self, n: int | None) -> "Writer":
@@ -77,6 +85,17 @@ class Reader:
             return bytes(self._take(n, field)).decode()
         except UnicodeDecodeError:
             raise CorruptRecordError(f"{self.what}: {field} is not UTF-8", position=self.pos) from None
+
+    def bytes(self, field: str = "bytes", compact: bool = False, nullable: bool = False) -> bytes | None:
+        n = self._length(compact, 32, field)
+        if n is None:
+            if not nullable:
+                raise CorruptRecordError(f"{self.what}: {field} is null", position=self.pos)
+            return None
+        return bytes(self._take(n, field))
+
+    def at_end(self) -> bool:
+        return self.pos == len(self.data)
 
     def count(self, field: str = "array", compact: bool = False) -> int | None:
         return self._length(compact, 32, field)

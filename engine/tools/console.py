@@ -15,7 +15,7 @@ import json
 import sys
 
 import engine
-from engine.common.errors import InvalidConfigurationError, InvalidRecordError, not_supported_yet
+from engine.common.errors import InvalidConfigurationError, InvalidRecordError
 from engine.common.structs import TopicPartition
 from engine.tools.admin import parse_configs
 from engine.tools.dump_log import record_json
@@ -130,7 +130,7 @@ def add_consumer(sub) -> None:
                    help="print.timestamp, print.partition, print.offset, print.headers, print.key, print.value, "
                         "key.separator, line.separator, headers.separator, null.literal")
     p.add_argument("--isolation-level", default="read_uncommitted", choices=("read_uncommitted", "read_committed"))
-    p.add_argument("--group", help="consumer group (not supported yet)")
+    p.add_argument("--group", help="read as a member of this consumer group (committing its positions)")
     p.set_defaults(func=consume)
 
 
@@ -178,8 +178,6 @@ def _record_json(r) -> dict:
 
 
 def consume(args: argparse.Namespace, out: Output) -> int:
-    if args.group is not None:
-        raise not_supported_yet(f"--group {args.group} (consumer groups)")
     if args.offset is not None and args.partition is None:
         raise InvalidConfigurationError("--offset needs --partition")
     for name in ("max_messages", "timeout_ms"):
@@ -200,7 +198,7 @@ def consume(args: argparse.Namespace, out: Output) -> int:
 def _print_records(args: argparse.Namespace, out: Output, fmt: Formatter, printed: list[int]) -> None:
     with engine.open(args.data) as eng:
         config = {"auto_offset_reset": "earliest" if args.from_beginning else "latest",
-                  "isolation_level": args.isolation_level}
+                  "isolation_level": args.isolation_level, "group_id": args.group}
         if args.timeout_ms is not None:
             config["consumer_timeout_ms"] = args.timeout_ms
         with eng.consumer(**config) as consumer:

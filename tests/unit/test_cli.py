@@ -102,7 +102,9 @@ def test_topics_describe_prints_leaders_replicas_and_isr_as_kafka_topics_does(tm
     ["topics", "--create", "--topic", "x", "--partitions", "1", "--replication-factor", "3"],
     ["console-consumer"],                                             # no --topic
     ["console-consumer", "--topic", "t", "--offset", "5"],            # --offset without --partition
-    ["console-consumer", "--topic", "t", "--group", "g"],
+    ["console-consumer", "--topic", "t", "--group", ""],               # an empty group id
+    ["groups", "--reset-offsets", "--group", "g"],                    # no --to-...
+    ["groups", "--reset-offsets", "--group", "g", "--to-datetime", "noon", "--topic", "t"],
     ["console-consumer", "--topic", "t", "--property", "print.nothing=true"],
     ["console-producer", "--topic", "t", "--compression-codec", "brotli"],
     ["get-offsets", "--topic", "t", "--time", "yesterday"],

@@ -16,7 +16,6 @@ from engine.common.errors import (
     InvalidTimestampError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
-    UnsupportedVersionError,
 )
 
 
@@ -258,11 +257,13 @@ def test_acks_zero_and_one(eng):
         assert p.send("events", value=b"b", partition=0).get().offset == 1 and not p.idempotent
 
 
-def test_consumer_configs_not_yet_supported_are_refused(eng):
-    with pytest.raises(UnsupportedVersionError):  # group membership and auto-commit wait for consumer groups
-        eng.consumer("events", group_id="billing", enable_auto_commit=False)
-    with pytest.raises(UnsupportedVersionError):
-        eng.consumer(group_id="billing")
+def test_bad_consumer_configs_are_refused(eng):
+    for bad in ({"group_instance_id": "i-1"}, {"group_id": "g", "heartbeat_interval_ms": 10_000},
+                {"group_id": "g", "partition_assignment_strategy": "fair"},
+                {"group_id": "g", "partition_assignment_strategy": []},
+                {"group_id": "g", "enable_auto_commit": "yes"}, {"group_id": "g", "session_timeout_ms": 0}):
+        with pytest.raises(InvalidConfigurationError):
+            eng.consumer("events", **bad)
     with pytest.raises(InvalidConfigurationError):
         eng.consumer("events", auto_offset_reset="smallest")
     with pytest.raises(InvalidConfigurationError):

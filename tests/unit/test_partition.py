@@ -147,3 +147,23 @@ def test_live_and_directory_views_apply_the_same_bound(tmp_path):
     assert part.high_watermark == 8 and part.offset_for_timestamp(T0 + 50) == (T0 + 100, 4)
     lg.close()
     assert sorted(f for f in os.listdir(directory) if f.endswith(".log")) == ["00000000000000000000.log"]
+
+
+def test_a_read_racing_an_append_returns_what_was_there_when_it_started(tmp_path):
+    """A batch appended between the read taking the LEO and the read scanning the segment is not read (it used
+    to look like a batch past the log end: a CorruptRecordError for a consumer reading while a producer wrote)."""
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t")
+        e.append("t", 0, batch(3))
+        lg = e.log("t", 0)
+        seg = lg.local.active_segment
+        real = seg.read
+
+        def racing(*args, **kwargs):
+            e.append("t", 0, batch(2))  # lands after read() took the LEO, before the segment is scanned
+            return real(*args, **kwargs)
+
+        seg.read = racing
+        got = lg.read(0)
+        seg.read = real
+        assert [b.last_offset for b in got.batches(lg.dir)] == [2] and lg.log_end_offset == 5

@@ -22,7 +22,6 @@ from engine.common.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     TransactionAbortableError,
-    UnsupportedVersionError,
 )
 from engine.transactions import Transactions
 from segments.txn_index import AbortedTxn
@@ -261,10 +260,6 @@ def test_methods_of_a_non_transactional_producer_and_group_options(tmp_path):
         e.create_topic("t")
         with pytest.raises(IllegalStateError):
             e.producer().begin_transaction()
-        with pytest.raises(UnsupportedVersionError):  # auto-commit needs the group coordinator
-            e.consumer(group_id="g")
-        with pytest.raises(UnsupportedVersionError):
-            e.consumer(group_id="g", enable_auto_commit=False).subscribe(["t"])
         with pytest.raises(IllegalStateError):
             e.consumer().committed(TopicPartition("t", 0))
 

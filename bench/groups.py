@@ -1,0 +1,155 @@
+"""Consumer groups: how long a rebalance takes when one member joins a stable group (eager `range` against
+`cooperative-sticky`, 10/100/1000 partitions x 2/10/50 members), and commit throughput, each beside librdkafka's
+mock cluster (confluent-kafka) where it can do the same thing.
+
+A rebalance is timed from the new member's subscribe() until every member holds its share of the new generation
+(cooperative: both rounds), with one thread polling every member, as an application with one consumer per thread
+would; members learn of the rebalance from their heartbeat, every 100 ms on both sides. The mock cluster creates
+topics with 4 partitions only and its group coordinator runs its own join timers, so it is compared on a 4-partition
+topic, 2 members joined by a third.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+
+import engine
+from bench.clients import _MockCluster
+from bench.log import _figure
+from bench.runner import Contender, Workload
+from engine.common.structs import TopicPartition
+
+HEARTBEAT_MS = 100
+GROUPS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 300}
+
+
+def _settled(e, group: str, consumers, partitions: set) -> bool:
+    g = e.groups.groups.get(group)
+    if g is None or g.state != "Stable":
+        return False
+    owned = [tp for c in consumers for tp in c.assignment()]
+    return (len(owned) == len(set(owned)) and set(owned) == partitions
+            and all(c.group_metadata().generation_id == g.generation and not c._group._rejoin for c in consumers))
+
+
+def _drive(e, group: str, consumers, partitions: set, timeout_s: float = 120) -> float:
+    start = time.perf_counter()
+    while not _settled(e, group, consumers, partitions):
+        if time.perf_counter() - start > timeout_s:
+            raise AssertionError(f"group {group} did not settle in {timeout_s} s")
+        for c in consumers:
+            c.poll(0)
+        time.sleep(0.001)
+    return time.perf_counter() - start
+
+
+def kafkalog_rebalance(scratch: str, partitions: int, members: int, strategy: str) -> float:
+    """Seconds until a group of `members` consumers over `partitions` partitions took in one more member."""
+    with engine.open(tempfile.mkdtemp(dir=scratch), group_config=GROUPS) as e:
+        e.create_topic("t", partitions=partitions)
+        every = {TopicPartition("t", p) for p in range(partitions)}
+        cfg = dict(group_id="g", partition_assignment_strategy=strategy, heartbeat_interval_ms=HEARTBEAT_MS,
+                   session_timeout_ms=10_000, enable_auto_commit=False)
+        consumers = [e.consumer("t", **cfg) for _ in range(members)]
+        _drive(e, "g", consumers, every)
+        start = time.perf_counter()
+        consumers.append(e.consumer("t", **cfg))
+        _drive(e, "g", consumers, every)
+        took = time.perf_counter() - start
+        for c in consumers:
+            c.close()
+        return took
+
+
+def _mock_rebalance(mock: _MockCluster, topic: str, strategy: str, run: int) -> float:
+    import confluent_kafka
+
+    md = mock.producer.list_topics(topic, timeout=10)
+    every = len(md.topics[topic].partitions)
+
+    def consumer(i):
+        c = confluent_kafka.Consumer({"bootstrap.servers": mock.address, "group.id": f"bench-{strategy}-{run}",
+                                      "partition.assignment.strategy": strategy, "session.timeout.ms": 10_000,
+                                      "heartbeat.interval.ms": HEARTBEAT_MS, "client.id": f"c{i}"})
+        c.subscribe([topic])
+        return c
+
+    def drive(cs):
+        start = time.perf_counter()
+        while not (sum(len(c.assignment()) for c in cs) == every and all(c.assignment() for c in cs)):
+            if time.perf_counter() - start > 120:
+                raise AssertionError("the mock cluster's group did not settle")
+            for c in cs:
+                c.poll(0.001)
+        return time.perf_counter() - start
+
+    consumers = [consumer(0), consumer(1)]
+    drive(consumers)
+    start = time.perf_counter()
+    consumers.append(consumer(2))
+    drive(consumers)
+    took = time.perf_counter() - start
+    for c in consumers:
+        c.close()
+    return took
+
+
+def figures(quick: bool, scratch: str) -> list[dict]:
+    reps = 1 if quick else 3
+    out = []
+    for partitions in ((10, 100) if quick else (10, 100, 1000)):
+        for members in ((2, 10) if quick else (2, 10, 50)):
+            eager = [kafkalog_rebalance(scratch, partitions, members, "range") * 1000 for _ in range(reps)]
+            coop = [kafkalog_rebalance(scratch, partitions, members, "cooperative-sticky") * 1000
+                    for _ in range(reps)]
+            out.append(_figure(f"rebalance as member {members + 1} joins, {partitions} partitions: cooperative-sticky "
+                               f"(two rounds)", coop, "ms", "kafkalog, eager range (one round, all revoke)", eager,
+                               True))
+    mock = _MockCluster()
+    mock.producer.produce("rebalance", b"x")
+    mock.producer.flush(10)
+    for strategy in ("range", "cooperative-sticky"):
+        ours, theirs = [], []
+        for run in range(reps):
+            ours.append(kafkalog_rebalance(scratch, 4, 2, strategy) * 1000)
+            theirs.append(_mock_rebalance(mock, "rebalance", strategy, run) * 1000)
+        out.append(_figure(f"rebalance as member 3 joins, 4 partitions, {strategy}", ours, "ms",
+                           "confluent-kafka mock cluster", theirs, True))
+    return out
+
+
+def workloads(quick: bool, scratch: str) -> list[Workload]:
+    """Synchronous commits of 4 partitions' offsets by a group member, one after another."""
+    import confluent_kafka
+
+    n = 200 if quick else 2000
+    e = engine.open(tempfile.mkdtemp(dir=scratch), group_config=GROUPS)
+    e.create_topic("c", partitions=4)
+    ours = e.consumer("c", group_id="committer", heartbeat_interval_ms=HEARTBEAT_MS, enable_auto_commit=False)
+    _drive(e, "committer", [ours], {TopicPartition("c", p) for p in range(4)})
+    counter = iter(range(10**9))
+
+    def kafkalog_commit():
+        base = next(counter) * n
+        for i in range(n):
+            ours.commit({TopicPartition("c", p): base + i for p in range(4)})
+
+    mock = _MockCluster()
+    mock.producer.produce("c", b"x")
+    mock.producer.flush(10)
+    theirs = confluent_kafka.Consumer({"bootstrap.servers": mock.address, "group.id": "committer",
+                                       "enable.auto.commit": False})
+    parts = len(mock.producer.list_topics("c", timeout=10).topics["c"].partitions)
+    theirs.assign([confluent_kafka.TopicPartition("c", p, 0) for p in range(parts)])
+
+    def rdkafka_commit():
+        base = next(counter) * n
+        for i in range(n):
+            theirs.commit(offsets=[confluent_kafka.TopicPartition("c", p, base + i) for p in range(parts)],
+                          asynchronous=False)
+
+    assert parts == 4, f"the mock cluster made {parts} partitions"
+    return [Workload("groups", f"commit() of 4 partitions' offsets, synchronous, {n} in a row (OffsetCommit)",
+                     n, 0, [Contender("kafkalog", kafkalog_commit),
+                            Contender("confluent-kafka mock cluster", rdkafka_commit)])]
+

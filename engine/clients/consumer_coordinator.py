@@ -1,0 +1,352 @@
+"""A consumer's side of group membership (Kafka's ConsumerCoordinator): join, sync, heartbeat and leave with
+the engine's group coordinator (engine.groups.group_coordinator), assignment on the leader, the rebalance
+listener, and the commits a member makes.
+
+The consumer's thread drives rebalances from `poll()`: before joining it commits its positions (auto-commit)
+and, under the eager protocol, revokes everything; the leader runs the chosen assignor; a member applies its
+assignment and calls `on_partitions_assigned`. Under the cooperative protocol nothing is revoked before the join:
+the member keeps consuming, revokes only what the new assignment takes away, and rejoins at once so the
+partition can move in the next round. A member that lost its membership (session expiry, fencing) calls
+`on_partitions_lost` instead of `on_partitions_revoked`, and does not commit.
+A join or sync in flight is waited on for at most the poll's timeout and resumed by the next poll, as the Java
+consumer does. A heartbeat thread (one per consumer, started at the first join, stopped by close()) sends a
+heartbeat every heartbeat_interval_ms; it flags a rebalance for the next poll, and leaves the group when poll()
+was not called for max_poll_interval_ms (a static member does not leave: its session timeout decides).
+Thread-safety: the consumer's thread and the heartbeat thread share the member's identity under one lock.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from engine.common.errors import (
+    CommitFailedError,
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    IllegalStateError,
+    KafkaError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from engine.groups import assignors as asg
+from engine.groups import consumer_protocol as cp
+from engine.groups.group_metadata import Pending
+
+log = logging.getLogger("kafkalog.consumer")
+
+
+class ConsumerRebalanceListener:
+    """Callbacks around a rebalance (kafka-python's and the Java client's interface). Override what you need."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Before partitions are taken away: commit what was processed of them."""
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """After new partitions arrived (all of them under eager, the added ones under cooperative)."""
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """The member lost its membership: its partitions may already belong to another member (no commit)."""
+        self.on_partitions_revoked(lost)
+
+
+class ConsumerCoordinator:
+    def __init__(self, consumer, groups, *, group_id: str, group_instance_id: str | None, client_id: str,
+                 session_timeout_ms: int, heartbeat_interval_ms: int, max_poll_interval_ms: int,
+                 rebalance_timeout_ms: int, assignors: list, auto_commit: bool, auto_commit_interval_ms: int) -> None:
+        self._consumer, self._groups, self._clock = consumer, groups, consumer._engine.clock
+        self.group_id, self.group_instance_id, self.client_id = group_id, group_instance_id, client_id
+        self.session_timeout_ms, self.heartbeat_interval_ms = session_timeout_ms, heartbeat_interval_ms
+        self.max_poll_interval_ms, self.rebalance_timeout_ms = max_poll_interval_ms, rebalance_timeout_ms
+        self.assignors = assignors
+        self.protocol = asg.rebalance_protocol(assignors)
+        self.auto_commit, self.auto_commit_interval_ms = auto_commit, auto_commit_interval_ms
+        self.listener: ConsumerRebalanceListener = ConsumerRebalanceListener()
+        self.member_id, self.generation = "", -1
+        self.protocol_name: str | None = None
+        self.owned: set[TopicPartition] = set()
+        self._lock = threading.Lock()
+        self._rejoin = True
+        self._joining: Pending | None = None
+        self._syncing: Pending | None = None
+        self._sync_generation = -1
+        self._joins = 0  # JoinGroups sent: a heartbeat's answer about an earlier round is stale
+        self._fatal: KafkaError | None = None
+        self._last_poll = self._clock.time_ms()
+        self._next_commit = self._last_poll + auto_commit_interval_ms
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the consumer's thread --------------------------------------------------------------------
+    def metadata(self) -> ConsumerGroupMetadata:
+        with self._lock:
+            return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
+
+    def request_rejoin(self) -> None:
+        with self._lock:
+            self._rejoin = True
+
+    def poll(self, deadline_ms: int) -> bool:
+        """Keep membership current (join, sync, auto-commit) until `deadline_ms` at most; True when stable."""
+        if self._fatal is not None:
+            raise self._fatal
+        now = self._clock.time_ms()
+        self._last_poll = now
+        with self._lock:
+            rejoin = self._rejoin or self.generation < 0 or self._joining is not None or self._syncing is not None
+        if rejoin and not self._ensure_active_group(deadline_ms):
+            return False
+        if self.auto_commit and self._clock.time_ms() >= self._next_commit:
+            self._next_commit = self._clock.time_ms() + self.auto_commit_interval_ms
+            self.commit_quietly("auto-commit")
+        return True
+
+    def _ensure_active_group(self, deadline_ms: int) -> bool:
+        while True:
+            if self._syncing is None and self._joining is None:
+                self._on_join_prepare()
+                self._joining = self._send_join()
+            if self._joining is not None:
+                if not self._await(self._joining, deadline_ms):
+                    return False
+                pending, self._joining = self._joining, None
+                result = self._answer(pending.result)
+                if result is None:
+                    continue
+                with self._lock:
+                    self.member_id, self.protocol_name = result.member_id, result.protocol_name
+                assignments = self._assign(result) if result.leader_id == result.member_id and \
+                    not result.skip_assignment else None
+                self._sync_generation = result.generation_id
+                self._syncing = pending.sync or self._answer(lambda: self._groups.sync_group(
+                    self.group_id, result.generation_id, result.member_id, cp.PROTOCOL_TYPE, result.protocol_name,
+                    assignments, self.group_instance_id))
+                if self._syncing is None:
+                    continue
+            if not self._await(self._syncing, deadline_ms):
+                return False
+            pending, self._syncing = self._syncing, None
+            data = self._answer(pending.result)
+            if data is None:
+                continue
+            self._on_join_complete(self._sync_generation, data)
+            with self._lock:
+                if not self._rejoin:
+                    self._start_heartbeats()
+                    return True
+
+    def _answer(self, call):
+        """`call()`'s answer; None after an error that means "join again" (the membership is reset if it was
+        lost); FencedInstanceIdError is fatal."""
+        try:
+            return call()
+        except RebalanceInProgressError:
+            self.request_rejoin()
+        except (UnknownMemberIdError, IllegalGenerationError) as exc:
+            self._reset(member=isinstance(exc, UnknownMemberIdError))
+        except FencedInstanceIdError as exc:
+            self._fatal = exc
+            raise
+        return None
+
+    def _send_join(self) -> Pending:
+        topics = sorted(self._consumer.subscription() or ())
+        with self._lock:
+            member_id, generation = self.member_id, self.generation
+            self._rejoin = False
+            self._joins += 1
+        owned = sorted(self.owned) if self.protocol == asg.COOPERATIVE else []
+        protocols = [(a.name, cp.encode_subscription(cp.Subscription(topics, a.subscription_user_data(set(topics)),
+                                                                     owned, generation)))
+                     for a in self.assignors]
+        try:
+            pending = self._groups.join_group(self.group_id, member_id, self.client_id, cp.PROTOCOL_TYPE, protocols,
+                                              self.session_timeout_ms, self.rebalance_timeout_ms,
+                                              self.group_instance_id)
+        except UnknownMemberIdError:
+            self._reset(member=True)
+            return self._send_join()
+        except FencedInstanceIdError as exc:
+            self._fatal = exc
+            raise
+        with self._lock:
+            self.member_id = pending.member_id
+        return pending
+
+    def _await(self, pending: Pending, deadline_ms: int) -> bool:
+        """Wait for `pending` until `deadline_ms`, applying the coordinator's deadlines meanwhile."""
+        while not pending.done:
+            now = self._groups.tick()
+            if pending.done or now >= deadline_ms:
+                break
+            nxt = self._groups.next_deadline()
+            wait = deadline_ms - now if nxt is None else max(1, min(deadline_ms, nxt) - now)
+            self._clock.wait(pending.event, wait)
+        return pending.done
+
+    def _assign(self, result) -> dict[str, bytes]:
+        """The leader's work: run the group's assignor over every member's subscription."""
+        assignor = next(a for a in self.assignors if a.name == result.protocol_name)
+        subscriptions = {mid: cp.decode_subscription(meta)._replace(group_instance_id=iid)
+                         for mid, iid, meta in result.members}
+        topics = set().union(*(s.topics for s in subscriptions.values()))
+        eng = self._consumer._engine
+        partitions_per_topic = {}
+        for t in sorted(topics):
+            try:
+                partitions_per_topic[t] = eng.partitions_for(t)
+            except UnknownTopicOrPartitionError:
+                continue  # subscribed but not created (yet): nothing to assign
+        assignment = assignor.assign(partitions_per_topic, subscriptions)
+        if self.protocol == asg.COOPERATIVE:
+            owners = {tp: m for m, s in subscriptions.items() for tp in s.owned_partitions}
+            for member, tps in assignment.items():
+                for tp in tps:
+                    if owners.get(tp, member) != member:
+                        raise IllegalStateError(f"assignor {assignor.name!r} gave {tp} to {member} while "
+                                                f"{owners[tp]} still owns it (not a cooperative assignment)")
+        return {m: cp.encode_assignment(cp.Assignment(sorted(assignment.get(m, [])))) for m in subscriptions}
+
+    def _on_join_prepare(self) -> None:
+        with self._lock:
+            lost = self.generation < 0 and bool(self.owned)
+        if lost:
+            self._revoke(self.owned, lost=True)
+            return
+        if self.auto_commit:
+            self.commit_quietly("before rejoining")
+        if self.protocol == asg.EAGER:
+            self._revoke(self.owned, lost=False, always=True)
+        else:
+            gone = {tp for tp in self.owned if tp.topic not in (self._consumer.subscription() or ())}
+            if gone:
+                self._revoke(gone, lost=False)
+
+    def _revoke(self, partitions: set[TopicPartition], lost: bool, always: bool = False) -> None:
+        partitions = set(partitions)
+        self.owned -= partitions
+        self._consumer._set_assignment(self.owned)
+        if partitions or always:
+            (self.listener.on_partitions_lost if lost else self.listener.on_partitions_revoked)(partitions)
+
+    def _on_join_complete(self, generation: int, data: bytes) -> None:
+        assignment = cp.decode_assignment(data) if data else cp.Assignment([])
+        assigned = set(assignment.partitions)
+        with self._lock:
+            self.generation = generation
+        meta = self.metadata()
+        for a in self.assignors:
+            if a.name == self.protocol_name:
+                a.on_assignment(assignment, meta)
+        self._next_commit = self._clock.time_ms() + self.auto_commit_interval_ms
+        if self.protocol == asg.COOPERATIVE:
+            revoked = self.owned - assigned
+            added = assigned - self.owned
+            if revoked:
+                self._revoke(revoked, lost=False)
+                self.request_rejoin()  # the partitions move to their new owner in the next round
+        else:
+            added = assigned
+        self.owned = assigned
+        self._consumer._set_assignment(self.owned)
+        self.listener.on_partitions_assigned(added)
+
+    def _reset(self, member: bool) -> None:
+        """Forget the generation (and the member id): the next join starts over."""
+        with self._lock:
+            self.generation = -1
+            if member:
+                self.member_id = ""
+            self._rejoin = True
+
+    # --- commits ----------------------------------------------------------------------------------
+    def commit(self, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """OffsetCommit as this member (CommitFailedError once the group moved on without it)."""
+        with self._lock:
+            member_id, generation = self.member_id, self.generation
+        if generation < 0 and self._joining is not None:
+            raise RebalanceInProgressError(f"consumer group {self.group_id!r} is rebalancing: poll() to rejoin, "
+                                           f"then commit")
+        try:
+            self._groups.commit_offsets(self.group_id, committed, member_id, generation, self.group_instance_id)
+        except (UnknownMemberIdError, IllegalGenerationError) as exc:
+            self._reset(member=isinstance(exc, UnknownMemberIdError))
+            raise CommitFailedError(f"commit of group {self.group_id!r} failed: {exc.message}; the group "
+                                    f"rebalanced and these partitions may belong to another member now") from None
+
+    def commit_quietly(self, why: str) -> None:
+        positions = self._consumer._committable()
+        if not positions:
+            return
+        try:
+            self.commit(positions)
+        except (CommitFailedError, RebalanceInProgressError, CoordinatorNotAvailableError) as exc:
+            log.warning("consumer %s of group %s: %s commit failed: %s", self.client_id, self.group_id, why, exc)
+
+    # --- heartbeats -----------------------------------------------------------------------------
+    def _start_heartbeats(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"kafkalog-heartbeat-{self.client_id}",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._clock.wait(self._stop, self.heartbeat_interval_ms)
+            if not self._stop.is_set():
+                self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """One heartbeat (the thread's work): flags a rebalance, a lost membership or a poll timeout."""
+        with self._lock:
+            member_id, generation, joins = self.member_id, self.generation, self._joins
+        if generation < 0 or self._joining is not None or self._syncing is not None:
+            return
+        if self._clock.time_ms() - self._last_poll > self.max_poll_interval_ms:
+            log.warning("consumer %s of group %s: poll() was not called for max_poll_interval_ms=%d; leaving the "
+                        "group", self.client_id, self.group_id, self.max_poll_interval_ms)
+            self.leave("the poll interval expired")
+            return
+        try:
+            self._groups.heartbeat(self.group_id, member_id, generation, self.group_instance_id)
+        except RebalanceInProgressError:
+            with self._lock:
+                if self._joins == joins:  # else the member already rejoined that rebalance
+                    self._rejoin = True
+        except (UnknownMemberIdError, IllegalGenerationError, CoordinatorNotAvailableError) as exc:
+            with self._lock:
+                stale = self._joins != joins
+            if not stale:
+                self._reset(member=isinstance(exc, UnknownMemberIdError))
+        except FencedInstanceIdError as exc:
+            self._fatal = exc
+
+    def leave(self, reason: str) -> None:
+        """LeaveGroup (a dynamic member; a static one just stops), and forget the generation."""
+        with self._lock:
+            member_id = self.member_id
+        if self.group_instance_id is None and member_id:
+            try:
+                self._groups.leave_group(self.group_id, member_id)
+            except (UnknownMemberIdError, CoordinatorNotAvailableError, FencedInstanceIdError):
+                pass  # already gone
+            log.info("consumer %s left group %s: %s", self.client_id, self.group_id, reason)
+        self._joining = self._syncing = None
+        self._reset(member=self.group_instance_id is None)
+
+    def close(self, commit: Callable[[], None] | None) -> None:
+        """Commit (if asked), revoke, leave and stop the heartbeat thread."""
+        self._stop.set()
+        try:
+            if self.generation >= 0 and commit is not None:
+                commit()
+            if self.owned:
+                self._revoke(self.owned, lost=self.generation < 0)
+            self.leave("closed")
+        finally:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None

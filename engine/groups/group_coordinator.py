@@ -1,0 +1,583 @@
+"""The group coordinator: membership, generations and committed offsets of consumer groups (Kafka's classic
+GroupCoordinator, in process: one per engine, for every group).
+
+Requests and their answers are Kafka's: JoinGroup (a member id `client_id-uuid` for a new member; the first
+member leads, and another member leads when it leaves; the protocol is the one most members vote for among those
+all support, InconsistentGroupProtocolError when none is common), SyncGroup (the leader's assignment is stored
+and handed out), Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, with their errors (UnknownMemberIdError,
+IllegalGenerationError, RebalanceInProgressError, FencedInstanceIdError, ...). JoinGroup and SyncGroup may be
+held until the rebalance moves on: they return a group_metadata.Pending that the coordinator completes. A
+follower's SyncGroup carries no data, so it is made as its JoinGroup is answered (the Java client sends it from its
+network thread the moment the answer arrives): every member moves to the new generation when the leader syncs.
+Group states: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, and Dead once an empty group has no
+offsets left. A member is evicted when it misses heartbeats for its session timeout (while it waits in a join or
+a sync it counts as alive, bounded by the rebalance timeout); a rebalance completes when every member rejoined,
+or at the rebalance timeout without those that did not (static members stay). Static members
+(group.instance.id) that rejoin with a new member id take over their old assignment without a rebalance, and
+fence the old member id.
+Time: the coordinator never sleeps; `tick()` (called by every request, by waiting clients and by the engine's
+background thread) applies every deadline that has passed on the injected clock.
+Storage: group records (engine.groups.group_metadata) and offset commits (engine.groups.offsets) are appended to
+the group's `__consumer_offsets` partition; on open the coordinator replays them (groups, offsets, and members
+whose sessions then have to be renewed). Offsets expire offsets.retention.minutes after the group emptied (or
+after their commit, for a group without members or with the topic unsubscribed); they become tombstones, and so
+does the group's record once its last offset is gone.
+Thread-safety: one lock serialises every request; callers wait on their Pending outside it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import NamedTuple
+
+from engine.common.errors import (
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidConfigurationError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups import consumer_protocol, group_metadata, offsets
+from engine.groups.group_metadata import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupMetadata,
+    JoinResult,
+    MemberMetadata,
+    Pending,
+)
+from engine.groups.offsets import CommitRecord, OffsetStore
+from engine.record import codec
+from txn.unified_log import COORDINATOR
+
+log = logging.getLogger("kafkalog.groups")
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
+CLIENT_HOST = "/127.0.0.1"  # members are in this process
+
+
+class GroupConfig(NamedTuple):
+    """The broker settings a group coordinator honours (Kafka's names, with underscores)."""
+
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    # Kafka's broker default is 3000; an embedded engine has no join storms from other hosts, so it starts at once
+    group_initial_rebalance_delay_ms: int = 0
+    offsets_retention_minutes: int = 10_080
+
+    @classmethod
+    def of(cls, settings: dict | None) -> "GroupConfig":
+        settings = dict(settings or {})
+        unknown = set(settings) - set(cls._fields)
+        if unknown:
+            raise InvalidConfigurationError(f"unknown group setting(s): {', '.join(sorted(unknown))} (known: "
+                                            f"{', '.join(cls._fields)})")
+        out = cls(**settings)
+        for name, value in out._asdict().items():
+            if type(value) is not int or value < (0 if name == "group_initial_rebalance_delay_ms" else 1):
+                raise InvalidConfigurationError(f"{name}={value!r} must be an int >= "
+                                                f"{0 if name == 'group_initial_rebalance_delay_ms' else 1}")
+        if out.group_min_session_timeout_ms > out.group_max_session_timeout_ms:
+            raise InvalidConfigurationError("group_min_session_timeout_ms is above group_max_session_timeout_ms")
+        return out
+
+
+class GroupLog:
+    """The coordinator's storage: its groups' `__consumer_offsets` partitions in an engine."""
+
+    def __init__(self, eng) -> None:
+        self._eng = eng
+        self.on_created = None  # called when the topic is created here (adopting a broker's partitions of it)
+
+    def append(self, partition: int, rows: list[tuple[bytes, bytes | None]], now: int, **batch):
+        """One batch of (key, value) records; the written batch (decoded, lazily) for the store to apply."""
+        if self._eng.ensure_internal_topic(offsets.TOPIC) and self.on_created is not None:
+            self.on_created()
+        data = codec.encode_batch([(k, v, None, now) for k, v in rows], **batch)
+        self._eng.append_internal(offsets.TOPIC, partition, data, origin=COORDINATOR)
+        return next(codec.iter_batches(data))
+
+    def batches(self):
+        """(partition, batch) of every `__consumer_offsets` partition up to its high watermark."""
+        count = self._eng.internal_topics().get(offsets.TOPIC, 0)
+        for p in range(count):
+            lg = self._eng.internal_partition(offsets.TOPIC, p).log
+            yield from ((p, b) for _, b in lg.batches(lg.log_start_offset, lg.high_watermark))
+
+
+class GroupDescription(NamedTuple):
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    leader: str | None
+    members: list[dict]  # member_id, group_instance_id, client_id, client_host, assignment [TopicPartition]
+
+
+class GroupCoordinator:
+    def __init__(self, storage: GroupLog, clock, config: GroupConfig | None = None) -> None:
+        self._log = storage
+        self.clock = clock
+        self.config = config or GroupConfig()
+        self._lock = threading.RLock()
+        self.groups: dict[str, GroupMetadata] = {}
+        self.offsets = OffsetStore(on_group=self._load_group)
+        storage.on_created = self.load
+
+    # --- load -----------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Replay `__consumer_offsets` (groups and offsets) up to each partition's high watermark."""
+        with self._lock:
+            for p, batch in self._log.batches():
+                self.offsets.apply_batch(p, batch, batch.records())
+
+    def _load_group(self, group_id: str, value: bytes | None) -> None:
+        if value is None:
+            self.groups.pop(group_id, None)
+            return
+        rec = group_metadata.decode_value(value)
+        now = self.clock.time_ms()
+        g = GroupMetadata(group_id, now, STABLE if rec.members else EMPTY)
+        g.protocol_type, g.protocol, g.generation = rec.protocol_type or None, rec.protocol, rec.generation
+        g.state_timestamp = rec.current_state_timestamp if rec.current_state_timestamp >= 0 else now
+        for m in rec.members:
+            member = MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                    m.rebalance_timeout_ms, m.session_timeout_ms, rec.protocol_type,
+                                    [(rec.protocol or "", m.subscription)], now)
+            member.assignment = m.assignment
+            g.add(member)
+        g.leader = rec.leader if rec.leader in g.members else g.leader
+        self.groups[group_id] = g
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _store(self, g: GroupMetadata, now: int, tombstone: bool = False) -> None:
+        value = None if tombstone else group_metadata.encode_value(g.record())
+        self._log.append(offsets.partition(g.group_id), [(group_metadata.encode_key(g.group_id), value)], now)
+
+    def _group(self, group_id: str) -> GroupMetadata:
+        g = self.groups.get(group_id)
+        if g is None:
+            raise UnknownMemberIdError(f"group {group_id!r} has no members")
+        if g.state == DEAD:
+            raise CoordinatorNotAvailableError(f"group {group_id!r} is dead")
+        return g
+
+    def _member(self, g: GroupMetadata, member_id: str, instance_id: str | None) -> MemberMetadata:
+        if instance_id is not None:
+            owner = g.static_members.get(instance_id)
+            if owner is not None and owner != member_id:
+                raise FencedInstanceIdError(f"group.instance.id {instance_id!r} of group {g.group_id!r} now belongs "
+                                            f"to member {owner} (this member, {member_id}, is fenced)")
+        member = g.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"member {member_id!r} is not in group {g.group_id!r}")
+        return member
+
+    def _join_result(self, g: GroupMetadata, member: MemberMetadata, skip: bool = False) -> JoinResult:
+        leader = member.member_id == g.leader
+        members = [(m.member_id, m.group_instance_id, m.metadata(g.protocol)) for m in g.members.values()] \
+            if leader and not skip else []
+        return JoinResult(member.member_id, g.generation, g.protocol_type, g.protocol, g.leader or "", members, skip)
+
+    # --- JoinGroup ------------------------------------------------------------------------------
+    def join_group(self, group_id: str, member_id: str, client_id: str, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                   group_instance_id: str | None = None) -> Pending:
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError(f"group id must be a non-empty str, got {group_id!r}")
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            raise InvalidSessionTimeoutError(
+                f"session_timeout_ms={session_timeout_ms} is outside [group_min_session_timeout_ms="
+                f"{cfg.group_min_session_timeout_ms}, group_max_session_timeout_ms={cfg.group_max_session_timeout_ms}]")
+        with self._lock:
+            now = self.tick()
+            g = self.groups.get(group_id)
+            if g is None or g.state == DEAD:
+                g = self.groups[group_id] = GroupMetadata(group_id, now)
+            if not g.supports(protocol_type, protocols):
+                raise InconsistentGroupProtocolError(
+                    f"group {group_id!r} uses protocol type {g.protocol_type!r} and protocols "
+                    f"{sorted(g.candidate_protocols())}; this member offers {protocol_type!r} "
+                    f"{[n for n, _ in protocols]}")
+            pending = Pending()
+            if not member_id:
+                existing = g.static_members.get(group_instance_id) if group_instance_id is not None else None
+                if existing is not None:
+                    self._replace_static(g, existing, client_id, protocols, session_timeout_ms, rebalance_timeout_ms,
+                                         pending, now)
+                else:
+                    member = MemberMetadata(f"{client_id}-{uuid.uuid4()}", group_instance_id, client_id, CLIENT_HOST,
+                                            rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, now)
+                    member.is_new = True
+                    member.awaiting_join = pending
+                    pending.member_id = member.member_id
+                    g.add(member)
+                    self._prepare_rebalance(g, now, f"{member.member_id} joined")
+                    self._maybe_complete_join(g, now)
+                return pending
+            member = self._member(g, member_id, group_instance_id)
+            if g.state == EMPTY:
+                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
+            pending.member_id = member_id
+            changed = member.protocols != protocols
+            member.protocols, member.last_heartbeat = protocols, now
+            member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+            if g.state == PREPARING_REBALANCE:
+                if member.awaiting_join is not None:
+                    member.awaiting_join.complete(error=RebalanceInProgressError("a newer JoinGroup replaced this one"))
+                member.awaiting_join = pending
+                self._maybe_complete_join(g, now)
+            elif g.state == COMPLETING_REBALANCE and not changed:
+                pending.complete(self._join_result(g, member))
+            elif g.state == STABLE and not changed and member.member_id != g.leader:
+                pending.complete(self._join_result(g, member))
+            else:
+                member.awaiting_join = pending
+                self._prepare_rebalance(g, now, f"{member_id} rejoined with new metadata")
+                self._maybe_complete_join(g, now)
+            return pending
+
+    def _replace_static(self, g: GroupMetadata, old_id: str, client_id: str, protocols, session_timeout_ms: int,
+                        rebalance_timeout_ms: int, pending: Pending, now: int) -> None:
+        """A static member rejoined with no member id: a new id takes over its membership and assignment."""
+        old = g.members[old_id]
+        fenced = FencedInstanceIdError(f"group.instance.id {old.group_instance_id!r} rejoined group "
+                                       f"{g.group_id!r} as a new member; {old_id} is fenced")
+        for held in (old.awaiting_join, old.awaiting_sync):
+            if held is not None:
+                held.complete(error=fenced)
+        was_leader = g.leader == old_id
+        g.remove(old_id)
+        member = MemberMetadata(f"{client_id}-{uuid.uuid4()}", old.group_instance_id, client_id, CLIENT_HOST,
+                                rebalance_timeout_ms, session_timeout_ms, old.protocol_type, protocols, now)
+        member.assignment = old.assignment
+        pending.member_id = member.member_id
+        g.add(member)
+        if was_leader:
+            g.leader = member.member_id
+        if g.state == STABLE and g.select_protocol() == g.protocol:  # as Kafka: only the protocol choice matters
+            self._store(g, now)
+            pending.complete(self._join_result(g, member, skip=member.member_id == g.leader))
+            return
+        member.awaiting_join = pending
+        self._prepare_rebalance(g, now, f"static member {member.group_instance_id} rejoined")
+        self._maybe_complete_join(g, now)
+
+    def _prepare_rebalance(self, g: GroupMetadata, now: int, reason: str) -> None:
+        if g.state == PREPARING_REBALANCE:
+            if g.initial_deadline is not None:  # the initial delay grows with each new member, up to its cap
+                g.join_deadline = min(now + self.config.group_initial_rebalance_delay_ms, g.initial_deadline)
+            return
+        if g.state == COMPLETING_REBALANCE:
+            for m in g.members.values():
+                m.assignment = b""
+                if m.awaiting_sync is not None:
+                    m.awaiting_sync.complete(error=RebalanceInProgressError(f"group {g.group_id!r} is rebalancing"))
+                    m.awaiting_sync = None
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+        delay = self.config.group_initial_rebalance_delay_ms
+        if g.state == EMPTY and delay > 0:
+            g.join_deadline, g.initial_deadline = now + delay, now + max(timeout, delay)
+        else:
+            g.join_deadline, g.initial_deadline = now + timeout, None
+        g.sync_deadline = None
+        g.pending_sync.clear()
+        log.info("group %s prepares rebalance (generation %d): %s", g.group_id, g.generation, reason)
+        g.transition(PREPARING_REBALANCE, now)
+
+    def _maybe_complete_join(self, g: GroupMetadata, now: int) -> None:
+        if g.state != PREPARING_REBALANCE:
+            return
+        if g.initial_deadline is not None:
+            if now >= g.join_deadline:
+                self._complete_join(g, now)
+        elif g.all_joined() or now >= g.join_deadline:
+            self._complete_join(g, now)
+
+    def _complete_join(self, g: GroupMetadata, now: int) -> None:
+        for m in list(g.members.values()):
+            if m.awaiting_join is None and m.group_instance_id is None:
+                self._remove(g, m.member_id, "did not rejoin before the rebalance timeout", now, rebalance=False)
+        g.initial_deadline = None
+        joined = [m for m in g.members.values() if m.awaiting_join is not None]
+        if g.members and g.leader not in {m.member_id for m in joined}:
+            if not joined:  # only static members that have not rejoined: wait another rebalance timeout
+                g.join_deadline = now + max(m.rebalance_timeout_ms for m in g.members.values())
+                return
+            g.leader = joined[0].member_id
+        g.generation += 1
+        if not g.members:
+            g.protocol = None
+            g.transition(EMPTY, now)
+            g.join_deadline = None
+            self._store(g, now)
+            return
+        g.protocol = g.select_protocol()
+        g.transition(COMPLETING_REBALANCE, now)
+        g.join_deadline = None
+        g.pending_sync = set(g.members)
+        g.sync_deadline = now + max(m.rebalance_timeout_ms for m in g.members.values())
+        for m in joined:
+            held, result = m.awaiting_join, self._join_result(g, m)
+            m.awaiting_join, m.is_new, m.last_heartbeat = None, False, now
+            if m.member_id != g.leader:  # a follower's SyncGroup carries nothing: it leaves with the answer
+                held.sync = m.awaiting_sync = Pending(m.member_id)
+                g.pending_sync.discard(m.member_id)
+            held.complete(result)
+
+    # --- SyncGroup ------------------------------------------------------------------------------
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
+                   protocol_name: str | None, assignments: dict[str, bytes] | None = None,
+                   group_instance_id: str | None = None) -> Pending:
+        with self._lock:
+            now = self.tick()
+            g = self._group(group_id)
+            member = self._member(g, member_id, group_instance_id)
+            if generation_id != g.generation:
+                raise IllegalGenerationError(f"generation {generation_id} of group {group_id!r} is not the current "
+                                             f"one ({g.generation})")
+            if (protocol_type is not None and protocol_type != g.protocol_type) or \
+                    (protocol_name is not None and protocol_name != g.protocol):
+                raise InconsistentGroupProtocolError(f"group {group_id!r} uses {g.protocol_type}/{g.protocol}")
+            if g.state == EMPTY:
+                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
+            if g.state == PREPARING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+            pending = Pending()
+            member.last_heartbeat = now
+            g.pending_sync.discard(member_id)
+            if g.state == STABLE:
+                pending.complete(member.assignment)
+                return pending
+            member.awaiting_sync = pending
+            if member_id == g.leader:
+                given = assignments or {}
+                for m in g.members.values():
+                    m.assignment = bytes(given.get(m.member_id, b""))
+                self._store(g, now)
+                g.transition(STABLE, now)
+                g.sync_deadline = None
+                for m in g.members.values():
+                    if m.awaiting_sync is not None:
+                        m.awaiting_sync.complete(m.assignment)
+                        m.awaiting_sync = None
+            return pending
+
+    # --- Heartbeat and LeaveGroup ---------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                  group_instance_id: str | None = None) -> None:
+        with self._lock:
+            now = self.tick()
+            g = self._group(group_id)
+            if g.state == EMPTY:
+                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
+            member = self._member(g, member_id, group_instance_id)
+            if generation_id != g.generation:
+                raise IllegalGenerationError(f"generation {generation_id} of group {group_id!r} is not the current "
+                                             f"one ({g.generation})")
+            member.last_heartbeat = now
+            if g.state == PREPARING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+
+    def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        with self._lock:
+            now = self.tick()
+            g = self._group(group_id)
+            if group_instance_id is not None and not member_id:
+                member_id = g.static_members.get(group_instance_id, "")
+            self._member(g, member_id, group_instance_id)
+            self._remove(g, member_id, "left the group", now)
+
+    def _remove(self, g: GroupMetadata, member_id: str, reason: str, now: int, rebalance: bool = True) -> None:
+        member = g.remove(member_id)
+        gone = UnknownMemberIdError(f"member {member_id} {reason}")
+        for held in (member.awaiting_join, member.awaiting_sync):
+            if held is not None:
+                held.complete(error=gone)
+        log.info("member %s of group %s %s", member_id, g.group_id, reason)
+        if not rebalance:
+            return
+        if g.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, now, f"{member_id} {reason}")
+        self._maybe_complete_join(g, now)
+
+    # --- time -----------------------------------------------------------------------------------
+    def tick(self) -> int:
+        """Apply every deadline that has passed: session expiries, rebalance and sync timeouts. The time."""
+        with self._lock:
+            now = self.clock.time_ms()
+            for g in list(self.groups.values()):
+                for m in list(g.members.values()):
+                    if not self._alive(m, now):
+                        self._remove(g, m.member_id, f"missed heartbeats for session_timeout_ms="
+                                                     f"{m.session_timeout_ms}", now)
+                if g.state == PREPARING_REBALANCE and g.join_deadline is not None and now >= g.join_deadline:
+                    self._complete_join(g, now)
+                if g.state == COMPLETING_REBALANCE and g.sync_deadline is not None and now >= g.sync_deadline:
+                    for member_id in sorted(g.pending_sync):
+                        self._remove(g, member_id, "did not sync before the rebalance timeout", now, rebalance=False)
+                    self._prepare_rebalance(g, now, "members did not sync in time")
+                    self._maybe_complete_join(g, now)
+            return now
+
+    @staticmethod
+    def _alive(m: MemberMetadata, now: int) -> bool:
+        if m.awaiting_join is not None:
+            return not m.is_new or m.last_heartbeat + NEW_MEMBER_JOIN_TIMEOUT_MS > now
+        if m.awaiting_sync is not None:
+            return True
+        return m.last_heartbeat + m.session_timeout_ms > now
+
+    def next_deadline(self) -> int | None:
+        """The earliest time at which `tick()` has something to do (None: nothing scheduled)."""
+        with self._lock:
+            times = []
+            for g in self.groups.values():
+                times += [t for t in (g.join_deadline, g.sync_deadline) if t is not None]
+                times += [m.last_heartbeat + m.session_timeout_ms for m in g.members.values()
+                          if m.awaiting_join is None and m.awaiting_sync is None]
+            return min(times, default=None)
+
+    # --- offsets --------------------------------------------------------------------------------
+    def commit_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata], member_id: str = "",
+                       generation_id: int = -1, group_instance_id: str | None = None) -> None:
+        """OffsetCommit: from a member of the current generation, or (generation -1) for a group with no members."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError(f"group id must be a non-empty str, got {group_id!r}")
+        with self._lock:
+            now = self.tick()
+            g = self.groups.get(group_id)
+            if g is None or g.state == DEAD:
+                if generation_id >= 0:
+                    raise IllegalGenerationError(f"group {group_id!r} has no generation {generation_id}")
+                g = self.groups[group_id] = GroupMetadata(group_id, now)
+            elif not (generation_id < 0 and g.state == EMPTY):
+                if generation_id < 0 and not member_id:
+                    raise UnknownMemberIdError(f"group {group_id!r} has active members: commit from a member (or "
+                                               f"wait until the group is empty)")
+                member = self._member(g, member_id, group_instance_id)
+                if g.state == COMPLETING_REBALANCE:
+                    raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+                if generation_id != g.generation:
+                    raise IllegalGenerationError(f"generation {generation_id} of group {group_id!r} is not the "
+                                                 f"current one ({g.generation})")
+                member.last_heartbeat = now
+            self._write_offsets(group_id, committed, now)
+
+    def _write_offsets(self, group_id: str, committed: dict, now: int, **batch) -> None:
+        rows = [(offsets.encode_key(group_id, tp), offsets.encode_value(om, now))
+                for tp, om in sorted(committed.items())]
+        if not rows:
+            return
+        p = offsets.partition(group_id)
+        written = self._log.append(p, rows, now, **batch)
+        if batch.get("transactional"):
+            self.offsets.apply_batch(p, written, written.records())  # pending until the marker
+        else:
+            self.offsets.put(group_id, {tp: CommitRecord(om, now) for tp, om in committed.items()})
+
+    def commit_transactional(self, group_id: str, committed: dict, producer_id: int, producer_epoch: int) -> None:
+        """TxnOffsetCommit: a transactional batch, applied when the transaction's COMMIT marker lands."""
+        with self._lock:
+            self._write_offsets(group_id, committed, self.clock.time_ms(), producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=0, transactional=True)
+
+    def fetch_offsets(self, group_id: str, partitions=None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """OffsetFetch: the group's committed offsets (all of them, or those of `partitions` that have one)."""
+        found = {tp: c.value for tp, c in self.offsets.offsets(group_id).items()}
+        return found if partitions is None else {tp: found[tp] for tp in partitions if tp in found}
+
+    def reset_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Set a group's offsets from outside it (kafka-consumer-groups.sh --reset-offsets): only while it is empty."""
+        with self._lock:
+            g = self.groups.get(group_id)
+            if g is not None and g.state not in (EMPTY, DEAD):
+                raise NonEmptyGroupError(f"group {group_id!r} has active members ({g.state}); stop them first")
+            self.commit_offsets(group_id, committed)
+
+    def expire_offsets(self) -> int:
+        """Tombstone offsets past offsets.retention.minutes, and empty groups left without offsets; the count."""
+        retention = self.config.offsets_retention_minutes * 60_000
+        with self._lock:
+            now = self.tick()
+            expired = 0
+            for group_id in sorted(set(self.offsets.groups()) | set(self.groups)):
+                g = self.groups.get(group_id)
+                if self.offsets.has_pending(group_id):
+                    continue
+                topics = self._subscribed_topics(g) if g is not None and g.state == STABLE else None
+                gone = [tp for tp, c in self.offsets.offsets(group_id).items()
+                        if self._expired(g, tp, c, topics, now, retention)]
+                if gone:
+                    rows = [(offsets.encode_key(group_id, tp), None) for tp in sorted(gone)]
+                    self._log.append(offsets.partition(group_id), rows, now)
+                    self.offsets.put(group_id, dict.fromkeys(gone))
+                    expired += len(gone)
+                if g is not None and g.state == EMPTY and not self.offsets.offsets(group_id):
+                    g.transition(DEAD, now)
+                    if g.generation > 0 or g.protocol_type:
+                        self._store(g, now, tombstone=True)
+                    del self.groups[group_id]
+            return expired
+
+    def _subscribed_topics(self, g: GroupMetadata) -> set[str] | None:
+        if g.protocol_type != consumer_protocol.PROTOCOL_TYPE or not g.protocol:
+            return None
+        topics: set[str] = set()
+        for m in g.members.values():
+            try:
+                topics.update(consumer_protocol.decode_subscription(m.metadata(g.protocol)).topics)
+            except Exception:  # noqa: BLE001 (a member's unreadable metadata: keep every offset of the group)
+                return None
+        return topics
+
+    @staticmethod
+    def _expired(g: GroupMetadata | None, tp: TopicPartition, c: CommitRecord, topics: set[str] | None, now: int,
+                 retention: int) -> bool:
+        if c.expire_timestamp >= 0:
+            return now >= c.expire_timestamp
+        if g is None or g.state == EMPTY:  # a consumer group counts from when it emptied, others from the commit
+            base = g.state_timestamp if g is not None and g.protocol_type else c.commit_timestamp
+            return now >= base + retention
+        if topics is not None and tp.topic not in topics:
+            return now >= c.commit_timestamp + retention
+        return False
+
+    # --- admin ----------------------------------------------------------------------------------
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, protocol type) of every group, offsets-only ones included."""
+        with self._lock:
+            self.tick()
+            ids = sorted(set(self.groups) | set(self.offsets.groups()))
+            return [(i, self.groups[i].state if i in self.groups else EMPTY,
+                     (self.groups[i].protocol_type or "") if i in self.groups else "") for i in ids]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        with self._lock:
+            self.tick()
+            g = self.groups.get(group_id)
+            if g is None:
+                if group_id in self.offsets.groups():
+                    return GroupDescription(group_id, EMPTY, "", "", 0, None, [])
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+            members = []
+            for m in g.members.values():
+                assigned = consumer_protocol.decode_assignment(m.assignment).partitions \
+                    if m.assignment and g.protocol_type == consumer_protocol.PROTOCOL_TYPE else []
+                members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                "client_id": m.client_id, "client_host": m.client_host, "assignment": assigned})
+            return GroupDescription(group_id, g.state, g.protocol_type or "", g.protocol or "", g.generation,
+                                    g.leader, members)

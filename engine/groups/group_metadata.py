@@ -1,0 +1,232 @@
+"""A group's membership, as the coordinator holds it and as `__consumer_offsets` stores it (Kafka's
+GroupMetadata and its GroupMetadataKey/GroupMetadataValue records).
+
+Byte layout (engine.record.schema encodings): key = `int16 2 | group string`; value = `int16 version |
+protocolType string | generation int32 | protocol nullable string | leader nullable string | currentStateTimestamp
+int64 (v2+) | members [memberId string | groupInstanceId nullable string (v3+) | clientId string | clientHost
+string | rebalanceTimeout int32 (v1+) | sessionTimeout int32 | subscription bytes | assignment bytes]`; version 4
+is flexible (compact strings, bytes and arrays, tagged fields). kafkalog writes version 3 and reads 0-4. A null
+value (tombstone) means the group is gone. The group record sits in the group's `__consumer_offsets` partition
+beside its offset commits.
+Crash policy: written when a generation's assignment is complete, when the group empties, when a static member
+is replaced, and (a tombstone) when an empty group's last offset expires; the last record wins on load.
+Thread-safety: GroupMetadata is guarded by the coordinator's lock.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from engine.common.errors import CorruptRecordError, KafkaError
+from engine.record.schema import Reader, Writer
+
+KEY_VERSION, VALUE_VERSION = 2, 3
+EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
+    "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class Pending:
+    """A response the coordinator completes later (a JoinGroup or SyncGroup held until the rebalance moves on)."""
+
+    def __init__(self, member_id: str = "") -> None:
+        self.member_id = member_id  # a JoinGroup's member id, known before the join completes (as KIP-394)
+        self.sync: Pending | None = None  # a follower's SyncGroup, sent with its JoinGroup's answer
+        self.event = threading.Event()
+        self.value = None
+        self.error: KafkaError | None = None
+
+    def complete(self, value=None, error: KafkaError | None = None) -> None:
+        if not self.event.is_set():
+            self.value, self.error = value, error
+            self.event.set()
+
+    @property
+    def done(self) -> bool:
+        return self.event.is_set()
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class JoinResult(NamedTuple):
+    member_id: str
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader_id: str
+    members: list[tuple[str, str | None, bytes]]  # (member id, group instance id, metadata): the leader's only
+    skip_assignment: bool = False  # a static leader rejoining a stable group keeps the current assignment
+
+
+class MemberRecord(NamedTuple):
+    """One member as the group record stores it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+class GroupRecord(NamedTuple):
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: list[MemberRecord]
+
+
+class MemberMetadata:
+    """A member: its identity, timeouts, the protocols it supports, its assignment, and any held response."""
+
+    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                 rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                 protocols: list[tuple[str, bytes]], now: int) -> None:
+        self.member_id, self.group_instance_id = member_id, group_instance_id
+        self.client_id, self.client_host = client_id, client_host
+        self.rebalance_timeout_ms, self.session_timeout_ms = rebalance_timeout_ms, session_timeout_ms
+        self.protocol_type, self.protocols = protocol_type, protocols
+        self.assignment = b""
+        self.awaiting_join: Pending | None = None
+        self.awaiting_sync: Pending | None = None
+        self.is_new = False
+        self.last_heartbeat = now
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        raise KeyError(protocol)
+
+    def vote(self, candidates: set[str]) -> str:
+        """This member's first preference among `candidates`."""
+        return next(name for name, _ in self.protocols if name in candidates)
+
+
+class GroupMetadata:
+    """A group: state, generation, protocol, leader and members (in join order)."""
+
+    def __init__(self, group_id: str, now: int, state: str = EMPTY) -> None:
+        self.group_id = group_id
+        self.state = state
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.generation = 0
+        self.leader: str | None = None
+        self.members: dict[str, MemberMetadata] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        self.pending_sync: set[str] = set()
+        self.state_timestamp = now
+        self.join_deadline: int | None = None
+        self.initial_deadline: int | None = None  # the cap of the initial rebalance delay
+        self.sync_deadline: int | None = None
+
+    def transition(self, state: str, now: int) -> None:
+        self.state, self.state_timestamp = state, now
+
+    def add(self, member: MemberMetadata) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        if self.leader is None:
+            self.leader = member.member_id
+
+    def remove(self, member_id: str) -> MemberMetadata:
+        member = self.members.pop(member_id)
+        if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
+        self.pending_sync.discard(member_id)
+        if self.leader == member_id:
+            self.leader = next(iter(self.members), None)
+        return member
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        return self.protocol_type == protocol_type and bool({n for n, _ in protocols} & self.candidate_protocols())
+
+    def select_protocol(self) -> str:
+        """The candidate with most first-preference votes (ties: the earliest in the first member's preference)."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = m.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        order = [name for name, _ in next(iter(self.members.values())).protocols]
+        return max(votes, key=lambda name: (votes[name], -order.index(name)))
+
+    def all_joined(self) -> bool:
+        return all(m.awaiting_join is not None for m in self.members.values())
+
+    def record(self) -> GroupRecord:
+        return GroupRecord(self.protocol_type or "", self.generation, self.protocol, self.leader,
+                           self.state_timestamp, [
+                               MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                            m.rebalance_timeout_ms, m.session_timeout_ms,
+                                            m.metadata(self.protocol) if self.protocol else b"", m.assignment)
+                               for m in self.members.values()])
+
+
+def encode_key(group_id: str) -> bytes:
+    return Writer().int(16, KEY_VERSION).string(group_id).done()
+
+
+def decode_key(data) -> str | None:
+    """The group of a group-metadata key; None for other record kinds."""
+    r = Reader(data, "group metadata key")
+    if r.int(16, "key version") != KEY_VERSION:
+        return None
+    group = r.string("group")
+    r.end()
+    return group
+
+
+def encode_value(g: GroupRecord) -> bytes:
+    w = (Writer().int(16, VALUE_VERSION).string(g.protocol_type).int(32, g.generation).string(g.protocol)
+         .string(g.leader).int(64, g.current_state_timestamp).count(len(g.members)))
+    for m in g.members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
+         .int(32, m.rebalance_timeout_ms).int(32, m.session_timeout_ms).bytes(m.subscription).bytes(m.assignment))
+    return w.done()
+
+
+def decode_value(data) -> GroupRecord:
+    r = Reader(data, "group metadata value")
+    version = r.int(16, "value version")
+    if not 0 <= version <= 4:
+        raise CorruptRecordError(f"group metadata value version {version} is not in [0, 4]")
+    flex = version >= 4
+    protocol_type = r.string("protocolType", flex)
+    generation = r.int(32, "generation")
+    protocol = r.string("protocol", flex, nullable=True)
+    leader = r.string("leader", flex, nullable=True)
+    timestamp = r.int(64, "currentStateTimestamp") if version >= 2 else -1
+    members = []
+    for _ in range(r.count("members", flex) or 0):
+        member_id = r.string("memberId", flex)
+        instance = r.string("groupInstanceId", flex, nullable=True) if version >= 3 else None
+        client_id, host = r.string("clientId", flex), r.string("clientHost", flex)
+        rebalance = r.int(32, "rebalanceTimeout") if version >= 1 else -1
+        session = r.int(32, "sessionTimeout")
+        subscription, assignment = r.bytes("subscription", flex), r.bytes("assignment", flex)
+        if flex:
+            r.tagged()
+        members.append(MemberRecord(member_id, instance, client_id, host, rebalance, session, subscription,
+                                    assignment))
+    if flex:
+        r.tagged()
+    r.end()
+    return GroupRecord(protocol_type, generation, protocol, leader, timestamp, members)

@@ -1,0 +1,134 @@
+"""`kafkalog groups`: kafka-consumer-groups.sh over a log directory: list groups, describe one (members,
+assignment, committed offset, log end offset and lag per partition), reset an empty group's offsets.
+
+Opens the directory with `engine.open` (holding its lock while it runs); prints Kafka's column layout, or one
+JSON document with `--json`. --reset-offsets prints the plan and applies it only with --execute, as Kafka's tool.
+"""
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+
+import engine
+from engine.common.errors import InvalidConfigurationError
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.tools.admin import _table
+from engine.tools.output import Output
+
+
+def add_groups(sub) -> None:
+    p = sub.add_parser("groups", help="list, describe and reset consumer groups (kafka-consumer-groups.sh)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="every group id")
+    action.add_argument("--describe", action="store_true", help="members, offsets and lag of --group")
+    action.add_argument("--reset-offsets", action="store_true", help="set --group's offsets (the group must be empty)")
+    p.add_argument("--group", help="the group (--describe, --reset-offsets)")
+    p.add_argument("--topic", action="append", help="topic, or topic:p1,p2 (--reset-offsets; default: the group's)")
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss, local time unless it ends with Z or an offset")
+    p.add_argument("--execute", action="store_true", help="apply the reset (without it: a dry run)")
+    p.set_defaults(func=groups)
+
+
+def groups(args: argparse.Namespace, out: Output) -> int:
+    with engine.open(args.data) as eng:
+        coordinator = eng.groups
+        if args.list:
+            rows = [{"group": g, "state": state, "protocolType": ptype} for g, state, ptype in coordinator.list_groups()]
+            out.result(rows, "\n".join(r["group"] for r in rows))
+            return 0
+        if not args.group:
+            raise InvalidConfigurationError("--describe and --reset-offsets need --group")
+        if args.describe:
+            return _describe(eng, args.group, out)
+        return _reset(eng, args, out)
+
+
+def _describe(eng, group_id: str, out: Output) -> int:
+    d = eng.groups.describe_group(group_id)
+    owner = {tp: m for m in d.members for tp in m["assignment"]}
+    committed = eng.groups.fetch_offsets(group_id)
+    rows = []
+    for tp in sorted(set(owner) | set(committed)):
+        leo = eng.partition(tp.topic, tp.partition).high_watermark
+        current = committed.get(tp)
+        m = owner.get(tp, {})
+        rows.append({"group": group_id, "topic": tp.topic, "partition": tp.partition,
+                     "currentOffset": None if current is None else current.offset, "logEndOffset": leo,
+                     "lag": None if current is None else leo - current.offset,
+                     "consumerId": m.get("member_id"), "host": m.get("client_host"), "clientId": m.get("client_id")})
+    members = [{k: (v if k != "assignment" else [f"{tp.topic}-{tp.partition}" for tp in v]) for k, v in m.items()}
+               for m in d.members]
+    text = f"Consumer group '{group_id}' is {d.state} (generation {d.generation}, protocol {d.protocol or '-'}, " \
+           f"{len(d.members)} member(s)).\n\n" + _table(
+               ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                "CLIENT-ID"],
+               [[r["group"], r["topic"], r["partition"], _dash(r["currentOffset"]), r["logEndOffset"], _dash(r["lag"]),
+                 _dash(r["consumerId"]), _dash(r["host"]), _dash(r["clientId"])] for r in rows])
+    out.result({"group": group_id, "state": d.state, "generation": d.generation, "protocol": d.protocol,
+                "leader": d.leader, "members": members, "partitions": rows}, text)
+    return 0
+
+
+def _dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _targets(eng, args) -> list[TopicPartition]:
+    if not args.topic:
+        found = sorted(eng.groups.fetch_offsets(args.group))
+        if not found:
+            raise InvalidConfigurationError(f"group {args.group!r} has no committed offsets: name --topic")
+        return found
+    out = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        try:
+            ids = [int(p) for p in parts.split(",")] if parts else list(range(eng.partitions_for(topic)))
+        except ValueError:
+            raise InvalidConfigurationError(f"--topic takes topic or topic:p1,p2, got {spec!r}") from None
+        for p in ids:
+            eng.partition(topic, p)  # raises for an unknown partition
+            out.append(TopicPartition(topic, p))
+    return out
+
+
+def _timestamp(text: str) -> int:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidConfigurationError(f"--to-datetime takes YYYY-MM-DDTHH:mm:SS.sss, got {text!r}") from None
+    return int(when.timestamp() * 1000)
+
+
+def _reset(eng, args, out: Output) -> int:
+    if not (args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime):
+        raise InvalidConfigurationError("--reset-offsets needs --to-earliest, --to-latest, --to-offset or "
+                                        "--to-datetime")
+    plan: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp in _targets(eng, args):
+        part = eng.partition(tp.topic, tp.partition)
+        low, high = part.log_start_offset, part.high_watermark
+        if args.to_earliest:
+            target = low
+        elif args.to_latest:
+            target = high
+        elif args.to_offset is not None:
+            target = min(max(args.to_offset, low), high)  # Kafka's tool clamps to the partition's range
+        else:
+            found = part.offset_for_timestamp(_timestamp(args.to_datetime))
+            target = high if found is None else found[1]
+        plan[tp] = OffsetAndMetadata(target)
+    if args.execute:
+        eng.groups.reset_offsets(args.group, plan)
+    rows = [{"group": args.group, "topic": tp.topic, "partition": tp.partition, "newOffset": om.offset}
+            for tp, om in sorted(plan.items())]
+    text = _table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+                  [[r["group"], r["topic"], r["partition"], r["newOffset"]] for r in rows])
+    if not args.execute:
+        text += "\n\n(dry run: add --execute to apply)"
+    out.result({"executed": args.execute, "offsets": rows}, text)
+    return 0

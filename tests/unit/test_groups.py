@@ -1,0 +1,787 @@
+"""Consumer groups: Kafka's assignors, the group coordinator's lifecycle, static membership, committed offsets in
+`__consumer_offsets`, and consumers sharing a topic end to end."""
+from __future__ import annotations
+
+import os
+import random
+import struct
+import threading
+import time
+
+import pytest
+
+import engine
+from engine.clients.consumer_coordinator import ConsumerRebalanceListener
+from engine.common.clock import ManualClock
+from engine.common.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidConfigurationError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata
+from engine.common.structs import TopicPartition as TP
+from engine.groups import assignors as asg
+from engine.groups import consumer_protocol as cp
+from engine.groups import group_metadata, offsets
+from engine.groups.group_metadata import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE
+from engine.record.schema import partition_for
+
+FAST = {"group_min_session_timeout_ms": 50}
+
+
+def names(assignment: dict) -> dict[str, set[str]]:
+    return {m: {f"{tp.topic}p{tp.partition}" for tp in tps} for m, tps in assignment.items()}
+
+
+def sub(*topics, **kw) -> cp.Subscription:
+    return cp.Subscription(list(topics), **kw)
+
+
+# --- Kafka's documented assignments ---------------------------------------------------------------------------
+def test_range_assignor_javadoc_examples():
+    four = asg.RangeAssignor().assign({"t0": 4, "t1": 4}, {"C0": sub("t0", "t1"), "C1": sub("t0", "t1")})
+    assert names(four) == {"C0": {"t0p0", "t0p1", "t1p0", "t1p1"}, "C1": {"t0p2", "t0p3", "t1p2", "t1p3"}}
+    three = asg.RangeAssignor().assign({"t0": 3, "t1": 3}, {"C0": sub("t0", "t1"), "C1": sub("t0", "t1")})
+    assert names(three) == {"C0": {"t0p0", "t0p1", "t1p0", "t1p1"}, "C1": {"t0p2", "t1p2"}}
+
+
+def test_roundrobin_assignor_javadoc_examples():
+    same = asg.RoundRobinAssignor().assign({"t0": 3, "t1": 3}, {"C0": sub("t0", "t1"), "C1": sub("t0", "t1")})
+    assert names(same) == {"C0": {"t0p0", "t0p2", "t1p1"}, "C1": {"t0p1", "t1p0", "t1p2"}}
+    unequal = asg.RoundRobinAssignor().assign(
+        {"t0": 1, "t1": 2, "t2": 3}, {"C0": sub("t0"), "C1": sub("t0", "t1"), "C2": sub("t0", "t1", "t2")})
+    assert names(unequal) == {"C0": {"t0p0"}, "C1": {"t1p0"}, "C2": {"t1p1", "t2p0", "t2p1", "t2p2"}}
+
+
+def test_static_members_are_ordered_by_instance_id():
+    subs = {"a": sub("t", group_instance_id="z"), "b": sub("t", group_instance_id="y"), "c": sub("t")}
+    assert asg.member_order(subs) == ["b", "a", "c"]
+    assert names(asg.RangeAssignor().assign({"t": 3}, subs)) == {"b": {"tp0"}, "a": {"tp1"}, "c": {"tp2"}}
+
+
+def sticky_rounds(cls, partitions: dict, rounds: list[dict[str, list[str]]]) -> list[dict]:
+    """Run rebalances as members would: each member's assignor sends its user data and learns its assignment."""
+    members: dict[str, asg.AbstractStickyAssignor] = {}
+    owned: dict[str, list] = {}
+    out = []
+    for generation, topics_by_member in enumerate(rounds, 1):
+        members = {m: members.get(m) or cls() for m in topics_by_member}
+        subs = {m: cp.Subscription(t, members[m].subscription_user_data(set(t)),
+                                   owned.get(m, []) if cls is asg.CooperativeStickyAssignor else [], generation - 1)
+                for m, t in topics_by_member.items()}
+        # the leader decodes what the members encoded
+        subs = {m: cp.decode_subscription(cp.encode_subscription(s)) for m, s in subs.items()}
+        result = cls().assign(partitions, subs)
+        for m in topics_by_member:
+            members[m].on_assignment(cp.Assignment(result[m]), ConsumerGroupMetadata("g", generation, m))
+            owned[m] = result[m]
+        out.append(names(result))
+    return out
+
+
+def test_sticky_assignor_javadoc_examples_with_todays_algorithm():
+    every = [f"t{i}" for i in range(4)]
+    first, second = sticky_rounds(asg.StickyAssignor, {t: 2 for t in every},
+                                  [{"C0": every, "C1": every, "C2": every}, {"C0": every, "C2": every}])
+    assert first == {"C0": {"t0p0", "t1p1", "t3p0"}, "C1": {"t0p1", "t2p0", "t3p1"}, "C2": {"t1p0", "t2p1"}}
+    assert second == {"C0": {"t0p0", "t1p1", "t3p0", "t0p1"}, "C2": {"t1p0", "t2p1", "t2p0", "t3p1"}}
+    unequal = {"C0": ["t0"], "C1": ["t0", "t1"], "C2": ["t0", "t1", "t2"]}
+    first, second = sticky_rounds(asg.StickyAssignor, {"t0": 1, "t1": 2, "t2": 3},
+                                  [unequal, {m: t for m, t in unequal.items() if m != "C0"}])
+    assert first == {"C0": {"t0p0"}, "C1": {"t1p0", "t1p1"}, "C2": {"t2p0", "t2p1", "t2p2"}}
+    assert second == {"C1": {"t1p0", "t1p1", "t0p0"}, "C2": {"t2p0", "t2p1", "t2p2"}}
+
+
+def test_cooperative_sticky_moves_a_partition_in_two_rounds():
+    owned = {"consumer1": [TP("T0", 0), TP("T0", 2)], "consumer2": [TP("T0", 1)], "consumer3": []}
+    subs = {m: sub("T0", owned_partitions=tps, generation_id=1 if tps else -1) for m, tps in owned.items()}
+    first = asg.CooperativeStickyAssignor().assign({"T0": 3}, subs)
+    assert names(first) == {"consumer1": {"T0p0"}, "consumer2": {"T0p1"}, "consumer3": set()}
+    subs = {m: sub("T0", owned_partitions=first[m], generation_id=2) for m in owned}
+    second = asg.CooperativeStickyAssignor().assign({"T0": 3}, subs)
+    assert names(second) == {"consumer1": {"T0p0"}, "consumer2": {"T0p1"}, "consumer3": {"T0p2"}}
+
+
+def test_sticky_assignors_stay_balanced_and_complete_on_random_groups():
+    rng = random.Random(7)
+    for _ in range(60):
+        partitions = {f"t{i}": rng.randint(1, 5) for i in range(rng.randint(1, 4))}
+        members = {f"m{i}": rng.sample(sorted(partitions), rng.randint(1, len(partitions)))
+                   for i in range(rng.randint(1, 5))}
+        for cls in (asg.StickyAssignor, asg.CooperativeStickyAssignor, asg.RangeAssignor, asg.RoundRobinAssignor):
+            result = cls().assign(partitions, {m: sub(*t) for m, t in members.items()})
+            flat = [tp for tps in result.values() for tp in tps]
+            assert len(flat) == len(set(flat))  # nobody shares a partition
+            subscribed = {TP(t, p) for ts in members.values() for t in ts for p in range(partitions[t])}
+            assert set(flat) == subscribed  # every subscribed partition has an owner
+            assert all(tp.topic in members[m] for m, tps in result.items() for tp in tps)
+
+
+def test_resolving_partition_assignment_strategy():
+    class Mine(asg.ConsumerPartitionAssignor):
+        name = "mine"
+    got = asg.resolve(["cooperative-sticky", Mine, asg.RangeAssignor(),
+                       "org.apache.kafka.clients.consumer.RoundRobinAssignor"])
+    assert [a.name for a in got] == ["cooperative-sticky", "mine", "range", "roundrobin"]
+    assert asg.rebalance_protocol(asg.resolve(asg.DEFAULT_STRATEGY)) == asg.EAGER  # range is eager only
+    assert asg.rebalance_protocol(asg.resolve("cooperative-sticky")) == asg.COOPERATIVE
+
+
+# --- hashing and records ----------------------------------------------------------------------------------
+def _java_hash_by_hand(s: str) -> int:
+    """Java's String.hashCode computed from its definition, over UTF-16 code units (independent of engine code)."""
+    units = []
+    for ch in s:
+        cp_ = ord(ch)
+        if cp_ >= 0x10000:
+            cp_ -= 0x10000
+            units += [0xD800 + (cp_ >> 10), 0xDC00 + (cp_ & 0x3FF)]
+        else:
+            units.append(cp_)
+    h = 0
+    for u in units:
+        h = (h * 31 + u) % (1 << 32)
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_group_partition_is_abs_java_hash_mod_50():
+    assert offsets.partition("consumerGroupId") == 20  # the seed's example
+    assert partition_for("polygenelubricants", 50) == 0  # hashCode is Integer.MIN_VALUE; Utils.abs gives 0
+    for gid in ("grüppe", "组-消费者", "emoji-\U0001F600", "a" * 40):
+        expected = _java_hash_by_hand(gid)
+        assert offsets.partition(gid) == (0 if expected == -(1 << 31) else abs(expected)) % 50
+
+
+class _Bytes:
+    """An independent reader of Kafka's non-flexible message schemas, for the tests."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = bytes(data), 0
+
+    def take(self, fmt: str):
+        (v,) = struct.unpack_from(">" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize(">" + fmt)
+        return v
+
+    def string(self):
+        n = self.take("h")
+        if n < 0:
+            return None
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def blob(self):
+        n = self.take("i")
+        if n < 0:
+            return None
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def array(self, item):
+        return [item() for _ in range(self.take("i"))]
+
+
+def _decode_topic_partitions(r: _Bytes) -> list[tuple[str, list[int]]]:
+    return r.array(lambda: (r.string(), r.array(lambda: r.take("i"))))
+
+
+def independent_group_value(data: bytes) -> dict:
+    """GroupMetadataValue v3 (group-coordinator/src/main/resources/common/message/GroupMetadataValue.json)."""
+    r = _Bytes(data)
+    out = {"version": r.take("h"), "protocolType": r.string(), "generation": r.take("i"), "protocol": r.string(),
+           "leader": r.string(), "currentStateTimestamp": r.take("q")}
+    out["members"] = r.array(lambda: {"memberId": r.string(), "groupInstanceId": r.string(), "clientId": r.string(),
+                                      "clientHost": r.string(), "rebalanceTimeout": r.take("i"),
+                                      "sessionTimeout": r.take("i"), "subscription": r.blob(),
+                                      "assignment": r.blob()})
+    assert r.pos == len(r.data)
+    return out
+
+
+def independent_subscription(data: bytes) -> dict:
+    r = _Bytes(data)
+    out = {"version": r.take("h"), "topics": r.array(r.string), "userData": r.blob(),
+           "ownedPartitions": _decode_topic_partitions(r), "generationId": r.take("i"), "rackId": r.string()}
+    assert r.pos == len(r.data)
+    return out
+
+
+def independent_assignment(data: bytes) -> dict:
+    r = _Bytes(data)
+    out = {"version": r.take("h"), "assignedPartitions": _decode_topic_partitions(r), "userData": r.blob()}
+    assert r.pos == len(r.data)
+    return out
+
+
+def independent_offset_record(key: bytes, value: bytes | None):
+    r = _Bytes(key)
+    version = r.take("h")
+    if version == 2:
+        return ("group", r.string(), None if value is None else independent_group_value(value))
+    assert version == 1
+    k = (r.string(), r.string(), r.take("i"))
+    if value is None:
+        return ("offset", k, None)
+    v = _Bytes(value)
+    val = {"version": v.take("h"), "offset": v.take("q"), "leaderEpoch": v.take("i"), "metadata": v.string(),
+           "commitTimestamp": v.take("q")}
+    assert v.pos == len(v.data)
+    return ("offset", k, val)
+
+
+def offsets_records(eng, group_id: str) -> list:
+    part = eng.internal_partition(offsets.TOPIC, offsets.partition(group_id))
+    lg = part.log
+    out = []
+    for _, batch in lg.batches(lg.log_start_offset, lg.log_end_offset):
+        if not batch.is_control:
+            out += [independent_offset_record(bytes(r.key), None if r.value is None else bytes(r.value))
+                    for r in batch.records()]
+    return out
+
+
+# --- the coordinator on a manual clock --------------------------------------------------------------------
+class Member:
+    """A test double of a consumer talking to the coordinator directly (no threads)."""
+
+    def __init__(self, coordinator, name: str, topics=("t",), instance: str | None = None, session: int = 10_000,
+                 rebalance: int = 30_000, strategy: str = "range") -> None:
+        self.c, self.name, self.topics, self.instance = coordinator, name, list(topics), instance
+        self.session, self.rebalance, self.strategy = session, rebalance, strategy
+        self.member_id, self.generation, self.assignment = "", -1, []
+        self.pending = None
+
+    def join(self):
+        meta = cp.encode_subscription(cp.Subscription(self.topics))
+        self.pending = self.c.join_group("g", self.member_id, self.name, "consumer", [(self.strategy, meta)],
+                                         self.session, self.rebalance, self.instance)
+        self.member_id = self.pending.member_id
+        return self.pending
+
+    def sync(self, partitions: dict[str, int]):
+        result = self.pending.result()
+        self.generation = result.generation_id
+        given = None
+        if result.members and not result.skip_assignment:
+            subs = {m: cp.decode_subscription(meta)._replace(group_instance_id=i) for m, i, meta in result.members}
+            plan = asg.resolve(result.protocol_name)[0].assign(partitions, subs)
+            given = {m: cp.encode_assignment(cp.Assignment(tps)) for m, tps in plan.items()}
+        return self.c.sync_group("g", self.generation, self.member_id, "consumer", result.protocol_name, given,
+                                 self.instance)
+
+
+def settle(members: list[Member], partitions: dict[str, int]) -> None:
+    """Every member joins; once all joins complete, all sync (the leader last, as a slow leader would)."""
+    pendings = [m.join() for m in members]
+    assert all(p.done for p in pendings)
+    syncs = [m.sync(partitions) for m in sorted(members, key=lambda m: m.pending.value.leader_id == m.member_id)]
+    for m, s in zip(sorted(members, key=lambda m: m.pending.value.leader_id == m.member_id), syncs):
+        m.assignment = cp.decode_assignment(s.result()).partitions if s.result() else []
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=6)
+        yield e.groups, clock, e
+
+
+def test_a_join_storm_makes_one_generation_with_every_member(coordinator):
+    c, clock, _ = coordinator
+    first = Member(c, "m0")
+    settle([first], {"t": 6})
+    assert c.groups["g"].state == STABLE and c.groups["g"].generation == 1 and first.assignment
+    storm = [first] + [Member(c, f"m{i}") for i in range(1, 8)]
+    pend = [m.join() for m in storm[1:]]  # the newcomers wait: the group is preparing a rebalance
+    assert not any(p.done for p in pend) and c.groups["g"].state == PREPARING_REBALANCE
+    with pytest.raises(RebalanceInProgressError):
+        c.heartbeat("g", first.member_id, 1)
+    settle(storm, {"t": 6})
+    g = c.groups["g"]
+    assert g.state == STABLE and g.generation == 2 and g.leader == first.member_id  # the first joiner leads
+    owned = [tp for m in storm for tp in m.assignment]
+    assert sorted(owned) == [TP("t", p) for p in range(6)]
+    assert all(m.member_id.startswith(m.name + "-") and len(m.member_id) == len(m.name) + 37 for m in storm)
+
+
+def test_a_silent_member_is_evicted_after_its_session_timeout(coordinator):
+    c, clock, _ = coordinator
+    a, b = Member(c, "a", session=6000), Member(c, "b", session=6000)
+    settle([a], {"t": 6})
+    b.join()
+    settle([a, b], {"t": 6})
+    generation = c.groups["g"].generation
+    clock.advance(5999)
+    c.heartbeat("g", a.member_id, generation)
+    c.tick()
+    assert b.member_id in c.groups["g"].members  # exactly at its deadline minus one: still alive
+    clock.advance(1)
+    c.tick()
+    g = c.groups["g"]
+    assert b.member_id not in g.members and g.state == PREPARING_REBALANCE
+    with pytest.raises(UnknownMemberIdError):
+        c.heartbeat("g", b.member_id, generation)
+    settle([a], {"t": 6})
+    assert len(a.assignment) == 6 and c.groups["g"].generation == generation + 1
+
+
+def test_the_leader_leaving_elects_another_and_a_rebalance_drops_members_that_do_not_rejoin(coordinator):
+    c, clock, _ = coordinator
+    a, b, d = (Member(c, n, session=30_000, rebalance=20_000) for n in "abd")
+    settle([a], {"t": 6})
+    b.join(), d.join()
+    settle([a, b, d], {"t": 6})
+    c.leave_group("g", a.member_id)
+    g = c.groups["g"]
+    assert g.leader == b.member_id and g.state == PREPARING_REBALANCE
+    b.join()  # d never rejoins: the rebalance completes without it at the rebalance timeout
+    clock.advance(19_999)
+    c.tick()
+    assert not b.pending.done
+    clock.advance(1)
+    c.tick()
+    assert b.pending.done and d.member_id not in g.members and g.state == COMPLETING_REBALANCE
+    with pytest.raises(UnknownMemberIdError):
+        c.sync_group("g", g.generation, d.member_id, "consumer", "range")
+
+
+def test_protocol_votes_and_errors(coordinator):
+    c, clock, _ = coordinator
+    meta = cp.encode_subscription(cp.Subscription(["t"]))
+    j1 = c.join_group("g", "", "a", "consumer", [("roundrobin", meta), ("range", meta)], 10_000, 10_000)
+    with pytest.raises(InconsistentGroupProtocolError):
+        c.join_group("g", "", "x", "consumer", [("sticky", meta)], 10_000, 10_000)
+    with pytest.raises(InconsistentGroupProtocolError):
+        c.join_group("g", "", "x", "connect", [("range", meta)], 10_000, 10_000)
+    with pytest.raises(InvalidSessionTimeoutError):
+        c.join_group("g", "", "x", "consumer", [("range", meta)], 10, 10_000)
+    assert j1.done
+    j1b = c.join_group("g", j1.member_id, "a", "consumer", [("roundrobin", meta), ("range", meta)], 10_000, 10_000)
+    j2 = c.join_group("g", "", "b", "consumer", [("range", meta), ("roundrobin", meta)], 10_000, 10_000)
+    j3 = c.join_group("g", "", "c", "consumer", [("range", meta)], 10_000, 10_000)
+    assert not j2.done
+    c.join_group("g", j1.member_id, "a", "consumer", [("roundrobin", meta), ("range", meta)], 10_000, 10_000)
+    assert j2.done and j3.done and j1b.done  # the replaced JoinGroup is answered too
+    assert j2.result().protocol_name == "range"  # 2 votes to 1, and "range" is the only common one with c
+    with pytest.raises(IllegalGenerationError):
+        c.heartbeat("g", j2.member_id, 99)
+
+
+# --- consumers, end to end ------------------------------------------------------------------------------
+class Recorder(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set]] = []
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", set(assigned)))
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", set(lost)))
+
+
+def produce(e, topic: str, n: int, start: int = 0) -> None:
+    with e.producer() as p:
+        for i in range(start, start + n):
+            p.send(topic, key=b"%d" % i, value=b"%d" % i)
+
+
+def poll_until(consumers, done, timeout_s: float = 20.0, poll_ms: int = 50):
+    end = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < end, "the group did not settle"
+        for c in consumers:
+            c.poll(poll_ms)
+
+
+def test_cooperative_rebalance_revokes_only_what_moves(tmp_path):
+    # consumer1 and consumer2 form the group together (an initial delay), so the seed's starting point follows
+    with engine.open(tmp_path, group_config={**FAST, "group_initial_rebalance_delay_ms": 300}) as e:
+        e.create_topic("T0", partitions=3)
+        listeners = {n: Recorder() for n in ("consumer1", "consumer2", "consumer3")}
+        cfg = dict(group_id="g", partition_assignment_strategy="cooperative-sticky", session_timeout_ms=3000,
+                   heartbeat_interval_ms=100, auto_offset_reset="earliest")
+        c1, c2 = (e.consumer(client_id=n, **cfg) for n in ("consumer1", "consumer2"))
+        c1.subscribe(["T0"], listener=listeners["consumer1"])
+        c2.subscribe(["T0"], listener=listeners["consumer2"])
+        poll_until([c1, c2], lambda: c1.assignment() | c2.assignment() == {TP("T0", p) for p in range(3)}
+                   and e.groups.describe_group("g").state == STABLE)
+        assert c1.assignment() == {TP("T0", 0), TP("T0", 2)} and c2.assignment() == {TP("T0", 1)}
+        produce(e, "T0", 30)
+        seen2 = []
+        c3 = e.consumer(client_id="consumer3", **cfg)
+        c3.subscribe(["T0"], listener=listeners["consumer3"])
+        before = len(listeners["consumer2"].events)
+        end = time.monotonic() + 20
+        while not c3.assignment():
+            assert time.monotonic() < end
+            for c in (c1, c2, c3):
+                got = c.poll(50)
+                if c is c2:
+                    seen2 += [r.offset for rs in got.values() for r in rs]
+            assert TP("T0", 1) in c2.assignment()  # consumer2 never stops owning (and reading) p1
+        assert c3.assignment() == {TP("T0", 2)} and c1.assignment() == {TP("T0", 0)}
+        assert ("revoked", {TP("T0", 2)}) in listeners["consumer1"].events  # the first round revokes only p2
+        assert all(parts == set() for _, parts in listeners["consumer2"].events[before:])  # nothing moved for it
+        assert seen2 == list(range(e.partition("T0", 1).high_watermark))  # p1's records, read during the rebalance
+        for c in (c1, c2, c3):
+            c.close()
+
+
+def test_three_consumers_share_six_partitions_while_one_joins_and_one_leaves(tmp_path):
+    total = 3000
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("events", partitions=6)
+        produce(e, "events", total // 2)
+        seen: list[bytes] = []
+        lock = threading.Lock()
+        stop = {}
+        errors = []
+
+        def run(name: str, gate: threading.Event | None = None):
+            try:
+                with e.consumer("events", group_id="billing", client_id=name, auto_offset_reset="earliest",
+                                enable_auto_commit=False, session_timeout_ms=5000, heartbeat_interval_ms=100,
+                                max_poll_records=50) as c:
+                    while len(seen) < total and not stop.get(name):
+                        got = c.poll(100)
+                        with lock:
+                            seen.extend(r.value for rs in got.values() for r in rs)
+                        if got:
+                            c.commit()
+                        time.sleep(0.002)
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        threads = {n: threading.Thread(target=run, args=(n,)) for n in ("c0", "c1", "c2")}
+        for t in threads.values():
+            t.start()
+        while len(seen) < total // 4:
+            time.sleep(0.01)
+        threads["c3"] = threading.Thread(target=run, args=("c3",))
+        threads["c3"].start()
+        produce(e, "events", total // 2, start=total // 2)
+        while len(seen) < (3 * total) // 4:
+            time.sleep(0.01)
+        stop["c1"] = True  # c1 leaves (close(): LeaveGroup)
+        threads["c1"].join(30)
+        for t in threads.values():
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads.values())
+        assert sorted(seen) == sorted(b"%d" % i for i in range(total))  # every record exactly once
+        committed = {p: e.committed("billing", TP("events", p)).offset for p in range(6)}
+        assert committed == {p: e.partition("events", p).high_watermark for p in range(6)}
+    with engine.open(tmp_path, group_config=FAST) as e:  # a restart resumes from the commits
+        produce(e, "events", 60, start=total)
+        later: list[bytes] = []
+        with e.consumer("events", group_id="billing", auto_offset_reset="earliest", session_timeout_ms=5000,
+                        heartbeat_interval_ms=100) as c:
+            end = time.monotonic() + 20
+            while len(later) < 60 and time.monotonic() < end:
+                later += [r.value for rs in c.poll(100).values() for r in rs]
+        assert sorted(later) == sorted(b"%d" % i for i in range(total, total + 60))
+
+
+def test_static_membership_restart_fencing_and_no_leave_on_close(tmp_path):
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=4)
+        cfg = dict(group_id="g", session_timeout_ms=2000, heartbeat_interval_ms=100, auto_offset_reset="earliest")
+        other_listener = Recorder()
+        a = e.consumer(group_instance_id="host-a", client_id="a", **cfg)
+        b = e.consumer(group_instance_id="host-b", client_id="b", **cfg)
+        a.subscribe(["t"])
+        b.subscribe(["t"], listener=other_listener)
+        poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2
+                   and e.groups.describe_group("g").state == STABLE)
+        generation, mine = e.groups.describe_group("g").generation, a.assignment()
+        events = len(other_listener.events)
+        a.close()  # a static member sends no LeaveGroup
+        assert {m["group_instance_id"] for m in e.groups.describe_group("g").members} == {"host-a", "host-b"}
+        a2 = e.consumer(group_instance_id="host-a", client_id="a", **cfg)
+        a2.subscribe(["t"])
+        poll_until([a2, b], lambda: a2.assignment() == mine)
+        for _ in range(5):
+            b.poll(20)
+        assert e.groups.describe_group("g").generation == generation  # no rebalance
+        assert len(other_listener.events) == events and b.assignment() and e.groups.describe_group("g").state == STABLE
+        a3 = e.consumer(group_instance_id="host-a", client_id="a", **cfg)  # a second live "host-a"
+        a3.subscribe(["t"])
+        poll_until([a3], lambda: a3.assignment() == mine)
+        with pytest.raises(FencedInstanceIdError):
+            for _ in range(100):
+                a2.poll(20)
+                a2.commit()
+        for c in (a3, b):
+            c.close()
+
+
+def test_a_consumer_that_stops_polling_leaves_after_max_poll_interval(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=2)
+        slow = e.consumer("t", group_id="g", session_timeout_ms=60_000, heartbeat_interval_ms=1000,
+                          max_poll_interval_ms=5000)
+        slow.poll(0)
+        assert slow.assignment() and e.groups.describe_group("g").state == STABLE
+        member = slow.group_metadata().member_id
+        clock.advance(4000)
+        slow._group.heartbeat()
+        assert member in {m["member_id"] for m in e.groups.describe_group("g").members}
+        clock.advance(1001)  # the heartbeat thread notices: no poll() for max_poll_interval_ms
+        end = time.monotonic() + 10
+        while member in {m["member_id"] for m in e.groups.describe_group("g").members}:
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        assert e.groups.describe_group("g").state == EMPTY
+        slow.poll(0)  # the next poll rejoins, as a new member
+        assert slow.assignment() and slow.group_metadata().member_id != member
+        slow.close()
+
+
+def test_random_joins_leaves_and_crashes_never_share_a_partition(tmp_path):
+    runs = int(os.environ.get("KAFKALOG_GROUP_MODEL_RUNS", "6"))
+    for seed in range(runs):
+        rng = random.Random(seed)
+        clock = ManualClock()
+        path = tmp_path / str(seed)
+        with engine.open(path, clock=clock, background=False, group_config=FAST) as e:
+            e.create_topic("t", partitions=rng.randint(1, 9))
+            e.create_topic("u", partitions=rng.randint(1, 4))
+            strategy = rng.choice(["range", "roundrobin", "sticky", "cooperative-sticky"])
+            live, crashed = [], []
+            everything = {TP(t, p) for t in ("t", "u") for p in range(e.partitions_for(t))}
+            for step in range(12):
+                action = rng.choice(["join", "join", "leave", "crash"]) if live else "join"
+                if action == "join":
+                    c = e.consumer(group_id="g", session_timeout_ms=3000, heartbeat_interval_ms=1000,
+                                   partition_assignment_strategy=strategy, enable_auto_commit=False)
+                    c.subscribe(["t", "u"])
+                    live.append(c)
+                elif action == "leave":
+                    live.pop(rng.randrange(len(live))).close()
+                else:
+                    c = live.pop(rng.randrange(len(live)))
+                    c._group._stop.set()  # a crash: no more heartbeats, polls or LeaveGroup
+                    crashed.append(c)
+                for _ in range(rng.randint(0, 3)):  # some partial progress
+                    for c in live:
+                        c.poll(0)
+                    check_no_sharing(e, live)
+                for _ in range(200):  # then settle
+                    g = e.groups.groups.get("g")
+                    stable = g is not None and g.state == STABLE and all(
+                        c.group_metadata().generation_id == g.generation and not c._group._rejoin for c in live)
+                    if (stable and len(g.members) == len(live)) or (not live and (g is None or g.state == EMPTY)):
+                        break
+                    for c in live:  # the heartbeat threads' work, in step with the manual clock
+                        c._group.heartbeat()
+                    clock.advance(500)
+                    e.groups.tick()
+                    for c in live:
+                        c.poll(0)
+                    check_no_sharing(e, live)
+                else:
+                    raise AssertionError(f"seed {seed} step {step}: the group did not settle: {g.state} "
+                                         f"{g.generation} {len(g.members)} members, clients at "
+                                         f"{[(c.group_metadata().generation_id, c._group._rejoin) for c in live]}")
+                owned = [tp for c in live for tp in c.assignment()]
+                assert len(owned) == len(set(owned)) and (set(owned) == everything or not live), (seed, step)
+            for c in live + crashed:
+                c.close()
+
+
+def check_no_sharing(e, live) -> None:
+    by_generation: dict[int, list] = {}
+    for c in live:
+        by_generation.setdefault(c.group_metadata().generation_id, []).extend(c.assignment())
+    for generation, owned in by_generation.items():
+        if generation >= 0:
+            assert len(owned) == len(set(owned)), f"a partition owned twice in generation {generation}"
+    g = e.groups.groups.get("g")
+    if g is not None and g.state == STABLE:
+        stored = [tp for m in g.members.values() if m.assignment for tp in cp.decode_assignment(m.assignment).partitions]
+        assert len(stored) == len(set(stored))
+
+
+def test_custom_assignors_from_the_seed(tmp_path):
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=7)
+        cfg = dict(group_id="bc", session_timeout_ms=3000, heartbeat_interval_ms=100)
+        cs = [e.consumer(partition_assignment_strategy=asg.BroadcastAssignor, **cfg) for _ in range(3)]
+        for c in cs:
+            c.subscribe(["t"])
+        everything = {TP("t", p) for p in range(7)}
+        poll_until(cs, lambda: all(c.assignment() == everything for c in cs))  # every member reads every partition
+        for c in cs:
+            c.close()
+        cfg["group_id"] = "rnd"
+        cs = [e.consumer(partition_assignment_strategy=[asg.RandomAssignor(random.Random(3))], **cfg)
+              for _ in range(3)]
+        for c in cs:
+            c.subscribe(["t"])
+        poll_until(cs, lambda: sorted(tp for c in cs for tp in c.assignment()) == sorted(everything)
+                   and e.groups.describe_group("rnd").state == STABLE)
+        for c in cs:
+            c.close()
+
+
+# --- offsets --------------------------------------------------------------------------------------------
+def test_commits_auto_commit_and_auto_offset_reset(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=1)
+        produce(e, "t", 10)
+        tp = TP("t", 0)
+        with e.consumer("t", group_id="late", auto_offset_reset="latest") as c:
+            assert c.poll(0) == {} and c.position(tp) == 10  # nothing committed: auto_offset_reset
+        c = e.consumer("t", group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=1000,
+                       max_poll_records=4)
+        assert len(c.poll(0)[tp]) == 4 and c.committed(tp) is None
+        clock.advance(1000)
+        c.poll(0)  # the interval passed: this poll commits the position it started from
+        assert c.committed(tp) == 4 and c.position(tp) == 8
+        calls = []
+        fut = c.commit_async({tp: OffsetAndMetadata(6, "half")}, callback=lambda o, exc: calls.append((o, exc)))
+        assert fut.result() and calls[0][1] is None and c.committed(tp, metadata=True) == OffsetAndMetadata(6, "half")
+        with pytest.raises(OffsetMetadataTooLargeError):
+            c.commit({tp: OffsetAndMetadata(1, "m" * 4097)})
+        with pytest.raises(InvalidConfigurationError):
+            c.commit({tp: -1})
+        assert c.committed(tp) == 6  # a refused commit changes nothing
+        c.close()  # close commits the position
+        assert e.committed("g", tp).offset == 8
+        with e.consumer("t", group_id="g", auto_offset_reset="latest") as again:
+            assert [r.offset for r in again.poll(0)[tp]] == [8, 9]
+
+
+def test_a_member_of_an_older_generation_cannot_commit(coordinator):
+    c, clock, e = coordinator
+    a = Member(c, "a")
+    settle([a], {"t": 6})
+    b = Member(c, "b")
+    b.join()
+    settle([a, b], {"t": 6})
+    with pytest.raises(IllegalGenerationError):
+        c.commit_offsets("g", {TP("t", 0): OffsetAndMetadata(1)}, a.member_id, 1)
+    with pytest.raises(UnknownMemberIdError):  # a standalone commit while the group has members
+        c.commit_offsets("g", {TP("t", 0): OffsetAndMetadata(1)})
+    with pytest.raises(NonEmptyGroupError):
+        c.reset_offsets("g", {TP("t", 0): OffsetAndMetadata(0)})
+    c.commit_offsets("g", {TP("t", 0): OffsetAndMetadata(3)}, a.member_id, 2)
+    consumer = e.consumer(group_id="g", enable_auto_commit=False)
+    consumer._group.member_id, consumer._group.generation = a.member_id, 1
+    consumer._subscription = {"t"}
+    with pytest.raises(CommitFailedError):
+        consumer.commit({TP("t", 0): 5})
+    assert c.fetch_offsets("g") == {TP("t", 0): OffsetAndMetadata(3)}
+
+
+def test_consumer_offsets_records_decode_with_kafkas_schemas_and_expire(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=2)
+        produce(e, "t", 6)
+        c = e.consumer("t", group_id="billing", group_instance_id="i-1", enable_auto_commit=False,
+                       auto_offset_reset="earliest")
+        c.poll(0)
+        c.commit()
+        kinds = offsets_records(e, "billing")
+        group = [r for r in kinds if r[0] == "group"][-1][2]
+        member = group["members"][0]
+        assert group["version"] == 3 and group["protocolType"] == "consumer" and group["generation"] == 1
+        assert group["protocol"] == "range" and group["leader"] == member["memberId"]
+        assert member["groupInstanceId"] == "i-1" and member["clientHost"] == "/127.0.0.1"
+        assert member["sessionTimeout"] == 10_000 and member["rebalanceTimeout"] == 300_000
+        subscription = independent_subscription(member["subscription"])
+        assert subscription["topics"] == ["t"] and subscription["version"] == 3
+        assert independent_assignment(member["assignment"])["assignedPartitions"] == [("t", [0, 1])]
+        commits = {r[1]: r[2] for r in kinds if r[0] == "offset"}
+        assert {k: v["offset"] for k, v in commits.items()} == {("billing", "t", 0): 3, ("billing", "t", 1): 3}
+        assert all(v["version"] == 3 and v["commitTimestamp"] == clock.time_ms() for v in commits.values())
+        c.close()
+        e.groups.leave_group("billing", "", "i-1")  # an admin removes the static member: the group empties
+        assert e.groups.describe_group("billing").state == EMPTY
+        clock.advance(7 * 24 * 3600 * 1000 - 1)
+        assert e.expire_group_offsets() == 0
+        clock.advance(1)
+        assert e.expire_group_offsets() == 2
+        tail = offsets_records(e, "billing")[-3:]
+        assert tail[:2] == [("offset", ("billing", "t", 0), None), ("offset", ("billing", "t", 1), None)]
+        assert tail[2] == ("group", "billing", None)  # the empty group's record goes too
+        assert e.committed("billing", TP("t", 0)) is None
+    from engine.tools.dump_log import dump
+    part = os.path.join(tmp_path, f"{offsets.TOPIC}-{offsets.partition('billing')}")
+    files = sorted(os.path.join(part, f) for f in os.listdir(part) if f.endswith((".log", ".index", ".timeindex")))
+    with open(os.devnull, "w") as sink:
+        assert dump(files, deep=True, index_sanity_check=True, out=sink) == 0
+
+
+def test_groups_and_offsets_survive_a_restart(tmp_path):
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=3)
+        produce(e, "t", 9)
+        c = e.consumer("t", group_id="g", group_instance_id="s", auto_offset_reset="earliest",
+                       session_timeout_ms=60_000, heartbeat_interval_ms=1000, enable_auto_commit=False)
+        poll_until([c], lambda: len(c.assignment()) == 3)
+        c.commit({TP("t", p): p + 1 for p in range(3)})
+        described = e.groups.describe_group("g")
+        c.close()
+    with engine.open(tmp_path, group_config=FAST) as e:
+        again = e.groups.describe_group("g")
+        assert (again.state, again.generation, again.protocol) == (STABLE, described.generation, "range")
+        assert [m["assignment"] for m in again.members] == [m["assignment"] for m in described.members]
+        assert {p: e.committed("g", TP("t", p)).offset for p in range(3)} == {0: 1, 1: 2, 2: 3}
+        assert group_metadata.decode_value(group_metadata.encode_value(e.groups.groups["g"].record())).generation \
+            == described.generation
+
+
+def test_kafkalog_groups_cli(tmp_path, capsys):
+    from engine.tools.cli import main
+    with engine.open(tmp_path) as e:
+        e.create_topic("t", partitions=2)
+        produce(e, "t", 10)
+        with e.consumer(group_id="billing", enable_auto_commit=False) as c:
+            c.assign([TP("t", 0), TP("t", 1)])
+            c.commit({TP("t", 0): 2, TP("t", 1): 1})
+    data = ["--data", str(tmp_path)]
+    assert main(["groups", "--list", *data]) == 0
+    assert capsys.readouterr().out.split() == ["billing"]
+    assert main(["groups", "--describe", "--group", "billing", *data]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("billing")]
+    highs = [int(row[4]) for row in rows]
+    assert [row[:6] for row in rows] == [["billing", "t", "0", "2", str(highs[0]), str(highs[0] - 2)],
+                                         ["billing", "t", "1", "1", str(highs[1]), str(highs[1] - 1)]]
+    assert sum(highs) == 10 and all(row[6:] == ["-", "-", "-"] for row in rows)  # no members
+    assert main(["groups", "--reset-offsets", "--group", "billing", "--to-earliest", *data]) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert main(["groups", "--reset-offsets", "--group", "billing", "--to-latest", "--execute", *data]) == 0
+    capsys.readouterr()
+    assert main(["groups", "--reset-offsets", "--group", "billing", "--to-offset", "1", "--topic", "t:0",
+                 "--execute", "--json", *data]) == 0
+    capsys.readouterr()
+    with engine.open(tmp_path) as e:
+        assert e.committed("billing", TP("t", 0)).offset == 1
+        assert e.committed("billing", TP("t", 1)).offset == e.partition("t", 1).high_watermark
+    assert main(["groups", "--reset-offsets", "--group", "billing", "--to-datetime", "2001-01-01T00:00:00.000Z",
+                 "--execute", *data]) == 0  # every record is newer: back to the first offsets
+    capsys.readouterr()
+    with engine.open(tmp_path) as e:
+        assert [e.committed("billing", TP("t", p)).offset for p in range(2)] == [0, 0]
+        with e.consumer("t", group_id="billing", session_timeout_ms=6000, heartbeat_interval_ms=100) as member:
+            poll_until([member], lambda: member.assignment())
+            with pytest.raises(NonEmptyGroupError):  # not while the group has a member
+                e.groups.reset_offsets("billing", {TP("t", 0): OffsetAndMetadata(3)})
+    assert main(["groups", "--describe", *data]) == 2  # --group is required
