@@ -37,7 +37,8 @@ def groups(args: argparse.Namespace, out: Output) -> int:
     with engine.open(args.data) as eng:
         coordinator = eng.groups
         if args.list:
-            rows = [{"group": g, "state": state, "protocolType": ptype} for g, state, ptype in coordinator.list_groups()]
+            rows = [{"group": g, "state": state, "protocolType": ptype}
+                    for g, state, ptype in coordinator.list_groups()]
             out.result(rows, "\n".join(r["group"] for r in rows))
             return 0
         if not args.group:

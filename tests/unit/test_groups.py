@@ -611,7 +611,8 @@ def check_no_sharing(e, live) -> None:
             assert len(owned) == len(set(owned)), f"a partition owned twice in generation {generation}"
     g = e.groups.groups.get("g")
     if g is not None and g.state == STABLE:
-        stored = [tp for m in g.members.values() if m.assignment for tp in cp.decode_assignment(m.assignment).partitions]
+        stored = [tp for m in g.members.values() if m.assignment
+                  for tp in cp.decode_assignment(m.assignment).partitions]
         assert len(stored) == len(set(stored))
 
 
