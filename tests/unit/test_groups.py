@@ -786,3 +786,24 @@ def test_kafkalog_groups_cli(tmp_path, capsys):
             with pytest.raises(NonEmptyGroupError):  # not while the group has a member
                 e.groups.reset_offsets("billing", {TP("t", 0): OffsetAndMetadata(3)})
     assert main(["groups", "--describe", *data]) == 2  # --group is required
+
+
+def test_an_evicted_member_loses_its_partitions_without_committing(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=2)
+        produce(e, "t", 4)
+        seen = Recorder()
+        c = e.consumer(group_id="g", session_timeout_ms=6000, heartbeat_interval_ms=1000, auto_offset_reset="earliest")
+        c.subscribe(["t"], listener=seen)
+        assert sum(len(v) for v in c.poll(0).values()) == 4
+        c._group._stop.set()  # its heartbeats stop (a long GC pause, say)
+        clock.advance(6000)
+        e.groups.tick()
+        assert e.groups.describe_group("g").state == EMPTY
+        c._group.heartbeat()  # the answer: unknown member
+        c.poll(0)  # rejoins as a new member; what it owned was lost, not revoked, and nothing was committed
+        assert seen.events[-2:] == [("lost", {TP("t", 0), TP("t", 1)}), ("assigned", {TP("t", 0), TP("t", 1)})]
+        assert ("revoked", {TP("t", 0), TP("t", 1)}) not in seen.events
+        assert e.committed("g", TP("t", 0)) is None
+        c.close(autocommit=False)
