@@ -17,7 +17,7 @@ import logging
 from typing import NamedTuple
 
 from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownTopicOrPartitionError
-from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from engine.groups import offsets
 from engine.record import codec
 from txn import transaction_log
@@ -106,11 +106,11 @@ class Transactions:
         self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
                                         [(offsets.TOPIC, offsets.partition(group_id))])
 
-    def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
-                       committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
+    def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       member: ConsumerGroupMetadata, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
-        self.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
-        self._eng.groups.commit_transactional(group_id, committed, producer_id, producer_epoch)
+        self.add_offsets(transactional_id, producer_id, producer_epoch, member.group_id)
+        self._eng.groups.commit_transactional(member, committed, producer_id, producer_epoch)
 
     def resolve_orphans(self) -> int:
         """Close transactions of this coordinator's producers left open in a partition where the coordinator has

@@ -354,9 +354,11 @@ class Producer:
         with self._send_lock:
             self._transactional().begin()
 
-    def send_offsets_to_transaction(self, offsets: dict, consumer_group_id: str) -> None:
+    def send_offsets_to_transaction(self, offsets: dict, consumer_group_id) -> None:
         """Commit `offsets` ({TopicPartition: OffsetAndMetadata or int}, the next offsets to read) for the
-        consumer group inside this transaction: visible to `committed()` only once it commits."""
+        consumer group inside this transaction: visible to `committed()` only once it commits. Pass the consumer's
+        `group_metadata()` rather than the group id to have its membership checked (a zombie consumer's offsets
+        then raise CommitFailedError and the transaction must be aborted)."""
         with self._send_lock:
             self._transactional().send_offsets(offsets, consumer_group_id)
 

@@ -15,13 +15,18 @@ import enum
 import threading
 
 from engine.common.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidConfigurationError,
     InvalidProducerEpochError,
     KafkaError,
     ProducerFencedError,
     TransactionAbortableError,
+    UnknownMemberIdError,
 )
+from engine.common.structs import ConsumerGroupMetadata
 from engine.groups.offsets import committed_map
 
 
@@ -114,11 +119,19 @@ class TransactionManager:
             self.state, self._error = State.ABORTABLE_ERROR, exc
         return exc
 
-    def send_offsets(self, offsets: dict, group_id) -> None:
+    def send_offsets(self, offsets: dict, group) -> None:
+        """TxnOffsetCommit for `group` (a group id, or a member's ConsumerGroupMetadata, whose generation and member id
+        the coordinator then checks: a member the group has moved on from makes the transaction abort-only)."""
         self._require(State.IN_TRANSACTION, call="send_offsets_to_transaction()")
+        member = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
         committed = committed_map(offsets, self._engine.partition)
-        self._call(self._engine.transactions.commit_offsets, self.transactional_id, self.producer_id,
-                   self.producer_epoch, group_id, committed)
+        try:
+            self._call(self._engine.transactions.commit_offsets, self.transactional_id, self.producer_id,
+                       self.producer_epoch, member, committed)
+        except (IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError) as exc:
+            self.state, self._error, self._touched = State.ABORTABLE_ERROR, exc, True  # the partition joined
+            raise CommitFailedError(f"the offsets of group {member.group_id!r} cannot join the transaction: "
+                                    f"{exc.message}; abort it") from None
         self._touched = True
 
     def check_commit(self) -> None:

@@ -44,7 +44,7 @@ from engine.common.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from engine.groups import consumer_protocol, group_metadata, offsets
 from engine.groups.group_metadata import (
     COMPLETING_REBALANCE,
@@ -489,10 +489,22 @@ class GroupCoordinator:
         else:
             self.offsets.put(group_id, {tp: CommitRecord(om, now) for tp, om in committed.items()})
 
-    def commit_transactional(self, group_id: str, committed: dict, producer_id: int, producer_epoch: int) -> None:
-        """TxnOffsetCommit: a transactional batch, applied when the transaction's COMMIT marker lands."""
+    def commit_transactional(self, member: ConsumerGroupMetadata, committed: dict, producer_id: int,
+                             producer_epoch: int) -> None:
+        """TxnOffsetCommit: a transactional batch, applied when the transaction's COMMIT marker lands. With a
+        member's generation and id (KIP-447) they are checked as a member's commit is; with the group id alone
+        (generation -1, no member) they are not, as Kafka accepts from older producers."""
         with self._lock:
-            self._write_offsets(group_id, committed, self.clock.time_ms(), producer_id=producer_id,
+            now = self.tick()
+            g = self.groups.get(member.group_id)
+            if member.generation_id >= 0 or member.member_id or member.group_instance_id is not None:
+                if g is None or g.state in (EMPTY, DEAD):
+                    raise UnknownMemberIdError(f"group {member.group_id!r} has no member {member.member_id!r}")
+                self._member(g, member.member_id, member.group_instance_id)
+                if member.generation_id != g.generation:
+                    raise IllegalGenerationError(f"generation {member.generation_id} of group {member.group_id!r} "
+                                                 f"is not the current one ({g.generation})")
+            self._write_offsets(member.group_id, committed, now, producer_id=producer_id,
                                 producer_epoch=producer_epoch, base_sequence=0, transactional=True)
 
     def fetch_offsets(self, group_id: str, partitions=None) -> dict[TopicPartition, OffsetAndMetadata]:

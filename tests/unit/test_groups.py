@@ -23,6 +23,7 @@ from engine.common.errors import (
     NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
+    TransactionAbortableError,
     UnknownMemberIdError,
 )
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata
@@ -807,3 +808,33 @@ def test_an_evicted_member_loses_its_partitions_without_committing(tmp_path):
         assert ("revoked", {TP("t", 0), TP("t", 1)}) not in seen.events
         assert e.committed("g", TP("t", 0)) is None
         c.close(autocommit=False)
+
+
+def test_send_offsets_to_transaction_checks_the_members_generation(tmp_path):
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=1)
+        produce(e, "t", 5)
+        c = e.consumer("t", group_id="g", session_timeout_ms=6000, heartbeat_interval_ms=100,
+                       enable_auto_commit=False, auto_offset_reset="earliest")
+        poll_until([c], lambda: c.assignment())
+        member = c.group_metadata()
+        producer = e.producer(transactional_id="tx")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({TP("t", 0): 2}, member)  # the current generation: accepted
+        producer.commit_transaction()
+        assert e.committed("g", TP("t", 0)).offset == 2
+        zombie = member._replace(generation_id=member.generation_id - 1)
+        producer.begin_transaction()
+        with pytest.raises(CommitFailedError):
+            producer.send_offsets_to_transaction({TP("t", 0): 4}, zombie)
+        with pytest.raises(TransactionAbortableError):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        assert e.committed("g", TP("t", 0)).offset == 2  # the zombie's offsets never landed
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({TP("t", 0): 3}, "g")  # a group id alone is not checked (old clients)
+        producer.commit_transaction()
+        assert e.committed("g", TP("t", 0)).offset == 3
+        producer.close()
+        c.close()
