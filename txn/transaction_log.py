@@ -63,9 +63,7 @@ def encode_key(transactional_id: str) -> bytes:
 
 def decode_key(data) -> str:
     r = Reader(data, "transaction log key")
-    version = r.int(16, "key version")
-    if version != KEY_VERSION:
-        raise CorruptRecordError(f"transaction log key version {version} is not 0")
+    r.version(KEY_VERSION, "key version", KEY_VERSION)
     tid = r.string("TransactionalId")
     r.end()
     return tid
@@ -85,9 +83,7 @@ def encode_value(v: TxnLogValue) -> bytes:
 
 def decode_value(data) -> TxnLogValue:
     r = Reader(data, "transaction log value")
-    version = r.int(16, "value version")
-    if version not in (0, 1):
-        raise CorruptRecordError(f"transaction log value version {version} is not 0 or 1")
+    version = r.version(1, "value version")
     flexible = version >= 1
     pid, epoch, timeout = r.int(64, "ProducerId"), r.int(16, "ProducerEpoch"), r.int(32, "TransactionTimeoutMs")
     status = r.int(8, "TransactionStatus")

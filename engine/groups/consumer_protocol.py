@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from engine.common.errors import CorruptRecordError
 from engine.common.structs import TopicPartition
 from engine.record.schema import Reader, Writer
 
@@ -57,13 +56,6 @@ def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
     return out
 
 
-def _version(r: Reader) -> int:
-    version = r.int(16, "version")
-    if version < 0:
-        raise CorruptRecordError(f"{r.what}: version {version}")
-    return version
-
-
 def encode_subscription(s: Subscription) -> bytes:
     w = Writer().int(16, VERSION).count(len(s.topics))
     for t in s.topics:
@@ -75,7 +67,7 @@ def encode_subscription(s: Subscription) -> bytes:
 
 def decode_subscription(data) -> Subscription:
     r = Reader(data, "consumer protocol subscription")
-    version = _version(r)
+    version = r.version(None)
     topics = [r.string("topic") for _ in range(r.count("topics") or 0)]
     user_data = r.bytes("userData", nullable=True)
     owned = read_partitions(r, "ownedPartitions") if version >= 1 else []
@@ -94,7 +86,7 @@ def encode_assignment(a: Assignment) -> bytes:
 
 def decode_assignment(data) -> Assignment:
     r = Reader(data, "consumer protocol assignment")
-    version = _version(r)
+    version = r.version(None)
     partitions = read_partitions(r, "assignedPartitions")
     user_data = r.bytes("userData", nullable=True)
     if version <= VERSION:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from engine.common.errors import CorruptRecordError, KafkaError
+from engine.common.errors import KafkaError
 from engine.record.schema import Reader, Writer
 
 KEY_VERSION, VALUE_VERSION = 2, 3
@@ -205,9 +205,7 @@ def encode_value(g: GroupRecord) -> bytes:
 
 def decode_value(data) -> GroupRecord:
     r = Reader(data, "group metadata value")
-    version = r.int(16, "value version")
-    if not 0 <= version <= 4:
-        raise CorruptRecordError(f"group metadata value version {version} is not in [0, 4]")
+    version = r.version(4, "value version")
     flex = version >= 4
     protocol_type = r.string("protocolType", flex)
     generation = r.int(32, "generation")

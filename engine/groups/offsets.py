@@ -96,9 +96,7 @@ def decode_value(data) -> OffsetAndMetadata:
 
 def decode_commit(data) -> CommitRecord:
     r = Reader(data, "offset commit value")
-    version = r.int(16, "value version")
-    if not 0 <= version <= 4:
-        raise CorruptRecordError(f"offset commit value version {version} is not in [0, 4]")
+    version = r.version(4, "value version")
     flexible = version >= 4
     offset = r.int(64, "offset")
     epoch = r.int(32, "leaderEpoch") if version >= 3 else -1

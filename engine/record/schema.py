@@ -62,6 +62,15 @@ class Reader:
     def int(self, bits: int, field: str = "int") -> int:
         return _INTS[bits].unpack(self._take(bits // 8, field))[0]
 
+    def version(self, highest: int | None, field: str = "version", lowest: int = 0) -> int:
+        """An int16 schema version in [lowest, highest] (no upper limit when `highest` is None), else
+        CorruptRecordError."""
+        version = self.int(16, field)
+        if version < lowest or (highest is not None and version > highest):
+            raise CorruptRecordError(f"{self.what}: {field} {version} is not in [{lowest}, {highest}]",
+                                     position=self.pos - 2)
+        return version
+
     def uvarint(self, field: str = "varint") -> int:
         try:
             value, self.pos = _read_uvarint(self.data, self.pos, len(self.data), 5)
