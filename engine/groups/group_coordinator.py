@@ -100,13 +100,12 @@ class GroupLog:
         self._eng = eng
         self.on_created = None  # called when the topic is created here (adopting a broker's partitions of it)
 
-    def append(self, partition: int, rows: list[tuple[bytes, bytes | None]], now: int, **batch):
-        """One batch of (key, value) records; the written batch (decoded, lazily) for the store to apply."""
+    def append(self, partition: int, rows: list[tuple[bytes, bytes | None]], now: int, **batch) -> None:
+        """One batch of (key, value) records."""
         if self._eng.ensure_internal_topic(offsets.TOPIC) and self.on_created is not None:
             self.on_created()
         data = codec.encode_batch([(k, v, None, now) for k, v in rows], **batch)
         self._eng.append_internal(offsets.TOPIC, partition, data, origin=COORDINATOR)
-        return next(codec.iter_batches(data))
 
     def batches(self):
         """(partition, batch) of every `__consumer_offsets` partition up to its high watermark."""
@@ -483,11 +482,9 @@ class GroupCoordinator:
         if not rows:
             return
         p = offsets.partition(group_id)
-        written = self._log.append(p, rows, now, **batch)
-        if batch.get("transactional"):
-            self.offsets.apply_batch(p, written, written.records())  # pending until the marker
-        else:
-            self.offsets.put(group_id, {tp: CommitRecord(om, now) for tp, om in committed.items()})
+        self._log.append(p, rows, now, **batch)
+        pending_in = (p, batch["producer_id"]) if batch.get("transactional") else None  # until the marker
+        self.offsets.put(group_id, {tp: CommitRecord(om, now) for tp, om in committed.items()}, pending_in)
 
     def commit_transactional(self, member: ConsumerGroupMetadata, committed: dict, producer_id: int,
                              producer_epoch: int) -> None:

@@ -151,10 +151,16 @@ class OffsetStore:
             else:
                 self._apply(entries)
 
-    def put(self, group_id: str, entries: dict[TopicPartition, CommitRecord | None]) -> None:
-        """Take non-transactional commits (None: a tombstone) that were just appended to the log."""
+    def put(self, group_id: str, entries: dict[TopicPartition, CommitRecord | None],
+              pending_in: tuple[int, int] | None = None) -> None:
+        """Take commits (None: a tombstone) just appended to the log; with `pending_in` (the log partition and the
+        producer id of a transactional batch) they wait for that transaction's marker."""
         with self._lock:
-            self._apply(((group_id, tp), c) for tp, c in entries.items())
+            items = [((group_id, tp), c) for tp, c in entries.items()]
+            if pending_in is None:
+                self._apply(items)
+            else:
+                self._pending.setdefault(pending_in, {}).update(items)
 
     def _complete(self, log_partition: int, producer_id: int, commit: bool) -> None:
         pending = self._pending.pop((log_partition, producer_id), {})
