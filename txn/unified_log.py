@@ -364,16 +364,14 @@ class UnifiedLog:
              min_one_message: bool = True) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
         `min_one_message`), never a batch whose last offset reaches `upper_bound` (default: the LEO)."""
-        leo, start = self.log_end_offset, self.log_start_offset
+        leo, base, size = self.tail()  # the active segment's end with the LEO: appends racing this read stay unseen
+        start = self.log_start_offset
         if start_offset < start or start_offset > leo:
             raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
                                         offset=start_offset)
         bound = leo if upper_bound is None else min(upper_bound, leo)
-        with self._lock:  # the active segment's end that goes with `leo`: appends racing this read stay unseen
-            seg = self.local.active_segment
-            active_end = (seg.base_offset, seg.size) if self.log_end_offset == leo else None
         return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch,
-                               active_end=active_end)
+                               active_end=(base, size))
 
     def tail(self) -> tuple[int, int, int]:
         """(LEO, active segment base, its size): taken together, so the bytes before that size are exactly the
