@@ -113,7 +113,7 @@ class Consumer:
             group_id=group_id, group_instance_id=group_instance_id, client_id=self.client_id,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_interval_ms=max_poll_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms, assignors=strategy,
-            auto_commit=self.enable_auto_commit, auto_commit_interval_ms=auto_commit_interval_ms)
+            auto_commit=self._auto_commit_now if self.enable_auto_commit else None)
         self._group = None if group_id is None else ConsumerCoordinator(self, engine.groups, **self._group_settings)
         self._next_auto_commit = engine.clock.time_ms() + auto_commit_interval_ms
         self._positions: dict[TopicPartition, int | None] = {}
@@ -164,7 +164,7 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         if self._group is not None and self._subscription is not None:
-            self._group.close(self._auto_commit_now if self.enable_auto_commit else None)
+            self._group.close(self._group.auto_commit)
             self._group = ConsumerCoordinator(self, self._engine.groups, **self._group_settings)
         self._subscription = None
         self._positions = {}
@@ -375,9 +375,8 @@ class Consumer:
 
     def _membership(self, deadline: int) -> None:
         """Keep the group membership current (rebalances, auto-commit) before fetching."""
-        if self._group is not None and self._subscription is not None:
-            self._group.poll(deadline)
-        elif self.enable_auto_commit and self._engine.clock.time_ms() >= self._next_auto_commit:
+        stable = self._group.poll(deadline) if self._group is not None and self._subscription is not None else True
+        if stable and self.enable_auto_commit and self._engine.clock.time_ms() >= self._next_auto_commit:
             self._next_auto_commit = self._engine.clock.time_ms() + self.auto_commit_interval_ms
             self._auto_commit_now()
 

@@ -16,6 +16,7 @@ Thread-safety: the consumer's thread and the heartbeat thread share the member's
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Callable
@@ -56,14 +57,14 @@ class ConsumerRebalanceListener:
 class ConsumerCoordinator:
     def __init__(self, consumer, groups, *, group_id: str, group_instance_id: str | None, client_id: str,
                  session_timeout_ms: int, heartbeat_interval_ms: int, max_poll_interval_ms: int,
-                 rebalance_timeout_ms: int, assignors: list, auto_commit: bool, auto_commit_interval_ms: int) -> None:
+                 rebalance_timeout_ms: int, assignors: list, auto_commit: Callable[[], None] | None) -> None:
         self._consumer, self._groups, self._clock = consumer, groups, consumer._engine.clock
         self.group_id, self.group_instance_id, self.client_id = group_id, group_instance_id, client_id
         self.session_timeout_ms, self.heartbeat_interval_ms = session_timeout_ms, heartbeat_interval_ms
         self.max_poll_interval_ms, self.rebalance_timeout_ms = max_poll_interval_ms, rebalance_timeout_ms
         self.assignors = assignors
         self.protocol = asg.rebalance_protocol(assignors)
-        self.auto_commit, self.auto_commit_interval_ms = auto_commit, auto_commit_interval_ms
+        self.auto_commit = auto_commit  # commits the consumer's positions (enable_auto_commit), or None
         self.listener: ConsumerRebalanceListener = ConsumerRebalanceListener()
         self.member_id, self.generation = "", -1
         self.protocol_name: str | None = None
@@ -76,7 +77,6 @@ class ConsumerCoordinator:
         self._joins = 0  # JoinGroups sent: a heartbeat's answer about an earlier round is stale
         self._fatal: KafkaError | None = None
         self._last_poll = self._clock.time_ms()
-        self._next_commit = self._last_poll + auto_commit_interval_ms
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -90,19 +90,14 @@ class ConsumerCoordinator:
             self._rejoin = True
 
     def poll(self, deadline_ms: int) -> bool:
-        """Keep membership current (join, sync, auto-commit) until `deadline_ms` at most; True when stable."""
+        """Keep membership current (join, sync) until `deadline_ms` at most; True when stable."""
         if self._fatal is not None:
             raise self._fatal
         now = self._clock.time_ms()
         self._last_poll = now
         with self._lock:
             rejoin = self._rejoin or self.generation < 0 or self._joining is not None or self._syncing is not None
-        if rejoin and not self._ensure_active_group(deadline_ms):
-            return False
-        if self.auto_commit and self._clock.time_ms() >= self._next_commit:
-            self._next_commit = self._clock.time_ms() + self.auto_commit_interval_ms
-            self.commit_quietly("auto-commit")
-        return True
+        return not rejoin or self._ensure_active_group(deadline_ms)
 
     def _ensure_active_group(self, deadline_ms: int) -> bool:
         while True:
@@ -216,8 +211,8 @@ class ConsumerCoordinator:
         if lost:
             self._revoke(self.owned, lost=True)
             return
-        if self.auto_commit:
-            self.commit_quietly("before rejoining")
+        if self.auto_commit is not None:
+            self.auto_commit()
         if self.protocol == asg.EAGER:
             self._revoke(self.owned, lost=False, always=True)
         else:
@@ -241,7 +236,6 @@ class ConsumerCoordinator:
         for a in self.assignors:
             if a.name == self.protocol_name:
                 a.on_assignment(assignment, meta)
-        self._next_commit = self._clock.time_ms() + self.auto_commit_interval_ms
         if self.protocol == asg.COOPERATIVE:
             revoked = self.owned - assigned
             added = assigned - self.owned
@@ -276,15 +270,6 @@ class ConsumerCoordinator:
             self._reset(member=isinstance(exc, UnknownMemberIdError))
             raise CommitFailedError(f"commit of group {self.group_id!r} failed: {exc.message}; the group "
                                     f"rebalanced and these partitions may belong to another member now") from None
-
-    def commit_quietly(self, why: str) -> None:
-        positions = self._consumer._committable()
-        if not positions:
-            return
-        try:
-            self.commit(positions)
-        except (CommitFailedError, RebalanceInProgressError, CoordinatorNotAvailableError) as exc:
-            log.warning("consumer %s of group %s: %s commit failed: %s", self.client_id, self.group_id, why, exc)
 
     # --- heartbeats -----------------------------------------------------------------------------
     def _start_heartbeats(self) -> None:
@@ -329,10 +314,8 @@ class ConsumerCoordinator:
         with self._lock:
             member_id = self.member_id
         if self.group_instance_id is None and member_id:
-            try:
-                self._groups.leave_group(self.group_id, member_id)
-            except (UnknownMemberIdError, CoordinatorNotAvailableError, FencedInstanceIdError):
-                pass  # already gone
+            with contextlib.suppress(UnknownMemberIdError, CoordinatorNotAvailableError, FencedInstanceIdError):
+                self._groups.leave_group(self.group_id, member_id)  # (those errors: it is already gone)
             log.info("consumer %s left group %s: %s", self.client_id, self.group_id, reason)
         self._joining = self._syncing = None
         self._reset(member=self.group_instance_id is None)

@@ -3,10 +3,11 @@
 States: UNINITIALIZED -> (init_transactions) READY -> (begin_transaction) IN_TRANSACTION -> (commit or abort)
 READY; a failed send moves IN_TRANSACTION to ABORTABLE_ERROR (only abort_transaction leaves it); being fenced
 (another producer initialised the same transactional.id, or the coordinator aborted this one on its timeout)
-is FATAL_ERROR, after which every call raises ProducerFencedError. Coordinator requests that fail with a retriable
-error (a partition of an internal topic without a leader for a moment) are retried for up to max_block_ms. A partition joins the transaction
-(AddPartitionsToTxn) before its first batch is appended; a transaction that touched nothing ends without
-the coordinator, as Kafka's client does.
+is FATAL_ERROR, after which every call raises ProducerFencedError; offsets sent for a consumer the group has moved
+on from (its group_metadata() is stale) also make the transaction abort-only. Coordinator requests that fail with a
+retriable error (a partition of an internal topic without a leader for a moment) are retried for up to
+max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first batch is appended; a
+transaction that touched nothing ends without the coordinator, as Kafka's client does.
 Threads: the producer calls it under its send lock.
 """
 from __future__ import annotations

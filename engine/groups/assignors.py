@@ -15,6 +15,8 @@ Assignors are not thread-safe: one per consumer, used from its thread.
 """
 from __future__ import annotations
 
+import abc
+import inspect
 import random
 from collections import defaultdict
 from typing import Iterable, NamedTuple
@@ -28,8 +30,8 @@ EAGER, COOPERATIVE = "eager", "cooperative"
 DEFAULT_GENERATION = -1
 
 
-class ConsumerPartitionAssignor:
-    """The interface a custom assignor implements (subclass it and set `name`)."""
+class ConsumerPartitionAssignor(abc.ABC):
+    """The interface a custom assignor implements (subclass it, set `name` and implement `assign`)."""
 
     name = ""
 
@@ -39,9 +41,10 @@ class ConsumerPartitionAssignor:
     def subscription_user_data(self, topics: set[str]) -> bytes | None:
         return None
 
+    @abc.abstractmethod
     def assign(self, partitions_per_topic: dict[str, int],
                subscriptions: dict[str, Subscription]) -> dict[str, list[TopicPartition]]:
-        raise NotImplementedError
+        """{member id: its partitions}, run on the leader."""
 
     def on_assignment(self, assignment: Assignment, metadata: ConsumerGroupMetadata) -> None:
         """Called on every member with its own assignment."""
@@ -114,8 +117,9 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
     def __init__(self) -> None:
         self.partitions_transferring_ownership: dict[TopicPartition, str] | None = None
 
+    @abc.abstractmethod
     def member_data(self, subscription: Subscription) -> MemberData:
-        raise NotImplementedError
+        """What a member owned, and in which generation (where each sticky assignor keeps it)."""
 
     def assign(self, partitions_per_topic, subscriptions):
         wanted = set().union(*(s.topics for s in subscriptions.values())) if subscriptions else set()
@@ -547,6 +551,9 @@ def resolve(strategy) -> list[ConsumerPartitionAssignor]:
                                                 f"{', '.join(BUILT_IN)}; or pass a ConsumerPartitionAssignor class)")
             item = cls()
         elif isinstance(item, type) and issubclass(item, ConsumerPartitionAssignor):
+            if inspect.isabstract(item):
+                raise InvalidConfigurationError(f"partition_assignment_strategy: {item.__name__} does not implement "
+                                                f"{', '.join(sorted(item.__abstractmethods__))}")
             item = item()
         if not isinstance(item, ConsumerPartitionAssignor) or not isinstance(item.name, str) or not item.name:
             raise InvalidConfigurationError(f"partition_assignment_strategy: {item!r} is not a "

@@ -128,10 +128,18 @@ def test_sticky_assignors_stay_balanced_and_complete_on_random_groups():
 def test_resolving_partition_assignment_strategy():
     class Mine(asg.ConsumerPartitionAssignor):
         name = "mine"
+
+        def assign(self, partitions_per_topic, subscriptions):
+            return {m: [] for m in subscriptions}
     got = asg.resolve(["cooperative-sticky", Mine, asg.RangeAssignor(),
                        "org.apache.kafka.clients.consumer.RoundRobinAssignor"])
     assert [a.name for a in got] == ["cooperative-sticky", "mine", "range", "roundrobin"]
     assert asg.rebalance_protocol(asg.resolve(asg.DEFAULT_STRATEGY)) == asg.EAGER  # range is eager only
+
+    class Unfinished(asg.ConsumerPartitionAssignor):  # no assign(): refused when configured, not mid-rebalance
+        name = "unfinished"
+    with pytest.raises(InvalidConfigurationError, match="assign"):
+        asg.resolve([Unfinished])
     assert asg.rebalance_protocol(asg.resolve("cooperative-sticky")) == asg.COOPERATIVE
 
 
