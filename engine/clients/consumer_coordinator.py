@@ -187,7 +187,7 @@ class ConsumerCoordinator:
         assignor = next(a for a in self.assignors if a.name == result.protocol_name)
         subscriptions = {mid: cp.decode_subscription(meta)._replace(group_instance_id=iid)
                          for mid, iid, meta in result.members}
-        topics = set().union(*(s.topics for s in subscriptions.values()))
+        topics = asg.subscribed_topics(subscriptions)
         eng = self._consumer._engine
         partitions_per_topic = {}
         for t in sorted(topics):

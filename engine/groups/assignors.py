@@ -64,6 +64,11 @@ def consumers_per_topic(subscriptions: dict[str, Subscription]) -> dict[str, lis
     return out
 
 
+def subscribed_topics(subscriptions: dict[str, Subscription]) -> set[str]:
+    """Every topic some member subscribes to."""
+    return set().union(*(s.topics for s in subscriptions.values()))
+
+
 def sorted_partitions(partitions_per_topic: dict[str, int], topics: Iterable[str]) -> list[TopicPartition]:
     """Every partition of the known `topics`, by topic name then partition."""
     return [TopicPartition(t, p) for t in sorted(set(topics)) if t in partitions_per_topic
@@ -96,7 +101,7 @@ class RoundRobinAssignor(ConsumerPartitionAssignor):
     def assign(self, partitions_per_topic, subscriptions):
         out: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
         members = member_order(subscriptions)
-        topics = set().union(*(s.topics for s in subscriptions.values())) if subscriptions else set()
+        topics = subscribed_topics(subscriptions)
         i = 0
         for tp in sorted_partitions(partitions_per_topic, topics):
             while tp.topic not in subscriptions[members[i % len(members)]].topics:
@@ -122,7 +127,7 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
         """What a member owned, and in which generation (where each sticky assignor keeps it)."""
 
     def assign(self, partitions_per_topic, subscriptions):
-        wanted = set().union(*(s.topics for s in subscriptions.values())) if subscriptions else set()
+        wanted = subscribed_topics(subscriptions)
         partitions_per_topic = {t: n for t, n in partitions_per_topic.items() if t in wanted}
         owned: dict[str, list[TopicPartition]] = {}
         doubly_claimed: set[TopicPartition] = set()

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from engine.common.errors import (
     CoordinatorNotAvailableError,
+    CorruptRecordError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -549,7 +550,7 @@ class GroupCoordinator:
         for m in g.members.values():
             try:
                 topics.update(consumer_protocol.decode_subscription(m.metadata(g.protocol)).topics)
-            except Exception:  # noqa: BLE001 (a member's unreadable metadata: keep every offset of the group)
+            except (CorruptRecordError, KeyError):  # unreadable or missing metadata: keep every offset of the group
                 return None
         return topics
 
