@@ -32,16 +32,18 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests
 
-# 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts
-# and random group membership changes
+# 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts,
+# random group membership changes and compaction against its model
 fuzz: $(STAMP)
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
 	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 \
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz
 	KAFKALOG_GROUP_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_groups.py -k random_joins
+	KAFKALOG_COMPACTION_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_compaction.py -k latest_value
 
 crash: $(STAMP)
-	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 KAFKALOG_TXN_KILLS=500 $(PY) -m pytest -q tests/crash
+	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 KAFKALOG_TXN_KILLS=500 \
+	KAFKALOG_CLEANER_KILLS=250 $(PY) -m pytest -q tests/crash
 
 # the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
 soak: $(STAMP)

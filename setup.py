@@ -65,8 +65,14 @@ def extensions() -> list:
         include_dirs=[NATIVE],
         extra_compile_args=flags,
     )
+    offset_map = Extension(
+        "engine._native._offset_map",
+        sources=[os.path.join(NATIVE, "_offset_map.pyx"), os.path.join(NATIVE, "md5_impl.c")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
     exts = cythonize(
-        [core, accumulator],
+        [core, accumulator, offset_map],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from engine import metadata
 from engine.common.clock import Clock, SystemClock
@@ -50,14 +50,17 @@ from engine.groups.group_coordinator import (
     GroupCoordinator,
     GroupLog,
 )
-from engine.metadata import INTERNAL_TOPICS, Catalogue, TopicRecord
+from engine.metadata import COMPACTED_INTERNAL_TOPICS, INTERNAL_TOPICS, Catalogue, TopicRecord
+from engine.record import batch_format as bf
 from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
 from replication.broker import Broker, broker_dir
 from replication.controller import Controller
+from replication.log_cleaner import CleanerConfig, log_to_clean
 from replication.log_manager import LogManager
 from replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
 from replication.replica_fetcher import ReplicaFetcher
 from segments import names, partition_metadata
+from segments.cleaner import CleanerStats
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
@@ -87,6 +90,7 @@ class PartitionDescription(NamedTuple):
     replicas: list[int] = [0]
     isr: list[int] = [0]
     replica_states: dict[int, ReplicaDescription] = {}  # each live replica's LEO and HW, by broker
+    dirty_ratio: float | None = None  # a compacted log's share of bytes not yet cleaned (None: not compacted)
 
 
 class TopicDescription(NamedTuple):
@@ -104,7 +108,7 @@ class Engine:
                  background: bool = True, topic_defaults: dict | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
-                 group_config: dict | None = None, **unknown) -> None:
+                 group_config: dict | None = None, cleaner_config: dict | None = None, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = _log_dir_path(path)
@@ -132,6 +136,7 @@ class Engine:
         self._txn: Transactions | None = None
         self._groups: GroupCoordinator | None = None
         self._group_config = GroupConfig.of(group_config)
+        cleaner = CleanerConfig.of(cleaner_config)
         try:
             self.fs.makedirs(self.path)
         except OSError as exc:
@@ -145,7 +150,7 @@ class Engine:
         log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
-            log_options=log_options,
+            log_options=log_options, cleaner_config=cleaner,
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                    "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
                    "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
@@ -157,7 +162,8 @@ class Engine:
             for b in range(1, self._catalogue.brokers):
                 self._brokers[b] = Broker(b, LogManager(
                     broker_dir(self.path, b), fs=self.fs, clock=self.clock, configs=self._log_config,
-                    background=background, log_options=log_options, node_id=b), self._new_partition)
+                    background=background, log_options=log_options, node_id=b, cleaner_config=cleaner),
+                    self._new_partition)
             self._reconcile(adopt=found is None)
             for name, rec in sorted(self._catalogue.topics.items()):
                 for p in range(rec.partitions):
@@ -178,7 +184,10 @@ class Engine:
     # --- catalogue ------------------------------------------------------------------------------
     def _log_config(self, topic: str) -> LogConfig:
         rec = self._catalogue.topics.get(topic)
-        return LogConfig.from_dict(rec.config if rec else None, base=self.defaults)
+        base = self.defaults
+        if topic in COMPACTED_INTERNAL_TOPICS:  # as Kafka creates them, also in directories older than compaction
+            base = LogConfig.from_dict({"cleanup.policy": "compact"}, base=base)
+        return LogConfig.from_dict(rec.config if rec else None, base=base)
 
     def _reconcile(self, adopt: bool) -> None:
         """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside."""
@@ -386,7 +395,8 @@ class Engine:
                 except KafkaStorageError:
                     continue
             rf = min(3, self._catalogue.brokers)
-            config = {"retention.ms": -1, "segment.bytes": INTERNAL_SEGMENT_BYTES, "min.insync.replicas": min(2, rf)}
+            config = {"cleanup.policy": "compact", "retention.ms": -1, "segment.bytes": INTERNAL_SEGMENT_BYTES,
+                      "min.insync.replicas": min(2, rf)}
             self._catalogue.topics[name] = TopicRecord(topic_id or partition_metadata.new_topic_id(),
                                                        INTERNAL_PARTITIONS, config, rf)
             try:
@@ -500,7 +510,9 @@ class Engine:
                     len(shown.log.segments) if shown else 0,
                     part.broker_id if part else -1, part.leader_epoch if part else (state.leader_epoch if state else 0),
                     list(replicas), sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []),
-                    {b: ReplicaDescription(r.log_end_offset, r.log.high_watermark) for b, r in sorted(hosted.items())}))
+                    {b: ReplicaDescription(r.log_end_offset, r.log.high_watermark) for b, r in sorted(hosted.items())},
+                    log_to_clean((name, p), shown.log, self.clock.time_ms()).ratio
+                    if shown and shown.log.config.compact else None))
             return TopicDescription(name, rec.topic_id, parts, self._log_config(name).to_dict(), dict(rec.config))
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:
@@ -543,6 +555,33 @@ class Engine:
                     if topic == name:
                         part.log.config = new
             return new.to_dict()
+
+    def compact(self, topic: str, partition: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict[int, CleanerStats | None]:
+        """Compact a topic's partitions (or one) now, whatever their dirty ratio: every replica's log, up to its
+        first uncleanable offset (the LSO, the HW, the active segment). Returns each partition's leader-side
+        stats (None where nothing was cleanable); `progress(bytes done, bytes total)` follows each log."""
+        with self._lock:
+            self._check_open()
+            rec = self._catalogue.topics.get(topic) if topic in COMPACTED_INTERNAL_TOPICS else self._topic(topic)
+            if rec is None:
+                raise UnknownTopicOrPartitionError(f"{topic!r} does not exist in this directory yet", file=self.path)
+            if not self._log_config(topic).compact:
+                raise InvalidConfigurationError(f"topic {topic!r} has cleanup.policy="
+                                                f"{self._log_config(topic).cleanup_policy!r}: only a topic whose "
+                                                f"policy holds 'compact' is compacted")
+            wanted = range(rec.partitions) if partition is None else [partition]
+            if partition is not None and (type(partition) is not int or not 0 <= partition < rec.partitions):
+                raise bf.bad_partition(topic, partition, rec.partitions)
+        out: dict[int, CleanerStats | None] = {}
+        for p in wanted:
+            leader = self._partitions.get((topic, p))
+            for b, broker in self._brokers.items():
+                if (topic, p) in broker.partitions:
+                    stats = broker.logs.compact(topic, p, progress)
+                    if leader is None or leader.broker_id == b:
+                        out.setdefault(p, stats)
+        return out
 
     def partitions_for(self, topic: str) -> int:
         with self._lock:

@@ -24,6 +24,7 @@ from segments.fs import FileSystem
 FILE = "kafkalog.metadata"
 VERSION = 1
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
+COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # cleanup.policy=compact
 PRODUCER_ID_BLOCK = 1000
 
 

@@ -4,12 +4,13 @@ Root files: `.lock` (held with a POSIX record lock while open), `meta.properties
 Properties text), `.kafka_cleanshutdown` (its presence means the last close was clean; deleted as
 soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint` (only starts above the first segment base) and
-`replication-offset-checkpoint` (high watermarks).
+`replication-offset-checkpoint` (high watermarks), and the cleaner's `cleaner-offset-checkpoint`
+(replication.log_cleaner).
 Crash policy: checkpoints are atomic (tmp + fsync + rename + dir fsync); an unreadable one is
 treated as absent (full recovery). The clean-shutdown marker is written last on close, after
 every log is flushed and every checkpoint written.
 Threads: one background thread runs the flush (`flush.ms`), retention and checkpoint tasks on the
-injected clock; it stops on `close()`. Public methods are thread-safe.
+injected clock, and the log cleaner has its own; both stop on `close()`. Public methods are thread-safe.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from engine.common.errors import (
     LogDirectoryLockedError,
     UnknownTopicOrPartitionError,
 )
+from replication.log_cleaner import CleanerConfig, LogCleaner
 from segments import names, offset_checkpoint, partition_metadata
+from segments.cleaner import CleanerStats
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from txn.unified_log import UnifiedLog
@@ -53,10 +56,10 @@ class LogManager:
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
                  log_options: dict | None = None,
-                 tasks: dict | None = None, node_id: int = 0) -> None:
+                 tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
-        background thread's schedule."""
+        background thread's schedule; `cleaner_config` is the log cleaner's."""
         self.dir = os.path.abspath(directory)
         self.fs = fs or FileSystem()
         self.clock = clock or SystemClock()
@@ -73,6 +76,8 @@ class LogManager:
         self._closed = False
         self.node_id = node_id
         self._background = background
+        self.cleaner_config = cleaner_config or CleanerConfig()
+        self.cleaner: LogCleaner | None = None
         self.fs.makedirs(self.dir)
         self._lock_file = self._acquire_lock()
         try:
@@ -91,6 +96,7 @@ class LogManager:
         self._start_background()
 
     def _start_background(self) -> None:
+        self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.logs, self.cleaner_config, self._background)
         self._stop = threading.Event()
         self._thread = None
         if self._background:
@@ -98,6 +104,8 @@ class LogManager:
             self._thread.start()
 
     def _stop_background(self) -> None:
+        if self.cleaner is not None:
+            self.cleaner.close()
         self._stop.set()
         if hasattr(self.clock, "wake"):
             self.clock.wake()
@@ -148,6 +156,7 @@ class LogManager:
         recovery = self._checkpoint(offset_checkpoint.RECOVERY_POINT)
         starts = self._checkpoint(offset_checkpoint.LOG_START)
         hws = self._checkpoint(offset_checkpoint.HIGH_WATERMARK)
+        cleaned = self._checkpoint(offset_checkpoint.CLEANER)
         for entry in sorted(self.fs.listdir(self.dir)):
             path = os.path.join(self.dir, entry)
             tp = names.parse_partition_dir(entry)
@@ -158,7 +167,7 @@ class LogManager:
             self._logs[tp] = self._log_class(
                 self.fs, path, self._configs(tp[0]), self.clock, recovery_point=recovery.get(tp, 0),
                 log_start_offset=starts.get(tp, 0), high_watermark=hws.get(tp, 0),
-                clean_shutdown=self.clean_shutdown, **self._log_options)
+                clean_shutdown=self.clean_shutdown, cleaner_checkpoint=cleaned.get(tp), **self._log_options)
 
     # --- logs ---------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> UnifiedLog:
@@ -190,7 +199,7 @@ class LogManager:
 
     def set_aside(self, topic: str, partition: int, kind: str) -> str:
         """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`)."""
-        with self._lock:
+        with self.cleaner.paused((topic, partition)), self._lock:
             lg = self._logs.pop((topic, partition), None)
             if lg is None:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
@@ -225,6 +234,11 @@ class LogManager:
         with self._lock:
             self._failures.pop(task, None)
         return True
+
+    def compact(self, topic: str, partition: int, progress=None) -> CleanerStats | None:
+        """Compact one log now (every pass its offset map needs); None when nothing was cleanable."""
+        return self.cleaner.clean((topic, partition), self.get_log(topic, partition), until_done=True,
+                                  progress=progress)
 
     def check_health(self) -> None:
         """KafkaStorageError while a background task (flush, checkpoint, retention) keeps failing."""
@@ -273,6 +287,7 @@ class LogManager:
                 lg.close()
             self.checkpoint_recovery_points()
             self.checkpoint_high_watermarks()
+            self.cleaner.write_checkpoint()
             self.fs.atomic_write(os.path.join(self.dir, CLEAN_SHUTDOWN),
                                  json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
         finally:

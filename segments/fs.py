@@ -239,6 +239,9 @@ class FileSystem:
     def mtime_ms(self, path: str) -> int:
         return os.stat(path).st_mtime_ns // 1_000_000
 
+    def set_mtime_ms(self, path: str, mtime_ms: int) -> None:
+        os.utime(path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+
     def atomic_write(self, path: str, data: bytes) -> None:
         """Write `path` as Kafka writes checkpoints: tmp file, fsync, rename, fsync the directory."""
         tmp = path + ".tmp"

@@ -7,7 +7,7 @@ offset or the high watermark: txn.unified_log, which owns a LocalLog, keeps thos
 Crash policy: appends reach the page cache at once and the disk on `flush()` (`flush.messages`
 counts appends); a roll flushes the segment it closes; removed segments are renamed `.deleted` and
 their files unlinked after `file.delete.delay.ms`, so a crash in between leaves only leftovers the
-loader removes.
+loader removes; cleaned segments replace old ones through `.swap` files (`replace_segments`).
 Thread-safety: the owner serialises every mutating call (append, roll, flush, truncation, removal);
 reads may run at the same time and see a consistent prefix.
 """
@@ -24,6 +24,7 @@ from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from segments.log_segments import LogSegments
 from segments.segment import LogSegment
+from segments.txn_index import AbortedTxn
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,18 @@ class LocalLog:
         active = self.active_segment
         return FetchData(start_offset, active.base_offset, active.size, memoryview(b""))
 
+    def collect_aborted(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound), from the `.txnindex` of the segment
+        holding `start_offset` on (Kafka's collectAbortedTransactions: the search stops at the first entry
+        whose LSO reaches the bound)."""
+        found: list[AbortedTxn] = []
+        for seg in self.segments.from_offset(start_offset):  # a later segment may hold the marker
+            got, done = seg.txn_index.collect_aborted(start_offset, upper_bound)
+            found += got
+            if done:
+                break
+        return found
+
     # --- truncation and removal ---------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after `offset` (which is below the LEO and at or above the first base)."""
@@ -187,12 +200,41 @@ class LocalLog:
     def remove_segments(self, doomed: list[LogSegment]) -> None:
         """Take these oldest segments (never the active one) out of the log: renamed `.deleted` now, unlinked
         by `delete_pending_files()` once `file.delete.delay.ms` has passed."""
-        due = self.clock.time_ms() + self.config.file_delete_delay_ms
         for seg in doomed:
             self.segments.remove(seg)
-            seg.change_suffix(names.DELETED)
-            self._pending_deletes.append((due, seg))
+            self._retire(seg)
         self.recovery_point = max(self.recovery_point, self.segments.first.base_offset)
+
+    def replace_segments(self, new: list[LogSegment], old: list[LogSegment]) -> None:
+        """Swap cleaned segments (written as `.cleaned`, flushed) in for `old`, as Kafka's replaceSegments does:
+        `.cleaned` -> `.swap` (highest base first), the old segments -> `.deleted` (unlinked later), `.swap` ->
+        final names; the directory is fsynced after each step (segments.log_loader finishes or undoes a swap
+        that a crash interrupted)."""
+        for seg in old + new:
+            seg.release_handle()  # pooled handles are keyed by path, and the new files take the old names
+        for seg in sorted(new, key=lambda s: s.base_offset, reverse=True):
+            seg.change_suffix(names.SWAP)
+        self.fs.fsync_dir(self.dir)
+        for seg in new:
+            self.segments.add(seg)  # replaces the old segment at the same base
+        kept = {seg.base_offset for seg in new}
+        for seg in old:
+            if seg.base_offset not in kept:
+                self.segments.remove(seg)
+            self._retire(seg)
+        self.fs.fsync_dir(self.dir)
+        for seg in new:
+            seg.change_suffix("")
+        self.fs.fsync_dir(self.dir)
+
+    def _retire(self, seg: LogSegment) -> None:
+        """Rename a removed segment's files `.deleted`, to be unlinked after `file.delete.delay.ms`; an older
+        segment still pending under the same names (an earlier clean of the same base) goes now."""
+        for due, pending in [p for p in self._pending_deletes if p[1].base_offset == seg.base_offset]:
+            pending.delete_files()
+            self._pending_deletes.remove((due, pending))
+        seg.change_suffix(names.DELETED)
+        self._pending_deletes.append((self.clock.time_ms() + self.config.file_delete_delay_ms, seg))
 
     def delete_pending_files(self) -> int:
         """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""

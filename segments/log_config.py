@@ -1,8 +1,8 @@
 """Topic-level log configs under Kafka's dotted names, with Kafka's defaults (kafka-format.md §14).
 
 `LogConfig.from_dict({"segment.bytes": ...})` validates names, types and ranges; an unknown name
-is an InvalidConfigurationError, and a value kafkalog does not implement yet (compaction,
-preallocation) is an UnsupportedVersionError that says so, never silently ignored.
+is an InvalidConfigurationError, and a value kafkalog does not implement yet (preallocation) is an
+UnsupportedVersionError that says so, never silently ignored.
 Immutable; thread-safe.
 """
 from __future__ import annotations
@@ -30,6 +30,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     max_message_bytes: int = 1024 * 1024 + 12
     cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
     message_timestamp_type: str = "CreateTime"
     preallocate: bool = False
     min_insync_replicas: int = 1
@@ -42,6 +46,8 @@ class LogConfig:
         "flush_messages": (1, LONG_MAX), "flush_ms": (0, LONG_MAX), "retention_ms": (-1, LONG_MAX),
         "retention_bytes": (-1, LONG_MAX), "file_delete_delay_ms": (0, LONG_MAX),
         "max_message_bytes": (0, 2**31 - 1), "min_insync_replicas": (1, 2**31 - 1),
+        "min_compaction_lag_ms": (0, LONG_MAX), "max_compaction_lag_ms": (1, LONG_MAX),
+        "delete_retention_ms": (0, LONG_MAX),
     }
 
     @classmethod
@@ -71,11 +77,19 @@ class LogConfig:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int in [{lo}, {hi}]")
             return value
         if attr == "cleanup_policy":
-            if value != "delete":
-                if value in ("compact", "compact,delete", "delete,compact"):
-                    raise not_supported_yet(f"cleanup.policy={value!r} (log compaction)")
-                raise InvalidConfigurationError(f"cleanup.policy={value!r} must be 'delete' or 'compact'")
-            return value
+            policies = value.replace(" ", "").split(",") if isinstance(value, str) else None
+            if not policies or not set(policies) <= {"delete", "compact"} or len(set(policies)) != len(policies):
+                raise InvalidConfigurationError(f"cleanup.policy={value!r} must be 'delete', 'compact' or "
+                                                f"'compact,delete'")
+            return ",".join(policies)
+        if attr == "min_cleanable_dirty_ratio":
+            try:
+                ratio = float(value) if not isinstance(value, bool) else None
+            except (TypeError, ValueError):
+                ratio = None
+            if ratio is None or not 0 <= ratio <= 1:
+                raise InvalidConfigurationError(f"{name}={value!r} must be a number in [0, 1]")
+            return ratio
         if attr == "message_timestamp_type":
             if value not in ("CreateTime", "LogAppendTime"):
                 raise InvalidConfigurationError(f"{name}={value!r} must be CreateTime or LogAppendTime")
@@ -87,12 +101,25 @@ class LogConfig:
             raise not_supported_yet(f"{name}=true")
         return value
 
+    @property
+    def compact(self) -> bool:
+        """Whether the cleaner compacts this log (`cleanup.policy` holds compact)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention by time and size applies (`cleanup.policy` holds delete)."""
+        return "delete" in self.cleanup_policy.split(",")
+
     def to_dict(self) -> dict:
         """Kafka's dotted names and values."""
         return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
 
     @property
     def segment(self) -> SegmentConfig:
+        """The segments' knobs; a compacted log rolls by `max.compaction.lag.ms` too (Kafka's maxSegmentMs), so
+        its records become cleanable in time."""
+        roll_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
         return SegmentConfig(index_interval_bytes=self.index_interval_bytes,
                              max_index_size=self.segment_index_bytes,
-                             segment_jitter_ms=self.segment_jitter_ms, segment_ms=self.segment_ms)
+                             segment_jitter_ms=self.segment_jitter_ms, segment_ms=roll_ms)

@@ -64,3 +64,26 @@ def read_all(lg) -> list[tuple]:
         out += [(r.offset, r.key, r.value) for b in batches for r in b.records() if r.offset >= offset]
         offset = batches[-1].next_offset
     return out
+
+
+def read_log(e, topic: str, isolation: str = "read_committed", partition: int = 0,
+             start: int | None = None) -> list[tuple]:
+    """(offset, key, value) of everything a consumer at `isolation` reads from `start` (default: the earliest) to
+    the partition's end: polls until its position reaches the end offset, as a fetch of only empty or aborted
+    batches returns no records yet moves on."""
+    from engine import TopicPartition
+
+    c = e.consumer(isolation_level=isolation, auto_offset_reset="earliest", enable_auto_commit=False)
+    tp = TopicPartition(topic, partition)
+    c.assign([tp])
+    if start is not None:
+        c.seek(tp, start)
+    end = c.end_offsets([tp])[tp]
+    out = []
+    for _ in range(100_000):
+        if c.position(tp) >= end:
+            c.close()
+            return out
+        for r in c.poll(timeout_ms=0, max_records=100_000).get(tp, []):
+            out.append((r.offset, r.key, r.value))
+    raise AssertionError(f"{topic}-{partition}: the consumer did not reach the end offset {end}")

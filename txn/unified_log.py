@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from engine.common.clock import Clock
 from engine.common.errors import (
+    CleaningAbortedError,
     CorruptRecordError,
     InvalidOffsetError,
     InvalidRecordError,
@@ -44,6 +45,7 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
+from segments.cleaner import ActiveProducer
 from segments.fs import FileSystem
 from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.local_log import FetchData, LocalLog
@@ -99,8 +101,10 @@ def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | N
 class UnifiedLog:
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
-                 clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+                 clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+                 cleaner_checkpoint: int | None = None) -> None:
         self.fs, self.dir, self.clock = fs, directory, clock
+        self.cleaner_checkpoint = cleaner_checkpoint  # the first dirty offset the last clean left (None: never)
         self._lock = threading.RLock()
         self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
                               log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
@@ -125,7 +129,8 @@ class UnifiedLog:
         cache = self.leader_epochs
         for i, (epoch, start) in enumerate(cache.entries):
             batch = next(iter(self.local.read(start, 1, self.log_end_offset, True).batches(self.dir)), None)
-            if batch is None or batch.partition_leader_epoch != epoch or (i and batch.base_offset != start):
+            # a later epoch starts at a batch's base; compaction may since have removed that batch, never moved it
+            if batch is None or batch.partition_leader_epoch != epoch or (i and batch.base_offset < start):
                 break
         else:
             return
@@ -245,6 +250,8 @@ class UnifiedLog:
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             producer_batch = _producer_batch(pieces, count, self.dir)
+            if config.compact:
+                self._check_keys(pieces, count)
             ps = self.producer_state
             marker = None
             if producer_batch is not None:
@@ -267,6 +274,16 @@ class UnifiedLog:
             ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size,
                               leader_epoch=leader_epoch)
+
+    def _check_keys(self, pieces: list, count: int) -> None:
+        """A compacted topic refuses records without a key (Kafka's LogValidator), naming the first."""
+        for i in range(0, 2 * count, 2):
+            batch = next(codec.iter_batches(bytes(pieces[i]) + bytes(pieces[i + 1]), source=self.dir))
+            if not batch.is_control:
+                offset = batch.first_keyless_offset()
+                if offset is not None:
+                    raise InvalidRecordError("a compacted topic cannot accept a record without a key",
+                                             file=self.dir, offset=offset)
 
     def append_marker(self, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
                       leader_epoch: int = 0) -> AppendInfo:
@@ -410,16 +427,8 @@ class UnifiedLog:
         return self.log_end_offset if nxt is None else nxt
 
     def collect_aborted(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping [start_offset, upper_bound), from the `.txnindex` of the segment
-        holding `start_offset` on (Kafka's collectAbortedTransactions: the search stops at the first entry
-        whose LSO reaches the bound)."""
-        found: list[AbortedTxn] = []
-        for seg in self.local.segments.from_offset(start_offset):  # a later segment may hold the marker
-            got, done = seg.txn_index.collect_aborted(start_offset, upper_bound)
-            found += got
-            if done:
-                break
-        return found
+        """Aborted transactions overlapping [start_offset, upper_bound) (segments.local_log.collect_aborted)."""
+        return self.local.collect_aborted(start_offset, upper_bound)
 
     def _check_epoch(self, batch) -> None:
         """A batch read must carry the leader epoch the checkpoint gives its offset (the header's epoch is
@@ -455,6 +464,7 @@ class UnifiedLog:
                 self.truncate_fully_and_start_at(offset)
                 return True
             self.local.truncate_to(offset)
+            self._clamp_cleaner_checkpoint()
             self.high_watermark = min(self.high_watermark, offset)
             self.log_start_offset = min(self.log_start_offset, offset)
             self._after_truncation()
@@ -464,9 +474,15 @@ class UnifiedLog:
         """Drop every segment and start empty at `offset`."""
         with self._lock:
             self.local.truncate_fully_and_start_at(offset)
+            self._clamp_cleaner_checkpoint()
             self.log_start_offset = self.high_watermark = offset
             self.leader_epochs.clear()
             self._after_truncation()
+
+    def _clamp_cleaner_checkpoint(self) -> None:
+        """Offsets a truncation removed are written again, dirty (Kafka's maybeTruncateCheckpoint)."""
+        if self.cleaner_checkpoint is not None and self.cleaner_checkpoint > self.log_end_offset:
+            self.cleaner_checkpoint = self.log_end_offset
 
     def _after_truncation(self) -> None:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
@@ -501,6 +517,8 @@ class UnifiedLog:
         config = self.config
         now = self.clock.time_ms()
         removed = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if not config.delete:
+            return removed  # a compact-only log keeps its segments (only the log start offset removes them)
         if config.retention_bytes >= 0:
             excess = [self.size_in_bytes() - config.retention_bytes]
 
@@ -537,6 +555,46 @@ class UnifiedLog:
             for seg in doomed:
                 self.producer_state.delete_snapshot(seg.base_offset)
             return len(doomed)
+
+    # --- compaction (segments.cleaner cleans; these are what it needs of the log) ---------------------
+    def active_producers(self) -> dict[int, ActiveProducer]:
+        """Each tracked producer's last data offset (or, after a marker, its epoch): a clean keeps that batch
+        (Kafka's lastRecordsOfActiveProducers)."""
+        with self._lock:
+            return {pid: ActiveProducer(e.batches[-1].last_offset if e.batches else None, e.epoch)
+                    for pid, e in self.producer_state.producers.items()}
+
+    def cleanable_range(self, now_ms: int) -> tuple[int, int]:
+        """(first dirty offset, first uncleanable offset) of a clean now (Kafka's cleanableOffsets and
+        calculateCleanableBytes): a clean stops at the LSO (at most the HW), the active segment, and the first
+        segment holding a record newer than `min.compaction.lag.ms`, rounded down to the base of the segment that
+        holds it, as only whole segments are cleaned."""
+        with self._lock:
+            dirty = self.first_dirty_offset()
+            bound = min(self.last_stable_offset, self.active_segment.base_offset)
+            lag = self.config.min_compaction_lag_ms
+            if lag > 0:
+                for seg in self.segments[:-1]:
+                    if self.segment_end(seg.base_offset) > dirty and seg.largest_timestamp() > now_ms - lag:
+                        bound = min(bound, seg.base_offset)
+                        break
+            return dirty, next(iter(self.local.segments.from_offset(max(dirty, bound)))).base_offset
+
+    def first_dirty_offset(self) -> int:
+        """Where the next clean starts: the checkpoint, or the log start when it is missing or out of range."""
+        checkpoint = self.cleaner_checkpoint
+        if checkpoint is None or not self.log_start_offset <= checkpoint <= self.log_end_offset:
+            return self.log_start_offset
+        return checkpoint
+
+    def replace_segments(self, new: list[LogSegment], old: list[LogSegment]) -> None:
+        """Swap a clean's segments in for `old` (segments.local_log.replace_segments), unless the log changed
+        under the clean (a truncation, retention, or a roll into them): CleaningAbortedError then."""
+        with self._lock, self._storage("swap"):
+            live = {seg.base_offset: seg for seg in self.segments}
+            if any(live.get(seg.base_offset) is not seg or seg is self.active_segment for seg in old):
+                raise CleaningAbortedError(f"{self.dir} changed while it was cleaned", file=self.dir)
+            self.local.replace_segments(new, old)
 
     def delete_pending_files(self) -> int:
         """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""

@@ -673,6 +673,25 @@ cdef class RecordBatch:
         self._check_end(p, end)
         return out, self.base_offset + self.last_offset_delta + 1
 
+    def first_keyless_offset(self):
+        """The offset of the first record without a key, or None (a compacted topic refuses such records)."""
+        cdef object owner
+        cdef const uint8_t *p
+        cdef const uint8_t *end
+        cdef RecView rv
+        cdef int rc
+        cdef int32_t i
+        found = None
+        owner = self._open(False, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+        for i in range(self.records_count):
+            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
+            if rc:
+                self._framing_error(rc)
+            if rv.klen < 0 and found is None:
+                found = self.base_offset + rv.off_delta
+        self._check_end(p, end)
+        return found
+
     def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """Decode every record (control records included, with control_type set)."""
         cdef object owner
@@ -1078,9 +1097,11 @@ cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, int64_t base_
                     p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hv), len(hv))
 
 
-cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, object last_offset_delta):
-    """Write header + records (compressing if asked) and the CRC; return the batch."""
-    cdef int64_t base_ts = infos[0].ts, max_ts = -1, section
+cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, object last_offset_delta,
+                   object base_timestamp=None):
+    """Write header + records (compressing if asked) and the CRC; return the batch. The base timestamp is the
+    first record's unless `base_timestamp` gives it (a delete horizon)."""
+    cdef int64_t base_ts = infos[0].ts if base_timestamp is None else base_timestamp, max_ts = -1, section
     cdef Py_ssize_t i
     cdef int32_t last
     cdef bytes out
@@ -1146,7 +1167,8 @@ cdef RecInfo *_alloc_infos(Py_ssize_t n) except NULL:
     return infos
 
 
-cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta):
+cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta,
+                         object base_timestamp=None):
     cdef Py_ssize_t n = len(items), i
     cdef RecInfo *infos
     cdef int32_t prev = -1
@@ -1156,7 +1178,7 @@ cdef bytes _encode_items(list items, Params *pr, object level, object last_offse
         for i in range(n):
             _fill_item(&infos[i], i, items[i], prev, pr.base_offset, keep)
             prev = infos[i].off_delta
-        return _finish(infos, n, pr, level, last_offset_delta)
+        return _finish(infos, n, pr, level, last_offset_delta, base_timestamp)
     finally:
         free(infos)
 
@@ -1192,6 +1214,35 @@ def encode_batch(records, *, base_offset=0, compression="none", compression_leve
             base_sequence, transactional, partition_leader_epoch)
     items = records if type(records) is list else list(records)
     return _encode_items(items, &pr, compression_level, last_offset_delta)
+
+
+def rebuild_batch(RecordBatch batch, records, delete_horizon_ms=None):
+    """The log cleaner's rewrite of `batch` keeping only `records` (Records, at their own offsets): the same base
+    offset, last offset, compression, timestamp type, producer fields, transactional and control flags and leader
+    epoch; with `delete_horizon_ms` the base timestamp holds it (attribute bit 6). Without records, the header-only
+    empty batch Kafka keeps for a producer's sequence: uncompressed, base timestamp -1, the original max timestamp."""
+    cdef Params pr
+    cdef bytes out
+    items = records if type(records) is list else list(records)
+    pr.base_offset = batch.base_offset
+    pr.ple = batch.partition_leader_epoch
+    pr.pid = batch.producer_id
+    pr.epoch = batch.producer_epoch
+    pr.seq = batch.base_sequence
+    pr.attributes = batch.attributes & 0x38  # LogAppendTime, transactional, control
+    if not items:
+        pr.codec = 0
+        out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE)
+        _put_header(<uint8_t *>PyBytes_AS_STRING(out), HEADER_SIZE, &pr, batch.last_offset_delta, -1,
+                    batch.max_timestamp, 0)
+        return out
+    if delete_horizon_ms is not None:
+        pr.attributes |= 0x40
+        bf.check_timestamp(delete_horizon_ms)
+    pr.codec = batch.attributes & 0x07
+    pr.attributes |= pr.codec
+    pr.max_ts = batch.max_timestamp if batch.attributes & 0x08 else -2
+    return _encode_items(items, &pr, None, batch.last_offset_delta, delete_horizon_ms)
 
 
 def encode_control_batch(kind, *, base_offset, producer_id, producer_epoch, coordinator_epoch=0, timestamp_ms,

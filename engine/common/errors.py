@@ -358,6 +358,13 @@ class CommitFailedError(KafkaError):
     (the Java client's CommitFailedException)."""
 
 
+class CleaningAbortedError(KafkaError):
+    """A log changed (truncation, retention, close) while the cleaner compacted it: the clean's output was
+    discarded and a later clean starts again (Kafka's LogCleaningAbortedException)."""
+
+    retriable = True
+
+
 def not_supported_yet(feature: str) -> UnsupportedVersionError:
     """The error for an option that a later kafkalog release implements."""
     return UnsupportedVersionError(f"{feature} is not supported yet by kafkalog")

@@ -1,11 +1,14 @@
 """The small value types clients exchange, shaped like kafka-python's (`kafka.structs`).
 
 `TopicPartition`, `OffsetAndMetadata`, `OffsetAndTimestamp` and `RecordMetadata` are named tuples with kafka-python's
-fields, so code that unpacks them keeps working. Immutable; thread-safe. Leaf module.
+fields, so code that unpacks them keeps working; `settings_of` builds a settings tuple from a dict. Immutable;
+thread-safe. Imports only engine.common.errors.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from engine.common.errors import InvalidConfigurationError
 
 
 class TopicPartition(NamedTuple):
@@ -72,3 +75,14 @@ class ConsumerGroupMetadata(NamedTuple):
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+def settings_of(cls, settings: dict | None, kind: str):
+    """`cls` (a NamedTuple of settings with defaults) from a dict of its field names; an unknown name is an
+    InvalidConfigurationError that lists the known ones."""
+    settings = dict(settings or {})
+    unknown = set(settings) - set(cls._fields)
+    if unknown:
+        raise InvalidConfigurationError(f"unknown {kind} setting(s): {', '.join(sorted(unknown))} (known: "
+                                        f"{', '.join(cls._fields)})")
+    return cls(**settings)

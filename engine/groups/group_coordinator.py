@@ -45,7 +45,7 @@ from engine.common.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition, settings_of
 from engine.groups import consumer_protocol, group_metadata, offsets
 from engine.groups.group_metadata import (
     COMPLETING_REBALANCE,
@@ -79,12 +79,7 @@ class GroupConfig(NamedTuple):
 
     @classmethod
     def of(cls, settings: dict | None) -> "GroupConfig":
-        settings = dict(settings or {})
-        unknown = set(settings) - set(cls._fields)
-        if unknown:
-            raise InvalidConfigurationError(f"unknown group setting(s): {', '.join(sorted(unknown))} (known: "
-                                            f"{', '.join(cls._fields)})")
-        out = cls(**settings)
+        out = settings_of(cls, settings, "group")
         for name, value in out._asdict().items():
             if type(value) is not int or value < (0 if name == "group_initial_rebalance_delay_ms" else 1):
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= "

@@ -26,6 +26,7 @@ API = (
     "ConsumerRecord",
     "consumer_record",
     "RecordsBuilder",
+    "rebuild_batch",
 )
 
 _MODULES = {"cython": "engine._native._core", "python": "engine.record.records"}

@@ -241,10 +241,19 @@ def encode_batch(records, *, base_offset: int = 0, compression="none", compressi
     items = list(records) if not isinstance(records, (list, tuple)) else records
     if not items:
         raise InvalidRecordError("a batch needs at least one record")
+    body, prev, base_ts, max_seen = _encode_records(items, base_offset, None)
+    last = bf.last_offset_delta(prev, last_offset_delta)
+    return _assemble(body, len(items), base_offset=base_offset, ple=partition_leader_epoch, codec=codec,
+                     level=compression_level, attributes=attributes, last_delta=last, base_ts=base_ts,
+                     max_ts=max_seen if max_ts == -2 else max_ts, pid=producer_id, epoch=producer_epoch,
+                     seq=base_sequence)
+
+
+def _encode_records(items: list, base_offset: int, base_ts: int | None) -> tuple[bytearray, int, int, int]:
+    """(records section, last offset delta, base timestamp, max timestamp) of validated input records; the base
+    timestamp is the first record's unless given."""
     body = bytearray()
-    prev = -1
-    base_ts = None
-    max_seen = -1
+    prev = max_seen = -1
     for i, rec in enumerate(items):
         delta, key, value, headers, ts = bf.unpack_record(i, rec, prev, base_offset)
         if base_ts is None:
@@ -252,11 +261,30 @@ def encode_batch(records, *, base_offset: int = 0, compression="none", compressi
         max_seen = max(max_seen, ts)
         _write_record(body, delta, bf.timestamp_delta(ts, base_ts), key, value, headers)
         prev = delta
-    last = bf.last_offset_delta(prev, last_offset_delta)
-    return _assemble(body, len(items), base_offset=base_offset, ple=partition_leader_epoch, codec=codec,
-                     level=compression_level, attributes=attributes, last_delta=last, base_ts=base_ts,
-                     max_ts=max_seen if max_ts == -2 else max_ts, pid=producer_id, epoch=producer_epoch,
-                     seq=base_sequence)
+    return body, prev, base_ts, max_seen
+
+
+def rebuild_batch(batch, records, delete_horizon_ms: int | None = None) -> bytes:
+    """The log cleaner's rewrite of `batch` keeping only `records` (Records, at their own offsets): the same base
+    offset, last offset, compression, timestamp type, producer fields, transactional and control flags and leader
+    epoch; with `delete_horizon_ms` the base timestamp holds it (attribute bit 6). Without records, the header-only
+    empty batch Kafka keeps for a producer's sequence: uncompressed, base timestamp -1, the original max timestamp."""
+    items = list(records)
+    kept = batch.attributes & (bf.LOG_APPEND_TIME_FLAG | bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG)
+    fields = dict(base_offset=batch.base_offset, ple=batch.partition_leader_epoch, level=None,
+                  last_delta=batch.last_offset_delta, pid=batch.producer_id, epoch=batch.producer_epoch,
+                  seq=batch.base_sequence)
+    if not items:
+        return _assemble(b"", 0, codec=0, attributes=kept, base_ts=-1, max_ts=batch.max_timestamp, **fields)
+    if delete_horizon_ms is not None:
+        kept |= bf.DELETE_HORIZON_FLAG
+        bf.check_timestamp(delete_horizon_ms)
+    codec = batch.attributes & bf.COMPRESSION_MASK
+    body, prev, base_ts, max_seen = _encode_records(items, batch.base_offset, delete_horizon_ms)
+    bf.last_offset_delta(prev, batch.last_offset_delta)
+    log_append = batch.attributes & bf.LOG_APPEND_TIME_FLAG
+    return _assemble(body, len(items), codec=codec, attributes=kept | codec, base_ts=base_ts,
+                     max_ts=batch.max_timestamp if log_append else max_seen, **fields)
 
 
 def _columns_to_records(keys, values, timestamps) -> list:
@@ -356,6 +384,12 @@ class RecordBatch:
 
     def _error(self, cls, message: str):
         return cls(message, file=self.source, position=self.position, offset=self.base_offset)
+
+    def first_keyless_offset(self) -> int | None:
+        """The offset of the first record without a key, or None (a compacted topic refuses such records)."""
+        found = []
+        self.walk(lambda offset, ts, key, *rest: found.append(offset) if key is None and not found else None)
+        return found[0] if found else None
 
     def _records_section(self, max_decompressed_bytes: int):
         codec = self.attributes & bf.COMPRESSION_MASK

@@ -47,7 +47,8 @@ def _describe(eng, name: str) -> dict:
             "partitions": [{"partition": p.partition, "leader": p.leader, "leaderEpoch": p.leader_epoch,
                             "replicas": p.replicas, "isr": p.isr,
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
-                            "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments}
+                            "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments,
+                            **({} if p.dirty_ratio is None else {"dirtyRatio": round(p.dirty_ratio, 4)})}
                            for p in d.partitions]}
 
 
@@ -60,7 +61,8 @@ def _describe_text(doc: dict) -> str:
         lines.append(f"\tTopic: {doc['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                      f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
                      f"LogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}\t"
-                     f"HighWatermark: {p['highWatermark']}")
+                     f"HighWatermark: {p['highWatermark']}"
+                     + (f"\tDirtyRatio: {p['dirtyRatio']:.2f}" if "dirtyRatio" in p else ""))
     return "\n".join(lines)
 
 

@@ -64,7 +64,9 @@ def test_topic_lifecycle(tmp_path):
     (lambda e: e.create_topic("n", replication_factor=3), InvalidReplicationFactorError),  # one broker
     (lambda e: e.create_topic("n", config={"segment.bytes": -1}), InvalidConfigurationError),
     (lambda e: e.create_topic("n", config={"no.such.config": 1}), InvalidConfigurationError),
-    (lambda e: e.create_topic("n", config={"cleanup.policy": "compact"}), UnsupportedVersionError),
+    (lambda e: e.create_topic("n", config={"cleanup.policy": "compacted"}), InvalidConfigurationError),
+    (lambda e: e.compact("a.b"), InvalidConfigurationError),  # cleanup.policy=delete: nothing to compact
+    (lambda e: e.compact("nope"), UnknownTopicOrPartitionError),
     (lambda e: e.alter_topic_config("a.b", {"retention.ms": "soon"}), InvalidConfigurationError),
     (lambda e: e.alter_topic_config("nope", {}), UnknownTopicOrPartitionError),
     (lambda e: e.delete_topic("nope"), UnknownTopicOrPartitionError),
@@ -264,7 +266,7 @@ def test_close_stops_every_background_thread(tmp_path):
     p = e.producer(linger_ms=10)
     p.send("t", value=b"v")
     ours = [t for t in threading.enumerate() if t.name.startswith("kafkalog-")]
-    assert len(ours) == 2  # the log manager's and the producer's sender
+    assert len(ours) == 3  # the log manager's, the log cleaner's and the producer's sender
     e.close()  # closes the producer too (flushing what it holds)
     assert not any(t.is_alive() for t in ours)
     with engine.open(str(tmp_path), background=False) as again:

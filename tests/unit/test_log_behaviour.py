@@ -66,8 +66,8 @@ def test_configs_use_kafka_names_and_refuse_the_unknown_or_unimplemented():
         LogConfig.from_dict({"segment.byte": 1})
     with pytest.raises(InvalidConfigurationError):
         LogConfig.from_dict({"segment.bytes": 0})
-    with pytest.raises(UnsupportedVersionError, match="not supported yet"):
-        LogConfig.from_dict({"cleanup.policy": "compact"})
+    assert LogConfig.from_dict({"cleanup.policy": "delete, compact"}).cleanup_policy == "delete,compact"
+    assert LogConfig.from_dict({"cleanup.policy": "compact"}).compact and not LogConfig().compact
     with pytest.raises(UnsupportedVersionError, match="not supported yet"):
         LogConfig.from_dict({"preallocate": True})
 

@@ -1,0 +1,458 @@
+"""Log compaction (segments.cleaner, replication.log_cleaner): against a model of the latest value per key, the
+Kafka-written `compacted-0` vector, Kafka's offset-map layout, a map smaller than the log, the internal topics,
+the background cleaner and the `kafkalog compact` tool. The kill -9 trials are in tests/crash/test_cleaner_kill.py.
+`KAFKALOG_COMPACTION_MODEL_RUNS` seeds run the model test (CI 8; `make fuzz` 100)."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import time
+
+import pytest
+
+import engine
+from engine import CleaningAbortedError, InvalidConfigurationError, InvalidRecordError, ManualClock, TopicPartition
+from engine.record import batch_format as bf
+from engine.tools import cli, dump_log
+from segments import offset_map
+from tests import vectors
+from tests.conftest import IMPLEMENTATIONS
+from tests.log_checks import read_log, verify_index_files
+
+MODEL_RUNS = int(os.environ.get("KAFKALOG_COMPACTION_MODEL_RUNS", "8"))
+T0 = 1_700_000_000_000
+COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": 10_000}
+
+
+def latest(records) -> dict:
+    """key -> value of the last record per key (None for a tombstone), in offset order."""
+    out = {}
+    for _, key, value in sorted(records):
+        out[key] = value
+    return out
+
+
+# --- the offset map --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_offset_map_lays_out_md5_slots_as_kafkas_skimpy_offset_map(impl):
+    cls = offset_map.load(impl)
+    m = cls(24 * 97)
+    rng = random.Random(5)
+    keys = [rng.randbytes(rng.randrange(0, 120)) for _ in range(80)]  # MD5 tails of one and two blocks
+    for i, key in enumerate(keys):
+        m.put(key, 1000 + i)
+    table = m.table()
+    for i, key in enumerate(keys):
+        digest = hashlib.md5(key).digest()
+        # the first probe: |big-endian int32 of the digest's first 4 bytes| % slots, linear in the tail after 12
+        for attempt in range(97 + 12):
+            probe = int.from_bytes(digest[min(attempt, 12):min(attempt, 12) + 4], "big", signed=True)
+            probe = (probe + max(0, attempt - 12) + 2**31) % 2**32 - 2**31
+            slot = (0 if probe == -2**31 else abs(probe)) % 97
+            if table[slot * 24:slot * 24 + 16] == digest:
+                break
+        assert table[slot * 24 + 16:slot * 24 + 24] == (1000 + i).to_bytes(8, "big")
+        assert m.get(key) == 1000 + i
+    assert m.get(b"absent") == -1 and m.size == 80 and m.latest_offset == 1079
+    m.put(keys[0], 5)
+    assert m.size == 80 and m.get(keys[0]) == 5 and m.latest_offset == 5
+    m.clear()
+    assert m.size == 0 and m.get(keys[1]) == -1 and m.latest_offset == -1 and not any(m.table())
+
+
+def test_offset_map_twins_agree_slot_for_slot():
+    if len(IMPLEMENTATIONS) < 2:
+        pytest.skip("one implementation only: KAFKALOG_NO_EXTENSIONS=1 asked for the twin")
+    maps = [offset_map.load(impl)(24 * 500) for impl in IMPLEMENTATIONS]
+    rng = random.Random(9)
+    for i in range(450):
+        key = rng.randbytes(rng.randrange(1, 40))
+        for m in maps:
+            m.put(key, i)
+    assert maps[0].table() == maps[1].table()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("memory,factor", [(23, 0.9), (2**31, 0.9), ("1MB", 0.9), (1024, 0.0), (1024, 1.5)])
+def test_offset_map_refuses_a_budget_it_cannot_use(impl, memory, factor):
+    with pytest.raises(InvalidConfigurationError):
+        offset_map.load(impl)(memory, factor)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_full_offset_map_refuses_a_new_key(impl):
+    m = offset_map.load(impl)(24 * 3)
+    for key in (b"a", b"b", b"c"):
+        m.put(key, 1)
+    with pytest.raises(ValueError):
+        m.put(b"d", 2)
+    assert [m.get(k) for k in (b"a", b"b", b"c", b"d")] == [1, 1, 1, -1]
+
+
+# --- the rewrite of a batch -----------------------------------------------------------------------------------
+def test_rebuild_batch_reproduces_the_cleaners_batches_of_the_kafka_vector(codec):
+    """compacted-0 holds Kafka's own cleaner output: keeping every record (and the horizon) rebuilds the same
+    records, byte for byte where uncompressed; an empty batch is exactly writeEmptyHeader's."""
+    data = (vectors.case_dir("compacted-0") / "00000000000000000000.log").read_bytes()
+    for batch in codec.iter_batches(data):
+        original = bytes(batch.buffer)
+        if batch.records_count == 0:
+            assert codec.rebuild_batch(batch, []) == original
+            continue
+        rebuilt = codec.rebuild_batch(batch, batch.records(), batch.delete_horizon_ms)
+        again = next(codec.iter_batches(rebuilt))
+        # every header field but the length and CRC; a LogAppendTime batch's records carry the append time, so its
+        # rebuilt base timestamp is that time (as Kafka's builder makes it), not the vector's stored one
+        skip = {1, 4, 7} if batch.timestamp_type == "log_append" else {1, 4}
+        fields = [f for i, f in enumerate(bf.HEADER.unpack_from(original)) if i not in skip]
+        assert [f for i, f in enumerate(bf.HEADER.unpack_from(rebuilt)) if i not in skip] == fields
+        assert again.records() == batch.records()
+        if batch.compression == "none" and batch.timestamp_type == "create":
+            assert rebuilt == original
+        if batch.records_count > 1 and not batch.is_control:
+            fewer = codec.rebuild_batch(batch, batch.records()[1:], 1_900_000_000_000)
+            got = next(codec.iter_batches(fewer))
+            assert (got.base_offset, got.last_offset, got.records_count) == (batch.base_offset, batch.last_offset,
+                                                                             batch.records_count - 1)
+            assert got.delete_horizon_ms == 1_900_000_000_000 and got.records() == batch.records()[1:]
+            assert got.compression == batch.compression and got.timestamp_type == batch.timestamp_type
+
+
+def test_first_keyless_offset_names_the_first_record_without_a_key(codec):
+    batch = next(codec.iter_batches(codec.encode_batch([(b"k", b"v", None, 1), (None, b"v", None, 2),
+                                                        (None, None, None, 3)], base_offset=10)))
+    assert batch.first_keyless_offset() == 11
+    keyed = next(codec.iter_batches(codec.encode_batch([(b"k", None, None, 1)])))
+    assert keyed.first_keyless_offset() is None
+
+
+# --- the model ----------------------------------------------------------------------------------------------------
+def _write(e, rng, clock, model: dict, committed: list, aborted: set, n: int, tx) -> None:
+    plain = e.producer(batch_size=rng.choice([150, 400, 2000]), linger_ms=0)
+    for i in range(n):
+        key = b"k%d" % rng.randrange(rng.choice([5, 40]))
+        if tx is not None and rng.random() < 0.15:
+            tx.begin_transaction()
+            sent = [(key + b"-t%d" % j, b"tx%d-%d" % (i, j)) for j in range(rng.randint(1, 3))]
+            futures = [tx.send("t", key=k, value=v) for k, v in sent]
+            if rng.random() < 0.5:
+                tx.commit_transaction()
+                for f, (k, v) in zip(futures, sent):
+                    model[k] = v
+                    committed.append((f.get().offset, k, v))
+            else:
+                tx.abort_transaction()
+                aborted.update(v for _, v in sent)
+        else:
+            value = None if rng.random() < 0.2 else b"v%d" % rng.randrange(10**6)
+            offset = plain.send("t", key=key, value=value).get().offset
+            model[key] = value
+            committed.append((offset, key, value))
+        clock.advance(rng.randint(0, 30))
+        if rng.random() < 0.03:
+            e.log("t", 0).roll()
+    plain.close()
+
+
+@pytest.mark.parametrize("seed", range(MODEL_RUNS))
+def test_compaction_matches_the_latest_value_per_key(tmp_path, seed):
+    rng = random.Random(seed)
+    clock = ManualClock(T0)
+    dedupe = rng.choice([24 * 30, 1 << 20])  # some runs need several passes of a small map
+    with engine.open(tmp_path, clock=clock, background=False,
+                     cleaner_config={"log_cleaner_dedupe_buffer_size": dedupe}) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": rng.choice([700, 2000, 6000])})
+        tx = None
+        if rng.random() < 0.7:
+            tx = e.producer(transactional_id="tx", linger_ms=0)
+            tx.init_transactions()
+        model, committed, aborted = {}, [], set()
+        _write(e, rng, clock, model, committed, aborted, rng.randint(100, 400), tx)
+        e.log("t", 0).roll()
+        before = read_log(e, "t")
+        assert before == sorted(committed)
+        positions = sorted(rng.sample(range(e.log("t", 0).log_end_offset + 1), 4))
+
+        e.compact("t")
+        after = read_log(e, "t")
+        assert set(after) <= set(before)  # survivors keep their offsets and contents
+        assert latest(after) == model
+        assert len(after) == len(model)  # everything below the first uncleanable offset is compacted away
+        everything = read_log(e, "t", "read_uncommitted")
+        assert not [r for r in everything if r[2] in aborted], "aborted data survived a clean"
+        for p in positions:  # a consumer at any position before the clean reads on correctly
+            seen = [r for r in before if r[0] < p] + read_log(e, "t", start=p)
+            assert latest(seen) == model, f"position {p}"
+        first_end = e.log("t", 0).cleaner_checkpoint
+        tombstones = {r for r in after if r[2] is None and r[0] < first_end}
+
+        clock.advance(COMPACT["delete.retention.ms"] + 1)  # past every horizon the first clean set
+        _write(e, rng, clock, model, committed, aborted, 30, tx)
+        e.log("t", 0).roll()
+        e.compact("t")
+        final = read_log(e, "t")
+        assert set(final) <= set(committed)
+        assert {k: v for k, v in latest(final).items() if v is not None} == \
+            {k: v for k, v in model.items() if v is not None}
+        assert not tombstones & set(final), "tombstones outlived their delete horizon"
+        assert all(model[k] is None for k, v in latest(final).items() if v is None)
+    _check_compacted_files(tmp_path, "t-0")
+
+
+def _check_compacted_files(directory, partition: str) -> None:
+    """dump-log's deep iteration and index checks, and `kafkalog verify`, find nothing wrong."""
+    verify_index_files(directory / partition)
+    logs = sorted(str(f) for f in (directory / partition).iterdir() if f.name.endswith(".log"))
+    out = io.StringIO()
+    assert dump_log.dump(logs, deep=True, print_data=True, out=out) == 0, out.getvalue()[-2000:]
+    assert cli.main(["verify", str(directory)]) == 0
+
+
+def test_keyless_records_are_refused_by_a_compacted_topic(tmp_path):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t", config=COMPACT)
+        p = e.producer(linger_ms=0)
+        p.send("t", key=b"k", value=b"1").get()
+        with pytest.raises(InvalidRecordError, match="without a key"):
+            p.send("t", value=b"no key").get()
+        assert read_log(e, "t") == [(0, b"k", b"1")]
+
+
+def test_cleanup_policy_values(tmp_path):
+    with engine.open(tmp_path, background=False) as e:
+        for policy in ("compact", "delete", "compact,delete", "delete,compact"):
+            e.create_topic(f"t{len(policy)}{policy[0]}", config={"cleanup.policy": policy})
+        for bad in ("", "compacted", "delete,delete", 3):
+            with pytest.raises(InvalidConfigurationError):
+                e.create_topic("bad", config={"cleanup.policy": bad})
+        with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+            e.compact("t6d")  # delete only: nothing to compact
+        with pytest.raises(InvalidConfigurationError):
+            e.create_topic("bad", config={"min.cleanable.dirty.ratio": 1.5})
+
+
+def test_compact_and_delete_applies_retention_compact_alone_does_not(tmp_path):
+    clock = ManualClock(T0)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        for name, policy in (("c", "compact"), ("cd", "compact,delete")):
+            e.create_topic(name, config={"cleanup.policy": policy, "retention.ms": 1000})
+            p = e.producer(linger_ms=0)
+            p.send(name, key=b"k", value=b"old").get()
+            e.log(name, 0).roll()
+            p.send(name, key=b"j", value=b"new").get()
+        clock.advance(5000)
+        e._logs.cleanup_logs()
+        assert e.log("c", 0).log_start_offset == 0 and e.log("cd", 0).log_start_offset == 2
+
+
+# --- several passes, internal topics, the thread, the tool -----------------------------------------------------
+def test_a_log_four_times_the_offset_map_compacts_in_several_passes(tmp_path):
+    keys = 4 * 90  # the map holds int(24 * 100 / 24 * 0.9) = 90 keys per pass
+    with engine.open(tmp_path, background=False, cleaner_config={"log_cleaner_dedupe_buffer_size": 24 * 100}) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 3000})
+        p = e.producer(linger_ms=0, batch_size=500)
+        model = {}
+        rng = random.Random(3)
+        for i in range(3 * keys):
+            key = b"key-%d" % (rng.randrange(keys) if i >= keys else i)
+            p.send("t", key=key, value=b"%d" % i)
+            model[key] = b"%d" % i
+        p.flush()
+        e.log("t", 0).roll()
+        stats = e.compact("t")[0]
+        assert stats.keys >= keys and stats.map_slots == 100  # more keys mapped than one pass can hold
+        assert latest(read_log(e, "t")) == model and len(read_log(e, "t")) == keys
+        assert e.log("t", 0).cleaner_checkpoint == e.log("t", 0).log_end_offset
+    _check_compacted_files(tmp_path, "t-0")
+
+
+def _vector_records() -> list[tuple]:
+    """(offset, key, value) of the vector's data records, from its Kafka-class dump."""
+    out = []
+    for batch, records in vectors.segments(vectors.expected("compacted-0"))["00000000000000000000.log"]["batches"]:
+        if not batch["attributesDecoded"]["isControl"]:
+            out += [(r["offset"], vectors.b64(r["keyB64"]), vectors.b64(r["valueB64"])) for r in records]
+    return out
+
+
+def test_the_kafka_written_compacted_vector_opens_compacts_and_reads_as_kafka_wrote_it(tmp_path):
+    part = tmp_path / "compacted-0"
+    shutil.copytree(vectors.case_dir("compacted-0"), part, ignore=lambda d, names: [
+        n for n in names if n.endswith((".txt", ".json", ".jsonl"))])
+    for f in part.iterdir():
+        f.chmod(0o644)
+    original = {f.name: f.read_bytes() for f in part.iterdir()}
+    records = _vector_records()
+    clock = ManualClock(1731900010000)  # before the vector's delete horizons
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.alter_topic_config("compacted", {"cleanup.policy": "compact"})
+        assert e.compact("compacted") == {0: None}  # one segment, the active one: nothing is cleanable
+    # the same records, byte for byte (opening a directory without Kafka's clean-shutdown marker re-indexes it)
+    assert (part / "00000000000000000000.log").read_bytes() == original["00000000000000000000.log"]
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        assert read_log(e, "compacted") == records  # tombstones and horizons read as Kafka reads them
+
+        # Kafka's cleaned section is [0, 74); the head 74-79 is dirty: a clean folds it into the rest
+        e.log("compacted", 0).roll()
+        e.log("compacted", 0).cleaner_checkpoint = 74
+        e.compact("compacted")
+        after = read_log(e, "compacted")
+        assert set(after) <= set(records) and latest(after) == latest(records)
+        assert [r for r in after if r[0] < 74 and r[1] in {b"k1", b"k2", b"k3", b"k4", b"k5"}] == []
+        horizons = {b.base_offset: b.delete_horizon_ms for b in e.log("compacted", 0).segments[0].batches()}
+        assert horizons[30] == 1731986400000  # kept as Kafka set it
+        assert (34, b"k7", None) in after  # a tombstone before its horizon stays
+        assert 20 in horizons and 70 in horizons  # producers 900 and 901 keep their empty batches
+    _check_compacted_files(tmp_path, "compacted-0")
+
+
+def test_internal_topics_are_compacted_and_keep_their_meaning(tmp_path):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t")
+        c = e.consumer("t", group_id="g", enable_auto_commit=False)
+        c.poll(timeout_ms=0)
+        for i in range(50):
+            c.commit({TopicPartition("t", 0): engine.OffsetAndMetadata(i, "")})
+        c.close()
+        offsets = [lg for (topic, _), lg in e._logs.logs().items() if topic == "__consumer_offsets"]
+        busy = max(offsets, key=lambda lg: lg.log_end_offset)
+        assert busy.config.compact and busy.log_end_offset >= 50
+        busy.roll()
+        before = busy.size_in_bytes()
+        stats = e.compact("__consumer_offsets")
+        assert any(s is not None for s in stats.values()) and busy.size_in_bytes() < before / 4
+        assert e.describe_topic("t")  # the engine goes on as before
+    with engine.open(tmp_path, background=False) as e:
+        assert e.committed("g", TopicPartition("t", 0)).offset == 49
+
+
+def test_the_background_cleaner_compacts_a_dirty_log_by_itself(tmp_path):
+    with engine.open(tmp_path, cleaner_config={"log_cleaner_backoff_ms": 20}) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 1000, "min.cleanable.dirty.ratio": 0.1})
+        p = e.producer(linger_ms=0, batch_size=200)
+        for i in range(400):
+            p.send("t", key=b"k%d" % (i % 10), value=b"value-%d" % i)
+        p.flush()
+        lg = e.log("t", 0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (lg.cleaner_checkpoint is None or
+                                                e.describe_topic("t").partitions[0].dirty_ratio > 0.1):
+            time.sleep(0.05)
+        assert lg.cleaner_checkpoint is not None, "the cleaner thread never cleaned the dirty log"
+        assert e.describe_topic("t").partitions[0].dirty_ratio <= 0.1, "the cleaner thread left the log dirty"
+        assert latest(read_log(e, "t")) == {b"k%d" % k: b"value-%d" % (390 + k) for k in range(10)}
+    with engine.open(tmp_path, background=False) as e:  # the checkpoint survived the close
+        assert e.log("t", 0).cleaner_checkpoint == lg.cleaner_checkpoint
+
+
+def test_kafkalog_compact_prints_kafkas_summary(tmp_path, capsys):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t", 2, config={**COMPACT, "segment.bytes": 500})
+        p = e.producer(linger_ms=0, batch_size=100)
+        for i in range(200):
+            p.send("t", key=b"k%d" % (i % 3), value=b"v%d" % i, partition=0)
+        p.flush()
+    assert cli.main(["compact", "t", "--data", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    zero, one = doc
+    assert zero["cleaned"] and zero["recordsAfter"] < zero["recordsBefore"] and zero["bytesAfter"] < zero["bytesBefore"]
+    assert one == {"partition": 1, "cleaned": False}
+    assert cli.main(["compact", "t", "--data", str(tmp_path)]) == 0
+    assert "t-0: nothing to clean" in capsys.readouterr().out
+    assert cli.main(["topics", "--data", str(tmp_path), "--describe", "--topic", "t"]) == 0
+    assert "DirtyRatio: 0.00" in capsys.readouterr().out
+    assert cli.main(["compact", "nope", "--data", str(tmp_path)]) == 1
+
+
+def test_a_clean_stops_at_the_last_stable_offset(tmp_path):
+    clock = ManualClock(T0)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t", config=COMPACT)
+        p = e.producer(linger_ms=0)
+        tx = e.producer(transactional_id="open", linger_ms=0)
+        tx.init_transactions()
+        for i in range(10):
+            p.send("t", key=b"k", value=b"early-%d" % i).get()
+        e.log("t", 0).roll()
+        tx.begin_transaction()
+        tx.send("t", key=b"k", value=b"undecided").get()  # the LSO stays here until the transaction ends
+        e.log("t", 0).roll()
+        for i in range(10):
+            p.send("t", key=b"k", value=b"late-%d" % i).get()
+        e.log("t", 0).roll()
+        lso = e.log("t", 0).last_stable_offset
+        held = {s.base_offset: bytes(s.view()) for s in e.log("t", 0).segments if s.base_offset >= lso}
+        e.compact("t")
+        assert e.log("t", 0).cleaner_checkpoint <= lso
+        assert {s.base_offset: bytes(s.view()) for s in e.log("t", 0).segments if s.base_offset >= lso} == held
+        assert [r for r in read_log(e, "t", "read_uncommitted") if r[0] < lso] == [(9, b"k", b"early-9")]
+        tx.commit_transaction()
+        e.log("t", 0).roll()
+        e.compact("t")
+        assert read_log(e, "t") == [(20, b"k", b"late-9")]
+
+
+def test_a_clean_is_abandoned_when_the_log_changes_under_it(tmp_path):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 600})
+        p = e.producer(linger_ms=0, batch_size=100)
+        for i in range(100):
+            p.send("t", key=b"k%d" % (i % 4), value=b"v%d" % i).get()
+        lg = e.log("t", 0)
+        lg.roll()
+        before = read_log(e, "t")
+
+        def truncate(done, total):
+            if lg.log_end_offset > 50:
+                lg.truncate_to(50)  # a follower's truncation, while the map is built
+        with pytest.raises(CleaningAbortedError):
+            e.compact("t", progress=truncate)
+        assert not [f for f in os.listdir(tmp_path / "t-0") if f.endswith(".cleaned")]
+        assert read_log(e, "t") == [r for r in before if r[0] < 50]
+        e.compact("t")
+        assert latest(read_log(e, "t")) == latest([r for r in before if r[0] < 50])
+
+
+def test_both_offset_maps_clean_a_log_to_the_same_bytes(tmp_path, monkeypatch):
+    if len(IMPLEMENTATIONS) < 2:
+        pytest.skip("one implementation only: KAFKALOG_NO_EXTENSIONS=1 asked for the twin")
+    clock = ManualClock(T0)
+    source = tmp_path / "source"
+    with engine.open(source, clock=clock, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 900})
+        _write(e, random.Random(11), clock, {}, [], set(), 300, None)
+        e.log("t", 0).roll()
+    cleaned = {}
+    for impl in IMPLEMENTATIONS:
+        monkeypatch.setattr(offset_map, "selected", offset_map.load(impl))
+        shutil.copytree(source, tmp_path / impl)
+        with engine.open(tmp_path / impl, clock=clock, background=False,
+                         cleaner_config={"log_cleaner_dedupe_buffer_size": 24 * 50}) as e:
+            e.compact("t")
+        cleaned[impl] = {f.name: f.read_bytes() for f in (tmp_path / impl / "t-0").iterdir() if f.suffix == ".log"}
+    assert cleaned["cython"] == cleaned["python"]
+
+
+def test_compaction_lags_and_the_dirty_ratio_decide_when_a_log_is_due(tmp_path):
+    clock = ManualClock(T0)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("lag", config={**COMPACT, "min.compaction.lag.ms": 60_000})
+        e.create_topic("idle", config={**COMPACT, "min.cleanable.dirty.ratio": 1.0, "max.compaction.lag.ms": 60_000})
+        p = e.producer(linger_ms=0)
+        for topic in ("lag", "idle"):
+            for i in range(20):
+                p.send(topic, key=b"k", value=b"%d" % i).get()
+            e.log(topic, 0).roll()
+        cleaner = e._logs.cleaner
+        assert cleaner.cleanable_logs() == []  # too recent for "lag"; under its ratio and not yet late for "idle"
+        assert e.compact("lag") == {0: None}   # on demand too, the minimum lag holds
+        clock.advance(60_001)
+        due = [(c.topic_partition, c.needs_compaction_now) for c in cleaner.cleanable_logs()]
+        assert sorted(due) == [(("idle", 0), True), (("lag", 0), False)]
+        assert cleaner.clean_filthiest() and cleaner.clean_filthiest() and not cleaner.clean_filthiest()
+        assert read_log(e, "lag") == read_log(e, "idle") == [(19, b"k", b"19")]
+        assert e.log("idle", 0).config.segment.segment_ms == 60_000  # a compacted log rolls by its max lag
