@@ -279,7 +279,8 @@ class Cleaner:
             first.fs.set_mtime_ms(cleaned.log_path, first.fs.mtime_ms(group[-1].log_path))
             target.replace([cleaned], group)
         except BaseException:
-            cleaned.delete_files()
+            if cleaned.suffix == names.CLEANED:  # the swap had not begun; once it has, the loader finishes it
+                cleaned.delete_files()
             raise
         stats.segments_before += len(group)
         stats.segments_after += 1
