@@ -290,6 +290,7 @@ class Cleaner:
                     stats: CleanerStats) -> None:
         pieces: list = []
         extents: list[tuple[int, int]] = []
+        size = 0
         max_ts, offset_of_max = -1, source.base_offset
         for batch in source.batches():
             stats.bytes_read += batch.size_in_bytes
@@ -305,11 +306,12 @@ class Cleaner:
                 max_ts, offset_of_max = written_max_ts, batch.last_offset
             pieces.append(data)
             extents.append((batch.last_offset, len(data)))
-            if len(pieces) >= 1024 or sum(size for _, size in extents) >= WRITE_BYTES:
-                dest.append(extents[-1][0], max_ts, offset_of_max, pieces, sum(size for _, size in extents), extents)
-                pieces, extents = [], []
+            size += len(data)
+            if len(pieces) >= 1024 or size >= WRITE_BYTES:
+                dest.append(extents[-1][0], max_ts, offset_of_max, pieces, size, extents)
+                pieces, extents, size = [], [], 0
         if pieces:
-            dest.append(extents[-1][0], max_ts, offset_of_max, pieces, sum(size for _, size in extents), extents)
+            dest.append(extents[-1][0], max_ts, offset_of_max, pieces, size, extents)
 
     def _filter(self, batch, txns: _TxnTracker, producers: dict[int, ActiveProducer], config: LogConfig, now: int,
                 round_end: int):

@@ -1010,8 +1010,10 @@ cdef inline int _field_ptr(object obj, const uint8_t **p, Py_ssize_t *n) except 
 cdef int _fill_item(RecInfo *r, Py_ssize_t i, object item, int32_t prev, int64_t base_offset, list keep) except -1:
     """Fill r from input record i: a fast path for plain tuples, the shared validator otherwise."""
     cdef tuple t
+    cdef Record rec
     cdef object key, value, headers, ts
     cdef bint fast = False
+    cdef int64_t delta = <int64_t>prev + 1
     if type(item) is tuple and len(<tuple>item) == 4:
         t = <tuple>item
         key, value, headers, ts = t[0], t[1], t[2], t[3]
@@ -1024,8 +1026,14 @@ cdef int _fill_item(RecInfo *r, Py_ssize_t i, object item, int32_t prev, int64_t
                 fast = False
             else:
                 fast = r.ts >= -1
+    elif type(item) is Record:  # a decoded record (the log cleaner's rewrite): its fields are already valid
+        rec = <Record>item
+        key, value, delta = rec.key, rec.value, rec.offset - base_offset
+        fast = ((key is None or PyBytes_CheckExact(key)) and (value is None or PyBytes_CheckExact(value))
+                and not rec._headers and prev < delta <= INT32_MAX and rec.timestamp >= -1)
+        r.ts = rec.timestamp
     if fast:
-        r.off_delta = prev + 1
+        r.off_delta = <int32_t>delta
         r.hcount = 0
         r.headers = NULL
     else:
