@@ -456,3 +456,72 @@ def test_compaction_lags_and_the_dirty_ratio_decide_when_a_log_is_due(tmp_path):
         assert cleaner.clean_filthiest() and cleaner.clean_filthiest() and not cleaner.clean_filthiest()
         assert read_log(e, "lag") == read_log(e, "idle") == [(19, b"k", b"19")]
         assert e.log("idle", 0).config.segment.segment_ms == 60_000  # a compacted log rolls by its max lag
+
+
+def _batches(e, topic: str) -> list:
+    return [b for seg in e.log(topic, 0).segments for b in seg.batches()]
+
+
+def test_segments_are_grouped_and_tombstones_get_a_delete_horizon(tmp_path):
+    clock = ManualClock(T0)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 400})
+        p = e.producer(linger_ms=0, enable_idempotence=False)
+        for i in range(60):
+            p.send("t", key=b"k%d" % (i % 6), value=None if i == 57 else b"%d" % i).get()
+        e.log("t", 0).roll()
+        e.alter_topic_config("t", {"segment.bytes": 1 << 20})  # the cleaned output may now fill bigger segments
+        stats = e.compact("t")[0]
+        assert stats.segments_before > 1 and stats.segments_after == 1 and len(e.log("t", 0).segments) == 2
+        with_tombstone = [b for b in _batches(e, "t") if any(r.value is None for r in b.records())]
+        assert [b.delete_horizon_ms for b in with_tombstone] == [T0 + COMPACT["delete.retention.ms"]]
+        marked = {b.base_offset for b in with_tombstone}
+        assert all(not b.has_delete_horizon for b in _batches(e, "t") if b.base_offset not in marked)
+
+
+def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t", config=COMPACT)
+        idempotent = e.producer(linger_ms=0)
+        idempotent.send("t", key=b"k", value=b"first").get()
+        pid = idempotent.producer_id
+        plain = e.producer(linger_ms=0, enable_idempotence=False)
+        plain.send("t", key=b"k", value=b"second").get()
+        e.log("t", 0).roll()
+        e.compact("t")
+        kept = _batches(e, "t")[0]
+        assert (kept.base_offset, kept.records_count, kept.producer_id, kept.base_sequence) == (0, 0, pid, 0)
+        assert read_log(e, "t") == [(1, b"k", b"second")]
+    with engine.open(tmp_path, background=False) as e:  # the producer's sequence survived, through the snapshot
+        again = engine.encode_batch([(b"k", b"first", None, 1)], producer_id=pid, producer_epoch=0, base_sequence=0)
+        assert e.log("t", 0).append_as_leader(again).duplicate
+
+
+def test_a_commit_marker_goes_once_its_data_is_gone_and_its_horizon_passed(tmp_path):
+    clock = ManualClock(T0)
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t", config=COMPACT)
+        tx = e.producer(transactional_id="tx", linger_ms=0)
+        tx.init_transactions()
+        for key in (b"a", b"b"):
+            tx.begin_transaction()
+            tx.send("t", key=key, value=b"in-tx").get()
+            tx.commit_transaction()
+        plain = e.producer(linger_ms=0, enable_idempotence=False)
+
+        def markers():
+            return [b.base_offset for b in _batches(e, "t") if b.is_control and b.records_count]
+
+        def clean_more(value: bytes):
+            plain.send("t", key=b"a", value=value).get()  # something dirty for the next pass to map
+            e.log("t", 0).roll()
+            e.compact("t")
+        clean_more(b"1")
+        assert markers() == [1, 3]  # pass 1 removed a's data; the pass still read its batch, so its marker stays
+        clean_more(b"2")
+        first = next(b for b in _batches(e, "t") if b.base_offset == 1)
+        assert markers() == [1, 3] and first.delete_horizon_ms == T0 + COMPACT["delete.retention.ms"]
+        clock.advance(COMPACT["delete.retention.ms"])
+        clean_more(b"3")
+        assert markers() == [3]  # b's data is still there, so its marker stays
+        assert latest(read_log(e, "t")) == {b"a": b"3", b"b": b"in-tx"}
