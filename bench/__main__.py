@@ -8,7 +8,19 @@ import os
 import sys
 import tempfile
 
-from bench import clients, codec, compaction, curves, groups, log, replication, runner, spark, transactions
+from bench import (
+    clients,
+    codec,
+    compaction,
+    curves,
+    groups,
+    log,
+    replication,
+    runner,
+    spark,
+    spark_stream,
+    transactions,
+)
 from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -65,7 +77,8 @@ def main(argv=None) -> int:
         os.sync()
         doc["rows"] += runner.run(spark.workloads(args.quick, scratch), reps=reps, min_time=min_time)["rows"]
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
-                          + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch))
+                          + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
+                          + spark_stream.figures(args.quick, scratch))
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),

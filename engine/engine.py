@@ -26,7 +26,7 @@ import threading
 import weakref
 from typing import Callable, NamedTuple
 
-from engine import metadata
+from engine import metadata, staged_writes
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
     IllegalStateError,
@@ -71,6 +71,9 @@ MAX_BROKERS = 64
 INTERNAL_PARTITIONS = 50  # offsets.topic.num.partitions, transaction.state.log.num.partitions
 INTERNAL_SEGMENT_BYTES = 104_857_600
 GROUP_TICK_MS = 500  # how often the background thread applies group deadlines nobody is waiting on
+# replica.high.watermark.checkpoint.interval.ms: how soon another process (a Spark reader) learns a new high watermark
+HW_CHECKPOINT_INTERVAL_MS = 5_000
+STAGED_WRITES_CHECK_MS = 200  # how often the background thread looks for staged writes to commit (a Spark sink's)
 
 
 class ReplicaDescription(NamedTuple):
@@ -108,7 +111,8 @@ class Engine:
                  background: bool = True, topic_defaults: dict | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
-                 group_config: dict | None = None, cleaner_config: dict | None = None, **unknown) -> None:
+                 group_config: dict | None = None, cleaner_config: dict | None = None,
+                 hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = _log_dir_path(path)
@@ -137,6 +141,9 @@ class Engine:
         self._groups: GroupCoordinator | None = None
         self._group_config = GroupConfig.of(group_config)
         cleaner = CleanerConfig.of(cleaner_config)
+        if type(hw_checkpoint_interval_ms) is not int or hw_checkpoint_interval_ms < 1:
+            raise InvalidConfigurationError(f"hw_checkpoint_interval_ms={hw_checkpoint_interval_ms!r} must be an int "
+                                            f">= 1")
         try:
             self.fs.makedirs(self.path)
         except OSError as exc:
@@ -150,19 +157,21 @@ class Engine:
         log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
-            log_options=log_options, cleaner_config=cleaner,
+            log_options=log_options, cleaner_config=cleaner, hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
             tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                    "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
                    "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
                    "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids),
                    "group-timeouts": (GROUP_TICK_MS, self.tick_groups),
-                   "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets)})
+                   "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets),
+                   "staged-writes": (STAGED_WRITES_CHECK_MS, self.apply_staged_writes)})
         self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
             for b in range(1, self._catalogue.brokers):
                 self._brokers[b] = Broker(b, LogManager(
                     broker_dir(self.path, b), fs=self.fs, clock=self.clock, configs=self._log_config,
-                    background=background, log_options=log_options, node_id=b, cleaner_config=cleaner),
+                    background=background, log_options=log_options, node_id=b, cleaner_config=cleaner,
+                    hw_checkpoint_interval_ms=hw_checkpoint_interval_ms),
                     self._new_partition)
             self._reconcile(adopt=found is None)
             for name, rec in sorted(self._catalogue.topics.items()):
@@ -582,6 +591,12 @@ class Engine:
                     if leader is None or leader.broker_id == b:
                         out.setdefault(p, stats)
         return out
+
+    def apply_staged_writes(self) -> int:
+        """Append the writes other processes staged for this directory and asked this engine to commit (Spark's
+        kafkalog sink; engine.staged_writes); the background thread does this every 200 ms."""
+        self._check_open()
+        return staged_writes.apply_pending(self)
 
     def partitions_for(self, topic: str) -> int:
         with self._lock:

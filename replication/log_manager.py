@@ -56,7 +56,8 @@ class LogManager:
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
                  log_options: dict | None = None,
-                 tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None) -> None:
+                 tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None,
+                 hw_checkpoint_interval_ms: int | None = None) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
         background thread's schedule; `cleaner_config` is the log cleaner's."""
@@ -68,7 +69,8 @@ class LogManager:
         self._tasks = {"flush": (self.FLUSH_CHECK_MS, self.flush_due_logs),
                        "retention": (self.RETENTION_CHECK_MS, self.cleanup_logs),
                        "checkpoint": (self.CHECKPOINT_MS, self.checkpoint_recovery_points),
-                       "hw": (self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks), **(tasks or {})}
+                       "hw": (hw_checkpoint_interval_ms or self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks),
+                       **(tasks or {})}
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], UnifiedLog] = {}
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name

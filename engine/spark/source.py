@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+from contextlib import contextmanager
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -68,7 +69,10 @@ OPTIONS = {
     "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
     "kafka.isolation.level", "isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
 }
+STREAMING_ONLY = {n.lower(): n for n in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
+BATCH_ONLY = {n.lower(): n for n in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")}
 
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                         StructField("value", BinaryType())])))
@@ -131,14 +135,18 @@ def _check_names(option: str, partitions) -> None:
 
 
 class Settings:
-    """The validated options of one read."""
+    """The validated options of one read (a batch query's, or with `streaming` a streaming query's)."""
 
-    def __init__(self, raw) -> None:
+    def __init__(self, raw, streaming: bool = False) -> None:
         options = {str(k).lower(): v for k, v in dict(raw).items()}
         unknown = sorted(set(options) - OPTIONS)
         if unknown:
             raise _bad(unknown[0], "unknown option (kafkalog reads the log directory given by 'path'; "
                                    "it takes Spark's Kafka source options for what to read)")
+        misplaced = BATCH_ONLY if streaming else STREAMING_ONLY
+        for name in sorted(set(options) & set(misplaced)):
+            raise _bad(misplaced[name], f"is not valid in {'streaming' if streaming else 'batch'} queries")
+        self.streaming = streaming
         self.path = options.get("path")
         if not self.path:
             raise _bad("path", "the log directory is required: .option('path', dir) or .load(dir)")
@@ -181,9 +189,14 @@ class Settings:
             raise _bad("startingOffsetsByTimestampStrategy", f"must be 'error' or 'latest', got {self.strategy!r}")
         self.start = self._side(options, "starting")
         self.end = self._side(options, "ending")
+        if not streaming and (self.start[0] == "latest" or (self.start[0] == "offsets" and LATEST in
+                                                             self.start[1].values())):
+            raise _bad("startingOffsets", "cannot be latest (or -1) in a batch query: there would be nothing to read")
+        self.max_offsets = _int(options, "maxOffsetsPerTrigger", 0, 1) if "maxoffsetspertrigger" in options else None
+        self.min_offsets = _int(options, "minOffsetsPerTrigger", 0, 1) if "minoffsetspertrigger" in options else None
+        self.max_trigger_delay_ms = _duration_ms(options.get("maxtriggerdelay", "15m"))
 
-    @staticmethod
-    def _side(options: dict, side: str):
+    def _side(self, options: dict, side: str):
         """('timestamp', ts) | ('timestamps', {tp: ts}) | ('offsets', {tp: off}) | ('earliest'|'latest', None)."""
         if f"{side}timestamp" in options:
             return "timestamp", _int(options, f"{side}Timestamp", 0, 0)
@@ -191,7 +204,7 @@ class Settings:
         if by_ts is not None:
             return "timestamps", by_ts
         name = f"{side}Offsets"
-        raw = options.get(name.lower(), "earliest" if side == "starting" else "latest")
+        raw = options.get(name.lower(), "earliest" if side == "starting" and not self.streaming else "latest")
         if raw in ("earliest", "latest"):
             if side == "ending" and raw == "earliest":
                 raise _bad(name, "'earliest' is not allowed for endingOffsets")
@@ -200,6 +213,16 @@ class Settings:
         if side == "ending" and EARLIEST in offsets.values():
             raise _bad(name, "-2 (earliest) is not allowed for endingOffsets")
         return "offsets", offsets
+
+    def check_specified(self, found) -> None:
+        """Offsets given per partition must name exactly the partitions read, as Spark requires."""
+        for side, option in ((self.start, "startingOffsets"), (self.end, "endingOffsets")):
+            if side[0] in ("offsets", "timestamps"):
+                extra = sorted(set(side[1]) - set(found))
+                if extra:
+                    raise _bad(option if side[0] == "offsets" else option.replace("Offsets", "OffsetsByTimestamp"),
+                               f"names {extra[0][0]}-{extra[0][1]}, which is not a partition being read; specify "
+                               f"every partition read, and only those")
 
     def wants(self, topic: str, partition: int) -> bool:
         if self.mode == "subscribe":
@@ -227,10 +250,29 @@ class KafkalogDataSource(DataSource):
         return "kafkalog"
 
     def schema(self) -> StructType:
-        return spark_schema(Settings(self.options).include_headers)
+        return spark_schema(_bool({str(k).lower(): v for k, v in dict(self.options).items()}, "includeHeaders",
+                                  False))
 
     def reader(self, schema: StructType) -> "KafkalogReader":
         return KafkalogReader(Settings(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        """`df.write.format("kafkalog")` (engine.spark.sink)."""
+        from engine.spark.sink import KafkalogWriter, SinkSettings
+
+        return KafkalogWriter(SinkSettings(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """`df.writeStream.format("kafkalog")` (engine.spark.sink)."""
+        from engine.spark.sink import KafkalogStreamWriter, SinkSettings
+
+        return KafkalogStreamWriter(SinkSettings(self.options, schema, overwrite))
+
+    def streamReader(self, schema: StructType):
+        """`spark.readStream.format("kafkalog")` (engine.spark.stream)."""
+        from engine.spark.stream import KafkalogStreamReader
+
+        return KafkalogStreamReader(Settings(self.options, streaming=True), schema)
 
 
 class KafkalogPushdownDataSource(KafkalogDataSource):
@@ -287,33 +329,53 @@ class KafkalogReader(DataSourceReader):
         return False
 
     # --- planning -------------------------------------------------------------------------------
-    def partitions(self):
+    def partition_dirs(self) -> dict[tuple[str, int], str]:
+        """The directory of each partition the options select, by (topic, partition)."""
         s = self.settings
         if not os.path.isdir(s.path):
             raise _bad("path", f"{s.path!r} is not a directory")
-        starts, hws = read_checkpoints(FileSystem(), s.path)
-        ranges, seen = [], set()
+        out = {}
         for entry in sorted(os.listdir(s.path)):
             tp = names.parse_partition_dir(entry)
             directory = os.path.join(s.path, entry)
-            if tp is None or not os.path.isdir(directory) or not s.wants(*tp):
-                continue
-            seen.add(tp)
+            if tp is not None and os.path.isdir(directory) and s.wants(*tp):
+                out[tp] = directory
+        return out
+
+    @contextmanager
+    def opened(self, tp: tuple[str, int], directory: str, checkpoints: tuple[dict, dict]):
+        """(reader, read_committed log or None, the view a consumer at the isolation level has) of a partition."""
+        starts, hws = checkpoints
+        reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
+        try:
+            committed = (read_committed.CommittedLog(reader, CHUNK_BYTES)
+                         if self.settings.isolation == READ_COMMITTED else None)
+            yield reader, committed, PartitionView(tp[0], tp[1], committed or reader)
+        finally:
+            reader.close()
+
+    def ranges(self, reader: PartitionReader, committed, tp, directory: str, start: int, end: int) -> list:
+        """[start, end) of one partition as the OffsetRanges of its tasks (split by size, with the aborted
+        transactions each overlaps)."""
+        return [OffsetRange(r.topic, r.partition, r.directory, r.start, r.end,
+                            overlapping(committed.aborted, r.start, r.end) if committed else ())
+                for r in self._split(reader, tp, directory, start, end)]
+
+    def partitions(self):
+        s = self.settings
+        dirs = self.partition_dirs()
+        s.check_specified(dirs)
+        checkpoints = read_checkpoints(FileSystem(), s.path)
+        ranges, seen = [], set(dirs)
+        for tp, directory in dirs.items():
             if self.topic_filter is not None and tp[0] not in self.topic_filter:
                 continue
             if self.partition_filter is not None and tp[1] not in self.partition_filter:
                 continue
-            reader = PartitionReader(directory, log_start_offset=starts.get(tp), high_watermark=hws.get(tp))
-            try:
-                committed = read_committed.CommittedLog(reader, CHUNK_BYTES) if s.isolation == READ_COMMITTED else None
-                view = PartitionView(tp[0], tp[1], committed or reader)
+            with self.opened(tp, directory, checkpoints) as (reader, committed, view):
                 start, end = self._range(view, tp)
                 if start < end:
-                    ranges += [OffsetRange(r.topic, r.partition, r.directory, r.start, r.end,
-                                           overlapping(committed.aborted, r.start, r.end) if committed else ())
-                               for r in self._split(reader, tp, directory, start, end)]
-            finally:
-                reader.close()
+                    ranges += self.ranges(reader, committed, tp, directory, start, end)
         missing = s.assigned - seen if s.mode == "assign" else set()
         if missing:
             raise _bad("assign", f"no partition directory for {sorted(missing)[0]} in {s.path!r}")
@@ -424,6 +486,15 @@ class KafkalogPushdownReader(KafkalogReader):
         for f in filters:
             if not self._accept(f):
                 yield f
+
+
+def _duration_ms(raw) -> int:
+    """Spark's duration strings ("15m", "30s", "500ms", "1h", or bare milliseconds) in milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", str(raw))
+    if match is None:
+        raise _bad("maxTriggerDelay", f"must be a duration like 15m, 30s or 500ms, got {raw!r}")
+    unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return int(match.group(1)) * unit[match.group(2)]
 
 
 def overlapping(aborted, start: int, end: int) -> tuple[AbortedTxn, ...]:

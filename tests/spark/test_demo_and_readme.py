@@ -13,6 +13,7 @@ from engine.record import codec
 from engine.spark import source
 from engine.tools import demo
 from tests.readme_blocks import blocks
+from tests.unit.test_readme import _is_spark
 
 pytestmark = pytest.mark.spark
 
@@ -43,14 +44,21 @@ def test_the_demos_spark_step_prints_the_aggregate(spark, tmp_path):
     assert found == expected and len(re.findall(r"partition \d offset \d+: key=", out.getvalue())) == 5
 
 
-def test_the_readmes_spark_block_runs(spark, tmp_path, monkeypatch):
-    (spark_block,) = [src for lang, src in blocks() if lang == "python" and "pyspark" in src]
+def test_the_readmes_spark_blocks_run(spark, tmp_path, monkeypatch):
+    """The Spark section's blocks, in order in one namespace: reading, streaming, writing."""
+    spark_blocks = [src for lang, src in blocks() if lang == "python" and _is_spark(src)]
+    assert len(spark_blocks) == 3
     _produce(tmp_path / "data")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(spark_block, "README.md", "exec"), namespace)
+        for block in spark_blocks:
+            exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["df"].count() == 3_000 and namespace["spark"] is spark
+    assert namespace["query"].lastProgress is not None  # the stream ran
+    written = (spark.read.format("kafkalog").option("subscribe", "summary").option("isolation.level", "read_committed")
+               .load(str(tmp_path / "data")).collect())
+    assert sum(int(r.value) for r in written) == 3_000
 
 
 def test_a_worker_on_another_build_fails_in_one_line(monkeypatch):

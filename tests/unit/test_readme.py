@@ -17,7 +17,7 @@ BIN = os.path.dirname(sys.executable)
 
 
 def _is_spark(source: str) -> bool:
-    return "pyspark" in source
+    return "pyspark" in source or 'format("kafkalog")' in source
 
 
 def test_every_non_spark_block_runs_as_written(tmp_path):

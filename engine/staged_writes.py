@@ -1,0 +1,156 @@
+"""Writes staged by processes that cannot open the engine, applied by the process that owns the directory.
+
+Spark's tasks, and the Python worker where Spark runs a sink's commit, are other processes than the application's:
+they cannot take the directory's lock. They stage rows, and the owner appends them (engine.spark.sink).
+Byte layout, under `<dir>/.kafkalog-staging/`:
+- `<job>/<attempt>.arrow`: a task attempt's rows, Arrow IPC, columns topic (string), partition (int32, null: the
+  partitioner), key and value (binary), headers (list<struct<key: string, value: binary>>), timestamp (int64 ms,
+  null: now);
+- `requests/<job>.json`: a commit request, `{"job", "files", "transactional_id", "sink_id", "batch_id"}` (batch id
+  null for a batch write), written to a `.tmp` and renamed; the owner renames it `<job>.applying`, applies it and
+  writes `<job>.done`, `{"appended": n}` or `{"error": message}`, the same way.
+Applying a request appends all its rows through one transactional producer and commits the transaction (with a
+streaming micro-batch's id as the offset of the sink's group, in the same transaction), so a reader at
+read_committed sees a commit whole or not at all; a micro-batch whose id the group already passed is skipped.
+Crash policy: a crash mid-apply leaves an open transaction that the next `init_transactions` of that id aborts; the
+requester then times out and Spark fails the job (or retries the micro-batch), which stages and requests again.
+Thread-safety: `apply_pending` runs on the engine's background thread (task `staged-writes`), one request at a time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from engine.common.errors import KafkaError, KafkaTimeoutError
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+
+STAGING = ".kafkalog-staging"
+REQUESTS = "requests"
+
+
+def staging_dir(path: str, job: str | None = None) -> str:
+    root = os.path.join(path, STAGING)
+    return root if job is None else os.path.join(root, job)
+
+
+def _records(table) -> dict:
+    """(topic, partition or None) -> [(key, value, headers, timestamp ms or None)] of a staged table, in order."""
+    groups: dict = {}
+    cols = [table.column(n).to_pylist() for n in ("topic", "partition", "key", "value", "headers", "timestamp")]
+    for topic, partition, key, value, headers, ts in zip(*cols):
+        headers = [(h["key"], h["value"]) for h in headers] if headers else None
+        groups.setdefault((topic, partition), []).append((key, value, headers, ts))
+    return groups
+
+
+def apply(e, request: dict) -> int:
+    """Append a request's staged rows in one transaction of the engine `e`; returns the rows appended (0 for a
+    micro-batch already committed). The job's staged files are removed either way."""
+    import pyarrow as pa
+
+    groups: dict = {}
+    try:
+        for path in request["files"]:
+            with pa.memory_map(path) as source:
+                for key, records in _records(pa.ipc.open_file(source).read_all()).items():
+                    groups.setdefault(key, []).extend(records)
+        if not groups:
+            return 0
+        batch_id = request.get("batch_id")
+        marker = TopicPartition(min(topic for topic, _ in groups), 0)  # where a streaming sink keeps its progress
+        if batch_id is not None:
+            done = e.committed(request["sink_id"], marker)
+            if done is not None and done.offset > batch_id:
+                return 0  # Spark re-ran a micro-batch whose commit had landed
+        producer = e.producer(transactional_id=request["transactional_id"], linger_ms=0)
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            try:
+                for (topic, partition), records in groups.items():
+                    producer.send_batch(topic, records, partition)
+                if batch_id is not None:
+                    producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch_id + 1, "")},
+                                                         request["sink_id"])
+                producer.commit_transaction()
+            except BaseException:
+                producer.abort_transaction()
+                raise
+        finally:
+            producer.close()
+        return sum(len(records) for records in groups.values())
+    finally:
+        discard(e.path, request["job"])
+
+
+def discard(path: str, job: str) -> None:
+    """Remove everything a job staged (failed attempts' files included), and the staging root once it is empty."""
+    shutil.rmtree(staging_dir(path, job), ignore_errors=True)
+    for directory in (os.path.join(staging_dir(path), REQUESTS), staging_dir(path)):
+        try:
+            os.rmdir(directory)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break  # something else is still staged or requested
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f)
+    os.replace(path + ".tmp", path)
+
+
+def apply_pending(e) -> int:
+    """Apply every commit request found under `e`'s directory (the engine's `staged-writes` task)."""
+    requests = os.path.join(staging_dir(e.path), REQUESTS)
+    if not os.path.isdir(requests):
+        return 0
+    applied = 0
+    for name in sorted(os.listdir(requests)):
+        if not name.endswith(".json"):
+            continue
+        base = os.path.join(requests, name[:-len(".json")])
+        try:
+            os.rename(base + ".json", base + ".applying")
+        except FileNotFoundError:
+            continue  # cancelled by its requester meanwhile
+        with open(base + ".applying") as f:
+            request = json.load(f)
+        try:
+            outcome = {"appended": apply(e, request)}
+        except KafkaError as exc:
+            outcome = {"error": f"{type(exc).__name__}: {exc}"}
+        _write_json(base + ".done", outcome)
+        os.remove(base + ".applying")
+        applied += 1
+    return applied
+
+
+def request(path: str, req: dict, timeout_ms: int) -> int:
+    """Ask the process that owns `path` to apply `req`, and wait for it; returns the rows appended."""
+    requests = os.path.join(staging_dir(path), REQUESTS)
+    os.makedirs(requests, exist_ok=True)
+    base = os.path.join(requests, req["job"])
+    _write_json(base + ".json", req)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not os.path.exists(base + ".done"):
+        if time.monotonic() > deadline:
+            try:
+                os.rename(base + ".json", base + ".cancelled")  # not picked up: withdraw it
+            except FileNotFoundError:
+                continue  # the owner is applying it: its outcome will come
+            os.remove(base + ".cancelled")
+            discard(path, req["job"])
+            raise KafkaTimeoutError(f"the process that has {path} open did not apply the staged write within "
+                                    f"{timeout_ms} ms (is its engine open with background=False?)", file=path)
+        time.sleep(0.02)
+    with open(base + ".done") as f:
+        outcome = json.load(f)
+    os.remove(base + ".done")
+    discard(path, req["job"])
+    if "error" in outcome:
+        raise KafkaError(f"the staged write failed in the process that owns {path}: {outcome['error']}", file=path)
+    return outcome["appended"]
