@@ -133,10 +133,11 @@ class KafkalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = self.settings
         now = time.time() * 1000
         new = sum(e - begin[tp] for tp, e in ends.items())
-        if s.min_offsets is not None and new < s.min_offsets and now - self.last_trigger_ms < s.max_trigger_delay_ms:
+        least = limit.min_rows if isinstance(limit, ReadMinRows) else s.min_offsets  # Python takes one limit
+        if least is not None and new < least and now - self.last_trigger_ms < s.max_trigger_delay_ms:
             return start  # not enough yet, and not waited long enough
-        if s.max_offsets is not None:
-            ends = rate_limit(begin, ends, s.max_offsets)
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(begin, ends, limit.max_rows)
         if ends != {tp: begin[tp] for tp in ends}:
             self.last_trigger_ms = now
         return to_json({**from_json(start), **ends})

@@ -1,5 +1,6 @@
 """`kafkalog demo` (what `make run` runs): the codec round trip, a topic produced and consumed through the
-engine's clients, then, when Spark is available, the same directory read by Spark with the kafkalog source."""
+engine's clients, then, when Spark is available, the same directory read by Spark with the kafkalog source, and a
+Spark stream over it that writes a sample of it back into the log."""
 from __future__ import annotations
 
 import argparse
@@ -135,6 +136,29 @@ def _demo_replication(directory: str, count: int) -> None:
             raise SystemExit("the replicated topic lost records or its replicas disagree")
 
 
+def _pipeline(spark, directory: str, topic: str) -> int:
+    """The streaming pipeline over the same log: a stream samples every tenth record of `topic` (AvailableNow, from
+    its checkpoint) into another topic, exactly once, read back in batch; returns the records sampled."""
+    sample = f"{topic}-sample"
+    with engine.open(directory) as e:
+        if sample not in e.list_topics():
+            e.create_topic(sample)
+    t0 = time.perf_counter()
+    query = (spark.readStream.format("kafkalog").option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", 500_000).load(directory).where("offset % 10 = 0")
+             .selectExpr("key", "value", "timestamp")
+             .writeStream.format("kafkalog").option("topic", sample)
+             .option("checkpointLocation", os.path.join(directory, ".demo-checkpoint", sample))
+             .trigger(availableNow=True).start(directory))
+    query.awaitTermination()
+    batches = len([p for p in query.recentProgress if p["numInputRows"]])
+    sampled = (spark.read.format("kafkalog").option("subscribe", sample).option("isolation.level", "read_committed")
+               .load(directory).count())
+    print(f"a Spark stream copied every tenth record of {topic} into {sample} in {batches} micro-batch(es), "
+          f"{time.perf_counter() - t0:.2f}s, exactly once: {sampled:,} records sampled")
+    return sampled
+
+
 def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None) -> int:
     """Read `directory` with a local Spark session (or `spark`, left running) and the kafkalog source: records
     and bytes per partition, then the first rows. Without pyspark or Java, say what to install (exit 3)
@@ -184,6 +208,7 @@ def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None)
         for r in first.select("partition", "offset", "key", "value").collect():
             print(f"  partition {r['partition']} offset {r['offset']}: key={bytes(r['key'])!r} "
                   f"value={bytes(r['value'])[:24]!r}...")
+        _pipeline(spark, os.path.abspath(directory), topic)
         return 0
     finally:
         if own:

@@ -42,6 +42,8 @@ def test_the_demos_spark_step_prints_the_aggregate(spark, tmp_path):
     found = {int(m.group(1)): (int(m.group(2).replace(",", "")), int(m.group(3).replace(",", "")))
              for m in re.finditer(r"events-(\d+): ([\d,]+) records, ([\d,]+) value bytes", out.getvalue())}
     assert found == expected and len(re.findall(r"partition \d offset \d+: key=", out.getvalue())) == 5
+    sampled = int(re.search(r"exactly once: ([\d,]+) records sampled", out.getvalue()).group(1).replace(",", ""))
+    assert sampled == sum((records + 9) // 10 for records, _ in expected.values())  # offsets 0, 10, 20, ...
 
 
 def test_the_readmes_spark_blocks_run(spark, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -67,8 +68,11 @@ def test_a_stream_follows_a_log_another_process_appends_to(spark, tmp_path):
         query.processAllAvailable()
     finally:
         query.stop()
-    assert len(query.recentProgress) > 1
-    assert max(p["numInputRows"] for p in query.recentProgress) <= 700  # maxOffsetsPerTrigger held
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(progress) > 1
+    assert max(p["numInputRows"] for p in progress) <= 700  # maxOffsetsPerTrigger held
+    for before, after in zip(progress, progress[1:]):  # micro-batches follow each other in offset order
+        assert json.loads(after["sources"][0]["startOffset"]) == json.loads(before["sources"][0]["endOffset"])
     drain = _to_files(_stream(spark, log), out, checkpoint, availableNow=True)  # the rest, if any, from the checkpoint
     drain.awaitTermination(300)
     _check_exactly_once(_rows(spark, out), written, log)
@@ -278,3 +282,30 @@ def test_a_micro_batch_committed_twice_lands_once(tmp_path):
         assert sorted(r[2] for p in range(2) for r in read_log(e, "t", partition=p)) == [b"a", b"a", b"b", b"b",
                                                                                           b"c", b"c"]
     assert not (log / ".kafkalog-staging").exists()
+
+
+def test_admission_follows_sparks_kafka_rules(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from engine.spark import stream
+    from engine.spark.source import Settings, spark_schema
+
+    # maxOffsetsPerTrigger: prorated by lag, a share below one rounded up so no partition starves
+    got = stream.rate_limit({("t", 0): 0, ("t", 1): 0, ("t", 2): 10}, {("t", 0): 1000, ("t", 1): 3, ("t", 2): 10}, 100)
+    assert got == {("t", 0): 99, ("t", 1): 1, ("t", 2): 10}
+    log = tmp_path / "log"
+    with engine.open(log) as e:
+        e.create_topic("t", 2)
+    _append(log, 0, 40)
+    options = {"path": str(log), "subscribe": "t", "startingOffsets": "earliest", "minOffsetsPerTrigger": "100",
+               "maxTriggerDelay": "1h"}
+    reader = stream.KafkalogStreamReader(Settings(options, streaming=True), spark_schema(False))
+    start = reader.initialOffset()
+    assert sum(start["t"].values()) == 0 and isinstance(reader.getDefaultReadLimit(), ReadMinRows)
+    assert reader.latestOffset(start, ReadMinRows(100)) == start  # 40 new records: wait for 100
+    assert sum(reader.latestOffset(start, ReadAllAvailable())["t"].values()) == 40  # a trigger that reads all
+    reader.settings.max_trigger_delay_ms = 0
+    assert sum(reader.latestOffset(start, ReadMinRows(100))["t"].values()) == 40  # waited long enough
+    assert 0 < sum(reader.latestOffset(start, ReadMaxRows(10))["t"].values()) <= 10  # the limit Spark passes
+    with pytest.raises(Exception, match="maxTriggerDelay"):
+        Settings({**options, "maxTriggerDelay": "soon"}, streaming=True)
