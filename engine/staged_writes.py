@@ -82,7 +82,14 @@ def apply(e, request: dict) -> int:
             producer.close()
         return sum(len(records) for records in groups.values())
     finally:
-        discard(e.path, request["job"])
+        discard_request(e.path, request)
+
+
+def discard_request(path: str, request: dict) -> None:
+    """Remove the staged files of a request: its job's, and those of every directory its files are in (Spark may
+    commit through another writer object than the one whose tasks staged them)."""
+    for job in {request["job"]} | {os.path.basename(os.path.dirname(f)) for f in request["files"]}:
+        discard(path, job)
 
 
 def discard(path: str, job: str) -> None:
@@ -143,14 +150,14 @@ def request(path: str, req: dict, timeout_ms: int) -> int:
             except FileNotFoundError:
                 continue  # the owner is applying it: its outcome will come
             os.remove(base + ".cancelled")
-            discard(path, req["job"])
+            discard_request(path, req)
             raise KafkaTimeoutError(f"the process that has {path} open did not apply the staged write within "
                                     f"{timeout_ms} ms (is its engine open with background=False?)", file=path)
         time.sleep(0.02)
     with open(base + ".done") as f:
         outcome = json.load(f)
     os.remove(base + ".done")
-    discard(path, req["job"])
+    discard_request(path, req)
     if "error" in outcome:
         raise KafkaError(f"the staged write failed in the process that owns {path}: {outcome['error']}", file=path)
     return outcome["appended"]

@@ -161,12 +161,21 @@ def _stage_into(path: str, settings: SinkSettings, batches, target) -> int:
     return rows
 
 
+def _request(settings: SinkSettings, job: str, messages, batch_id: int | None) -> dict:
+    return {"job": job, "files": [m.file for m in messages if isinstance(m, Staged) and m.file is not None],
+            "transactional_id": settings.transactional_id, "sink_id": settings.sink_id, "batch_id": batch_id}
+
+
+def abort(settings: SinkSettings, job: str, messages) -> None:
+    """Spark gave up the job (or micro-batch): its staged files go."""
+    staged_writes.discard_request(settings.path, _request(settings, job, messages, None))
+
+
 def commit(settings: SinkSettings, job: str, messages, batch_id: int | None = None) -> int:
     """The driver's side (Spark runs it in a Python worker of its own): apply the staged rows of the committed
     attempts, by opening the engine, or, when another process (the application) has it open, by asking that
     process's engine to (engine.staged_writes); returns the rows appended."""
-    req = {"job": job, "files": [m.file for m in messages if isinstance(m, Staged) and m.file is not None],
-           "transactional_id": settings.transactional_id, "sink_id": settings.sink_id, "batch_id": batch_id}
+    req = _request(settings, job, messages, batch_id)
     try:
         e = engine.open(settings.path)
     except LogDirectoryLockedError:
@@ -187,7 +196,7 @@ class KafkalogWriter(DataSourceArrowWriter):
         commit(self.settings, self.job, messages)
 
     def abort(self, messages) -> None:
-        staged_writes.discard(self.settings.path, self.job)
+        abort(self.settings, self.job, messages)
 
 
 class KafkalogStreamWriter(DataSourceStreamArrowWriter):
@@ -205,4 +214,4 @@ class KafkalogStreamWriter(DataSourceStreamArrowWriter):
         commit(self.settings, f"{self.job}-{batchId}", messages, batchId)
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803 (Spark's name)
-        staged_writes.discard(self.settings.path, f"{self.job}-{batchId}")
+        abort(self.settings, f"{self.job}-{batchId}", messages)

@@ -220,6 +220,7 @@ def test_a_stream_written_into_kafkalog_is_exactly_once_across_restarts(spark, t
     back = spark.read.format("kafkalog").option("subscribe", "copy").option("isolation.level", "read_committed")
     values = sorted(int(r.value) for r in back.load(str(log)).select("value").collect())
     assert values == list(range(written))
+    assert not (log / ".kafkalog-staging").exists()  # every micro-batch's staged files went with its commit
 
 
 # --- the batch source, as Spark's Kafka source ---------------------------------------------------------------
