@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Callable, NamedTuple
 
 from engine.common.clock import Clock
-from engine.common.errors import CleaningAbortedError, InvalidConfigurationError, KafkaError
+from engine.common.errors import CleaningAbortedError, InvalidConfigurationError
 from engine.common.structs import settings_of
 from segments import offset_checkpoint, offset_map
 from segments.cleaner import CleanableLog, Cleaner, CleanerStats
@@ -101,17 +101,12 @@ class LogCleaner:
         self._stop = threading.Event()
         self._paused: set[tuple[str, int]] = set()  # logs being closed or deleted: a clean of one stops
         self.last_stats: CleanerStats | None = None
-        self.failure: KafkaError | None = None
         self._thread = None
         if background and config.log_cleaner_enable:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-cleaner:{directory}", daemon=True)
             self._thread.start()
 
     # --- checkpoint ---------------------------------------------------------------------------------
-    @staticmethod
-    def read_checkpoint(fs: FileSystem, directory: str) -> dict[tuple[str, int], int]:
-        return offset_checkpoint.read(fs, os.path.join(directory, offset_checkpoint.CLEANER))
-
     def write_checkpoint(self) -> None:
         offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.CLEANER),
                                 {tp: lg.cleaner_checkpoint for tp, lg in self._logs().items()
@@ -185,13 +180,10 @@ class LogCleaner:
         while not self._stop.is_set():
             try:
                 cleaned = self.clean_filthiest()
-                self.failure = None
             except CleaningAbortedError:
                 cleaned = True  # the log changed under the clean: look again at once
             except Exception as exc:  # noqa: BLE001 - the thread must survive and say so
                 log.error("the log cleaner failed (retrying after the backoff): %s", exc)
-                self.failure = exc if isinstance(exc, KafkaError) else KafkaError(f"log cleaner failed: {exc}",
-                                                                                  file=self.dir)
                 cleaned = False
             if not cleaned:
                 self.clock.wait(self._stop, self.config.log_cleaner_backoff_ms)

@@ -215,7 +215,7 @@ class Cleaner:
             stats.end = time.monotonic()
             return first_dirty, stats
         total = sum(s.size for s in dirty) + sum(s.size for s in segments)
-        self._build_offset_map(target, dirty, first_dirty, first_uncleanable, stats, total)
+        self._build_offset_map(target, dirty, first_dirty, first_uncleanable, total)
         end = self.map.latest_offset + 1
         if end <= first_dirty:
             raise InvalidConfigurationError(
@@ -235,7 +235,7 @@ class Cleaner:
 
     # --- the offset map -----------------------------------------------------------------------------
     def _build_offset_map(self, target: CleanableLog, dirty: list[LogSegment], start: int, end: int,
-                          stats: CleanerStats, total: int) -> None:
+                          total: int) -> None:
         if self.map.size or self.map.latest_offset >= 0:
             self.map.clear()
         txns = _TxnTracker()
