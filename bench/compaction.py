@@ -24,7 +24,7 @@ import threading
 import time
 
 import engine
-from bench.log import _figure
+from bench.log import _figure, rotated
 
 VALUE, KEY = 100, 16
 
@@ -140,18 +140,26 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     template = tempfile.mkdtemp(dir=scratch)
     keys = build(template, n)
     mb = _log_bytes(template) / 1e6
-    ours = [mb / clean_once(template, keys, scratch) for _ in range(reps)]
-    copies = [mb / copy_once(template, scratch) for _ in range(reps)]
-    lite = [mb / sqlite_once(n, scratch) for _ in range(reps)]
-    ours_mem, lite_mem = [], []
-    for _ in range(reps):
+    runs = [rotated(rep, [lambda: mb / clean_once(template, keys, scratch), lambda: mb / copy_once(template, scratch),
+                          lambda: mb / sqlite_once(n, scratch)]) for rep in range(reps)]
+    ours, copies, lite = (list(column) for column in zip(*runs))
+
+    def ours_memory() -> float:
         work = tempfile.mkdtemp(dir=scratch)
         shutil.copytree(template, work, dirs_exist_ok=True)
-        ours_mem.append(peak_memory_per_million_keys("kafkalog", work, keys))
-        shutil.rmtree(work)
+        try:
+            return peak_memory_per_million_keys("kafkalog", work, keys)
+        finally:
+            shutil.rmtree(work)
+
+    def sqlite_memory() -> float:
         db = sqlite_db(n, scratch)
-        lite_mem.append(peak_memory_per_million_keys("sqlite", db, keys))
-        shutil.rmtree(os.path.dirname(db))
+        try:
+            return peak_memory_per_million_keys("sqlite", db, keys)
+        finally:
+            shutil.rmtree(os.path.dirname(db))
+    ours_mem, lite_mem = (list(column) for column in zip(*[rotated(rep, [ours_memory, sqlite_memory])
+                                                           for rep in range(reps)]))
     shutil.rmtree(template)
     label = f"compaction of {n:,} records ({keys:,} keys, {mb:.0f} MB)"
     return [

@@ -90,6 +90,17 @@ def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[flo
     return fig
 
 
+def rotated(rep: int, calls: list) -> list:
+    """Each call's result, the calls run in an order rotated by `rep` (repetitions interleave the contenders, so no
+    one always runs first, on a cold cache or a warm one); results in the calls' order."""
+    order = list(range(len(calls)))
+    order = order[rep % len(calls):] + order[:rep % len(calls)]
+    out: list = [None] * len(calls)
+    for i in order:
+        out[i] = calls[i]()
+    return out
+
+
 def _percentile(samples: list[int], pct: float) -> float:
     """The pct-th percentile of nanosecond samples, in microseconds."""
     return sorted(samples)[int(len(samples) * pct)] / 1000

@@ -20,7 +20,7 @@ import threading
 import time
 
 import engine
-from bench.log import _figure
+from bench.log import _figure, rotated
 from bench.spark import _session
 
 RATE, LATENCY_SECONDS, HW_MS = 2000, 6, 100
@@ -33,23 +33,24 @@ def _log(directory: str, rows: int) -> None:
             p.send_batch("s", [(b"k%d" % (i % 100), b"v" * 100, None, 1_700_000_000_000 + i) for i in range(rows)])
 
 
-def stream_throughput(spark, scratch: str, rows: int) -> tuple[float, float]:
+def stream_throughput(spark, scratch: str, rows: int, rep: int) -> list[float]:
     """(kafkalog stream records/s, Parquet file stream records/s) over the same rows."""
     log = tempfile.mkdtemp(dir=scratch)
     _log(log, rows)
     parquet = os.path.join(scratch, f"rows-{rows}")
     if not os.path.exists(parquet):
         spark.read.format("kafkalog").option("subscribe", "s").load(log).write.parquet(parquet)
-    out = []
-    for reader in (spark.readStream.format("kafkalog").option("subscribe", "s").option("startingOffsets", "earliest")
-                   .load(log),
-                   spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet)):
+
+    def run(reader) -> float:
         start = time.perf_counter()
         q = (reader.writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp(dir=scratch))
              .trigger(availableNow=True).start())
         q.awaitTermination()
-        out.append(rows / (time.perf_counter() - start))
-    return out[0], out[1]
+        return rows / (time.perf_counter() - start)
+    return rotated(rep, [
+        lambda: run(spark.readStream.format("kafkalog").option("subscribe", "s").option("startingOffsets", "earliest")
+                    .load(log)),
+        lambda: run(spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet))])
 
 
 def latency(spark, scratch: str) -> tuple[float, float]:
@@ -86,23 +87,25 @@ def latency(spark, scratch: str) -> tuple[float, float]:
     return statistics.median(seen), seen[int(len(seen) * 0.99)]
 
 
-def writer_rates(spark, scratch: str, rows: int) -> tuple[float, float, float]:
+def writer_rates(spark, scratch: str, rows: int, rep: int) -> list[float]:
     """(kafkalog sink rows/s, Parquet rows/s, tuple-yielding Python writer rows/s) for the same DataFrame."""
     df = spark.range(rows, numPartitions=4).selectExpr("CAST(id % 1000 AS STRING) AS key",
                                                        "repeat('v', 100) AS value").cache()
     df.count()
-    out = []
-    for write in (lambda d: df.write.format("kafkalog").option("topic", "w").mode("append").save(d),
-                  lambda d: df.write.parquet(os.path.join(d, "parquet")),
-                  lambda d: df.write.format("kafkalog-rows").option("topic", "w").mode("append").save(d)):
+
+    def run(write) -> float:
         d = tempfile.mkdtemp(dir=scratch)
         with engine.open(d) as e:
             e.create_topic("w", partitions=4)
         start = time.perf_counter()
         write(d)
-        out.append(rows / (time.perf_counter() - start))
+        return rows / (time.perf_counter() - start)
+    out = rotated(rep, [
+        lambda: run(lambda d: df.write.format("kafkalog").option("topic", "w").mode("append").save(d)),
+        lambda: run(lambda d: df.write.parquet(os.path.join(d, "parquet"))),
+        lambda: run(lambda d: df.write.format("kafkalog-rows").option("topic", "w").mode("append").save(d))])
     df.unpersist()
-    return out[0], out[1], out[2]
+    return out
 
 
 def _row_source():
@@ -146,9 +149,9 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     reps = 1 if quick else 3
     spark = _session()
     spark.dataSource.register(_row_source())
-    ours, files = zip(*[stream_throughput(spark, scratch, rows) for _ in range(reps)])
+    ours, files = zip(*[stream_throughput(spark, scratch, rows, rep) for rep in range(reps)])
     p50s, p99s = zip(*[latency(spark, scratch) for _ in range(reps)])
-    sink_rates, parquet, tuples = zip(*[writer_rates(spark, scratch, rows) for _ in range(reps)])
+    sink_rates, parquet, tuples = zip(*[writer_rates(spark, scratch, rows, rep) for rep in range(reps)])
     return [
         _figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
                 "Spark file stream of the same rows (Parquet)", list(files), False),

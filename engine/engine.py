@@ -71,8 +71,6 @@ MAX_BROKERS = 64
 INTERNAL_PARTITIONS = 50  # offsets.topic.num.partitions, transaction.state.log.num.partitions
 INTERNAL_SEGMENT_BYTES = 104_857_600
 GROUP_TICK_MS = 500  # how often the background thread applies group deadlines nobody is waiting on
-# replica.high.watermark.checkpoint.interval.ms: how soon another process (a Spark reader) learns a new high watermark
-HW_CHECKPOINT_INTERVAL_MS = 5_000
 STAGED_WRITES_CHECK_MS = 200  # how often the background thread looks for staged writes to commit (a Spark sink's)
 
 
@@ -112,7 +110,7 @@ class Engine:
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
                  group_config: dict | None = None, cleaner_config: dict | None = None,
-                 hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS, **unknown) -> None:
+                 hw_checkpoint_interval_ms: int = LogManager.HW_CHECKPOINT_MS, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = _log_dir_path(path)
@@ -575,10 +573,10 @@ class Engine:
             rec = self._catalogue.topics.get(topic) if topic in COMPACTED_INTERNAL_TOPICS else self._topic(topic)
             if rec is None:
                 raise UnknownTopicOrPartitionError(f"{topic!r} does not exist in this directory yet", file=self.path)
-            if not self._log_config(topic).compact:
-                raise InvalidConfigurationError(f"topic {topic!r} has cleanup.policy="
-                                                f"{self._log_config(topic).cleanup_policy!r}: only a topic whose "
-                                                f"policy holds 'compact' is compacted")
+            config = self._log_config(topic)
+            if not config.compact:
+                raise InvalidConfigurationError(f"topic {topic!r} has cleanup.policy={config.cleanup_policy!r}: only "
+                                                f"a topic whose policy holds 'compact' is compacted")
             wanted = range(rec.partitions) if partition is None else [partition]
             if partition is not None and (type(partition) is not int or not 0 <= partition < rec.partitions):
                 raise bf.bad_partition(topic, partition, rec.partitions)

@@ -18,6 +18,7 @@ Thread-safety: `apply_pending` runs on the engine's background thread (task `sta
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -30,18 +31,37 @@ STAGING = ".kafkalog-staging"
 REQUESTS = "requests"
 
 
+@functools.cache
+def staged_schema():
+    """The Arrow schema of a staged file (the layout above; pyarrow is imported on first use)."""
+    import pyarrow as pa
+
+    return pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()),
+                      ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                      ("timestamp", pa.int64())])
+
+
 def staging_dir(path: str, job: str | None = None) -> str:
     root = os.path.join(path, STAGING)
     return root if job is None else os.path.join(root, job)
 
 
 def _records(table) -> dict:
-    """(topic, partition or None) -> [(key, value, headers, timestamp ms or None)] of a staged table, in order."""
+    """(topic, partition or None) -> the records of a staged table for `send_batch`, in order: (key, value) pairs
+    when no row has headers or a timestamp (the accumulator's native path), else (key, value, headers, timestamp)."""
+    n = table.num_rows
+    keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+    if table.column("headers").null_count == n and table.column("timestamp").null_count == n:
+        rows = zip(keys, values)
+    else:
+        rows = ((k, v, [(h["key"], h["value"]) for h in hs] if hs else None, ts) for k, v, hs, ts in
+                zip(keys, values, table.column("headers").to_pylist(), table.column("timestamp").to_pylist()))
+    topics, partitions = table.column("topic"), table.column("partition")
+    if n and partitions.null_count == n and len(topics.unique()) == 1:  # one topic, Kafka's partitioner
+        return {(topics[0].as_py(), None): list(rows)}
     groups: dict = {}
-    cols = [table.column(n).to_pylist() for n in ("topic", "partition", "key", "value", "headers", "timestamp")]
-    for topic, partition, key, value, headers, ts in zip(*cols):
-        headers = [(h["key"], h["value"]) for h in headers] if headers else None
-        groups.setdefault((topic, partition), []).append((key, value, headers, ts))
+    for where, row in zip(zip(topics.to_pylist(), partitions.to_pylist()), rows):
+        groups.setdefault(where, []).append(row)
     return groups
 
 

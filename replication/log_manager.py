@@ -50,7 +50,7 @@ class LogManager:
     RETENTION_CHECK_MS = 300_000
     FLUSH_CHECK_MS = 1_000
     CHECKPOINT_MS = 60_000
-    HW_CHECKPOINT_MS = 5_000
+    HW_CHECKPOINT_MS = 5_000  # replica.high.watermark.checkpoint.interval.ms: how soon other processes see a new HW
     RETRY_MS = 1_000
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,

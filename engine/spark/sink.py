@@ -42,21 +42,6 @@ from engine import staged_writes
 from engine.common.errors import InvalidConfigurationError, LogDirectoryLockedError
 
 OPTIONS = {"path", "topic", "transactionalid", "sinkid", "checkpointlocation", "committimeoutms"}
-STAGED = None  # the staged Arrow schema, built on first use (pyarrow loads lazily)
-
-
-def _staged_schema():
-    import pyarrow as pa
-
-    global STAGED
-    if STAGED is None:
-        STAGED = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()),
-                            ("value", pa.binary()),
-                            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-                            ("timestamp", pa.int64())])
-    return STAGED
-
-
 def _bad(what: str, why: str) -> InvalidConfigurationError:
     return InvalidConfigurationError(f"kafkalog sink: {what} {why}")
 
@@ -114,7 +99,7 @@ class Staged(WriterCommitMessage):
 
 def stage(settings: SinkSettings, job: str, batches) -> Staged:
     """A task's side: its rows, in the staged schema, as one Arrow IPC file of this attempt."""
-    target = _staged_schema()
+    target = staged_writes.staged_schema()
     directory = staged_writes.staging_dir(settings.path, job)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.arrow")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+import pyarrow as pa
 import pytest
 
 import engine
@@ -12,10 +13,7 @@ from engine import KafkaTimeoutError, TopicPartition
 from engine import staged_writes as sw
 from tests.log_checks import read_log
 
-pa = pytest.importorskip("pyarrow")
-SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()),
-                    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-                    ("timestamp", pa.int64())])
+SCHEMA = sw.staged_schema()
 
 
 def _stage(path, job: str, values: list[bytes]) -> str:
