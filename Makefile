@@ -51,6 +51,7 @@ soak: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+	$(PY) -m bench.readme_tables
 	$(PY) -m pytest bench --benchmark-only -q
 
 # CI's smoke run: small data, few repetitions; it asserts no timing and fails only if a benchmark cannot run

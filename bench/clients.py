@@ -1,7 +1,8 @@
 """Client workloads against their peers in the same run: per-record Producer.send() (librdkafka's
 in-process mock cluster through confluent-kafka; a plain-Python f.write loop of length-prefixed
 records), bulk send_batch(), and consuming per record and in bulk (the mock cluster's poll() and
-consume())."""
+consume()). Every contender sends the same key, value and header objects: no headers, or two (str, bytes)
+headers per record (a trace id and a source), which the f.write loop writes too."""
 from __future__ import annotations
 
 import logging
@@ -60,12 +61,18 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     target = engine.open(produce_dir)
     target.create_topic("t", partitions=3)
 
-    def kafkalog_send(batch_size: int):
+    header_lists = [[("trace-id", os.urandom(16)), ("source", b"bench-service")] for _ in range(1000)]
+
+    def kafkalog_send(batch_size: int, headers: bool = False):
         def call():
             with target.producer(linger_ms=5, batch_size=batch_size) as p:
                 send = p.send
-                for i in range(n):
-                    send("t", values[i % 1000], keys[i % 1000])
+                if headers:
+                    for i in range(n):
+                        send("t", values[i % 1000], keys[i % 1000], header_lists[i % 1000])
+                else:
+                    for i in range(n):
+                        send("t", values[i % 1000], keys[i % 1000])
         return call
 
     pairs = [(keys[i % 1000], values[i % 1000]) for i in range(n)]  # built once: the caller already has them
@@ -74,22 +81,41 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         with target.producer(linger_ms=5, batch_size=1_000_000) as p:
             p.send_batch("t", pairs)
 
-    def rdkafka_produce():
-        produce, poll = mock.producer.produce, mock.producer.poll
-        topic = "p%d" % next(topic_counter)
-        for i in range(n):
-            produce(topic, values[i % 1000], keys[i % 1000])
-            if i % 10_000 == 0:
-                poll(0)
-        mock.producer.flush(60)
+    def rdkafka_produce(headers: bool = False):
+        def call():
+            produce, poll = mock.producer.produce, mock.producer.poll
+            topic = "p%d" % next(topic_counter)
+            if headers:
+                for i in range(n):
+                    produce(topic, values[i % 1000], keys[i % 1000], headers=header_lists[i % 1000])
+                    if i % 10_000 == 0:
+                        poll(0)
+            else:
+                for i in range(n):
+                    produce(topic, values[i % 1000], keys[i % 1000])
+                    if i % 10_000 == 0:
+                        poll(0)
+            mock.producer.flush(60)
+        return call
 
-    def fwrite_loop():
-        pack = struct.Struct(">ii").pack
-        with open(os.path.join(scratch, "fwrite.bin"), "wb") as f:
-            write = f.write
-            for i in range(n):
-                k, v = keys[i % 1000], values[i % 1000]
-                write(pack(len(k), len(v)) + k + v)
+    def fwrite_loop(headers: bool = False):
+        def call():
+            pack, pack_header = struct.Struct(">iii").pack, struct.Struct(">ii").pack
+            with open(os.path.join(scratch, "fwrite.bin"), "wb") as f:
+                write = f.write
+                if headers:
+                    for i in range(n):
+                        k, v, hs = keys[i % 1000], values[i % 1000], header_lists[i % 1000]
+                        parts = [pack(len(k), len(v), len(hs)), k, v]
+                        for hk, hv in hs:
+                            hk = hk.encode()
+                            parts += (pack_header(len(hk), len(hv)), hk, hv)
+                        write(b"".join(parts))
+                else:
+                    for i in range(n):
+                        k, v = keys[i % 1000], values[i % 1000]
+                        write(pack(len(k), len(v), 0) + k + v)
+        return call
 
     # data to consume, written once (the mock cluster keeps only ~5 MB of a partition, so fewer records)
     m = min(n, CONSUME_RECORDS)
@@ -134,19 +160,23 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         return call
 
     label = f"{n // 1000}k x {VALUE} B records, keyed, 3 partitions"
+    targets = {"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}
     return [
-        Workload("produce", f"per-record send() of {label}, batch_size 16 KiB (Kafka's default)", n, n * VALUE,
-                 [Contender("kafkalog", kafkalog_send(16384)),
-                  Contender("confluent-kafka mock cluster", rdkafka_produce),
-                  Contender("plain-Python f.write loop", fwrite_loop)],
-                 targets={"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}),
-        Workload("produce", f"per-record send() of {label}, batch_size 1 MB (librdkafka's default)", n, n * VALUE,
-                 [Contender("kafkalog", kafkalog_send(1_000_000)),
-                  Contender("confluent-kafka mock cluster", rdkafka_produce),
-                  Contender("plain-Python f.write loop", fwrite_loop)],
-                 targets={"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}),
+        Workload("produce", f"per-record send() of {label}, batch_size 16 KiB (Kafka's default), no headers", n,
+                 n * VALUE, [Contender("kafkalog", kafkalog_send(16384)),
+                             Contender("confluent-kafka mock cluster", rdkafka_produce()),
+                             Contender("plain-Python f.write loop", fwrite_loop())], targets=targets),
+        Workload("produce", f"per-record send() of {label}, batch_size 16 KiB (Kafka's default), 2 headers", n,
+                 n * VALUE, [Contender("kafkalog", kafkalog_send(16384, headers=True)),
+                             Contender("confluent-kafka mock cluster", rdkafka_produce(headers=True)),
+                             Contender("plain-Python f.write loop", fwrite_loop(headers=True))], targets=targets),
+        Workload("produce", f"per-record send() of {label}, batch_size 1 MB (librdkafka's default), no headers", n,
+                 n * VALUE, [Contender("kafkalog", kafkalog_send(1_000_000)),
+                             Contender("confluent-kafka mock cluster", rdkafka_produce()),
+                             Contender("plain-Python f.write loop", fwrite_loop())], targets=targets),
         Workload("produce", f"bulk send_batch() of {label}, batch_size 1 MB", n, n * VALUE,
-                 [Contender("kafkalog", kafkalog_send_batch), Contender("confluent-kafka mock cluster", rdkafka_produce)],
+                 [Contender("kafkalog", kafkalog_send_batch),
+                  Contender("confluent-kafka mock cluster", rdkafka_produce())],
                  targets={"confluent-kafka mock cluster": 2.0}),
         Workload("consume", f"per-record iteration over {m // 1000}k records", m, m * VALUE,
                  [Contender("kafkalog", kafkalog_iterate), Contender("confluent-kafka mock cluster", rdkafka_read(False))],

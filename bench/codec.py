@@ -1,28 +1,36 @@
-"""Codec workloads: RecordBatch encode, decode to objects, columnar decode and CRC-32C, against
-aiokafka's Cython builder/reader, kafka-python's pure-Python ones and the `crc32c` package.
+"""Codec workloads: RecordBatch encode, decode and CRC-32C, against aiokafka's Cython builder/reader, kafka-python's
+pure-Python ones and the `crc32c` package.
 
-Records have 16-byte keys and 100-byte or 1-KiB values; batches are 16 KiB or 1 MiB, as a
-producer would fill them. Every contender processes the same records or the same bytes.
+Records have 16-byte keys and 100-byte or 1-KiB values; batches are 16 KiB or 1 MiB, as a producer would fill them.
+Every contender gets the same input objects: the same (key, value, headers, timestamp) tuples, headers `[]` (what
+kafka-python and aiokafka callers pass) or two (str, bytes) headers per record. Decoding reads every field of every
+record (key, value, offset, timestamp, headers) through one shared loop, and every side verifies the batch CRCs,
+as each consumer does by default. Each input set is one suite: built just before it is timed, freed after.
 """
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import engine
 from bench.runner import Contender, Workload
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+TWO_HEADERS = "2 headers"
 
 
-def make_records(n: int, value_size: int, seed: int = 1) -> list[tuple]:
-    """n records: 16-byte keys, values of `value_size` bytes (half random, half text: compressible)."""
+def make_records(n: int, value_size: int, seed: int = 1, headers: str | None = None) -> list[tuple]:
+    """n records: 16-byte keys, values of `value_size` bytes (half random, half text: compressible); headers None,
+    `[]` ("[]") or two (str, bytes) pairs (TWO_HEADERS), a new list per record as a caller builds them."""
     rng = random.Random(seed)
     words = [b"kafka", b"log", b"segment", b"offset", b"batch", b"index", b"record", b"topic"]
     out = []
     for i in range(n):
         text = b" ".join(rng.choice(words) for _ in range(value_size // 6 + 1))
         value = (rng.randbytes(value_size // 2) + text)[:value_size]
-        out.append((b"%016d" % rng.randrange(10**15), value, None, 1_700_000_000_000 + i))
+        hs = None if headers is None else [] if headers == "[]" else [
+            ("trace-id", rng.randbytes(16)), ("source", b"bench-service")]
+        out.append((b"%016d" % rng.randrange(10**15), value, hs, 1_700_000_000_000 + i))
     return out
 
 
@@ -46,63 +54,108 @@ def _peer_encode(builder_cls, chunks, codec_id):
         for recs in chunks:
             b = builder_cls(2, codec_id, 0, -1, -1, -1, 1 << 30)
             for i, (k, v, h, ts) in enumerate(recs):
-                b.append(i, ts, k, v, [])
+                b.append(i, ts, k, v, h)
             out.append(b.build())
         return out
     return call
 
 
-def _peer_decode(memory_cls, log):
-    def call():
-        out = []
-        mr = memory_cls(log)
-        while (batch := mr.next_batch()) is not None:
-            out.append(list(batch))
-        return out
-    return call
+def read_fields(records) -> int:
+    """What a consumer's loop does: read every field of every record."""
+    n = 0
+    for r in records:
+        key, value, offset, timestamp, headers = r.key, r.value, r.offset, r.timestamp, r.headers  # noqa: F841
+        n += 1
+    return n
 
 
-def workloads(quick: bool) -> list[Workload]:
+def _peer_batches(memory_cls, log):
+    """The peer's batches of `log`, each CRC-checked as its consumer does (check_crcs=True by default)."""
+    mr = memory_cls(log)
+    while (batch := mr.next_batch()) is not None:
+        if not batch.validate_crc():
+            raise ValueError("CRC mismatch")
+        yield batch
+
+
+def _peer_read(memory_cls, log):
+    return lambda: sum(read_fields(batch) for batch in _peer_batches(memory_cls, log))
+
+
+def _peer_list(memory_cls, log):
+    return lambda: [list(batch) for batch in _peer_batches(memory_cls, log)]
+
+
+def _ours_read(log):
+    return lambda: sum(read_fields(b.records()) for b in engine.iter_batches(log))
+
+
+def _ours_list(log):
+    return lambda: [b.records() for b in engine.iter_batches(log)]
+
+
+def _ours_encode(chunks, codec="none"):
+    return lambda: [engine.encode_batch(c, compression=codec) for c in chunks]
+
+
+def _size_suite(quick: bool, value_size: int) -> list[Workload]:
     peers = _peers()
     total = (2 << 20) if quick else (16 << 20)
+    n = total // (value_size + 26)
+    raw = n * (16 + value_size)
+    target_read = {"aiokafka": 2.0}
     out = []
-    for value_size in (100, 1024):
-        records = make_records(total // (value_size + 26), value_size)
-        raw = sum(len(k) + len(v) for k, v, _, _ in records)
+    shapes = ["[]", TWO_HEADERS] if value_size == 100 else ["[]"]
+    for shape in shapes:
+        records = make_records(n, value_size, headers=shape)
         for batch_bytes, label in ((16 << 10, "16 KiB"), (1 << 20, "1 MiB")):
+            if shape == TWO_HEADERS and batch_bytes != 16 << 10:
+                continue
             chunks = chunk(records, batch_bytes, value_size)
             log = b"".join(engine.encode_batch(c) for c in chunks)
-            name = f"{value_size} B values, {label} batches"
-            big = value_size == 100
-            out.append(Workload("codec encode", name, len(records), raw, [
-                Contender("kafkalog", lambda chunks=chunks: [engine.encode_batch(c) for c in chunks]),
-                *(Contender(p, _peer_encode(peers[p][0], chunks, 0)) for p in peers)],
-                targets={"aiokafka": 3.0} if big else {}))
-            out.append(Workload("codec decode to objects", name, len(records), len(log), [
-                Contender("kafkalog", lambda log=log: [b.records() for b in engine.iter_batches(log)]),
-                *(Contender(p, _peer_decode(peers[p][1], log)) for p in peers)],
-                targets={"aiokafka": 2.0}))
-            out.append(Workload("codec columnar decode", name, len(records), len(log), [
-                Contender("kafkalog", lambda log=log: engine.decode_columnar(log)),
-                Contender("aiokafka", _peer_decode(peers["aiokafka"][1], log))],
-                targets={"aiokafka": 10.0}))
-    records = make_records(total // 126, 100, seed=2)
+            name = f"{value_size} B values, {label} batches, headers {shape}"
+            encode_target = ({"aiokafka": 3.0 if shape == "[]" else 2.5}
+                             if value_size == 100 and batch_bytes == 16 << 10 else {})
+            out.append(Workload("codec encode", name, n, raw, [
+                Contender("kafkalog", _ours_encode(chunks)),
+                *(Contender(p, _peer_encode(peers[p][0], chunks, 0)) for p in peers)], targets=encode_target))
+            out.append(Workload("codec decode, read every field", name, n, len(log), [
+                Contender("kafkalog", _ours_read(log)),
+                *(Contender(p, _peer_read(peers[p][1], log)) for p in peers)],
+                targets=target_read if shape == "[]" and batch_bytes == 16 << 10 else {}))
+            if shape == "[]":
+                out.append(Workload("codec decode to a list (fields not read)", name, n, len(log), [
+                    Contender("kafkalog", _ours_list(log)),
+                    Contender("aiokafka", _peer_list(peers["aiokafka"][1], log))]))
+                out.append(Workload("codec columnar decode (Arrow buffers) vs aiokafka reading every field", name, n,
+                                    len(log), [Contender("kafkalog", lambda log=log: engine.decode_columnar(log)),
+                                               Contender("aiokafka", _peer_read(peers["aiokafka"][1], log))]))
+    return out
+
+
+def _compression_suite(quick: bool, codec: str) -> list[Workload]:
+    peers = _peers()
+    total = (2 << 20) if quick else (16 << 20)
+    records = make_records(total // 126, 100, seed=2, headers="[]")
     raw = sum(len(k) + len(v) for k, v, _, _ in records)
     chunks = chunk(records, 1 << 20, 100)
-    for codec in ("gzip", "snappy", "lz4", "zstd"):
-        log = b"".join(engine.encode_batch(c, compression=codec) for c in chunks)
-        name = f"{codec}, 100 B values, 1 MiB batches"
-        out.append(Workload("codec encode", name, len(records), raw, [
-            Contender("kafkalog", lambda codec=codec: [engine.encode_batch(c, compression=codec) for c in chunks]),
-            Contender("aiokafka", _peer_encode(peers["aiokafka"][0], chunks, CODEC_IDS[codec]))]))
-        out.append(Workload("codec decode to objects", name, len(records), raw, [
-            Contender("kafkalog", lambda log=log: [b.records() for b in engine.iter_batches(log)]),
-            Contender("aiokafka", _peer_decode(peers["aiokafka"][1], log))]))
-        out.append(Workload("codec columnar decode", name, len(records), raw, [
-            Contender("kafkalog", lambda log=log: engine.decode_columnar(log)),
-            Contender("aiokafka", _peer_decode(peers["aiokafka"][1], log))]))
-    out.extend(crc_workloads())
-    return out
+    log = b"".join(engine.encode_batch(c, compression=codec) for c in chunks)
+    name = f"{codec}, 100 B values, 1 MiB batches, headers []"
+    aio = peers["aiokafka"]
+    return [
+        Workload("codec encode", name, len(records), raw, [
+            Contender("kafkalog", _ours_encode(chunks, codec)),
+            Contender("aiokafka", _peer_encode(aio[0], chunks, CODEC_IDS[codec]))]),
+        Workload("codec decode, read every field", name, len(records), raw, [
+            Contender("kafkalog", _ours_read(log)), Contender("aiokafka", _peer_read(aio[1], log))]),
+    ]
+
+
+def suites(quick: bool) -> list[Callable[[], list[Workload]]]:
+    """The codec suites: one per input set (value size, compression), then CRC-32C."""
+    return ([lambda size=size: _size_suite(quick, size) for size in (100, 1024)]
+            + [lambda codec=codec: _compression_suite(quick, codec) for codec in ("gzip", "snappy", "lz4", "zstd")]
+            + [crc_workloads])
 
 
 def crc_workloads() -> list[Workload]:
@@ -119,28 +172,27 @@ def crc_workloads() -> list[Workload]:
 
 
 def record_size_curve(quick: bool) -> dict:
-    """Encode and decode MB/s against value size (10 B .. 100 KiB), kafkalog vs aiokafka."""
+    """Encode and decode-and-read-every-field MB/s against value size (10 B .. 100 KiB), kafkalog vs aiokafka, with
+    the same inputs and work as the codec rows; each size's inputs are freed before the next is built."""
+    import gc
+
     from bench.runner import _time_call
 
-    peers = _peers()
+    aio = _peers()["aiokafka"]
     sizes = [10, 100, 1024, 10 << 10, 100 << 10]
-    curve = {"value_size": sizes, "series": {}}
+    names = ("kafkalog encode", "aiokafka encode", "kafkalog decode, read every field",
+             "aiokafka decode, read every field", "kafkalog columnar")
+    curve = {"value_size": sizes, "series": {name: [] for name in names}}
     total = (1 << 20) if quick else (8 << 20)
-    for name in ("kafkalog encode", "aiokafka encode", "kafkalog decode", "aiokafka decode",
-                 "kafkalog columnar"):
-        curve["series"][name] = []
     for size in sizes:
-        records = make_records(max(8, total // (size + 26)), size, seed=size)
+        records = make_records(max(8, total // (size + 26)), size, seed=size, headers="[]")
         raw = sum(len(k) + len(v) for k, v, _, _ in records)
         chunks = chunk(records, 1 << 20, size)
         log = b"".join(engine.encode_batch(c) for c in chunks)
-        calls = {
-            "kafkalog encode": lambda: [engine.encode_batch(c) for c in chunks],
-            "aiokafka encode": _peer_encode(peers["aiokafka"][0], chunks, 0),
-            "kafkalog decode": lambda: [b.records() for b in engine.iter_batches(log)],
-            "aiokafka decode": _peer_decode(peers["aiokafka"][1], log),
-            "kafkalog columnar": lambda: engine.decode_columnar(log),
-        }
+        calls = dict(zip(names, (_ours_encode(chunks), _peer_encode(aio[0], chunks, 0), _ours_read(log),
+                                 _peer_read(aio[1], log), lambda: engine.decode_columnar(log))))
         for name, call in calls.items():
+            gc.collect()
             curve["series"][name].append(raw / _time_call(call, 0.05 if quick else 0.3) / 1e6)
+        del records, chunks, log, calls
     return curve

@@ -1,14 +1,17 @@
 """The benchmark runner: kafkalog and its peers measured side by side in one run.
 
-Every workload names kafkalog's contender first and its peers after it. After a warm-up, each
-repetition runs every contender of every workload once, in rotating order (interleaved, so
-machine noise hits all of them alike); a run repeats the contender's call until `min_time` has
-passed. Reported: the median time per call, the min-max spread, records/s and MB/s, and for each
-peer the ratio peer_time / kafkalog_time (> 1 means kafkalog is faster) with its spread across
-repetitions. Nothing is asserted: the numbers are reported, never tested.
+Every workload names kafkalog's contender first and its peers after it. Workloads come in suites: a suite's
+inputs are built just before it is timed and freed after it, so the heap every contender runs with holds its own
+suite's inputs and nothing else (the cyclic GC's cost grows with every live object; a peer whose objects the GC
+tracks would otherwise pay for inputs it never sees). After a warm-up, each repetition runs every contender of
+every workload of the suite once, in rotating order (interleaved, so machine noise hits all of them alike), each
+run after a full collection; a run repeats the contender's call until `min_time` has passed. Reported: the median
+time per call, the min-max spread, records/s and MB/s, and for each peer the ratio peer_time / kafkalog_time
+(> 1 means kafkalog is faster) with its spread across repetitions. Nothing is asserted: the numbers are reported, never tested.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -52,8 +55,21 @@ def _time_call(call: Callable[[], object], min_time: float) -> float:
             return elapsed / n
 
 
-def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
-    """Measure every runnable workload; return the results document (also the JSON written out)."""
+Suite = Callable[[], list[Workload]]
+
+
+def run(suites: list[Suite | list[Workload]], *, reps: int, min_time: float) -> dict:
+    """Measure every runnable workload, suite by suite; return the results document (also the JSON written out)."""
+    rows: list[dict] = []
+    for suite in suites:
+        workloads = suite() if callable(suite) else suite
+        rows += _run_suite(workloads, reps, min_time)
+        del workloads
+        gc.collect()
+    return {"machine": machine(), "reps": reps, "min_time_s": min_time, "rows": rows}
+
+
+def _run_suite(workloads: list[Workload], reps: int, min_time: float) -> list[dict]:
     active = [w for w in workloads if w.not_yet is None]
     samples = {(w.group, w.name, c.name): [] for w in active for c in w.contenders}
     progress = tqdm(total=sum(len(w.contenders) for w in active) * (reps + 1), unit="run", file=sys.stderr,
@@ -62,6 +78,7 @@ def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
         for w in active:
             order = w.contenders[rep % len(w.contenders):] + w.contenders[:rep % len(w.contenders)]
             for c in order:
+                gc.collect()
                 t = _time_call(c.call, min_time / 4 if rep < 0 else min_time)
                 if rep >= 0:
                     samples[(w.group, w.name, c.name)].append(t)
@@ -88,7 +105,7 @@ def run(workloads: list[Workload], *, reps: int, min_time: float) -> dict:
                         "min": min(per_rep), "max": max(per_rep), "target": w.targets.get(c.name),
                     })
         rows.append(row)
-    return {"machine": machine(), "reps": reps, "min_time_s": min_time, "rows": rows}
+    return rows
 
 
 def machine() -> dict:

@@ -2,15 +2,18 @@
 """The producer's hot loop: Kafka's RecordAccumulator with its built-in partitioner (murmur2, sticky
 partitions) and the futures send() returns; the twin is engine.clients.accumulator.
 
-Records are validated (engine.record.batch_format.check_send, with an inline fast path for records that
-are plainly valid) and encoded straight into their partition's open batch, a RecordsBuilder of the
-native core. The batch objects come from the `batch_class` the producer layer gives.
+Records are checked in C by the core's field checks (keys, values and header values as bytes or any C-contiguous
+buffer, headers as a list or tuple of (str, value) tuples); one they do not take goes through the shared
+validator engine.record.batch_format.check_send, which raises the twin's error. Each record is encoded straight
+into its partition's open batch, a RecordsBuilder of the native core. The batch objects come from the `batch_class` the producer layer gives.
 Thread-safety: state changes hold the accumulator's lock (a PyThread lock, taken without the GIL only
 when contended); no Python code runs while it is held.
 """
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact
+from cpython.bytes cimport PyBytes_CheckExact, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_AsTuple, PyList_CheckExact
 from cpython.long cimport PyLong_CheckExact
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.pythread cimport (
     NOWAIT_LOCK,
     WAIT_LOCK,
@@ -24,7 +27,18 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from engine._native._core cimport HEADER_SIZE, RecordsBuilder, _byte_view, new_builder
+from engine._native._core cimport (
+    HEADER_SIZE,
+    Field,
+    Grow,
+    HeaderRef,
+    RecordsBuilder,
+    _byte_view,
+    bytes_field,
+    header_refs,
+    new_builder,
+    pair_refs,
+)
 
 import random as _random_module
 
@@ -196,17 +210,18 @@ cdef class RecordAccumulator:
         PyThread_release_lock(self._lock)
         return t
 
-    cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, partition) except -2:
+    cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, const Field *kf, partition) except -2:
         """The partition an explicit choice, the custom partitioner or the key gives; -1 for sticky."""
         if partition is None and self._partitioner is not None:
+            if key is not None and not PyBytes_CheckExact(key):
+                key = PyBytes_FromStringAndSize(<const char *>kf.p, kf.n)  # the partitioner gets bytes, as in the twin
             partition = self._partitioner(key, t.all, t.all)
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < t.count:
                 raise bf.bad_partition(topic, partition, t.count)
             return partition
-        if key is not None:
-            return (<int64_t>(_murmur2(<const uint8_t *>PyBytes_AS_STRING(key), len(<bytes>key)) & 0x7fffffff)
-                    % t.count)
+        if kf.n >= 0:
+            return <int64_t>(_murmur2(kf.p, kf.n) & 0x7fffffff) % t.count
         return -1
 
     cdef Py_ssize_t _sticky(self, _Topic t) except -1:
@@ -237,10 +252,12 @@ cdef class RecordAccumulator:
         cdef object batch
         try:
             for rec in records:
-                if type(rec) is tuple and len(<tuple>rec) == 2:
-                    batch = self._add(topic, (<tuple>rec)[1], (<tuple>rec)[0], None, partition, None, &flags, &index)
+                if PyTuple_CheckExact(rec) and PyTuple_GET_SIZE(rec) == 2:
+                    batch = self._add(topic, <object>PyTuple_GET_ITEM(rec, 1), <object>PyTuple_GET_ITEM(rec, 0), None,
+                                      partition, None, &flags, &index)
                 else:
-                    key, value, headers, ts = bf.sent_fields(rec)
+                    key, value, headers, ts = (rec if PyTuple_CheckExact(rec) and PyTuple_GET_SIZE(rec) == 4
+                                               else bf.sent_fields(rec))
                     batch = self._add(topic, value, key, headers, partition, ts, &flags, &index)
                 span = spans.get(id(batch))
                 if span is None:
@@ -259,26 +276,44 @@ cdef class RecordAccumulator:
             self._on_full()
 
     cdef object _add(self, topic, value, key, headers, partition, timestamp_ms, int *flags, Py_ssize_t *index):
-        """Validate and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
-        cdef Py_ssize_t size = RECORD_OVERHEAD, p, fixed
+        """Check and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
+        cdef Field kf, vf
+        cdef Grow refs
+        cdef list keep = []
+        refs.data, refs.len, refs.cap = NULL, 0, 0
+        try:
+            if PyList_CheckExact(headers):
+                headers = PyList_AsTuple(headers)  # a snapshot: the caller's list may change while we wait for the lock
+            if (bytes_field(value, &vf, keep) or bytes_field(key, &kf, keep) or header_refs(headers, &refs, keep)
+                    or not (timestamp_ms is None or PyLong_CheckExact(timestamp_ms)
+                            and 0 <= timestamp_ms <= _TS_MAX)):
+                value, key, headers, _, timestamp_ms = bf.check_send(value, key, headers, timestamp_ms)
+                refs.len = 0
+                bytes_field(value, &vf, keep)
+                bytes_field(key, &kf, keep)
+                if headers:
+                    pair_refs(headers, &refs)
+            return self._append(topic, key, &kf, &vf, <HeaderRef *>refs.data, refs.len // sizeof(HeaderRef),
+                                partition, timestamp_ms, flags, index)
+        finally:
+            free(refs.data)
+
+    cdef object _append(self, topic, key, const Field *kf, const Field *vf, const HeaderRef *headers,
+                        Py_ssize_t hcount, partition, timestamp_ms, int *flags, Py_ssize_t *index):
+        """Append one checked record to its partition's open batch (opening one if needed)."""
+        cdef Py_ssize_t size = RECORD_OVERHEAD, p, fixed, i
         cdef _Topic t
         cdef bint sticky
         cdef int64_t ts
         cdef object batch, spare = None
-        if ((value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)) and not headers
-                and (timestamp_ms is None or PyLong_CheckExact(timestamp_ms) and 0 <= timestamp_ms <= _TS_MAX)):
-            headers = None  # plainly valid: only the size to work out
-            if value is not None:
-                size += len(<bytes>value)
-            if key is not None:
-                size += len(<bytes>key)
-        else:
-            value, key, headers, size, timestamp_ms = bf.check_send(value, key, headers, timestamp_ms)
+        size += (kf.n if kf.n > 0 else 0) + (vf.n if vf.n > 0 else 0)
+        for i in range(hcount):
+            size += headers[i].key.n + (headers[i].value.n if headers[i].value.n > 0 else 0) + 10
         ts = self._now_ms() if timestamp_ms is None else timestamp_ms
         t = self._topic(topic)
         if size + HEADER_SIZE > t.limit:
             raise bf.record_too_large(size + HEADER_SIZE, t.limit, topic)
-        fixed = self._fixed_partition(t, topic, key, partition)
+        fixed = self._fixed_partition(t, topic, key, kf, partition)
         sticky = fixed < 0
         while True:  # build a batch outside the lock if one may be needed, then re-check under it
             _acquire(self._lock)
@@ -296,7 +331,7 @@ cdef class RecordAccumulator:
                     t.sizes[p] = HEADER_SIZE
                     flags[0] |= 1
                 if batch is not None:
-                    index[0] = (<RecordsBuilder>t.builders[p]).add(key, value, headers, ts)
+                    index[0] = (<RecordsBuilder>t.builders[p]).add(kf, vf, headers, hcount, ts)
                     t.sizes[p] += size
                     if sticky:
                         t.sticky_bytes += size

@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""What other native modules take from the core: the MemoryRecordsBuilder a producer's batches are encoded into."""
+"""What other native modules take from the core: the MemoryRecordsBuilder a producer's batches are encoded into,
+and the checks that turn a record's key, value and headers into pointers (see _core.pyx, "encode")."""
 cimport cython
 from libc.stdint cimport int64_t
 
@@ -17,13 +18,29 @@ cdef struct Grow:
     Py_ssize_t cap
 
 
+cdef struct Field:
+    const unsigned char *p
+    Py_ssize_t n          # -1 for null
+
+
+cdef struct HeaderRef:
+    Field key
+    Field value
+
+
+cdef int bytes_field(object obj, Field *f, list keep) except -1
+cdef int header_refs(object headers, Grow *out, list keep) except -1
+cdef int pair_refs(object pairs, Grow *out) except -1
+
+
 @cython.final
 cdef class RecordsBuilder:
     cdef Grow body
     cdef Grow infos
     cdef Py_ssize_t count
     cdef int64_t base_ts, max_ts
-    cdef Py_ssize_t add(self, key, value, list headers, int64_t ts) except -1
+    cdef Py_ssize_t add(self, const Field *key, const Field *value, const HeaderRef *headers, Py_ssize_t hcount,
+                        int64_t ts) except -1
 
 
 cdef RecordsBuilder new_builder(Py_ssize_t capacity)

@@ -14,11 +14,21 @@ them. Corrupt input raises a typed error, never crashes. No module state; functi
 """
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
-from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize
-from cpython.long cimport PyLong_CheckExact
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE, PyBuffer_IsContiguous, PyObject_CheckBuffer
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_Check,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.exc cimport PyErr_Clear
+from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
 from cpython.ref cimport PyObject
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
@@ -221,10 +231,10 @@ cdef class ConsumerRecord:
     """A record as a consumer sees it, with kafka-python's fields (timestamp_type 0 CreateTime, 1 LogAppendTime)."""
 
     cdef readonly object topic
-    cdef readonly int32_t partition
+    cdef readonly object partition
     cdef readonly object leader_epoch
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
+    cdef readonly object offset
+    cdef readonly object timestamp
     cdef readonly int timestamp_type
     cdef readonly object key
     cdef readonly object value
@@ -276,8 +286,8 @@ cdef class Record:
     constantly); a record without headers creates its empty list only when asked.
     """
 
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
+    cdef readonly object offset
+    cdef readonly object timestamp
     cdef readonly object key
     cdef readonly object value
     cdef object _headers
@@ -285,8 +295,8 @@ cdef class Record:
     cdef readonly object coordinator_epoch
 
     def __init__(self, offset, timestamp, key, value, headers=None, control_type=None, coordinator_epoch=None):
-        self.offset = offset
-        self.timestamp = timestamp
+        self.offset = <int64_t>offset
+        self.timestamp = <int64_t>timestamp
         self.key = key
         self.value = value
         self._headers = headers or None
@@ -308,6 +318,66 @@ cdef class Record:
 
     def __reduce__(self):
         return (Record, bf.record_fields(self))
+
+
+# Decoded records are read field by field in the consumer's loop. Cython serves a cdef attribute through a getset
+# descriptor, a call CPython cannot specialize; a member descriptor over the same object slot is read by the
+# interpreter's specialized attribute load, with no call at all. These replace the getset descriptors of the hot
+# fields (all are object slots, never NULL: Cython sets them to None on allocation).
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    enum: T_OBJECT_EX
+    enum: READONLY
+
+cdef extern from *:
+    """
+    #define KL_SLOT(cls, field) offsetof(struct __pyx_obj_6engine_7_native_5_core_##cls, field)
+    """
+    Py_ssize_t RECORD_OFFSET "KL_SLOT(Record, offset)"
+    Py_ssize_t RECORD_TIMESTAMP "KL_SLOT(Record, timestamp)"
+    Py_ssize_t RECORD_KEY "KL_SLOT(Record, key)"
+    Py_ssize_t RECORD_VALUE "KL_SLOT(Record, value)"
+    Py_ssize_t CONSUMER_TOPIC "KL_SLOT(ConsumerRecord, topic)"
+    Py_ssize_t CONSUMER_PARTITION "KL_SLOT(ConsumerRecord, partition)"
+    Py_ssize_t CONSUMER_OFFSET "KL_SLOT(ConsumerRecord, offset)"
+    Py_ssize_t CONSUMER_TIMESTAMP "KL_SLOT(ConsumerRecord, timestamp)"
+    Py_ssize_t CONSUMER_KEY "KL_SLOT(ConsumerRecord, key)"
+    Py_ssize_t CONSUMER_VALUE "KL_SLOT(ConsumerRecord, value)"
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        PyObject *tp_dict
+    object PyDescr_NewMember(object cls, PyMemberDef *member)
+    void PyType_Modified(PyTypeObject *cls)
+
+cdef PyMemberDef _SLOTS[10]
+_SLOT_NAMES = (b"offset", b"timestamp", b"key", b"value", b"topic", b"partition", b"offset", b"timestamp", b"key",
+               b"value")
+
+
+cdef int _serve_slots() except -1:
+    cdef Py_ssize_t offsets[10]
+    cdef int i
+    offsets[:] = [RECORD_OFFSET, RECORD_TIMESTAMP, RECORD_KEY, RECORD_VALUE, CONSUMER_TOPIC, CONSUMER_PARTITION,
+                  CONSUMER_OFFSET, CONSUMER_TIMESTAMP, CONSUMER_KEY, CONSUMER_VALUE]
+    for i in range(10):
+        cls = Record if i < 4 else ConsumerRecord
+        _SLOTS[i].name = PyBytes_AS_STRING(_SLOT_NAMES[i])
+        _SLOTS[i].type = T_OBJECT_EX
+        _SLOTS[i].offset = offsets[i]
+        _SLOTS[i].flags = READONLY
+        _SLOTS[i].doc = NULL
+        (<dict>(<PyTypeObject *>cls).tp_dict)[_SLOT_NAMES[i].decode()] = PyDescr_NewMember(cls, &_SLOTS[i])
+        PyType_Modified(<PyTypeObject *>cls)
+    return 0
+
+
+_serve_slots()
 
 
 cdef struct RecView:
@@ -627,7 +697,7 @@ cdef class RecordBatch:
         self._check_count(end[0] - p[0])
         return owner
 
-    def consumer_records(self, topic, int32_t partition, int64_t start_offset, Py_ssize_t max_records,
+    def consumer_records(self, topic, partition, int64_t start_offset, Py_ssize_t max_records,
                          Py_ssize_t max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`
         (none for a control batch); returns (records, next_offset to fetch from)."""
@@ -974,16 +1044,130 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
 
 
 # --- encode ------------------------------------------------------------------------------------
+# Every accepted input shape is read here in one pass: keys, values and header values as bytes or any
+# C-contiguous buffer (held through a memoryview, so it cannot be resized while it is copied), headers as None or
+# an exact list or tuple of exact (str, value) tuples. A record this pass does not take (a bad type, or an unusual
+# shape such as a tuple subclass) sends the whole batch through the shared validator
+# engine.record.batch_format, which raises the twin's exact error or returns the normalized fields.
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t *size)
+    object PyUnicode_AsEncodedString(object unicode, const char *encoding, const char *errors)
+
+
+cdef int bytes_field(object obj, Field *f, list keep) except -1:
+    """Point f at a key, value or header value: 0, or 1 when it is not one this pass takes."""
+    cdef Py_buffer *view
+    if obj is None:
+        f.p = _EMPTY
+        f.n = -1
+        return 0
+    if PyBytes_Check(obj):
+        f.p = <const uint8_t *>PyBytes_AS_STRING(obj)
+        f.n = PyBytes_GET_SIZE(obj)
+        return 0
+    if not PyObject_CheckBuffer(obj):
+        return 1
+    mv = PyMemoryView_FromObject(obj)
+    view = PyMemoryView_GET_BUFFER(mv)
+    if not PyBuffer_IsContiguous(view, c'C'):
+        return 1
+    keep.append(mv)
+    f.p = <const uint8_t *>view.buf if view.len else _EMPTY
+    f.n = view.len
+    return 0
+
+
+cdef int _header_key(object key, Field *f, list keep) except -1:
+    """A header key's UTF-8 bytes (lone surrogates from undecodable bytes map back to them)."""
+    cdef Py_ssize_t n
+    cdef const char *p
+    if not PyUnicode_CheckExact(key):
+        return 1
+    p = PyUnicode_AsUTF8AndSize(key, &n)
+    if p == NULL:
+        PyErr_Clear()
+        try:
+            encoded = PyUnicode_AsEncodedString(key, "utf-8", "surrogateescape")
+        except UnicodeError:
+            return 1
+        keep.append(encoded)
+        p = PyBytes_AS_STRING(encoded)
+        n = PyBytes_GET_SIZE(encoded)
+    f.p = <const uint8_t *>p
+    f.n = n
+    return 0
+
+
+cdef int header_refs(object headers, Grow *out, list keep) except -1:
+    """Append a HeaderRef per header to out: 0, or 1 when the headers are not a shape this pass takes."""
+    cdef Py_ssize_t i, n
+    cdef HeaderRef ref
+    cdef object h
+    if headers is None:
+        return 0
+    if PyList_CheckExact(headers):
+        n = PyList_GET_SIZE(headers)
+    elif PyTuple_CheckExact(headers):
+        n = PyTuple_GET_SIZE(headers)
+    else:
+        return 1
+    for i in range(n):
+        h = <object>(PyList_GET_ITEM(headers, i) if PyList_CheckExact(headers) else PyTuple_GET_ITEM(headers, i))
+        if not PyTuple_CheckExact(h) or PyTuple_GET_SIZE(h) != 2:
+            return 1
+        if _header_key(<object>PyTuple_GET_ITEM(h, 0), &ref.key, keep):
+            return 1
+        if bytes_field(<object>PyTuple_GET_ITEM(h, 1), &ref.value, keep):
+            return 1
+        grow_put(out, &ref, sizeof(HeaderRef))
+    return 0
+
+
+cdef int pair_refs(object pairs, Grow *out) except -1:
+    """HeaderRefs of normalized (bytes, bytes|None) pairs, checked as exact bytes."""
+    cdef HeaderRef ref
+    for hk, hv in pairs:
+        _field_ptr(_exact_bytes(hk, "header key"), &ref.key.p, &ref.key.n)
+        _field_ptr(None if hv is None else _exact_bytes(hv, "header value"), &ref.value.p, &ref.value.n)
+        grow_put(out, &ref, sizeof(HeaderRef))
+    return 0
+
+
+cdef inline int64_t _headers_size(const HeaderRef *h, Py_ssize_t count) noexcept:
+    """The encoded size of `count` headers."""
+    cdef int64_t size = 0
+    cdef Py_ssize_t i
+    for i in range(count):
+        size += kl_varint_size(<int32_t>h[i].key.n) + h[i].key.n
+        size += 1 if h[i].value.n < 0 else kl_varint_size(<int32_t>h[i].value.n) + h[i].value.n
+    return size
+
+
+cdef inline int64_t _headers_bytes(const HeaderRef *h, Py_ssize_t count) noexcept:
+    """Key plus value bytes of `count` headers (kafka-python's serialized_header_size)."""
+    cdef int64_t size = 0
+    cdef Py_ssize_t i
+    for i in range(count):
+        size += h[i].key.n + (h[i].value.n if h[i].value.n > 0 else 0)
+    return size
+
+
+cdef uint8_t *_put_headers(uint8_t *p, const HeaderRef *h, Py_ssize_t count) noexcept:
+    cdef Py_ssize_t i
+    p = kl_write_varint(p, <int32_t>count)
+    for i in range(count):
+        p = _put_field(p, h[i].key.p, h[i].key.n)
+        p = _put_field(p, h[i].value.p, h[i].value.n)
+    return p
+
+
 cdef struct RecInfo:
-    const uint8_t *key
-    Py_ssize_t klen
-    const uint8_t *value
-    Py_ssize_t vlen
+    Field key
+    Field value
     int64_t ts
     int32_t off_delta
-    PyObject *headers      # a normalized list of (bytes, bytes|None), kept alive by `keep`, or NULL
+    Py_ssize_t hfirst      # index of its first HeaderRef
     int32_t hcount
-    Py_ssize_t hsize
     int32_t body
 
 
@@ -1007,66 +1191,79 @@ cdef inline int _field_ptr(object obj, const uint8_t **p, Py_ssize_t *n) except 
     return 0
 
 
-cdef int _fill_item(RecInfo *r, Py_ssize_t i, object item, int32_t prev, int64_t base_offset, list keep) except -1:
-    """Fill r from input record i: a fast path for plain tuples, the shared validator otherwise."""
-    cdef tuple t
+cdef inline int _timestamp(object ts, int64_t *out) except -1:
+    """A record timestamp: 0, or 1 when it is not an exact int in [-1, 2**63) or None."""
+    cdef int overflow = 0
+    if ts is None:
+        out[0] = -1
+        return 0
+    if not PyLong_CheckExact(ts):
+        return 1
+    out[0] = PyLong_AsLongLongAndOverflow(ts, &overflow)
+    return 1 if overflow or out[0] < -1 else 0
+
+
+cdef int _fill_record(RecInfo *r, object item, int32_t prev, int64_t base_offset, Grow *hrefs,
+                      list keep) except -1:
+    """Fill r from input record i in the native pass: 0, or 1 when the record needs the shared validator."""
     cdef Record rec
-    cdef object key, value, headers, ts
-    cdef bint fast = False
-    cdef int64_t delta = <int64_t>prev + 1
-    if type(item) is tuple and len(<tuple>item) == 4:
-        t = <tuple>item
-        key, value, headers, ts = t[0], t[1], t[2], t[3]
-        fast = ((key is None or PyBytes_CheckExact(key)) and (value is None or PyBytes_CheckExact(value))
-                and headers is None and PyLong_CheckExact(ts) and prev < INT32_MAX)
-        if fast:
-            try:
-                r.ts = ts
-            except OverflowError:
-                fast = False
-            else:
-                fast = r.ts >= -1
-    elif type(item) is Record:  # a decoded record (the log cleaner's rewrite): its fields are already valid
+    cdef int64_t delta
+    cdef object key, value, headers
+    if PyTuple_CheckExact(item):
+        if PyTuple_GET_SIZE(item) != 4 or prev == INT32_MAX:
+            return 1
+        key = <object>PyTuple_GET_ITEM(item, 0)
+        value = <object>PyTuple_GET_ITEM(item, 1)
+        headers = <object>PyTuple_GET_ITEM(item, 2)
+        if _timestamp(<object>PyTuple_GET_ITEM(item, 3), &r.ts):
+            return 1
+        r.off_delta = prev + 1
+    elif type(item) is Record:
         rec = <Record>item
-        key, value, delta = rec.key, rec.value, rec.offset - base_offset
-        fast = ((key is None or PyBytes_CheckExact(key)) and (value is None or PyBytes_CheckExact(value))
-                and not rec._headers and prev < delta <= INT32_MAX and rec.timestamp >= -1)
-        r.ts = rec.timestamp
-    if fast:
+        if kl_add_overflow(rec.offset, -base_offset, &delta) or delta <= prev or delta > INT32_MAX:
+            return 1
+        if rec.timestamp < -1:
+            return 1
         r.off_delta = <int32_t>delta
-        r.hcount = 0
-        r.headers = NULL
+        r.ts = rec.timestamp
+        key, value, headers = rec.key, rec.value, rec._headers
     else:
-        fields = bf.unpack_record(i, item, prev, base_offset)
-        keep.append(fields)
-        delta, key, value, headers, ts = fields
-        r.off_delta = delta
-        r.ts = ts
-        r.hcount = len(headers)
-        r.headers = <PyObject *>headers if headers else NULL
-    _field_ptr(key, &r.key, &r.klen)
-    _field_ptr(value, &r.value, &r.vlen)
+        return 1
+    if bytes_field(key, &r.key, keep) or bytes_field(value, &r.value, keep):
+        return 1
+    r.hfirst = hrefs.len // sizeof(HeaderRef)
+    if header_refs(headers, hrefs, keep):
+        return 1
+    r.hcount = <int32_t>(hrefs.len // sizeof(HeaderRef) - r.hfirst)
     return 0
 
 
-cdef int64_t _sizes(RecInfo *infos, Py_ssize_t n, int64_t base_ts) except -1:
+cdef int _fill_validated(RecInfo *r, tuple fields, Grow *hrefs) except -1:
+    """Fill r from the shared validator's (offset_delta, key, value, headers, timestamp)."""
+    delta, key, value, headers, ts = fields
+    r.off_delta = delta
+    r.ts = ts
+    _field_ptr(key, &r.key.p, &r.key.n)
+    _field_ptr(value, &r.value.p, &r.value.n)
+    r.hfirst = hrefs.len // sizeof(HeaderRef)
+    pair_refs(headers, hrefs)
+    r.hcount = <int32_t>len(headers)
+    return 0
+
+
+cdef int64_t _sizes(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, int64_t base_ts) except -1:
     """Compute each record's body size (checking limits); return the records section size."""
     cdef Py_ssize_t i
-    cdef int64_t body, total = 0, hsize
+    cdef int64_t body, total = 0
     cdef RecInfo *r
     for i in range(n):
         r = &infos[i]
         if base_ts < 0 and r.ts > INT64_MAX + base_ts:
             bf.timestamp_delta(r.ts, base_ts)
-        hsize = 0
-        if r.headers != NULL:
-            for hk, hv in <list>r.headers:
-                hsize += kl_varint_size(len(hk)) + len(hk)
-                hsize += 1 if hv is None else kl_varint_size(len(hv)) + len(hv)
-        r.hsize = hsize
-        body = (1 + kl_varlong_size(r.ts - base_ts) + kl_varint_size(r.off_delta) + kl_varint_size(r.hcount) + hsize
-                + (1 if r.klen < 0 else kl_varint_size(<int32_t>r.klen) + r.klen)
-                + (1 if r.vlen < 0 else kl_varint_size(<int32_t>r.vlen) + r.vlen))
+        body = (1 + kl_varlong_size(r.ts - base_ts) + kl_varint_size(r.off_delta) + kl_varint_size(r.hcount)
+                + _headers_size(hrefs + r.hfirst, r.hcount)
+                + (1 if r.key.n < 0 else kl_varint_size(<int32_t>r.key.n) + r.key.n)
+                + (1 if r.value.n < 0 else kl_varint_size(<int32_t>r.value.n) + r.value.n))
         if body > INT32_MAX:
             raise InvalidRecordError("a record body exceeds 2 GiB")
         r.body = <int32_t>body
@@ -1084,7 +1281,7 @@ cdef uint8_t *_put_field(uint8_t *p, const uint8_t *src, Py_ssize_t n) noexcept:
     return p + n
 
 
-cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, int64_t base_ts):
+cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, int64_t base_ts):
     cdef Py_ssize_t i
     cdef RecInfo *r
     for i in range(n):
@@ -1093,20 +1290,13 @@ cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, int64_t base_
         p[0] = 0
         p = kl_write_varlong(p + 1, r.ts - base_ts)
         p = kl_write_varint(p, r.off_delta)
-        p = _put_field(p, r.key, r.klen)
-        p = _put_field(p, r.value, r.vlen)
-        p = kl_write_varint(p, r.hcount)
-        if r.headers != NULL:
-            for hk, hv in <list>r.headers:
-                p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hk), len(hk))
-                if hv is None:
-                    p = kl_write_varint(p, -1)
-                else:
-                    p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hv), len(hv))
+        p = _put_field(p, r.key.p, r.key.n)
+        p = _put_field(p, r.value.p, r.value.n)
+        p = _put_headers(p, hrefs + r.hfirst, r.hcount)
 
 
-cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, object last_offset_delta,
-                   object base_timestamp=None):
+cdef bytes _finish(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, Params *pr, object level,
+                   object last_offset_delta, object base_timestamp=None):
     """Write header + records (compressing if asked) and the CRC; return the batch. The base timestamp is the
     first record's unless `base_timestamp` gives it (a delete horizon)."""
     cdef int64_t base_ts = infos[0].ts if base_timestamp is None else base_timestamp, max_ts = -1, section
@@ -1120,18 +1310,19 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, Params *pr, object level, objec
             max_ts = infos[i].ts
     if pr.max_ts != -2:
         max_ts = pr.max_ts
-    last = bf.last_offset_delta(infos[n - 1].off_delta, last_offset_delta)
-    section = _sizes(infos, n, base_ts)
+    last = infos[n - 1].off_delta if last_offset_delta is None else bf.last_offset_delta(infos[n - 1].off_delta,
+                                                                                         last_offset_delta)
+    section = _sizes(infos, n, hrefs, base_ts)
     if pr.codec == 0:
         out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + section)
         h = <uint8_t *>PyBytes_AS_STRING(out)
-        _write_records(h + HEADER_SIZE, infos, n, base_ts)
+        _write_records(h + HEADER_SIZE, infos, n, hrefs, base_ts)
     else:
         tmp = <uint8_t *>malloc(section if section else 1)
         if tmp == NULL:
             raise MemoryError()
         try:
-            _write_records(tmp, infos, n, base_ts)
+            _write_records(tmp, infos, n, hrefs, base_ts)
             payload = comp.compress(pr.codec, (<char *>tmp)[:section], level)
         finally:
             free(tmp)
@@ -1177,22 +1368,53 @@ cdef RecInfo *_alloc_infos(Py_ssize_t n) except NULL:
 
 cdef bytes _encode_items(list items, Params *pr, object level, object last_offset_delta,
                          object base_timestamp=None):
+    """Encode input records: all in the native pass, or (if one needs it) all through the shared validator, which
+    raises the error the twin raises. No Python code runs between taking a pointer and copying its bytes."""
     cdef Py_ssize_t n = len(items), i
     cdef RecInfo *infos
     cdef int32_t prev = -1
     cdef list keep = []
+    cdef Grow hrefs
+    hrefs.data, hrefs.len, hrefs.cap = NULL, 0, 0
     infos = _alloc_infos(n)
     try:
         for i in range(n):
-            _fill_item(&infos[i], i, items[i], prev, pr.base_offset, keep)
+            if _fill_record(&infos[i], items[i], prev, pr.base_offset, &hrefs, keep):
+                break
             prev = infos[i].off_delta
-        return _finish(infos, n, pr, level, last_offset_delta, base_timestamp)
+        else:
+            return _finish(infos, n, <HeaderRef *>hrefs.data, pr, level, last_offset_delta, base_timestamp)
+        hrefs.len, prev, keep = 0, -1, []
+        for i in range(n):
+            fields = bf.unpack_record(i, items[i], prev, pr.base_offset)
+            keep.append(fields)
+            _fill_validated(&infos[i], fields, &hrefs)
+            prev = infos[i].off_delta
+        return _finish(infos, n, <HeaderRef *>hrefs.data, pr, level, last_offset_delta, base_timestamp)
     finally:
         free(infos)
+        free(hrefs.data)
+
+
+cdef inline int _small_int(object v, int64_t lo, int64_t hi) except -1:
+    """1 if v is an exact int in [lo, hi], else 0."""
+    cdef int overflow = 0
+    cdef int64_t x
+    if not PyLong_CheckExact(v):
+        return 0
+    x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    return not overflow and lo <= x <= hi
 
 
 cdef int _params(Params *pr, base_offset, compression, timestamp_type, log_append_time_ms, producer_id,
                  producer_epoch, base_sequence, transactional, partition_leader_epoch) except -1:
+    if (compression == "none" and timestamp_type == "create" and log_append_time_ms is None
+            and transactional is False and _small_int(producer_id, -1, -1) and _small_int(producer_epoch, -1, -1)
+            and _small_int(base_sequence, -1, -1) and _small_int(base_offset, 0, 2**62)
+            and _small_int(partition_leader_epoch, -1, INT32_MAX)):
+        pr.base_offset, pr.ple, pr.codec, pr.attributes, pr.max_ts = base_offset, partition_leader_epoch, 0, 0, -2
+        pr.pid, pr.epoch, pr.seq = -1, -1, -1
+        return 0  # a plain batch (the shared checks below accept it as is)
     codec, attributes, max_ts = bf.batch_attributes(
         base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
         log_append_time_ms=log_append_time_ms, producer_id=producer_id, producer_epoch=producer_epoch,
@@ -1345,13 +1567,13 @@ def encode_columnar(*, values, keys=None, timestamps=None, **batch_kwargs):
             r = &infos[i]
             r.off_delta = <int32_t>i
             r.ts = _ts_at(scalar, tss, i)
-            r.headers = NULL
+            r.hfirst = 0
             r.hcount = 0
-            _column_cell(vdata, voffs, vbits, vbit0, i, &r.value, &r.vlen)
-            r.klen = -1
+            _column_cell(vdata, voffs, vbits, vbit0, i, &r.value.p, &r.value.n)
+            r.key.n = -1
             if has_keys:
-                _column_cell(kdata, koffs, kbits, kbit0, i, &r.key, &r.klen)
-        return _finish(infos, n, &pr, level, last_offset_delta)
+                _column_cell(kdata, koffs, kbits, kbit0, i, &r.key.p, &r.key.n)
+        return _finish(infos, n, NULL, &pr, level, last_offset_delta)
     finally:
         free(infos)
 
@@ -1502,10 +1724,9 @@ cdef class RecordsBuilder:
         free(self.body.data)
         free(self.infos.data)
 
-    cdef Py_ssize_t add(self, key, value, list headers, int64_t ts) except -1:
-        cdef const uint8_t *kp = NULL
-        cdef const uint8_t *vp = NULL
-        cdef Py_ssize_t klen = -1, vlen = -1, hsize = 0, hbytes = 0, hcount = 0
+    cdef Py_ssize_t add(self, const Field *key, const Field *value, const HeaderRef *headers, Py_ssize_t hcount,
+                        int64_t ts) except -1:
+        """Encode one record whose fields are already checked; returns its index."""
         cdef int64_t body, delta
         cdef uint8_t *p
         cdef BuiltInfo info
@@ -1513,24 +1734,12 @@ cdef class RecordsBuilder:
             self.base_ts = self.max_ts = ts
         if self.count >= INT32_MAX:
             raise InvalidRecordError("a batch holds at most 2**31-1 records")
-        if key is not None:
-            _field_ptr(_exact_bytes(key, "key"), &kp, &klen)
-        if value is not None:
-            _field_ptr(_exact_bytes(value, "value"), &vp, &vlen)
-        if headers is not None:
-            hcount = len(headers)
-            for hk, hv in headers:
-                _exact_bytes(hk, "header key")
-                if hv is not None:
-                    _exact_bytes(hv, "header value")
-                hsize += kl_varint_size(len(<bytes>hk)) + len(<bytes>hk)
-                hsize += 1 if hv is None else kl_varint_size(len(<bytes>hv)) + len(<bytes>hv)
-                hbytes += len(<bytes>hk) + (0 if hv is None else len(<bytes>hv))
         if kl_add_overflow(ts, -self.base_ts, &delta):
             bf.timestamp_delta(ts, self.base_ts)
         body = (1 + kl_varlong_size(delta) + kl_varint_size(<int32_t>self.count) + kl_varint_size(<int32_t>hcount)
-                + hsize + (1 if klen < 0 else kl_varint_size(<int32_t>klen) + klen)
-                + (1 if vlen < 0 else kl_varint_size(<int32_t>vlen) + vlen))
+                + _headers_size(headers, hcount)
+                + (1 if key.n < 0 else kl_varint_size(<int32_t>key.n) + key.n)
+                + (1 if value.n < 0 else kl_varint_size(<int32_t>value.n) + value.n))
         if body > INT32_MAX or self.body.len + body + 5 > INT32_MAX - HEADER_SIZE:
             raise InvalidRecordError("a batch exceeds 2 GiB")
         grow_reserve(&self.body, body + 5)
@@ -1539,21 +1748,14 @@ cdef class RecordsBuilder:
         p[0] = 0
         p = kl_write_varlong(p + 1, delta)
         p = kl_write_varint(p, <int32_t>self.count)
-        p = _put_field(p, kp, klen)
-        p = _put_field(p, vp, vlen)
-        p = kl_write_varint(p, <int32_t>hcount)
-        if headers is not None:
-            for hk, hv in headers:
-                p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hk), len(<bytes>hk))
-                if hv is None:
-                    p = kl_write_varint(p, -1)
-                else:
-                    p = _put_field(p, <const uint8_t *>PyBytes_AS_STRING(hv), len(<bytes>hv))
+        p = _put_field(p, key.p, key.n)
+        p = _put_field(p, value.p, value.n)
+        p = _put_headers(p, headers, hcount)
         self.body.len = <char *>p - self.body.data
         info.ts = ts
-        info.klen = <int32_t>klen
-        info.vlen = <int32_t>vlen
-        info.hsize = <int32_t>hbytes if headers is not None else -1
+        info.klen = <int32_t>key.n
+        info.vlen = <int32_t>value.n
+        info.hsize = <int32_t>_headers_bytes(headers, hcount) if hcount else -1
         grow_put(&self.infos, &info, sizeof(BuiltInfo))
         if ts > self.max_ts:
             self.max_ts = ts
@@ -1562,7 +1764,17 @@ cdef class RecordsBuilder:
 
     def append(self, key, value, headers, int64_t timestamp):
         """Add a record (key/value bytes or None, headers as (bytes, bytes|None) pairs); returns its index."""
-        return self.add(key, value, headers, timestamp)
+        cdef Field kf, vf
+        cdef Grow refs
+        refs.data, refs.len, refs.cap = NULL, 0, 0
+        _field_ptr(None if key is None else _exact_bytes(key, "key"), &kf.p, &kf.n)
+        _field_ptr(None if value is None else _exact_bytes(value, "value"), &vf.p, &vf.n)
+        try:
+            if headers:
+                pair_refs(headers, &refs)
+            return self.add(&kf, &vf, <HeaderRef *>refs.data, refs.len // sizeof(HeaderRef), timestamp)
+        finally:
+            free(refs.data)
 
     def __len__(self):
         return self.count

@@ -178,12 +178,13 @@ class BatchHeader:
 
 
 def check_bytes(name: str, value) -> bytes | None:
-    """A key, value or header value: bytes-like or None (copied to bytes if not bytes)."""
+    """A key, value or header value: bytes, any object with the buffer protocol (its bytes, in C order) or None."""
     if value is None or isinstance(value, bytes):
         return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise InvalidRecordError(f"{name} must be bytes-like or None, got {type(value).__name__}")
+    try:
+        return memoryview(value).tobytes()
+    except TypeError:
+        raise InvalidRecordError(f"{name} must be bytes-like or None, got {type(value).__name__}") from None
 
 
 def normalize_headers(i: int, headers) -> list[tuple[bytes, bytes | None]]:

@@ -50,3 +50,12 @@ def test_no_link_leaves_the_repository():
     assert "../" not in text and "shared/" not in text
     for doc in ("architecture.md", "compatibility.md", "durability.md"):
         assert f"(docs/{doc})" in text and (ROOT / "docs" / doc).exists()
+
+
+def test_benchmark_tables_are_the_generated_ones():
+    """The README's benchmark tables are exactly what bench.readme_tables writes from bench/results/latest.md."""
+    from bench import readme_tables
+
+    latest = (ROOT / "bench" / "results" / "latest.md").read_text()
+    section = readme_tables.generated_section(README.read_text())
+    assert section == readme_tables.render(latest)
