@@ -190,7 +190,7 @@ def record_size_curve(quick: bool) -> dict:
         chunks = chunk(records, 1 << 20, size)
         log = b"".join(engine.encode_batch(c) for c in chunks)
         calls = dict(zip(names, (_ours_encode(chunks), _peer_encode(aio[0], chunks, 0), _ours_read(log),
-                                 _peer_read(aio[1], log), lambda: engine.decode_columnar(log))))
+                                 _peer_read(aio[1], log), lambda log=log: engine.decode_columnar(log))))
         for name, call in calls.items():
             gc.collect()
             curve["series"][name].append(raw / _time_call(call, 0.05 if quick else 0.3) / 1e6)

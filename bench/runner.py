@@ -7,7 +7,8 @@ tracks would otherwise pay for inputs it never sees). After a warm-up, each repe
 every workload of the suite once, in rotating order (interleaved, so machine noise hits all of them alike), each
 run after a full collection; a run repeats the contender's call until `min_time` has passed. Reported: the median
 time per call, the min-max spread, records/s and MB/s, and for each peer the ratio peer_time / kafkalog_time
-(> 1 means kafkalog is faster) with its spread across repetitions. Nothing is asserted: the numbers are reported, never tested.
+(> 1 means kafkalog is faster) with its spread across repetitions. Nothing is asserted: the numbers are
+reported, never tested.
 """
 from __future__ import annotations
 
