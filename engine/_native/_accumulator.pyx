@@ -5,7 +5,8 @@ partitions) and the futures send() returns; the twin is engine.clients.accumulat
 Records are checked in C by the core's field checks (keys, values and header values as bytes or any C-contiguous
 buffer, headers as a list or tuple of (str, value) tuples); one they do not take goes through the shared
 validator engine.record.batch_format.check_send, which raises the twin's error. Each record is encoded straight
-into its partition's open batch, a RecordsBuilder of the native core. The batch objects come from the `batch_class` the producer layer gives.
+into its partition's open batch, a RecordsBuilder of the native core. The batch objects come from the
+`batch_class` the producer layer gives.
 Thread-safety: state changes hold the accumulator's lock (a PyThread lock, taken without the GIL only
 when contended); no Python code runs while it is held.
 """
