@@ -352,7 +352,7 @@ cdef extern from *:
 cdef extern from "Python.h":
     ctypedef struct PyTypeObject:
         PyObject *tp_dict
-    object PyDescr_NewMember(object cls, PyMemberDef *member)
+    object PyDescr_NewMember(PyTypeObject *cls, PyMemberDef *member)
     void PyType_Modified(PyTypeObject *cls)
 
 cdef PyMemberDef _SLOTS[10]
@@ -372,7 +372,7 @@ cdef int _serve_slots() except -1:
         _SLOTS[i].offset = offsets[i]
         _SLOTS[i].flags = READONLY
         _SLOTS[i].doc = NULL
-        (<dict>(<PyTypeObject *>cls).tp_dict)[_SLOT_NAMES[i].decode()] = PyDescr_NewMember(cls, &_SLOTS[i])
+        (<dict>(<PyTypeObject *>cls).tp_dict)[_SLOT_NAMES[i].decode()] = PyDescr_NewMember(<PyTypeObject *>cls, &_SLOTS[i])
         PyType_Modified(<PyTypeObject *>cls)
     return 0
 
@@ -1161,6 +1161,27 @@ cdef uint8_t *_put_headers(uint8_t *p, const HeaderRef *h, Py_ssize_t count) noe
     return p
 
 
+cdef inline int64_t _body_size(int64_t ts_delta, int32_t off_delta, const Field *key, const Field *value,
+                                const HeaderRef *headers, Py_ssize_t hcount) noexcept:
+    """A record's body size (after its length varint)."""
+    return (1 + kl_varlong_size(ts_delta) + kl_varint_size(off_delta) + kl_varint_size(<int32_t>hcount)
+            + _headers_size(headers, hcount)
+            + (1 if key.n < 0 else kl_varint_size(<int32_t>key.n) + key.n)
+            + (1 if value.n < 0 else kl_varint_size(<int32_t>value.n) + value.n))
+
+
+cdef uint8_t *_put_record(uint8_t *p, int32_t body, int64_t ts_delta, int32_t off_delta, const Field *key,
+                          const Field *value, const HeaderRef *headers, Py_ssize_t hcount) noexcept:
+    """Write one record (its length varint first); returns the end."""
+    p = kl_write_varint(p, body)
+    p[0] = 0
+    p = kl_write_varlong(p + 1, ts_delta)
+    p = kl_write_varint(p, off_delta)
+    p = _put_field(p, key.p, key.n)
+    p = _put_field(p, value.p, value.n)
+    return _put_headers(p, headers, hcount)
+
+
 cdef struct RecInfo:
     Field key
     Field value
@@ -1205,7 +1226,7 @@ cdef inline int _timestamp(object ts, int64_t *out) except -1:
 
 cdef int _fill_record(RecInfo *r, object item, int32_t prev, int64_t base_offset, Grow *hrefs,
                       list keep) except -1:
-    """Fill r from input record i in the native pass: 0, or 1 when the record needs the shared validator."""
+    """Fill r from an input record in the native pass: 0, or 1 when the record needs the shared validator."""
     cdef Record rec
     cdef int64_t delta
     cdef object key, value, headers
@@ -1260,10 +1281,7 @@ cdef int64_t _sizes(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, int64_
         r = &infos[i]
         if base_ts < 0 and r.ts > INT64_MAX + base_ts:
             bf.timestamp_delta(r.ts, base_ts)
-        body = (1 + kl_varlong_size(r.ts - base_ts) + kl_varint_size(r.off_delta) + kl_varint_size(r.hcount)
-                + _headers_size(hrefs + r.hfirst, r.hcount)
-                + (1 if r.key.n < 0 else kl_varint_size(<int32_t>r.key.n) + r.key.n)
-                + (1 if r.value.n < 0 else kl_varint_size(<int32_t>r.value.n) + r.value.n))
+        body = _body_size(r.ts - base_ts, r.off_delta, &r.key, &r.value, hrefs + r.hfirst, r.hcount)
         if body > INT32_MAX:
             raise InvalidRecordError("a record body exceeds 2 GiB")
         r.body = <int32_t>body
@@ -1286,13 +1304,7 @@ cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, const HeaderR
     cdef RecInfo *r
     for i in range(n):
         r = &infos[i]
-        p = kl_write_varint(p, r.body)
-        p[0] = 0
-        p = kl_write_varlong(p + 1, r.ts - base_ts)
-        p = kl_write_varint(p, r.off_delta)
-        p = _put_field(p, r.key.p, r.key.n)
-        p = _put_field(p, r.value.p, r.value.n)
-        p = _put_headers(p, hrefs + r.hfirst, r.hcount)
+        p = _put_record(p, r.body, r.ts - base_ts, r.off_delta, &r.key, &r.value, hrefs + r.hfirst, r.hcount)
 
 
 cdef bytes _finish(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, Params *pr, object level,
@@ -1736,21 +1748,12 @@ cdef class RecordsBuilder:
             raise InvalidRecordError("a batch holds at most 2**31-1 records")
         if kl_add_overflow(ts, -self.base_ts, &delta):
             bf.timestamp_delta(ts, self.base_ts)
-        body = (1 + kl_varlong_size(delta) + kl_varint_size(<int32_t>self.count) + kl_varint_size(<int32_t>hcount)
-                + _headers_size(headers, hcount)
-                + (1 if key.n < 0 else kl_varint_size(<int32_t>key.n) + key.n)
-                + (1 if value.n < 0 else kl_varint_size(<int32_t>value.n) + value.n))
+        body = _body_size(delta, <int32_t>self.count, key, value, headers, hcount)
         if body > INT32_MAX or self.body.len + body + 5 > INT32_MAX - HEADER_SIZE:
             raise InvalidRecordError("a batch exceeds 2 GiB")
         grow_reserve(&self.body, body + 5)
-        p = <uint8_t *>self.body.data + self.body.len
-        p = kl_write_varint(p, <int32_t>body)
-        p[0] = 0
-        p = kl_write_varlong(p + 1, delta)
-        p = kl_write_varint(p, <int32_t>self.count)
-        p = _put_field(p, key.p, key.n)
-        p = _put_field(p, value.p, value.n)
-        p = _put_headers(p, headers, hcount)
+        p = _put_record(<uint8_t *>self.body.data + self.body.len, <int32_t>body, delta, <int32_t>self.count, key,
+                        value, headers, hcount)
         self.body.len = <char *>p - self.body.data
         info.ts = ts
         info.klen = <int32_t>key.n

@@ -143,36 +143,37 @@ def built(acc, sealed) -> list:
     return [(b.partition, b.records.build()) for b in sealed]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(records, min_size=1, max_size=5))
-def test_send_agrees_on_every_shape(recipes):
+def accumulators_agree(feed) -> None:
+    """Run feed(accumulator, impl) on a fresh accumulator of each implementation: what it returns and the batches
+    built must be the same."""
     results = {}
     for name, impl in IMPLS.items():
         sealed = []
         acc = accumulator(name, sealed)
+        results[name] = (feed(acc, impl), built(acc, sealed))
+    assert len({repr(r) for r in results.values()}) == 1, results
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records, min_size=1, max_size=5))
+def test_send_agrees_on_every_shape(recipes):
+    def feed(acc, impl):
         steps = []
-        for recipe in recipes:
-            _, (kkind, kdata), (vkind, vdata), hrecipe, ts, _ = recipe
+        for _, (kkind, kdata), (vkind, vdata), hrecipe, ts, _ in recipes:
             steps.append(outcome(lambda: acc.send("t", value=make_field(vkind, vdata), key=make_field(kkind, kdata),
                                                   headers=make_headers(hrecipe), timestamp_ms=ts).index))
-        results[name] = (steps, built(acc, sealed))
-    assert len({repr(r) for r in results.values()}) == 1, results
+        return steps
+    accumulators_agree(feed)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(records, min_size=1, max_size=5), st.booleans())
 def test_send_batch_agrees_on_every_shape(recipes, pairs):
-    results = {}
-    for name, impl in IMPLS.items():
-        sealed = []
-        acc = accumulator(name, sealed)
-        items = []
-        for recipe in recipes:
-            rec = make_record(recipe, impl, 0)
-            items.append(rec[:2] if pairs and isinstance(rec, tuple) else rec)
-        got = outcome(lambda: len(acc.send_many("t", items)))
-        results[name] = (got, built(acc, sealed))
-    assert len({repr(r) for r in results.values()}) == 1, results
+    def feed(acc, impl):
+        items = [make_record(recipe, impl, 0) for recipe in recipes]
+        items = [rec[:2] if pairs and isinstance(rec, tuple) else rec for rec in items]
+        return outcome(lambda: len(acc.send_many("t", items)))
+    accumulators_agree(feed)
 
 
 # --- supported shapes never leave the native path ------------------------------------------------------------
