@@ -71,8 +71,14 @@ def extensions() -> list:
         include_dirs=[NATIVE],
         extra_compile_args=flags,
     )
+    segment_appender = Extension(
+        "engine._native._segment_appender",
+        sources=[os.path.join(NATIVE, "_segment_appender.pyx")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
     exts = cythonize(
-        [core, accumulator, offset_map],
+        [core, accumulator, offset_map, segment_appender],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

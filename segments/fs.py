@@ -38,12 +38,13 @@ def default_fd_budget() -> int:
 
 class _Handle:
     """A pooled file and its pin count; as a context manager (from `FileSystem.handle`) it gives the file and
-    unpins it on exit."""
+    unpins it on exit. `evicted` is set (under the pool's lock) once the pool has let it go: it is closed or
+    about to be, and `repin` refuses it."""
 
-    __slots__ = ("file", "pins", "lock")
+    __slots__ = ("file", "pins", "lock", "evicted")
 
     def __init__(self, file: BinaryIO, lock: threading.Lock) -> None:
-        self.file, self.pins, self.lock = file, 1, lock
+        self.file, self.pins, self.lock, self.evicted = file, 1, lock, False
 
     def __enter__(self) -> BinaryIO:
         return self.file
@@ -51,6 +52,15 @@ class _Handle:
     def __exit__(self, *exc) -> None:
         with self.lock:
             self.pins -= 1
+
+    def repin(self) -> bool:
+        """Pin a handle taken before (a writer keeps its last one) without the pool's LRU bookkeeping; False when
+        the pool has let it go since (take a new one with `FileSystem.handle`)."""
+        with self.lock:
+            if self.evicted:
+                return False
+            self.pins += 1
+            return True
 
 
 class FileSystem:
@@ -94,9 +104,16 @@ class FileSystem:
                 break
             entry = self._handles[key]
             if not isinstance(entry, _Handle) or entry.pins == 0:
-                victims.append(self._handles.pop(key))
+                victims.append(self._evict(key))
                 excess -= 1
         return victims
+
+    def _evict(self, key: tuple):
+        """Take an entry out of the pool (lock held); a handle is marked so that `repin` refuses it."""
+        entry = self._handles.pop(key)
+        if isinstance(entry, _Handle):
+            entry.evicted = True
+        return entry
 
     def _close_all(self, victims: list) -> None:
         for v in victims:
@@ -127,7 +144,7 @@ class FileSystem:
         """Close the pooled handles on `path` (before it is renamed, replaced or removed)."""
         with self._pool_lock:
             doomed = [k for k in self._handles if k[0] == path and self._handles[k].pins == 0]
-            files = [self._handles.pop(k) for k in doomed]
+            files = [self._evict(k) for k in doomed]
         self._close_all(files)
 
     def open_handles(self) -> int:
@@ -138,9 +155,15 @@ class FileSystem:
     def close_pool(self) -> None:
         """Close every unpinned pooled handle (mappings stay with their owners)."""
         with self._pool_lock:
-            files = [self._handles.pop(k) for k in list(self._handles)
+            files = [self._evict(k) for k in list(self._handles)
                      if isinstance(self._handles[k], _Handle) and self._handles[k].pins == 0]
         self._close_all(files)
+
+    def direct_writes(self) -> bool:
+        """Whether a native writer may write a pooled handle's descriptor itself, bypassing `write`/`writev`: yes
+        unless a subclass (fault injection, tests) replaces them."""
+        cls = type(self)
+        return cls.write is FileSystem.write and cls.writev is FileSystem.writev
 
     # --- single operations ----------------------------------------------------------------------
     def open(self, path: str, mode: str = "rb") -> BinaryIO:

@@ -72,11 +72,14 @@ class LocalLog:
         return seg
 
     # --- appending ----------------------------------------------------------------------------
-    def should_roll(self, size: int, max_ts: int, last_offset: int) -> bool:
-        """Whether an append of `size` bytes ending at `last_offset` needs a new active segment first."""
-        return self.active_segment.should_roll(
-            incoming_bytes=size, incoming_max_ts=max_ts, incoming_last_offset=last_offset,
-            now_ms=self.clock.time_ms(), segment_bytes=self.config.segment_bytes)
+    def try_append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int,
+                   batches: list[tuple[int, int]] | None = None) -> bool:
+        """`append`, unless the active segment must roll first (Kafka's shouldRoll: False, nothing written)."""
+        if not self.active_segment.appender.try_append(last_offset, max_ts, offset_of_max, data, size, batches,
+                                                       self.config.segment_bytes, self.clock):
+            return False
+        self._appended(last_offset)
+        return True
 
     def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int,
                batches: list[tuple[int, int]] | None = None) -> None:
@@ -84,6 +87,9 @@ class LocalLog:
         segment (`batches`: their (last offset, size), to index each); moves the LEO and flushes when
         `flush.messages` appends have accumulated."""
         self.active_segment.append(last_offset, max_ts, offset_of_max, data, size, batches)
+        self._appended(last_offset)
+
+    def _appended(self, last_offset: int) -> None:
         self.log_end_offset = last_offset + 1
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 from engine.common.errors import InvalidConfigurationError, not_supported_yet
 from segments.segment import SegmentConfig
@@ -101,12 +102,12 @@ class LogConfig:
             raise not_supported_yet(f"{name}=true")
         return value
 
-    @property
+    @cached_property
     def compact(self) -> bool:
         """Whether the cleaner compacts this log (`cleanup.policy` holds compact)."""
         return "compact" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def delete(self) -> bool:
         """Whether retention by time and size applies (`cleanup.policy` holds delete)."""
         return "delete" in self.cleanup_policy.split(",")

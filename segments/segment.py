@@ -23,15 +23,9 @@ import random
 import threading
 from dataclasses import dataclass
 
-from engine.common.errors import (
-    CorruptIndexError,
-    CorruptRecordError,
-    KafkaError,
-    KafkaStorageError,
-    RecordBatchTooLargeError,
-)
+from engine.common.errors import CorruptIndexError, CorruptRecordError, KafkaError, KafkaStorageError
 from engine.record import codec
-from segments import names
+from segments import names, segment_appender
 from segments.fs import FileSystem
 from segments.offset_index import OffsetIndex
 from segments.time_index import TimeIndex
@@ -61,7 +55,19 @@ class OffsetPosition:
     size: int
 
 
+def _appender_field(name: str) -> property:
+    """A counter the segment's appender keeps (segments.segment_appender), read and set through the segment."""
+    return property(lambda self: getattr(self.appender, name),
+                    lambda self, value: setattr(self.appender, name, value))
+
+
 class LogSegment:
+    _size = _appender_field("size")
+    _max_ts = _appender_field("max_ts")
+    _rolling_ts = _appender_field("rolling_ts")
+    _rolling_ts_loaded = _appender_field("rolling_ts_loaded")
+    bytes_since_last_index_entry = _appender_field("bytes_since_last_index_entry")
+
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
                  *, suffix: str = "", writable: bool = True) -> None:
         self.fs, self.dir, self.base_offset, self.config, self.suffix = fs, directory, base_offset, config, suffix
@@ -71,23 +77,19 @@ class LogSegment:
         try:
             if writable and not fs.exists(self.log_path):
                 fs.open(self.log_path, "ab").close()
-            self._size = fs.size(self.log_path)
+            size = fs.size(self.log_path)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
-        self._lock = threading.RLock()
-        self._max_ts: tuple[int, int] | None = None  # (max timestamp so far, last offset of its batch)
-        self._rolling_ts: int | None = None
-        self._rolling_ts_loaded = False
-        self.bytes_since_last_index_entry = 0
-        self._cut_pending: int | None = None  # where a failed write must be cut back to before the next one
-        jitter = min(config.segment_jitter_ms, config.segment_ms)
-        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        self.lock = self._lock = threading.RLock()
 
     def _path(self, kind: str) -> str:
         return os.path.join(self.dir, names.file_name(self.base_offset, kind) + self.suffix)
@@ -195,9 +197,15 @@ class LogSegment:
         finally:
             self._lock.release()
 
-    def _handle(self):
-        """The append handle, from the file system's descriptor pool."""
-        return self.fs.handle(self.log_path, "ab+")
+    def append_handle(self):
+        """The append handle, pinned (for a `with` block): the last one taken while the pool keeps it, else a new
+        one from the file system's descriptor pool."""
+        handle = self.appender.handle
+        if handle is None or not handle.repin():
+            handle = self.appender.handle = self.fs.handle(self.log_path, "ab+")
+        return handle
+
+    _handle = append_handle
 
     def release_handle(self) -> None:
         """Close the write handles (an inactive segment needs none; reads use mappings)."""
@@ -306,7 +314,8 @@ class LogSegment:
         return None
 
     # --- timestamps ---------------------------------------------------------------------------
-    def _max_timestamp_and_offset(self) -> tuple[int, int]:
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp so far, last offset of its batch), read from the indexes and the last batches once."""
         if self._max_ts is not None:
             return self._max_ts
         with self._lock:
@@ -320,94 +329,46 @@ class LogSegment:
 
     @property
     def max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_and_offset()[0]
+        return self.max_timestamp_and_offset()[0]
 
     def largest_timestamp(self) -> int:
         """The segment's max timestamp, or the `.log` mtime when it has none (Kafka's retention rule)."""
         ts = self.max_timestamp_so_far
         return ts if ts >= 0 else self.fs.mtime_ms(self.log_path)
 
-    def _rolling_timestamp(self) -> int | None:
+    def rolling_timestamp(self) -> int | None:
+        """The first batch's max timestamp (None for an empty segment): segment.ms counts from it."""
         if not self._rolling_ts_loaded:
             first = next(iter(self.batches()), None)
             self._rolling_ts = first.max_timestamp if first is not None else None
             self._rolling_ts_loaded = True
         return self._rolling_ts
 
-    def time_waited_for_roll(self, now_ms: int, incoming_max_ts: int) -> int:
-        rolling = self._rolling_timestamp()
-        if rolling is not None and rolling >= 0:
-            return incoming_max_ts - rolling
-        return now_ms - self.created_ms
-
-    def should_roll(self, *, incoming_bytes: int, incoming_max_ts: int, incoming_last_offset: int,
-                    now_ms: int, segment_bytes: int) -> bool:
-        """Kafka's LogSegment.shouldRoll."""
-        waited = self._size > 0 and self.time_waited_for_roll(now_ms, incoming_max_ts) > \
-            self.config.segment_ms - self.roll_jitter_ms
-        return (self._size > segment_bytes - incoming_bytes or waited or self.offset_index.is_full()
-                or self.time_index.is_full() or not 0 <= incoming_last_offset - self.base_offset <= INT32_MAX)
-
     # --- writing ------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,
                size: int | None = None, batches: list[tuple[int, int]] | None = None) -> None:
-        """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in
-        all); index them as Kafka's LogSegment.append does: each batch in turn when `batches` gives their
-        (last offset, size), else the whole append as one."""
-        if size is None:
-            size = len(data)
-        if not size:
-            return
-        with self._lock:
-            if self._cut_pending is not None:  # an earlier failed write left bytes that could not be cut then
-                try:
-                    self._truncate_log(self._cut_pending)
-                except OSError as exc:
-                    raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=self.log_path,
-                                            position=self._cut_pending) from exc
-                self._cut_pending = None
-            position = self._size
-            if position == 0:
-                self._rolling_ts, self._rolling_ts_loaded = largest_timestamp, True
-            if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
-                raise RecordBatchTooLargeError(
-                    f"offset {largest_offset} does not fit an int32 relative to base {self.base_offset}",
-                    file=self.log_path, offset=largest_offset)
-            if position + size > INT32_MAX:
-                raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
-            max_ts, _ = self._max_timestamp_and_offset()  # before the write: it may open the indexes
-            try:
-                with self._handle() as f:
-                    if isinstance(data, list):
-                        self.fs.writev(f, data, size)
-                    else:
-                        self.fs.write(f, data)
-            except OSError as exc:
-                self._restore_after_failed_write(position)
-                raise KafkaStorageError(f"append failed: {exc}", file=self.log_path, position=position) from exc
-            self._size = position + size  # the batches are in the log: nothing below may undo that
-            if largest_timestamp > max_ts:
-                self._max_ts = (largest_timestamp, offset_of_max_timestamp)
-            for last, batch_size in batches or [(largest_offset, size)]:
-                if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
-                    try:
-                        self.offset_index.append(last, position)
-                        self.time_index.maybe_append(*self._max_ts)
-                    except (OSError, KafkaStorageError) as exc:  # a missing entry only makes the index sparser
-                        log.error("no index entry for offset %d in %s: %s", last, self.log_path, exc)
-                    self.bytes_since_last_index_entry = 0
-                self.bytes_since_last_index_entry += batch_size
-                position += batch_size
+        """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in all), indexed
+        as Kafka's LogSegment.append does (segments.segment_appender)."""
+        self.appender.append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
 
-    def _restore_after_failed_write(self, position: int) -> None:
+    def add_index_entries(self, last_offset: int, position: int) -> None:
+        """An offset-index entry for the batch at `position` ending at `last_offset`, and a time-index entry for
+        the max timestamp so far; a failure only makes the index sparser (logged)."""
+        try:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(*self._max_ts)
+        except (OSError, KafkaStorageError) as exc:
+            log.error("no index entry for offset %d in %s: %s", last_offset, self.log_path, exc)
+
+    def restore_after_failed_write(self, position: int) -> None:
         """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""
         try:
-            self._truncate_log(position)
+            self.truncate_log(position)
         except (OSError, KafkaError) as exc:  # cut before the next append (or by recovery on the next open)
-            self._cut_pending = position
+            self.appender.cut_pending = position
             log.error("could not cut a failed append back to %d in %s: %s", position, self.log_path, exc)
 
-    def _truncate_log(self, size: int) -> None:
+    def truncate_log(self, size: int) -> None:
         if self._release_maps():
             with self._handle() as f:
                 self.fs.truncate(f, size)
@@ -433,7 +394,7 @@ class LogSegment:
             if mapping is None:
                 return 0
             removed = self._size - mapping.position
-            self._truncate_log(mapping.position)
+            self.truncate_log(mapping.position)
             if self._size == 0:
                 self._rolling_ts, self._rolling_ts_loaded = None, True
             self.bytes_since_last_index_entry = 0
@@ -447,7 +408,7 @@ class LogSegment:
             valid = self._index_valid_prefix(upper, recovering=True)
             truncated = self._size - valid
             if truncated:
-                self._truncate_log(valid)
+                self.truncate_log(valid)
             return truncated
 
     def rebuild_indexes(self, upper: int | None = None) -> None:
@@ -513,7 +474,7 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, indexes trimmed to their entries."""
         with self._lock:
-            self.time_index.maybe_append(*self._max_timestamp_and_offset(), skip_full_check=True)
+            self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
 
@@ -537,7 +498,7 @@ class LogSegment:
     def close(self) -> None:
         with self._lock:
             if self.writable and (self._max_ts is not None or self._time_index is not None):
-                self.time_index.maybe_append(*self._max_timestamp_and_offset(), skip_full_check=True)
+                self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             for index in (self._offset_index, self._time_index):
                 if index is not None:
                     index.close()

@@ -87,10 +87,9 @@ def _batch_extents(pieces: list) -> list[tuple[int, int]]:
 
 def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | None:
     """The header of the one batch of an idempotent producer's append (None when no batch has a producer
-    id); such an append must hold exactly one batch, as Kafka requires. `pieces` alternate patched
+    id; the caller skips the call for a single batch whose producer id is negative); such an append must hold
+    exactly one batch, as Kafka requires. `pieces` alternate patched
     headers and batch bodies (engine.record.codec.prepare_leader_append)."""
-    if count == 1 and pieces[0][PRODUCER_ID] & 0x80:  # a negative producer id: no producer state to keep
-        return None
     headers = [bf.BatchHeader(pieces[i]) for i in range(0, 2 * count, 2)]
     owned = [h for h in headers if h.producer_id >= 0]
     if owned and count > 1:
@@ -249,7 +248,8 @@ class UnifiedLog:
             first = self.local.log_end_offset
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
-            producer_batch = _producer_batch(pieces, count, self.dir)
+            producer_batch = None if count == 1 and pieces[0][PRODUCER_ID] & 0x80 else _producer_batch(pieces, count,
+                                                                                                   self.dir)
             if config.compact:
                 self._check_keys(data)
             ps = self.producer_state
@@ -272,8 +272,7 @@ class UnifiedLog:
                 self._update_producer(producer_batch, first,
                                       append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
             ps.map_end_offset = end
-            return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size,
-                              leader_epoch=leader_epoch)
+            return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size, False, leader_epoch)
 
     def _check_keys(self, data) -> None:
         """A compacted topic refuses records without a key (Kafka's LogValidator), naming the first (by its offset
@@ -336,10 +335,15 @@ class UnifiedLog:
 
     def _append(self, data, size: int, first: int, last: int, max_ts: int, offset_of_max: int,
                 batches: list[tuple[int, int]] | None = None) -> None:
-        with self._storage("append"):
-            if self.local.should_roll(size, max_ts, last):
+        try:
+            if not self.local.try_append(last, max_ts, offset_of_max, data, size, batches):
                 self._roll(first)
-            self.local.append(last, max_ts, offset_of_max, data, size, batches)
+                self.local.append(last, max_ts, offset_of_max, data, size, batches)
+        except OSError as exc:
+            raise self._storage_error("append", exc) from exc
+
+    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        return KafkaStorageError(f"{what} failed: {exc}", file=getattr(exc, "filename", None) or self.dir)
 
     @contextmanager
     def _storage(self, what: str):
@@ -347,7 +351,7 @@ class UnifiedLog:
         try:
             yield
         except OSError as exc:
-            raise KafkaStorageError(f"{what} failed: {exc}", file=getattr(exc, "filename", None) or self.dir) from exc
+            raise self._storage_error(what, exc) from exc
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, LEO); the old one is flushed."""

@@ -1421,12 +1421,20 @@ cdef inline int _small_int(object v, int64_t lo, int64_t hi) except -1:
 cdef int _params(Params *pr, base_offset, compression, timestamp_type, log_append_time_ms, producer_id,
                  producer_epoch, base_sequence, transactional, partition_leader_epoch) except -1:
     if (compression == "none" and timestamp_type == "create" and log_append_time_ms is None
-            and transactional is False and _small_int(producer_id, -1, -1) and _small_int(producer_epoch, -1, -1)
-            and _small_int(base_sequence, -1, -1) and _small_int(base_offset, 0, 2**62)
+            and (transactional is False or transactional is True) and _small_int(base_offset, 0, 2**62)
             and _small_int(partition_leader_epoch, -1, INT32_MAX)):
-        pr.base_offset, pr.ple, pr.codec, pr.attributes, pr.max_ts = base_offset, partition_leader_epoch, 0, 0, -2
-        pr.pid, pr.epoch, pr.seq = -1, -1, -1
-        return 0  # a plain batch (the shared checks below accept it as is)
+        # a plain batch, or an idempotent or transactional producer's: the shared checks below accept them as is
+        if (transactional is False and _small_int(producer_id, -1, -1) and _small_int(producer_epoch, -1, -1)
+                and _small_int(base_sequence, -1, -1)):
+            pr.base_offset, pr.ple, pr.codec, pr.attributes, pr.max_ts = base_offset, partition_leader_epoch, 0, 0, -2
+            pr.pid, pr.epoch, pr.seq = -1, -1, -1
+            return 0
+        if (_small_int(producer_id, 0, INT64_MAX) and _small_int(producer_epoch, 0, 32767)
+                and _small_int(base_sequence, 0, INT32_MAX)):
+            pr.base_offset, pr.ple, pr.codec, pr.max_ts = base_offset, partition_leader_epoch, 0, -2
+            pr.attributes = 0x10 if transactional else 0  # the transactional bit
+            pr.pid, pr.epoch, pr.seq = producer_id, producer_epoch, base_sequence
+            return 0
     codec, attributes, max_ts = bf.batch_attributes(
         base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
         log_append_time_ms=log_append_time_ms, producer_id=producer_id, producer_epoch=producer_epoch,

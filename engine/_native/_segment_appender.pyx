@@ -1,0 +1,328 @@
+# cython: language_level=3
+"""The native twin of segments.segment_appender: a segment's roll check, `.log` write and index cadence in one
+call per append, writing the same bytes and index entries as the Python twin (see that module for the layout,
+the crash policy and the thread-safety).
+
+The segment owns the files, the locks and the indexes (segments.segment); this appender keeps the counters and
+reaches them through the segment's methods. When the segment's file system does its own writes (a plain
+segments.fs.FileSystem: `direct_writes()`), the batches go to the pooled handle's descriptor with one writev(2)
+and the GIL released; otherwise (fault injection, tests) through the file system's `write`/`writev`. A new
+index entry is added to the index's buffered entries (segments.index: `_pending`, `entries`, `_last`, under
+its lock) when the index can take it as it is; any other case, and every entry under a file system that injects
+faults, goes through the segment's Python method.
+"""
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_CheckExact, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_CheckExact
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+from posix.uio cimport iovec, writev
+
+import logging
+import os
+
+from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+
+cdef int64_t INT32_MAX = 2147483647
+cdef Py_ssize_t PENDING_FLUSH = 64  # buffered index entries written together (segments.index)
+cdef Py_ssize_t IOV_BATCH = 512     # iovecs per writev call (below every platform's IOV_MAX)
+log = logging.getLogger("kafkalog.segment")
+
+
+cdef inline void _put_be32(uint8_t *p, int64_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline void _put_be64(uint8_t *p, int64_t v) noexcept nogil:
+    _put_be32(p, v >> 32)
+    _put_be32(p + 4, v)
+
+
+cdef int _write_all(int fd, iovec *iov, Py_ssize_t count) except -1:
+    """writev(2) the iovecs in order, resuming after short writes, with the GIL released; OSError on failure."""
+    cdef Py_ssize_t first = 0, n
+    cdef ssize_t done
+    cdef int err = 0
+    while first < count:
+        n = min(count - first, IOV_BATCH)
+        with nogil:
+            done = writev(fd, iov + first, <int>n)
+            if done < 0:
+                err = errno
+        if done < 0:
+            if err == EINTR:
+                continue
+            raise OSError(err, os.strerror(err))
+        while first < count and <size_t>done >= iov[first].iov_len:
+            done -= iov[first].iov_len
+            first += 1
+        if first < count and done:
+            iov[first].iov_base = <char *>iov[first].iov_base + done
+            iov[first].iov_len -= done
+    return 0
+
+
+cdef int _write_buffers(int fd, object data, Py_ssize_t size) except -1:
+    """Write a buffer, or a list of buffers in order, to `fd`; `size` is their total length."""
+    cdef bint is_list = PyList_CheckExact(data)
+    cdef Py_ssize_t count = PyList_GET_SIZE(data) if is_list else 1
+    cdef Py_buffer *views = <Py_buffer *>malloc(count * sizeof(Py_buffer))
+    cdef iovec *iov = <iovec *>malloc(count * sizeof(iovec))
+    cdef Py_ssize_t held = 0, i, total = 0
+    if views == NULL or iov == NULL:
+        free(views)
+        free(iov)
+        raise MemoryError()
+    try:
+        for i in range(count):
+            PyObject_GetBuffer(<object>PyList_GET_ITEM(data, i) if is_list else data, &views[i], PyBUF_SIMPLE)
+            held += 1
+            iov[i].iov_base = views[i].buf
+            iov[i].iov_len = views[i].len
+            total += views[i].len
+        if total != size:
+            raise ValueError(f"the buffers hold {total} bytes, not {size}")
+        _write_all(fd, iov, count)
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&views[i])
+        free(views)
+        free(iov)
+    return 0
+
+
+cdef int _add_entry(object index, const uint8_t *entry, Py_ssize_t entry_size, object last) except -1:
+    """Add a packed entry to an index's buffered entries (its lock held); written once PENDING_FLUSH are
+    buffered (a failed write stays buffered, logged: the index is only sparser until it goes through)."""
+    cdef object pending = index._pending
+    cdef Py_ssize_t n = PyByteArray_GET_SIZE(pending)
+    PyByteArray_Resize(pending, n + entry_size)
+    memcpy(PyByteArray_AS_STRING(pending) + n, entry, entry_size)
+    index._last = last
+    index.entries = index.entries + 1
+    if n + entry_size >= PENDING_FLUSH * entry_size:
+        try:
+            index._write_pending()
+        except (OSError, KafkaStorageError) as exc:
+            log.error("could not write the index entries of %s: %s", index.path, exc)
+    return 0
+
+
+@cython.final
+cdef class SegmentAppender:
+    """The counters a segment's appends keep, and the appends themselves (the segment delegates to it)."""
+
+    cdef public object segment
+    cdef public int64_t size, created_ms, roll_ms, bytes_since_last_index_entry
+    cdef public object max_ts, rolling_ts, cut_pending, handle
+    cdef public bint rolling_ts_loaded
+    cdef int64_t base_offset, interval
+    cdef bint direct
+
+    def __init__(self, segment, int64_t size, int64_t created_ms, int64_t roll_ms):
+        self.segment = segment
+        self.size = size
+        self.created_ms = created_ms
+        self.roll_ms = roll_ms
+        self.bytes_since_last_index_entry = 0
+        self.max_ts = None
+        self.rolling_ts = None
+        self.rolling_ts_loaded = False
+        self.cut_pending = None
+        self.handle = None
+        self.base_offset = segment.base_offset
+        self.interval = segment.config.index_interval_bytes
+        self.direct = segment.fs.direct_writes()
+
+    # --- the roll check ------------------------------------------------------------------------
+    cdef bint _must_roll(self, int64_t incoming_bytes, int64_t incoming_max_ts, int64_t incoming_last_offset,
+                         object clock, int64_t now_ms, int64_t segment_bytes) except -1:
+        """Kafka's LogSegment.shouldRoll; the clock (when given) is read only if the time check needs it."""
+        cdef object seg = self.segment
+        cdef object rolling
+        cdef object oi, ti
+        if self.size > segment_bytes - incoming_bytes:
+            return True
+        if not 0 <= incoming_last_offset - self.base_offset <= INT32_MAX:
+            return True
+        if self.size > 0:
+            rolling = self.rolling_ts if self.rolling_ts_loaded else seg.rolling_timestamp()
+            if rolling is not None and rolling >= 0:
+                if incoming_max_ts - <int64_t>rolling > self.roll_ms:
+                    return True
+            else:
+                if clock is not None:
+                    now_ms = clock.time_ms()
+                if now_ms - self.created_ms > self.roll_ms:
+                    return True
+        oi = seg._offset_index
+        if oi is None:
+            oi = seg.offset_index
+        ti = seg._time_index
+        if ti is None:
+            ti = seg.time_index
+        return oi.entries >= oi.max_entries or ti.entries >= ti.max_entries - 1
+
+    def should_roll(self, int64_t incoming_bytes, int64_t incoming_max_ts, int64_t incoming_last_offset,
+                    int64_t now_ms, int64_t segment_bytes):
+        """Kafka's LogSegment.shouldRoll."""
+        return self._must_roll(incoming_bytes, incoming_max_ts, incoming_last_offset, None, now_ms, segment_bytes)
+
+    def try_append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max_timestamp, data,
+                   Py_ssize_t size, batches, int64_t segment_bytes, clock):
+        """Append, unless the segment must roll first (False, nothing written)."""
+        if self._must_roll(size, largest_timestamp, largest_offset, clock, 0, segment_bytes):
+            return False
+        self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
+        return True
+
+    # --- the append -----------------------------------------------------------------------------
+    def append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max_timestamp, data,
+               size=None, batches=None):
+        """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in all); index
+        them as Kafka's LogSegment.append does: each batch in turn when `batches` gives their (last offset, size),
+        else the whole append as one."""
+        self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data,
+                     len(data) if size is None else size, batches)
+
+    cdef int _append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max, object data,
+                     Py_ssize_t size, object batches) except -1:
+        cdef object seg = self.segment
+        cdef int64_t position, last, batch_size
+        cdef Py_ssize_t i, n
+        cdef object extent
+        if not size:
+            return 0
+        with seg._lock:
+            position = self._start(largest_offset, largest_timestamp, size)
+            if self.max_ts is None:
+                seg.max_timestamp_and_offset()  # before the write: it may open the indexes
+            self._write(data, size, position)
+            if largest_timestamp > <int64_t>self.max_ts[0]:
+                self.max_ts = (largest_timestamp, offset_of_max)
+            if batches is None:
+                self._cadence(largest_offset, size, position)
+            else:
+                n = len(batches)
+                for i in range(n):
+                    extent = batches[i]
+                    last, batch_size = extent
+                    self._cadence(last, batch_size, position)
+                    position += batch_size
+        return 0
+
+    cdef int64_t _start(self, int64_t largest_offset, int64_t largest_timestamp, Py_ssize_t size) except -1:
+        """The checks before a write (and the cut an earlier failed write left): the position it starts at."""
+        cdef object seg = self.segment
+        cdef int64_t position
+        if self.cut_pending is not None:
+            try:
+                seg.truncate_log(self.cut_pending)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=seg.log_path,
+                                        position=self.cut_pending) from exc
+            self.cut_pending = None
+        position = self.size
+        if position == 0:
+            self.rolling_ts, self.rolling_ts_loaded = largest_timestamp, True
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+            raise RecordBatchTooLargeError(
+                f"offset {largest_offset} does not fit an int32 relative to base {self.base_offset}",
+                file=seg.log_path, offset=largest_offset)
+        if position + size > INT32_MAX:
+            raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=seg.log_path)
+        return position
+
+    cdef object _pin(self):
+        """The last append handle pinned again (segments.fs `_Handle.repin`, inline), else the segment's new one."""
+        cdef object handle = self.handle
+        cdef object lock
+        if handle is not None:
+            lock = handle.lock
+            lock.acquire()
+            try:
+                if not handle.evicted:
+                    handle.pins += 1
+                    return handle
+            finally:
+                lock.release()
+        return self.segment.append_handle()
+
+    cdef int _write(self, object data, Py_ssize_t size, int64_t position) except -1:
+        cdef object seg = self.segment
+        cdef object handle = self._pin()
+        cdef object lock
+        try:
+            try:
+                if self.direct:
+                    _write_buffers(handle.file.fileno(), data, size)
+                elif PyList_CheckExact(data):
+                    seg.fs.writev(handle.file, data, size)
+                else:
+                    seg.fs.write(handle.file, data)
+            finally:
+                lock = handle.lock
+                lock.acquire()
+                handle.pins -= 1
+                lock.release()
+        except OSError as exc:
+            seg.restore_after_failed_write(position)
+            raise KafkaStorageError(f"append failed: {exc}", file=seg.log_path, position=position) from exc
+        self.size = position + size  # the batches are in the log: nothing below may undo that
+        return 0
+
+    # --- the index cadence ------------------------------------------------------------------------
+    cdef int _cadence(self, int64_t last, int64_t batch_size, int64_t position) except -1:
+        if self.bytes_since_last_index_entry > self.interval:
+            if not (self.direct and self._index_fast(last, position)):
+                self.segment.add_index_entries(last, position)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += batch_size
+        return 0
+
+    cdef bint _index_fast(self, int64_t last, int64_t position) except -1:
+        """Both index entries added to the indexes' buffers when they can take them as they are (False, nothing
+        added, when an index is unopened, full, read-only or out of order: the Python path decides then)."""
+        cdef object seg = self.segment
+        cdef object oi = seg._offset_index
+        cdef object ti = seg._time_index
+        cdef object olast, tlast
+        cdef int64_t rel = last - self.base_offset, ts, ts_rel, last_ts = -1, last_rel = 0
+        cdef bint add_time
+        cdef uint8_t entry[12]
+        if oi is None or ti is None or not PyTuple_CheckExact(self.max_ts):
+            return False
+        ts = self.max_ts[0]
+        ts_rel = <int64_t>self.max_ts[1] - self.base_offset
+        with oi._lock, ti._lock:
+            if not (oi.writable and ti.writable and PyByteArray_CheckExact(oi._pending)
+                    and PyByteArray_CheckExact(ti._pending)) or not 0 <= rel <= INT32_MAX:
+                return False
+            olast = oi._last
+            if oi.entries >= oi.max_entries or (oi.entries and (olast is None or rel <= <int64_t>olast[0])):
+                return False
+            tlast = ti._last
+            if ti.entries:
+                if tlast is None:
+                    return False
+                last_ts, last_rel = tlast[0], tlast[1]
+                if ts_rel < last_rel or ts < last_ts:
+                    return False
+            add_time = ts > last_ts
+            if add_time and (ti.entries >= ti.max_entries - 1 or not 0 <= ts_rel <= INT32_MAX):
+                return False
+            _put_be32(entry, rel)
+            _put_be32(entry + 4, position)
+            _add_entry(oi, entry, 8, (rel, position))
+            if add_time:
+                _put_be64(entry, ts)
+                _put_be32(entry + 8, ts_rel)
+                _add_entry(ti, entry, 12, (ts, ts_rel))
+        return True

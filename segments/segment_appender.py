@@ -1,0 +1,127 @@
+"""The append half of one log segment (Kafka's LogSegment.shouldRoll and LogSegment.append): the roll check,
+the write of whole batches to the `.log` and the sparse-index cadence, with the counters they keep.
+
+This module is the pure-Python twin; the native one is engine._native._segment_appender, same API and the same
+bytes written, selected by the codec's implementation (engine.record.codec.IMPL).
+Byte layout: the `.log` takes the batches as they are (segments.segment); an offset-index entry (the last
+offset of a batch, its start position) and a time-index entry (the max timestamp so far) are added when more
+than `index.interval.bytes` accumulated since the previous entry, checked before each batch counts.
+Crash policy: a write that fails is cut back to where it started (or before the next append, or by recovery),
+so the `.log` never keeps a partial batch that a later append would follow; a missing index entry only makes
+the index sparser (logged, not raised).
+Thread-safety: the owning segment's lock is held for the write and the index entries (readers take it too).
+"""
+from __future__ import annotations
+
+from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+from engine.record import codec
+
+INT32_MAX = 2**31 - 1
+
+
+class SegmentAppender:
+    """The counters a segment's appends keep, and the appends themselves (the segment delegates to it)."""
+
+    def __init__(self, segment, size: int, created_ms: int, roll_ms: int) -> None:
+        self.segment = segment
+        self.size = size                       # bytes in the `.log`
+        self.created_ms = created_ms
+        self.roll_ms = roll_ms                 # segment.ms less the segment's jitter
+        self.bytes_since_last_index_entry = 0
+        self.max_ts: tuple[int, int] | None = None  # (max timestamp so far, last offset of its batch); None: not read
+        self.rolling_ts: int | None = None     # the first batch's max timestamp (None: empty segment)
+        self.rolling_ts_loaded = False
+        self.cut_pending: int | None = None    # where a failed write must be cut back to before the next one
+        self.handle = None                     # the append handle last used (pinned again while writing)
+
+    # --- the roll check ------------------------------------------------------------------------
+    def _time_waited_for_roll(self, now_ms: int, incoming_max_ts: int) -> int:
+        rolling = self.rolling_ts if self.rolling_ts_loaded else self.segment.rolling_timestamp()
+        if rolling is not None and rolling >= 0:
+            return incoming_max_ts - rolling
+        return now_ms - self.created_ms
+
+    def should_roll(self, incoming_bytes: int, incoming_max_ts: int, incoming_last_offset: int, now_ms: int,
+                    segment_bytes: int) -> bool:
+        """Kafka's LogSegment.shouldRoll."""
+        seg = self.segment
+        waited = self.size > 0 and self._time_waited_for_roll(now_ms, incoming_max_ts) > self.roll_ms
+        return (self.size > segment_bytes - incoming_bytes or waited or seg.offset_index.is_full()
+                or seg.time_index.is_full() or not 0 <= incoming_last_offset - seg.base_offset <= INT32_MAX)
+
+    def try_append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data, size: int,
+                   batches: list[tuple[int, int]] | None, segment_bytes: int, clock) -> bool:
+        """Append, unless the segment must roll first (False, nothing written)."""
+        if self.should_roll(size, largest_timestamp, largest_offset, clock.time_ms(), segment_bytes):
+            return False
+        self.append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
+        return True
+
+    # --- the append -----------------------------------------------------------------------------
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,
+               size: int | None = None, batches: list[tuple[int, int]] | None = None) -> None:
+        """Append whole batches (a buffer, or a list of buffers written in order with `size` bytes in all); index
+        them as Kafka's LogSegment.append does: each batch in turn when `batches` gives their (last offset, size),
+        else the whole append as one."""
+        seg = self.segment
+        if size is None:
+            size = len(data)
+        if not size:
+            return
+        with seg.lock:
+            position = self._start(largest_offset, largest_timestamp, size)
+            max_ts = seg.max_timestamp_and_offset()[0]  # before the write: it may open the indexes
+            self._write(data, size, position)
+            if largest_timestamp > max_ts:
+                self.max_ts = (largest_timestamp, offset_of_max_timestamp)
+            for last, batch_size in batches or [(largest_offset, size)]:
+                if self.bytes_since_last_index_entry > seg.config.index_interval_bytes:
+                    seg.add_index_entries(last, position)
+                    self.bytes_since_last_index_entry = 0
+                self.bytes_since_last_index_entry += batch_size
+                position += batch_size
+
+    def _start(self, largest_offset: int, largest_timestamp: int, size: int) -> int:
+        """The checks before a write (and the cut an earlier failed write left): the position it starts at."""
+        seg = self.segment
+        if self.cut_pending is not None:
+            try:
+                seg.truncate_log(self.cut_pending)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=seg.log_path,
+                                        position=self.cut_pending) from exc
+            self.cut_pending = None
+        position = self.size
+        if position == 0:
+            self.rolling_ts, self.rolling_ts_loaded = largest_timestamp, True
+        if not 0 <= largest_offset - seg.base_offset <= INT32_MAX:
+            raise RecordBatchTooLargeError(
+                f"offset {largest_offset} does not fit an int32 relative to base {seg.base_offset}",
+                file=seg.log_path, offset=largest_offset)
+        if position + size > INT32_MAX:
+            raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=seg.log_path)
+        return position
+
+    def _write(self, data, size: int, position: int) -> None:
+        seg = self.segment
+        try:
+            with seg.append_handle() as f:
+                if isinstance(data, list):
+                    seg.fs.writev(f, data, size)
+                else:
+                    seg.fs.write(f, data)
+        except OSError as exc:
+            seg.restore_after_failed_write(position)
+            raise KafkaStorageError(f"append failed: {exc}", file=seg.log_path, position=position) from exc
+        self.size = position + size  # the batches are in the log: nothing below may undo that
+
+
+def load(impl: str) -> type:
+    """The appender class of one implementation ("cython" or "python")."""
+    if impl == "python":
+        return SegmentAppender
+    from engine._native import _segment_appender
+    return _segment_appender.SegmentAppender
+
+
+selected = load(codec.IMPL)

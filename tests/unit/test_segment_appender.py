@@ -1,0 +1,121 @@
+"""The segment appender's twins (segments.segment_appender and engine._native._segment_appender): the same appends
+give the same `.log`, `.index` and `.timeindex` bytes and the same rolls, and the native one's own write path
+(writev on the pooled descriptor) turns a failed write into a typed error that loses nothing."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import engine
+from engine.common.clock import ManualClock
+from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+from segments import segment_appender
+from segments.fs import FileSystem
+from segments.log_config import LogConfig
+from tests.conftest import IMPLEMENTATIONS
+from tests.log_checks import read_all, verify_index_files, verify_log
+from txn.unified_log import UnifiedLog as Log
+
+T0 = 1_700_000_000_000
+
+# one append: (records, value size, timestamp step from the previous append, clock advance in ms, batches)
+APPENDS = st.lists(st.tuples(st.integers(1, 12), st.integers(0, 300), st.integers(-50, 400), st.integers(0, 900),
+                             st.integers(1, 3)), min_size=1, max_size=40)
+CONFIGS = st.fixed_dictionaries({"segment.bytes": st.sampled_from([600, 2000, 1 << 20]),
+                                 "index.interval.bytes": st.sampled_from([0, 100, 4096]),
+                                 "segment.index.bytes": st.sampled_from([40, 4096]),
+                                 "segment.ms": st.sampled_from([500, 10**9])})
+
+
+def _write(path, impl: str, config: dict, appends: list) -> dict:
+    """Run the appends on a fresh log with one implementation; the closed directory's files."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(segment_appender, "selected", segment_appender.load(impl))
+        return _append_all(path / impl / "t-0", config, appends)
+
+
+def _append_all(directory, config: dict, appends: list) -> dict:
+    clock = ManualClock(T0)
+    lg = Log(FileSystem(), str(directory), LogConfig.from_dict(config), clock)
+    ts, refused, accepted = T0, [], 0
+    for n, size, step, advance, batches in appends:
+        clock.advance(advance)
+        ts += step
+        data = b"".join(engine.encode_batch([(b"k%d" % i, b"v" * size, None, ts + i) for i in range(n)])
+                        for _ in range(batches))
+        try:
+            lg.append_as_leader(data)
+            accepted += n * batches
+        except RecordBatchTooLargeError:  # more than segment.bytes in one append
+            refused.append(len(data))
+    assert all(size > config["segment.bytes"] for size in refused)
+    verify_log(lg)
+    records = read_all(lg)
+    assert [r[0] for r in records] == list(range(accepted))
+    lg.close()
+    verify_index_files(directory)
+    files = {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.suffix != ".snapshot"}
+    return {"files": files, "records": records, "refused": refused}
+
+
+@settings(max_examples=25, deadline=None)
+@given(config=CONFIGS, appends=APPENDS)
+def test_both_appenders_write_the_same_files(tmp_path_factory, config, appends):
+    path = tmp_path_factory.mktemp("appenders")
+    got = {impl: _write(path, impl, config, appends) for impl in IMPLEMENTATIONS}
+    first = got[IMPLEMENTATIONS[0]]
+    for impl in IMPLEMENTATIONS[1:]:
+        assert got[impl] == first, impl
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_the_roll_check_is_kafkas(impl, tmp_path):
+    """should_roll as Kafka's LogSegment.shouldRoll: full by size, by segment.ms from the first batch's timestamp
+    (or from creation without timestamps), and an offset past an int32 of the base."""
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.ms": 1000}), ManualClock(T0))
+    app = segment_appender.load(impl)(lg.active_segment, 0, T0, 1000)
+    assert app.should_roll(10, T0, 5, T0, 100) is False            # empty: nothing waited
+    app.size, app.rolling_ts, app.rolling_ts_loaded = 50, T0, True
+    assert app.should_roll(51, T0, 5, T0, 100) is True             # 50 + 51 bytes > segment.bytes
+    assert app.should_roll(50, T0 + 1000, 5, T0, 100) is False     # exactly segment.ms waited
+    assert app.should_roll(50, T0 + 1001, 5, T0, 100) is True
+    assert app.should_roll(50, T0, 2**31, T0, 100) is True         # offset - base > int32
+    app.rolling_ts = -1                                            # no timestamps: the creation time counts
+    assert app.should_roll(50, -1, 5, T0 + 1000, 100) is False
+    assert app.should_roll(50, -1, 5, T0 + 1001, 100) is True
+    lg.close()
+
+
+class _ReadOnlyAppends(FileSystem):
+    """Opens append handles read-only: a writev on their descriptor fails (EBADF) and so does the cut after it,
+    while `write`/`writev` are not overridden, so the native appender writes the descriptor itself."""
+
+    broken = True
+
+    def open(self, path, mode="rb"):
+        return super().open(path, "rb" if self.broken and mode == "ab+" else mode)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_failed_write_is_typed_and_loses_nothing(impl, tmp_path, monkeypatch):
+    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    fs = _ReadOnlyAppends()
+    fs.broken = False
+    seam_writes = []
+    fs.writev = lambda f, buffers, total: (seam_writes.append(total), FileSystem.writev(fs, f, buffers, total))
+    lg = Log(fs, str(tmp_path / "t-0"), LogConfig(), ManualClock(T0))
+    first = engine.encode_batch([(b"k", b"v", None, T0)])
+    lg.append_as_leader(first)
+    assert seam_writes == ([] if impl == "cython" else [len(first)])  # the native one writes the descriptor
+    lg.active_segment.release_handle()  # the next append takes a new handle: a read-only one
+    fs.broken = True
+    with pytest.raises(KafkaStorageError) as info:
+        lg.append_as_leader(engine.encode_batch([(b"k", b"lost", None, T0)]))
+    assert info.value.file == lg.active_segment.log_path and "append failed" in str(info.value)
+    assert lg.log_end_offset == 1 and lg.active_segment.size == len(first)
+    lg.active_segment.release_handle()
+    fs.broken = False
+    lg.append_as_leader(engine.encode_batch([(b"k", b"kept", None, T0)]))
+    assert [r[2] for r in read_all(lg)] == [b"v", b"kept"]
+    lg.close()
