@@ -81,6 +81,17 @@ class LocalLog:
         self._appended(last_offset)
         return True
 
+    def append_plain(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
+                     source: str) -> tuple[int, int, int] | None:
+        """A lone batch without a producer id checked, given offsets and appended by the active segment in one call
+        (segments.segment_appender.append_plain): (next offset, max timestamp, its offset), or None when the general
+        path must do it."""
+        done = self.active_segment.appender.append_plain(data, first_offset, leader_epoch, log_append_time,
+                                                         max_batch_bytes, source, self.config.segment_bytes, self.clock)
+        if done is not None:
+            self._appended(done[0] - 1)
+        return done
+
     def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int,
                batches: list[tuple[int, int]] | None = None) -> None:
         """Write whole batches (bytes, or a list of pieces for writev) ending at `last_offset` to the active

@@ -14,6 +14,7 @@ Thread-safety: the owning segment's lock is held for the write and the index ent
 from __future__ import annotations
 
 from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+from engine.record import batch_format as bf
 from engine.record import codec
 
 INT32_MAX = 2**31 - 1
@@ -56,6 +57,29 @@ class SegmentAppender:
             return False
         self.append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
         return True
+
+    def append_plain(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
+                     source: str, segment_bytes: int, clock) -> tuple[int, int, int] | None:
+        """A leader's append of one batch without a producer id (no producer state to check), in one call: the
+        leader's checks of the batch (engine.record.codec.prepare_leader_append), offsets from `first_offset` and
+        the leader epoch, the roll check and the write. Returns (next offset, max timestamp, offset of the max
+        timestamp); None, with nothing done, when `data` is not one such batch or the segment must roll first (the
+        log's general path then checks, rolls and appends)."""
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        if n < bf.HEADER_SIZE:
+            return None
+        base, length, _, magic, _, _, last_delta, _, max_ts, producer_id, _, _, _ = bf.HEADER.unpack_from(view)
+        if length + bf.LOG_OVERHEAD != n or magic != 2 or base < 0 or last_delta < 0 or producer_id >= 0:
+            return None
+        last = first_offset + last_delta
+        if self.should_roll(n, log_append_time if log_append_time >= 0 else max_ts, last, clock.time_ms(),
+                            segment_bytes):
+            return None
+        pieces, end, max_ts, offset_of_max, _ = codec.prepare_leader_append(
+            view, first_offset, leader_epoch, log_append_time, max_batch_bytes, False, source)
+        self.append(end - 1, max_ts, offset_of_max, pieces, n)
+        return end, max_ts, offset_of_max
 
     # --- the append -----------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,

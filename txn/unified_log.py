@@ -246,6 +246,17 @@ class UnifiedLog:
         with self._lock:
             append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = self.local.log_end_offset
+            if not (allow_control or config.compact):  # a lone batch without a producer id goes in one native call
+                try:
+                    plain = self.local.append_plain(data, first, leader_epoch, append_time, config.max_message_bytes,
+                                                    self.dir)
+                except OSError as exc:
+                    raise self._storage_error("append", exc) from exc
+                if plain is not None:
+                    end, max_ts, offset_of_max = plain
+                    self.leader_epochs.assign(leader_epoch, first)
+                    self.producer_state.map_end_offset = end
+                    return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, 1, size, False, leader_epoch)
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             producer_batch = None if count == 1 and pieces[0][PRODUCER_ID] & 0x80 else _producer_batch(pieces, count,

@@ -2,7 +2,7 @@
 """What other native modules take from the core: the MemoryRecordsBuilder a producer's batches are encoded into,
 and the checks that turn a record's key, value and headers into pointers (see _core.pyx, "encode")."""
 cimport cython
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 
 
 cdef enum:
@@ -44,3 +44,10 @@ cdef class RecordsBuilder:
 
 
 cdef RecordsBuilder new_builder(Py_ssize_t capacity)
+
+
+# the leader's checks of one produced batch (see _core.pyx, "leader append")
+cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int64_t offset, int32_t leader_epoch,
+                          int64_t log_append_time, Py_ssize_t max_batch_bytes, bint allow_control, object source,
+                          uint8_t *h) except -2
+cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n) noexcept

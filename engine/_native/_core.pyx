@@ -1647,6 +1647,47 @@ def index_search(buffer, Py_ssize_t entries, int entry_size, int64_t target):
 
 
 # --- leader append -----------------------------------------------------------------------------
+cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int64_t offset, int32_t leader_epoch,
+                          int64_t log_append_time, Py_ssize_t max_batch_bytes, bint allow_control, object source,
+                          uint8_t *h) except -2:
+    """Check one whole batch of a producer's append (at `pos` in it: `size` bytes, framed by _frame_end) and write its
+    leader copy of the header to `h`: offsets from `offset`, the leader epoch, and with `log_append_time` >= 0 the
+    LogAppendTime flag and timestamp (and a new CRC). Returns the batch's max timestamp as appended."""
+    cdef int64_t base_offset = <int64_t>kl_be64(p), batch_max
+    cdef int32_t last_delta = <int32_t>kl_be32(p + 23), count = <int32_t>kl_be32(p + 57)
+    cdef int16_t attributes = <int16_t>kl_be16(p + 21)
+    if size > max_batch_bytes:
+        raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_batch_bytes}",
+                                  file=source, offset=base_offset)
+    if kl_crc32c(0, p + ATTRS_OFFSET, size - ATTRS_OFFSET) != kl_be32(p + 17):
+        raise CorruptRecordError("record batch CRC mismatch", file=source, position=pos, offset=base_offset)
+    if attributes & 0x20:
+        if not allow_control:
+            raise InvalidRecordError("clients may not write control batches", file=source, offset=base_offset)
+    elif count != last_delta + 1:
+        raise InvalidRecordError("a produced batch must have consecutive offsets", file=source, offset=base_offset)
+    memcpy(h, p, HEADER_SIZE)
+    kl_put64(h, <uint64_t>offset)
+    kl_put32(h + 12, <uint32_t>leader_epoch)
+    batch_max = <int64_t>kl_be64(p + 35)
+    if log_append_time >= 0:
+        batch_max = log_append_time
+        kl_put16(h + 21, <uint16_t>(attributes | 0x08))
+        kl_put64(h + 35, <uint64_t>log_append_time)
+        kl_put32(h + 17, kl_crc32c(kl_crc32c(0, h + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET),
+                                   p + HEADER_SIZE, size - HEADER_SIZE))
+    return batch_max
+
+
+cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n) noexcept:
+    """`n` when the buffer is exactly one well-framed v2 batch (else 0: its checks are left to the full path)."""
+    if n < HEADER_SIZE or <int64_t>kl_be32(p + 8) + LOG_OVERHEAD != n or p[16] != 2:
+        return 0
+    if <int64_t>kl_be64(p) < 0 or <int32_t>kl_be32(p + 23) < 0:
+        return 0
+    return n
+
+
 def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, int64_t log_append_time,
                           Py_ssize_t max_batch_bytes, bint allow_control=False, source=None):
     """Check a producer's batches and prepare them for a leader's append.
@@ -1659,50 +1700,22 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
     """
     cdef object mv = _byte_view(buffer)
     cdef const uint8_t[::1] view = mv
-    cdef Py_ssize_t n = view.shape[0], pos = 0, end, size
+    cdef Py_ssize_t n = view.shape[0], pos = 0, end
     cdef const uint8_t *base = &view[0] if n else _EMPTY
-    cdef const uint8_t *p
-    cdef int64_t offset = first_offset, max_ts = -1, off_max = first_offset, batch_max, base_offset
-    cdef int32_t last_delta, count
-    cdef int16_t attributes
-    cdef uint8_t *h
+    cdef int64_t offset = first_offset, max_ts = -1, off_max = first_offset, batch_max
+    cdef int32_t last_delta
     cdef list pieces = []
     cdef Py_ssize_t batches = 0
     while pos < n:
         end = _frame_end(base, n, pos, 0, source)
         if end < 0:
             break
-        p = base + pos
-        size = end - pos
-        base_offset = <int64_t>kl_be64(p)
-        if size > max_batch_bytes:
-            raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_batch_bytes}",
-                                      file=source, offset=base_offset)
-        if kl_crc32c(0, p + ATTRS_OFFSET, size - ATTRS_OFFSET) != kl_be32(p + 17):
-            raise CorruptRecordError("record batch CRC mismatch", file=source, position=pos, offset=base_offset)
-        attributes = <int16_t>kl_be16(p + 21)
-        last_delta = <int32_t>kl_be32(p + 23)
-        count = <int32_t>kl_be32(p + 57)
-        if attributes & 0x20:
-            if not allow_control:
-                raise InvalidRecordError("clients may not write control batches", file=source, offset=base_offset)
-        elif count != last_delta + 1:
-            raise InvalidRecordError("a produced batch must have consecutive offsets", file=source,
-                                     offset=base_offset)
-        header = bytearray(61)
-        h = <uint8_t *>PyByteArray_AS_STRING(header)
-        memcpy(h, p, HEADER_SIZE)
-        kl_put64(h, <uint64_t>offset)
-        kl_put32(h + 12, <uint32_t>leader_epoch)
-        batch_max = <int64_t>kl_be64(p + 35)
-        if log_append_time >= 0:
-            batch_max = log_append_time
-            kl_put16(h + 21, <uint16_t>(attributes | 0x08))
-            kl_put64(h + 35, <uint64_t>log_append_time)
-            kl_put32(h + 17, kl_crc32c(kl_crc32c(0, h + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET),
-                                       p + HEADER_SIZE, size - HEADER_SIZE))
+        header = bytearray(HEADER_SIZE)
+        batch_max = leader_batch(base + pos, end - pos, pos, offset, leader_epoch, log_append_time, max_batch_bytes,
+                                 allow_control, source, <uint8_t *>PyByteArray_AS_STRING(header))
         pieces.append(header)
         pieces.append(mv[pos + HEADER_SIZE:end])
+        last_delta = <int32_t>kl_be32(base + pos + 23)
         if batch_max > max_ts:
             max_ts, off_max = batch_max, offset + last_delta
         offset += last_delta + 1

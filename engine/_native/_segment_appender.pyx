@@ -13,36 +13,34 @@ faults, goes through the segment's Python method.
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_CheckExact, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact
 from libc.errno cimport EINTR, errno
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
+
+from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size
 
 import logging
 import os
 
 from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
 
+cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
+    uint32_t kl_be32(const uint8_t *p) nogil
+    uint64_t kl_be64(const uint8_t *p) nogil
+    void kl_put32(uint8_t *p, uint32_t v) nogil
+    void kl_put64(uint8_t *p, uint64_t v) nogil
+
 cdef int64_t INT32_MAX = 2147483647
+cdef Py_ssize_t PRODUCER_ID = 43  # where a batch header's producer id starts (its sign bit: the first byte's top bit)
 cdef Py_ssize_t PENDING_FLUSH = 64  # buffered index entries written together (segments.index)
 cdef Py_ssize_t IOV_BATCH = 512     # iovecs per writev call (below every platform's IOV_MAX)
 log = logging.getLogger("kafkalog.segment")
-
-
-cdef inline void _put_be32(uint8_t *p, int64_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline void _put_be64(uint8_t *p, int64_t v) noexcept nogil:
-    _put_be32(p, v >> 32)
-    _put_be32(p + 4, v)
 
 
 cdef int _write_all(int fd, iovec *iov, Py_ssize_t count) except -1:
@@ -180,8 +178,43 @@ cdef class SegmentAppender:
         """Append, unless the segment must roll first (False, nothing written)."""
         if self._must_roll(size, largest_timestamp, largest_offset, clock, 0, segment_bytes):
             return False
-        self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
+        self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches, NULL, 0)
         return True
+
+    def append_plain(self, data, int64_t first_offset, int32_t leader_epoch, int64_t log_append_time,
+                     Py_ssize_t max_batch_bytes, source, int64_t segment_bytes, clock):
+        """A leader's append of one batch without a producer id (no producer state to check), in one call: the
+        leader's checks of the batch (engine._native._core), offsets from `first_offset` and the leader epoch, the
+        roll check and the write. Returns (next offset, max timestamp, offset of the max timestamp); None, with
+        nothing done, when `data` is not one such batch or the segment must roll first (the log's general path
+        then checks, rolls and appends)."""
+        cdef Py_buffer buf
+        cdef uint8_t header[HEADER_SIZE]
+        cdef iovec iov[2]
+        cdef const uint8_t *p
+        cdef Py_ssize_t n
+        cdef int64_t last, max_ts
+        PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        try:
+            p, n = <const uint8_t *>buf.buf, buf.len
+            if not lone_batch_size(p, n) or not p[PRODUCER_ID] & 0x80:  # a producer id >= 0: the general path
+                return None
+            last = first_offset + <int32_t>kl_be32(p + 23)
+            max_ts = log_append_time if log_append_time >= 0 else <int64_t>kl_be64(p + 35)
+            if self._must_roll(n, max_ts, last, clock, 0, segment_bytes):
+                return None
+            max_ts = leader_batch(p, n, 0, first_offset, leader_epoch, log_append_time, max_batch_bytes, False, source,
+                                  header)
+            if self.direct:
+                iov[0].iov_base, iov[0].iov_len = header, HEADER_SIZE
+                iov[1].iov_base, iov[1].iov_len = <void *>(p + HEADER_SIZE), n - HEADER_SIZE
+                self._append(last, max_ts, last, None, n, None, iov, 2)
+            else:
+                self._append(last, max_ts, last, [PyBytes_FromStringAndSize(<char *>header, HEADER_SIZE),
+                                                  memoryview(data)[HEADER_SIZE:]], n, None, NULL, 0)
+            return last + 1, max_ts, last
+        finally:
+            PyBuffer_Release(&buf)
 
     # --- the append -----------------------------------------------------------------------------
     def append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max_timestamp, data,
@@ -190,10 +223,11 @@ cdef class SegmentAppender:
         them as Kafka's LogSegment.append does: each batch in turn when `batches` gives their (last offset, size),
         else the whole append as one."""
         self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data,
-                     len(data) if size is None else size, batches)
+                     len(data) if size is None else size, batches, NULL, 0)
 
     cdef int _append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max, object data,
-                     Py_ssize_t size, object batches) except -1:
+                     Py_ssize_t size, object batches, iovec *iov, int iovcnt) except -1:
+        """The append: the bytes are `data` (a buffer or a list of them), or the iovecs when given (direct writes)."""
         cdef object seg = self.segment
         cdef int64_t position, last, batch_size
         cdef Py_ssize_t i, n
@@ -204,7 +238,7 @@ cdef class SegmentAppender:
             position = self._start(largest_offset, largest_timestamp, size)
             if self.max_ts is None:
                 seg.max_timestamp_and_offset()  # before the write: it may open the indexes
-            self._write(data, size, position)
+            self._write(data, size, position, iov, iovcnt)
             if largest_timestamp > <int64_t>self.max_ts[0]:
                 self.max_ts = (largest_timestamp, offset_of_max)
             if batches is None:
@@ -255,13 +289,15 @@ cdef class SegmentAppender:
                 lock.release()
         return self.segment.append_handle()
 
-    cdef int _write(self, object data, Py_ssize_t size, int64_t position) except -1:
+    cdef int _write(self, object data, Py_ssize_t size, int64_t position, iovec *iov, int iovcnt) except -1:
         cdef object seg = self.segment
         cdef object handle = self._pin()
         cdef object lock
         try:
             try:
-                if self.direct:
+                if iov != NULL:
+                    _write_all(handle.file.fileno(), iov, iovcnt)
+                elif self.direct:
                     _write_buffers(handle.file.fileno(), data, size)
                 elif PyList_CheckExact(data):
                     seg.fs.writev(handle.file, data, size)
@@ -318,11 +354,11 @@ cdef class SegmentAppender:
             add_time = ts > last_ts
             if add_time and (ti.entries >= ti.max_entries - 1 or not 0 <= ts_rel <= INT32_MAX):
                 return False
-            _put_be32(entry, rel)
-            _put_be32(entry + 4, position)
+            kl_put32(entry, <uint32_t>rel)
+            kl_put32(entry + 4, <uint32_t>position)
             _add_entry(oi, entry, 8, (rel, position))
             if add_time:
-                _put_be64(entry, ts)
-                _put_be32(entry + 8, ts_rel)
+                kl_put64(entry, <uint64_t>ts)
+                kl_put32(entry + 8, <uint32_t>ts_rel)
                 _add_entry(ti, entry, 12, (ts, ts_rel))
         return True

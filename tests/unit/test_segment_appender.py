@@ -19,9 +19,10 @@ from txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 
-# one append: (records, value size, timestamp step from the previous append, clock advance in ms, batches)
+# one append: (records, value size, timestamp step from the previous append, clock advance in ms, batches; 0 batches:
+# one batch of an idempotent producer)
 APPENDS = st.lists(st.tuples(st.integers(1, 12), st.integers(0, 300), st.integers(-50, 400), st.integers(0, 900),
-                             st.integers(1, 3)), min_size=1, max_size=40)
+                             st.integers(0, 3)), min_size=1, max_size=40)
 CONFIGS = st.fixed_dictionaries({"segment.bytes": st.sampled_from([600, 2000, 1 << 20]),
                                  "index.interval.bytes": st.sampled_from([0, 100, 4096]),
                                  "segment.index.bytes": st.sampled_from([40, 4096]),
@@ -38,15 +39,19 @@ def _write(path, impl: str, config: dict, appends: list) -> dict:
 def _append_all(directory, config: dict, appends: list) -> dict:
     clock = ManualClock(T0)
     lg = Log(FileSystem(), str(directory), LogConfig.from_dict(config), clock)
-    ts, refused, accepted = T0, [], 0
+    ts, refused, accepted, sequence = T0, [], 0, 0
     for n, size, step, advance, batches in appends:
         clock.advance(advance)
         ts += step
-        data = b"".join(engine.encode_batch([(b"k%d" % i, b"v" * size, None, ts + i) for i in range(n)])
-                        for _ in range(batches))
+        records = [(b"k%d" % i, b"v" * size, None, ts + i) for i in range(n)]
+        if batches:
+            data = b"".join(engine.encode_batch(records) for _ in range(batches))
+        else:
+            data = engine.encode_batch(records, producer_id=7, producer_epoch=0, base_sequence=sequence)
         try:
             lg.append_as_leader(data)
-            accepted += n * batches
+            accepted += n * max(batches, 1)
+            sequence += 0 if batches else n
         except RecordBatchTooLargeError:  # more than segment.bytes in one append
             refused.append(len(data))
     assert all(size > config["segment.bytes"] for size in refused)
