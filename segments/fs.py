@@ -125,9 +125,12 @@ class FileSystem:
 
     def track_map(self, owner) -> None:
         """`owner` holds a mapping, which holds a descriptor (CPython keeps a duplicate); it counts against the
-        budget, is moved to the young end on each use, and `owner.unmap()` (False when busy) drops it when the
-        pool needs room (the owner maps again on its next use)."""
+        budget, and `owner.unmap()` (False when busy) drops it when the pool needs room (the owner maps again on its
+        next use). Each use moves it to the young end once the pool is half full; below that no room is needed
+        soon, and a mapping already counted keeps its place (a read's mappings then cost no pool lock)."""
         key = ("map", id(owner))
+        if 2 * len(self._handles) < self.fd_budget and key in self._handles:
+            return
         with self._pool_lock:
             if key in self._handles:
                 self._handles.move_to_end(key)

@@ -155,6 +155,17 @@ class MmapIndex(ABC):
                 self._write_pending()
             return codec.index_search(self._mapped(), self.entries, self.entry_size, key) if self.entries else -1
 
+    def _floor(self, key: int) -> tuple | None:
+        """The raw fields of the largest entry whose key <= `key` (None if none), found and read under one lock."""
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+            if not self.entries:
+                return None
+            mapping = self._mapped()
+            slot = codec.index_search(mapping, self.entries, self.entry_size, key)
+            return self.ENTRY.unpack_from(mapping, slot * self.entry_size) if slot >= 0 else None
+
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 

@@ -14,7 +14,7 @@ reads may run at the same time and see a consistent prefix.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.common.clock import Clock
 from engine.common.errors import OffsetOutOfRangeError
@@ -27,8 +27,7 @@ from segments.segment import LogSegment
 from segments.txn_index import AbortedTxn
 
 
-@dataclass(frozen=True)
-class FetchData:
+class FetchData(NamedTuple):
     """Whole batches read from one segment: a zero-copy view (decode it with engine.iter_batches)."""
 
     start_offset: int
@@ -157,20 +156,18 @@ class LocalLog:
         if start_offset > leo:
             raise OffsetOutOfRangeError(f"offset {start_offset} is past the log end {leo}", file=self.dir,
                                         offset=start_offset)
-        for seg in self.segments.from_offset(start_offset):
-            if start_offset >= upper_bound:
-                break
+        seg, nxt = self.segments.holding(start_offset) if start_offset < upper_bound else (None, None)
+        while seg is not None:
             limit = None if upper_bound >= leo else seg.translate_offset(upper_bound,
                                                                          seg.offset_index.lookup(upper_bound)[1])
             position = None if limit is None else limit.position
             if position is None and active_end is not None and active_end[0] == seg.base_offset:
                 position = active_end[1]
-            nxt = self.segments.next_base(seg.base_offset)
             got = seg.read(start_offset, max_bytes, position, min_one_message, upper=leo if nxt is None else nxt,
                            check=check)
-            if got is None:
-                continue  # nothing at or after start_offset in this segment (a gap): try the next
-            return FetchData(start_offset, seg.base_offset, got[0], got[1])
+            if got is not None:
+                return FetchData(start_offset, seg.base_offset, got[0], got[1])
+            seg, nxt = self.segments.following(seg.base_offset)  # nothing at or after start_offset here (a gap)
         active = self.active_segment
         return FetchData(start_offset, active.base_offset, active.size, memoryview(b""))
 

@@ -65,6 +65,22 @@ class LogSegments:
             i = bisect.bisect_right(self._bases, base_offset)
             return self._bases[i] if i < len(self._bases) else None
 
+    def holding(self, offset: int) -> tuple[LogSegment | None, int | None]:
+        """The segment holding `offset` (the greatest base <= offset, else the first) with the next segment's base
+        (None for the last); (None, None) when there are no segments."""
+        with self._lock:
+            return self._at(max(0, bisect.bisect_right(self._bases, offset) - 1))
+
+    def following(self, base_offset: int) -> tuple[LogSegment | None, int | None]:
+        """The first segment above `base_offset` with the base of the one after it ((None, None) past the last)."""
+        with self._lock:
+            return self._at(bisect.bisect_right(self._bases, base_offset))
+
+    def _at(self, i: int) -> tuple[LogSegment | None, int | None]:
+        if i >= len(self._bases):
+            return None, None
+        return self._segments[self._bases[i]], self._bases[i + 1] if i + 1 < len(self._bases) else None
+
     def from_offset(self, offset: int) -> Iterator[LogSegment]:
         """The segment holding `offset` (the greatest base <= offset, else the first), then every later one,
         lazily: a read usually needs only the first, and a log may have thousands."""

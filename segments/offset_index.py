@@ -36,8 +36,8 @@ class OffsetIndex(MmapIndex):
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry with offset <= `offset`, or (base, 0) if none."""
         rel = min(offset - self.base_offset, INT32_MAX)
-        slot = self._search(rel) if rel >= 0 else -1
-        return (self.base_offset, 0) if slot < 0 else self.entry(slot)
+        found = self._floor(rel) if rel >= 0 else None
+        return (self.base_offset, 0) if found is None else (self.base_offset + found[0], found[1])
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries with offset >= `offset`."""

@@ -4,8 +4,10 @@ Byte layout: the `.log` is concatenated RecordBatch v2 batches, no header (kafka
 the indexes are described in their modules. Appends follow Kafka exactly: an offset-index entry
 (last offset of the batch, its start position) and a time-index entry are written when more than
 `index.interval.bytes` accumulated since the previous entry, checked before this append counts;
-the time index gets a final entry on roll and close. Reads are zero-copy memoryviews over an mmap
-of the `.log`.
+the time index gets a final entry on roll and close. The segment's `appender` (segments.segment_appender,
+native or its Python twin) keeps the append counters and does the roll check, the write and that cadence;
+the segment owns the files, the lock and the indexes. Reads are zero-copy memoryviews over an mmap of the
+`.log`.
 Crash policy: appends are write()s (in the page cache at once, on disk after `flush()`);
 `recover()` re-validates every batch (size, magic, CRC, records), truncates a torn or corrupt tail
 at the last valid batch and rebuilds the indexes. A truncation never pulls pages from under a
@@ -22,6 +24,7 @@ import os
 import random
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.common.errors import CorruptIndexError, CorruptRecordError, KafkaError, KafkaStorageError
 from engine.record import codec
@@ -46,8 +49,7 @@ class SegmentConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
 
 
-@dataclass(frozen=True)
-class OffsetPosition:
+class OffsetPosition(NamedTuple):
     """The batch that holds (or follows) an offset: its base offset, position and size."""
 
     offset: int
@@ -55,19 +57,7 @@ class OffsetPosition:
     size: int
 
 
-def _appender_field(name: str) -> property:
-    """A counter the segment's appender keeps (segments.segment_appender), read and set through the segment."""
-    return property(lambda self: getattr(self.appender, name),
-                    lambda self, value: setattr(self.appender, name, value))
-
-
 class LogSegment:
-    _size = _appender_field("size")
-    _max_ts = _appender_field("max_ts")
-    _rolling_ts = _appender_field("rolling_ts")
-    _rolling_ts_loaded = _appender_field("rolling_ts_loaded")
-    bytes_since_last_index_entry = _appender_field("bytes_since_last_index_entry")
-
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
                  *, suffix: str = "", writable: bool = True) -> None:
         self.fs, self.dir, self.base_offset, self.config, self.suffix = fs, directory, base_offset, config, suffix
@@ -89,13 +79,13 @@ class LogSegment:
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
-        self.lock = self._lock = threading.RLock()
+        self._lock = threading.RLock()
 
     def _path(self, kind: str) -> str:
         return os.path.join(self.dir, names.file_name(self.base_offset, kind) + self.suffix)
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.log_path}, size={self._size})"
+        return f"LogSegment({self.log_path}, size={self.appender.size})"
 
     # --- indexes (opened lazily: a directory of many segments opens fast) ----------------------
     @property
@@ -116,7 +106,7 @@ class LogSegment:
             attr, cls = ("_offset_index", OffsetIndex) if kind == names.INDEX else ("_time_index", TimeIndex)
             if getattr(self, attr) is not None:
                 return
-            size = self._size if check and self.writable else None
+            size = self.appender.size if check and self.writable else None
             try:
                 setattr(self, attr, cls(self.fs, self._path(kind), self.base_offset, self.config.max_index_size,
                                         self.writable, log_size=size))
@@ -138,12 +128,12 @@ class LogSegment:
     # --- reading ------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        return self._size
+        return self.appender.size
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
         """A zero-copy view of the `.log` bytes [start, end) through the segment's shared mapping."""
         with self._lock:
-            end = self._size if end is None else min(end, self._size)
+            end = self.appender.size if end is None else min(end, self.appender.size)
             if end <= start:
                 return memoryview(b"")
             if self._map is None or len(self._map) < end:
@@ -156,10 +146,10 @@ class LogSegment:
         """A copy of the `.log` bytes [start, end), read through the append handle: for the bytes just appended
         to the active segment, which a mapping would have to be remade to reach."""
         with self._lock:
-            end = min(end, self._size)
+            end = min(end, self.appender.size)
             if end <= start:
                 return b""
-            with self._handle() as f:
+            with self.append_handle() as f:
                 data = self.fs.pread(f, end - start, start)
         if len(data) != end - start:
             raise KafkaStorageError(f"short read of [{start}, {end})", file=self.log_path, position=start)
@@ -170,7 +160,7 @@ class LogSegment:
         (page-aligned) window, unmapped once the reader drops it, so scanning a large log does not keep
         every page it read mapped in this process; smaller ones use the shared mapping."""
         with self._lock:
-            end = min(end, self._size)
+            end = min(end, self.appender.size)
             if end - start < WINDOW_BYTES:
                 return self.view(start, end)
             self._release_maps()
@@ -184,7 +174,7 @@ class LogSegment:
     def _remap(self) -> None:
         self._release_maps()
         with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
-            self._map = self.fs.mmap(f, self._size, writable=False)
+            self._map = self.fs.mmap(f, self.appender.size, writable=False)
         self._maps.append(self._map)
         self.fs.track_map(self)
 
@@ -204,8 +194,6 @@ class LogSegment:
         if handle is None or not handle.repin():
             handle = self.appender.handle = self.fs.handle(self.log_path, "ab+")
         return handle
-
-    _handle = append_handle
 
     def release_handle(self) -> None:
         """Close the write handles (an inactive segment needs none; reads use mappings)."""
@@ -249,20 +237,24 @@ class LogSegment:
         to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise; and
         `check(batch)` is called on each batch returned."""
         try:
-            found = self.locate(start_offset, upper)
+            found = self._locate(start_offset, upper)
         except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
             with self._lock:
                 self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
                 self.rebuild_indexes()
-            found = self.locate(start_offset, upper)
+            found = self._locate(start_offset, upper)
         if found is None:
             return None
-        start, prev_last = found
-        limit = self._size if max_position is None else min(max_position, self._size)
+        start, prev_last, scanned, scanned_from = found
+        limit = self.appender.size if max_position is None else min(max_position, self.appender.size)
         if start.position >= limit:
             return start.position, memoryview(b"")
         want = max(max_size, start.size) if min_one_message else max_size
-        data = self.window(start.position, min(limit, start.position + want))
+        stop = min(limit, start.position + want)
+        if stop - start.position < WINDOW_BYTES and stop - scanned_from <= len(scanned):  # the scan's view holds it
+            data = scanned[start.position - scanned_from:stop - scanned_from]
+        else:
+            data = self.window(start.position, stop)
         end = 0
         for batch in codec.iter_batches(data, position=start.position, source=self.log_path):
             if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
@@ -279,9 +271,16 @@ class LogSegment:
         """The first batch whose last offset >= `offset`, with the last offset of the batch before it,
         scanned from the offset index's entry (or the segment's start) and checked batch by batch on the way;
         CorruptIndexError if the entry does not match the batch it points at."""
+        found = self._locate(offset, upper, use_index)
+        return None if found is None else found[:2]
+
+    def _locate(self, offset: int, upper: int | None,
+                use_index: bool = True) -> tuple[OffsetPosition, int, memoryview, int] | None:
+        """`locate`, with the view it scanned and the position that view starts at."""
         entry_offset, position = self.offset_index.lookup(offset) if use_index else (self.base_offset, 0)
         prev_last = self.base_offset - 1
-        for batch in self.batches(position):
+        view = self.view(position)
+        for batch in codec.iter_batches(view, position=position, source=self.log_path):
             if batch.position == position and position > 0:
                 if batch.last_offset != entry_offset:
                     raise CorruptIndexError(f"the entry for offset {entry_offset} points at a batch ending at "
@@ -289,7 +288,7 @@ class LogSegment:
             else:
                 self.check_follows(batch, prev_last, upper)
             if batch.last_offset >= offset:
-                return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes), prev_last
+                return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes), prev_last, view, position
             prev_last = batch.last_offset
         return None
 
@@ -316,16 +315,16 @@ class LogSegment:
     # --- timestamps ---------------------------------------------------------------------------
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp so far, last offset of its batch), read from the indexes and the last batches once."""
-        if self._max_ts is not None:
-            return self._max_ts
+        if self.appender.max_ts is not None:
+            return self.appender.max_ts
         with self._lock:
-            if self._max_ts is None:
-                self._max_ts = self.time_index.last_entry()
+            if self.appender.max_ts is None:
+                self.appender.max_ts = self.time_index.last_entry()
                 last_indexed = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
                 for batch in self.batches(last_indexed):
-                    if batch.max_timestamp > self._max_ts[0]:
-                        self._max_ts = (batch.max_timestamp, batch.last_offset)
-            return self._max_ts
+                    if batch.max_timestamp > self.appender.max_ts[0]:
+                        self.appender.max_ts = (batch.max_timestamp, batch.last_offset)
+            return self.appender.max_ts
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -338,11 +337,11 @@ class LogSegment:
 
     def rolling_timestamp(self) -> int | None:
         """The first batch's max timestamp (None for an empty segment): segment.ms counts from it."""
-        if not self._rolling_ts_loaded:
+        if not self.appender.rolling_ts_loaded:
             first = next(iter(self.batches()), None)
-            self._rolling_ts = first.max_timestamp if first is not None else None
-            self._rolling_ts_loaded = True
-        return self._rolling_ts
+            self.appender.rolling_ts = first.max_timestamp if first is not None else None
+            self.appender.rolling_ts_loaded = True
+        return self.appender.rolling_ts
 
     # --- writing ------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data,
@@ -356,7 +355,7 @@ class LogSegment:
         the max timestamp so far; a failure only makes the index sparser (logged)."""
         try:
             self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(*self._max_ts)
+            self.time_index.maybe_append(*self.appender.max_ts)
         except (OSError, KafkaStorageError) as exc:
             log.error("no index entry for offset %d in %s: %s", last_offset, self.log_path, exc)
 
@@ -370,7 +369,7 @@ class LogSegment:
 
     def truncate_log(self, size: int) -> None:
         if self._release_maps():
-            with self._handle() as f:
+            with self.append_handle() as f:
                 self.fs.truncate(f, size)
         else:  # live views map the old bytes: give them the old inode, continue in a new file
             tmp = self.log_path + ".truncating"
@@ -380,7 +379,7 @@ class LogSegment:
             self.release_handle()
             self._maps, self._map = [], None
             self.fs.rename(tmp, self.log_path)
-        self._size = size
+        self.appender.size = size
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= `offset`; return the bytes removed."""
@@ -393,12 +392,12 @@ class LogSegment:
             self.time_index.resize(self.config.max_index_size)
             if mapping is None:
                 return 0
-            removed = self._size - mapping.position
+            removed = self.appender.size - mapping.position
             self.truncate_log(mapping.position)
-            if self._size == 0:
-                self._rolling_ts, self._rolling_ts_loaded = None, True
-            self.bytes_since_last_index_entry = 0
-            self._max_ts = None
+            if self.appender.size == 0:
+                self.appender.rolling_ts, self.appender.rolling_ts_loaded = None, True
+            self.appender.bytes_since_last_index_entry = 0
+            self.appender.max_ts = None
             return removed
 
     def recover(self, upper: int | None = None) -> int:
@@ -406,7 +405,7 @@ class LogSegment:
         invalid one and rebuild the indexes; return the bytes removed."""
         with self._lock:
             valid = self._index_valid_prefix(upper, recovering=True)
-            truncated = self._size - valid
+            truncated = self.appender.size - valid
             if truncated:
                 self.truncate_log(valid)
             return truncated
@@ -448,7 +447,7 @@ class LogSegment:
         except KafkaError as exc:  # the first invalid batch ends the valid prefix
             log.warning("%s %s: stopped at position %d: %s", "recovering" if recovering else "indexing",
                         self.log_path, valid, exc)
-        self._max_ts = max_ts
+        self.appender.max_ts = max_ts
         # a segment written under a larger segment.index.bytes (or brought back by a power cut) may need more
         # room than the config gives now: the rebuilt index holds every entry, as the one it replaces did
         for index, needed in ((self.offset_index, len(offsets)), (self.time_index, len(times) + TimeIndex.ENTRY.size)):
@@ -458,8 +457,8 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.maybe_append(*max_ts, skip_full_check=True)
         self.time_index.trim_to_valid_size()
-        self.bytes_since_last_index_entry = 0
-        self._rolling_ts_loaded = False
+        self.appender.bytes_since_last_index_entry = 0
+        self.appender.rolling_ts_loaded = False
         return valid
 
     def read_next_offset(self) -> int:
@@ -485,7 +484,7 @@ class LogSegment:
     def flush(self) -> None:
         with self._lock:
             try:
-                with self._handle() as f:
+                with self.append_handle() as f:
                     self.fs.fsync(f)
                 if self._offset_index is not None:
                     self._offset_index.flush()
@@ -497,7 +496,7 @@ class LogSegment:
 
     def close(self) -> None:
         with self._lock:
-            if self.writable and (self._max_ts is not None or self._time_index is not None):
+            if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
                 self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             for index in (self._offset_index, self._time_index):
                 if index is not None:

@@ -49,8 +49,8 @@ class TimeIndex(MmapIndex):
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest entry with timestamp <= `timestamp`, or (-1, base)."""
-        slot = self._search(timestamp)
-        return (-1, self.base_offset) if slot < 0 else self.entry(slot)
+        found = self._floor(timestamp)
+        return (-1, self.base_offset) if found is None else (found[0], self.base_offset + found[1])
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries with offset >= `offset`."""

@@ -451,7 +451,8 @@ class UnifiedLog:
         entries = self.leader_epochs.entries
         if not entries or batch.base_offset < entries[0][1]:
             return
-        i = bisect.bisect_right(entries, batch.base_offset, key=lambda entry: entry[1]) - 1
+        i = len(entries) - 1 if batch.base_offset >= entries[-1][1] else bisect.bisect_right(
+            entries, batch.base_offset, key=lambda entry: entry[1]) - 1  # usually the latest epoch's
         if batch.partition_leader_epoch != entries[i][0]:
             raise CorruptRecordError(
                 f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
