@@ -86,10 +86,9 @@ def _batch_extents(pieces: list) -> list[tuple[int, int]]:
 
 
 def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | None:
-    """The header of the one batch of an idempotent producer's append (None when no batch has a producer
-    id; the caller skips the call for a single batch whose producer id is negative); such an append must hold
-    exactly one batch, as Kafka requires. `pieces` alternate patched
-    headers and batch bodies (engine.record.codec.prepare_leader_append)."""
+    """The header of the one batch of an idempotent producer's append (None when no batch has a producer id);
+    such an append must hold exactly one batch, as Kafka requires. `pieces` alternate patched headers and batch
+    bodies (engine.record.codec.prepare_leader_append)."""
     headers = [bf.BatchHeader(pieces[i]) for i in range(0, 2 * count, 2)]
     owned = [h for h in headers if h.producer_id >= 0]
     if owned and count > 1:
@@ -259,8 +258,8 @@ class UnifiedLog:
                     return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, 1, size, False, leader_epoch)
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
-            producer_batch = None if count == 1 and pieces[0][PRODUCER_ID] & 0x80 else _producer_batch(pieces, count,
-                                                                                                   self.dir)
+            unowned = count == 1 and pieces[0][PRODUCER_ID] & 0x80  # a negative producer id: no producer state
+            producer_batch = None if unowned else _producer_batch(pieces, count, self.dir)
             if config.compact:
                 self._check_keys(data)
             ps = self.producer_state
