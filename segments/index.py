@@ -30,6 +30,7 @@ class MmapIndex(ABC):
     """A sparse index of fixed-size entries over an mmap (subclasses define the entries)."""
 
     ENTRY = struct.Struct(">ii")
+    PENDING_ENTRIES = 64  # buffered entries written with one pwrite (the native appender reads it too)
 
     def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int,
                  writable: bool = True, log_size: int | None = None) -> None:
@@ -117,7 +118,7 @@ class MmapIndex(ABC):
         self._pending += self.ENTRY.pack(*fields)
         self._last = fields
         self.entries += 1
-        if len(self._pending) >= 64 * self.entry_size:
+        if len(self._pending) >= self.PENDING_ENTRIES * self.entry_size:
             self._write_pending()
 
     def _write_pending(self) -> None:

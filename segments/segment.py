@@ -26,7 +26,13 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from engine.common.errors import CorruptIndexError, CorruptRecordError, KafkaError, KafkaStorageError
+from engine.common.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    KafkaError,
+    KafkaStorageError,
+    RecordBatchTooLargeError,
+)
 from engine.record import codec
 from segments import names, segment_appender
 from segments.fs import FileSystem
@@ -358,6 +364,25 @@ class LogSegment:
             self.time_index.maybe_append(*self.appender.max_ts)
         except (OSError, KafkaStorageError) as exc:
             log.error("no index entry for offset %d in %s: %s", last_offset, self.log_path, exc)
+
+    def cut_failed_append(self) -> None:
+        """Cut the bytes an earlier failed write left (the appender's `cut_pending`) before the next append."""
+        cut = self.appender.cut_pending
+        try:
+            self.truncate_log(cut)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=self.log_path, position=cut) from exc
+        self.appender.cut_pending = None
+
+    def check_append_fits(self, largest_offset: int, position: int, size: int) -> None:
+        """RecordBatchTooLargeError unless `size` bytes at `position` ending at `largest_offset` fit the segment (an
+        offset within an int32 of the base, at most 2 GiB)."""
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+            raise RecordBatchTooLargeError(
+                f"offset {largest_offset} does not fit an int32 relative to base {self.base_offset}",
+                file=self.log_path, offset=largest_offset)
+        if position + size > INT32_MAX:
+            raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=self.log_path)
 
     def restore_after_failed_write(self, position: int) -> None:
         """A failed (maybe torn) write must not leave partial bytes that a later append would follow."""

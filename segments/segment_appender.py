@@ -13,7 +13,7 @@ Thread-safety: the owning segment's lock is held for the write and the index ent
 """
 from __future__ import annotations
 
-from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+from engine.common.errors import KafkaStorageError
 from engine.record import batch_format as bf
 from engine.record import codec
 
@@ -107,23 +107,12 @@ class SegmentAppender:
 
     def _start(self, largest_offset: int, largest_timestamp: int, size: int) -> int:
         """The checks before a write (and the cut an earlier failed write left): the position it starts at."""
-        seg = self.segment
         if self.cut_pending is not None:
-            try:
-                seg.truncate_log(self.cut_pending)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=seg.log_path,
-                                        position=self.cut_pending) from exc
-            self.cut_pending = None
+            self.segment.cut_failed_append()
         position = self.size
         if position == 0:
             self.rolling_ts, self.rolling_ts_loaded = largest_timestamp, True
-        if not 0 <= largest_offset - seg.base_offset <= INT32_MAX:
-            raise RecordBatchTooLargeError(
-                f"offset {largest_offset} does not fit an int32 relative to base {seg.base_offset}",
-                file=seg.log_path, offset=largest_offset)
-        if position + size > INT32_MAX:
-            raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=seg.log_path)
+        self.segment.check_append_fits(largest_offset, position, size)
         return position
 
     def _write(self, data, size: int, position: int) -> None:

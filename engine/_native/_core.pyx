@@ -1679,11 +1679,12 @@ cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int
     return batch_max
 
 
-cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n) noexcept:
-    """`n` when the buffer is exactly one well-framed v2 batch (else 0: its checks are left to the full path)."""
+cdef Py_ssize_t plain_batch_size(const uint8_t *p, Py_ssize_t n) noexcept:
+    """`n` when the buffer is exactly one well-framed v2 batch without a producer id (no producer state to check),
+    else 0 (its checks are left to the full path)."""
     if n < HEADER_SIZE or <int64_t>kl_be32(p + 8) + LOG_OVERHEAD != n or p[16] != 2:
         return 0
-    if <int64_t>kl_be64(p) < 0 or <int32_t>kl_be32(p + 23) < 0:
+    if <int64_t>kl_be64(p) < 0 or <int32_t>kl_be32(p + 23) < 0 or <int64_t>kl_be64(p + 43) >= 0:
         return 0
     return n
 

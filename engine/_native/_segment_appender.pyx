@@ -23,12 +23,12 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
 
-from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size
+from engine._native._core cimport HEADER_SIZE, leader_batch, plain_batch_size
 
 import logging
 import os
 
-from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
+from engine.common.errors import KafkaStorageError
 
 cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     uint32_t kl_be32(const uint8_t *p) nogil
@@ -37,8 +37,6 @@ cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     void kl_put64(uint8_t *p, uint64_t v) nogil
 
 cdef int64_t INT32_MAX = 2147483647
-cdef Py_ssize_t PRODUCER_ID = 43  # where a batch header's producer id starts (its sign bit: the first byte's top bit)
-cdef Py_ssize_t PENDING_FLUSH = 64  # buffered index entries written together (segments.index)
 cdef Py_ssize_t IOV_BATCH = 512     # iovecs per writev call (below every platform's IOV_MAX)
 log = logging.getLogger("kafkalog.segment")
 
@@ -97,15 +95,16 @@ cdef int _write_buffers(int fd, object data, Py_ssize_t size) except -1:
 
 
 cdef int _add_entry(object index, const uint8_t *entry, Py_ssize_t entry_size, object last) except -1:
-    """Add a packed entry to an index's buffered entries (its lock held); written once PENDING_FLUSH are
-    buffered (a failed write stays buffered, logged: the index is only sparser until it goes through)."""
+    """Add a packed entry to an index's buffered entries (its lock held); written once the index's
+    PENDING_ENTRIES are buffered (a failed write stays buffered, logged: the index is only sparser until it goes
+    through)."""
     cdef object pending = index._pending
     cdef Py_ssize_t n = PyByteArray_GET_SIZE(pending)
     PyByteArray_Resize(pending, n + entry_size)
     memcpy(PyByteArray_AS_STRING(pending) + n, entry, entry_size)
     index._last = last
     index.entries = index.entries + 1
-    if n + entry_size >= PENDING_FLUSH * entry_size:
+    if n + entry_size >= index.PENDING_ENTRIES * entry_size:
         try:
             index._write_pending()
         except (OSError, KafkaStorageError) as exc:
@@ -197,7 +196,7 @@ cdef class SegmentAppender:
         PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
         try:
             p, n = <const uint8_t *>buf.buf, buf.len
-            if not lone_batch_size(p, n) or not p[PRODUCER_ID] & 0x80:  # a producer id >= 0: the general path
+            if not plain_batch_size(p, n):
                 return None
             last = first_offset + <int32_t>kl_be32(p + 23)
             max_ts = log_append_time if log_append_time >= 0 else <int64_t>kl_be64(p + 35)
@@ -254,28 +253,19 @@ cdef class SegmentAppender:
 
     cdef int64_t _start(self, int64_t largest_offset, int64_t largest_timestamp, Py_ssize_t size) except -1:
         """The checks before a write (and the cut an earlier failed write left): the position it starts at."""
-        cdef object seg = self.segment
         cdef int64_t position
         if self.cut_pending is not None:
-            try:
-                seg.truncate_log(self.cut_pending)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot cut a failed append: {exc}", file=seg.log_path,
-                                        position=self.cut_pending) from exc
-            self.cut_pending = None
+            self.segment.cut_failed_append()
         position = self.size
         if position == 0:
             self.rolling_ts, self.rolling_ts_loaded = largest_timestamp, True
-        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
-            raise RecordBatchTooLargeError(
-                f"offset {largest_offset} does not fit an int32 relative to base {self.base_offset}",
-                file=seg.log_path, offset=largest_offset)
-        if position + size > INT32_MAX:
-            raise RecordBatchTooLargeError("a segment cannot exceed 2 GiB", file=seg.log_path)
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX or position + size > INT32_MAX:
+            self.segment.check_append_fits(largest_offset, position, size)
         return position
 
     cdef object _pin(self):
-        """The last append handle pinned again (segments.fs `_Handle.repin`, inline), else the segment's new one."""
+        """The last append handle pinned again, else the segment's new one. `_Handle.repin` and `__exit__` inline:
+        calling them costs ~0.5 µs an append, ~6% of a 16 KiB batch's."""
         cdef object handle = self.handle
         cdef object lock
         if handle is not None:
