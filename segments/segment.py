@@ -78,14 +78,14 @@ class LogSegment:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
         jitter = min(config.segment_jitter_ms, config.segment_ms)
         self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
-        self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the appender keeps its methods: it is never replaced
+        self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
 
     def _path(self, kind: str) -> str:
         return os.path.join(self.dir, names.file_name(self.base_offset, kind) + self.suffix)
@@ -286,6 +286,10 @@ class LogSegment:
         entry_offset, position = self.offset_index.lookup(offset) if use_index else (self.base_offset, 0)
         prev_last = self.base_offset - 1
         view = self.view(position)
+        found = codec.scan_to_offset(view, position, offset, entry_offset, prev_last, upper)  # headers only
+        if found is not None:
+            base, at, size, before = found
+            return OffsetPosition(base, at, size), before, view, position
         for batch in codec.iter_batches(view, position=position, source=self.log_path):
             if batch.position == position and position > 0:
                 if batch.last_offset != entry_offset:

@@ -281,7 +281,8 @@ class ProducerStateManager:
                 self.producers[e.producer_id] = entry
             self.map_end_offset = self.last_snapshot_offset = off
             return off
-        self.map_end_offset = log_start
+        # Kafka's: without a snapshot the state starts at the log start, which needs none (a new log writes none)
+        self.map_end_offset = self.last_snapshot_offset = log_start
         return None
 
     def max_producer_id(self) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import threading
 from contextlib import contextmanager
+from functools import partial
 from typing import NamedTuple
 
 from engine.common.clock import Clock
@@ -74,6 +75,9 @@ class AppendInfo(NamedTuple):
     size: int
     duplicate: bool = False  # a producer's resend of a batch already in the log: nothing was appended
     leader_epoch: int = -1   # the epoch the leader appended in (a wait for replication holds only within it)
+
+
+_append_info = partial(tuple.__new__, AppendInfo)  # all fields given: ~0.15 µs less than AppendInfo(...)
 
 
 def _batch_extents(pieces: list) -> list[tuple[int, int]]:
@@ -237,7 +241,7 @@ class UnifiedLog:
         """Append a client's batches: producer-state checks, then offsets from the LEO and the leader epoch
         stamped on each (and LogAppendTime, when the topic uses it). A coordinator's batches (`origin`
         COORDINATOR: transactional offset commits) skip the duplicate and sequence checks, as in Kafka."""
-        size = memoryview(data).nbytes
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
         config = self.local.config
         if size > config.segment_bytes:
             raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={config.segment_bytes}",
@@ -255,7 +259,8 @@ class UnifiedLog:
                     end, max_ts, offset_of_max = plain
                     self.leader_epochs.assign(leader_epoch, first)
                     self.producer_state.map_end_offset = end
-                    return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, 1, size, False, leader_epoch)
+                    return _append_info((first, end - 1, max_ts, offset_of_max, append_time, 1, size, False,
+                                         leader_epoch))
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             unowned = count == 1 and pieces[0][PRODUCER_ID] & 0x80  # a negative producer id: no producer state

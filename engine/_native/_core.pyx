@@ -14,7 +14,15 @@ them. Corrupt input raises a typed error, never crashes. No module state; functi
 """
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
-from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE, PyBuffer_IsContiguous, PyObject_CheckBuffer
+from cpython.buffer cimport (
+    PyBUF_FORMAT,
+    PyBUF_SIMPLE,
+    PyBUF_WRITABLE,
+    PyBuffer_IsContiguous,
+    PyBuffer_Release,
+    PyObject_CheckBuffer,
+    PyObject_GetBuffer,
+)
 from cpython.bytes cimport (
     PyBytes_AS_STRING,
     PyBytes_Check,
@@ -23,10 +31,10 @@ from cpython.bytes cimport (
     PyBytes_GET_SIZE,
 )
 from cpython.exc cimport PyErr_Clear
-from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -45,6 +53,7 @@ from engine.common.errors import (
     UnsupportedMessageFormatError,
 )
 
+cdef object _NO_HEADERS = bf.NO_HEADERS
 
 cdef extern from "crc32c_impl.h":
     void kl_crc32c_init()
@@ -238,14 +247,10 @@ cdef class ConsumerRecord:
     cdef readonly int timestamp_type
     cdef readonly object key
     cdef readonly object value
-    cdef object _headers
+    cdef object headers
     cdef readonly int32_t serialized_key_size
     cdef readonly int32_t serialized_value_size
     cdef readonly int32_t serialized_header_size
-
-    @property
-    def headers(self):
-        return [] if self._headers is None else self._headers
 
     @property
     def checksum(self):
@@ -268,14 +273,14 @@ def consumer_record(topic, partition, leader_epoch, offset, timestamp, timestamp
     """Build a ConsumerRecord from kafka-python's field order (checksum is always None)."""
     cdef ConsumerRecord r = ConsumerRecord.__new__(ConsumerRecord)
     r.topic, r.partition, r.leader_epoch, r.offset, r.timestamp = topic, partition, leader_epoch, offset, timestamp
-    r.timestamp_type, r.key, r.value, r._headers = timestamp_type, key, value, headers or None
+    r.timestamp_type, r.key, r.value, r.headers = timestamp_type, key, value, headers or _NO_HEADERS
     r.serialized_key_size, r.serialized_value_size = serialized_key_size, serialized_value_size
     r.serialized_header_size = serialized_header_size
     return r
 
 
 @cython.no_gc
-@cython.freelist(64)
+@cython.freelist(1024)
 cdef class Record:
     """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
 
@@ -283,14 +288,15 @@ cdef class Record:
     -1 unknown) and, for COMMIT/ABORT, `coordinator_epoch` is set; both are None otherwise.
     Records hold only bytes, ints and their header list, so they cannot form reference
     cycles and stay out of the cyclic GC (decoding millions would otherwise trigger it
-    constantly); a record without headers creates its empty list only when asked.
+    constantly); a record without headers shares the read-only empty list `NO_HEADERS`. Up to 1,024
+    freed records are kept for reuse: a 16 KiB batch of small records is decoded without allocating any.
     """
 
     cdef readonly object offset
     cdef readonly object timestamp
     cdef readonly object key
     cdef readonly object value
-    cdef object _headers
+    cdef object headers
     cdef readonly object control_type
     cdef readonly object coordinator_epoch
 
@@ -299,13 +305,9 @@ cdef class Record:
         self.timestamp = <int64_t>timestamp
         self.key = key
         self.value = value
-        self._headers = headers or None
+        self.headers = headers or _NO_HEADERS
         self.control_type = control_type
         self.coordinator_epoch = coordinator_epoch
-
-    @property
-    def headers(self):
-        return [] if self._headers is None else self._headers
 
     def __eq__(self, other):
         return bf.record_equals(self, other)
@@ -342,12 +344,14 @@ cdef extern from *:
     Py_ssize_t RECORD_TIMESTAMP "KL_SLOT(Record, timestamp)"
     Py_ssize_t RECORD_KEY "KL_SLOT(Record, key)"
     Py_ssize_t RECORD_VALUE "KL_SLOT(Record, value)"
+    Py_ssize_t RECORD_HEADERS "KL_SLOT(Record, headers)"
     Py_ssize_t CONSUMER_TOPIC "KL_SLOT(ConsumerRecord, topic)"
     Py_ssize_t CONSUMER_PARTITION "KL_SLOT(ConsumerRecord, partition)"
     Py_ssize_t CONSUMER_OFFSET "KL_SLOT(ConsumerRecord, offset)"
     Py_ssize_t CONSUMER_TIMESTAMP "KL_SLOT(ConsumerRecord, timestamp)"
     Py_ssize_t CONSUMER_KEY "KL_SLOT(ConsumerRecord, key)"
     Py_ssize_t CONSUMER_VALUE "KL_SLOT(ConsumerRecord, value)"
+    Py_ssize_t CONSUMER_HEADERS "KL_SLOT(ConsumerRecord, headers)"
 
 cdef extern from "Python.h":
     ctypedef struct PyTypeObject:
@@ -355,18 +359,18 @@ cdef extern from "Python.h":
     object PyDescr_NewMember(PyTypeObject *cls, PyMemberDef *member)
     void PyType_Modified(PyTypeObject *cls)
 
-cdef PyMemberDef _SLOTS[10]
-_SLOT_NAMES = (b"offset", b"timestamp", b"key", b"value", b"topic", b"partition", b"offset", b"timestamp", b"key",
-               b"value")
+cdef PyMemberDef _SLOTS[12]
+_SLOT_NAMES = (b"offset", b"timestamp", b"key", b"value", b"headers", b"topic", b"partition", b"offset", b"timestamp",
+               b"key", b"value", b"headers")
 
 
 cdef int _serve_slots() except -1:
-    cdef Py_ssize_t offsets[10]
+    cdef Py_ssize_t offsets[12]
     cdef int i
-    offsets[:] = [RECORD_OFFSET, RECORD_TIMESTAMP, RECORD_KEY, RECORD_VALUE, CONSUMER_TOPIC, CONSUMER_PARTITION,
-                  CONSUMER_OFFSET, CONSUMER_TIMESTAMP, CONSUMER_KEY, CONSUMER_VALUE]
-    for i in range(10):
-        cls = Record if i < 4 else ConsumerRecord
+    offsets[:] = [RECORD_OFFSET, RECORD_TIMESTAMP, RECORD_KEY, RECORD_VALUE, RECORD_HEADERS, CONSUMER_TOPIC,
+                  CONSUMER_PARTITION, CONSUMER_OFFSET, CONSUMER_TIMESTAMP, CONSUMER_KEY, CONSUMER_VALUE, CONSUMER_HEADERS]
+    for i in range(12):
+        cls = Record if i < 5 else ConsumerRecord
         _SLOTS[i].name = PyBytes_AS_STRING(_SLOT_NAMES[i])
         _SLOTS[i].type = T_OBJECT_EX
         _SLOTS[i].offset = offsets[i]
@@ -736,8 +740,9 @@ cdef class RecordBatch:
             r.serialized_key_size = rv.klen
             r.serialized_value_size = rv.vlen
             r.serialized_header_size = -1
+            r.headers = _NO_HEADERS
             if rv.hcount:
-                r._headers = _headers_list(rv.headers, rv.end, rv.hcount)
+                r.headers = _headers_list(rv.headers, rv.end, rv.hcount)
                 r.serialized_header_size = _header_bytes(rv.headers, rv.end, rv.hcount)
             out.append(r)
         self._check_end(p, end)
@@ -773,8 +778,9 @@ cdef class RecordBatch:
         cdef int32_t i
         cdef bint log_append = self.attributes & 0x08
         cdef bint control = self.attributes & 0x20
-        cdef list out = []
+        cdef list out
         owner = self._open(verify_crc, max_decompressed_bytes, &p, &end)
+        out = PyList_New(self.records_count)  # _open bounded the count by the section's size
         for i in range(self.records_count):
             rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
             if rc:
@@ -784,14 +790,14 @@ cdef class RecordBatch:
             r.timestamp = self.max_timestamp if log_append else rv.ts
             r.key = _field(rv.key, rv.klen)
             r.value = _field(rv.value, rv.vlen)
-            if rv.hcount:
-                r._headers = _headers_list(rv.headers, rv.end, rv.hcount)
+            r.headers = _headers_list(rv.headers, rv.end, rv.hcount) if rv.hcount else _NO_HEADERS
             if control:
                 try:
                     r.control_type, r.coordinator_epoch = bf.control_fields(r.key, r.value)
                 except InvalidRecordError as exc:
                     raise self._error(InvalidRecordError, exc.message) from None
-            out.append(r)
+            Py_INCREF(r)
+            PyList_SET_ITEM(out, i, r)
         self._check_end(p, end)
         return out
 
@@ -1103,7 +1109,7 @@ cdef int header_refs(object headers, Grow *out, list keep) except -1:
     cdef Py_ssize_t i, n
     cdef HeaderRef ref
     cdef object h
-    if headers is None:
+    if headers is None or headers is _NO_HEADERS:
         return 0
     if PyList_CheckExact(headers):
         n = PyList_GET_SIZE(headers)
@@ -1247,7 +1253,7 @@ cdef int _fill_record(RecInfo *r, object item, int32_t prev, int64_t base_offset
             return 1
         r.off_delta = <int32_t>delta
         r.ts = rec.timestamp
-        key, value, headers = rec.key, rec.value, rec._headers
+        key, value, headers = rec.key, rec.value, rec.headers
     else:
         return 1
     if bytes_field(key, &r.key, keep) or bytes_field(value, &r.value, keep):
@@ -1627,23 +1633,62 @@ def index_search(buffer, Py_ssize_t entries, int entry_size, int64_t target):
     AbstractIndex.indexSlotRangeFor, the last 8 KiB of entries (the "warm" section, which
     recent reads keep in the page cache) are searched first.
     """
-    cdef const uint8_t[::1] view = _byte_view(buffer)
+    cdef Py_buffer buf
     cdef const uint8_t *p
     cdef Py_ssize_t warm, first_hot
     if entry_size not in (8, 12):
         raise ValueError("entry_size must be 8 (offset index) or 12 (time index)")
-    if entries < 0 or entries * entry_size > view.shape[0]:
-        raise ValueError(f"{entries} entries of {entry_size} bytes exceed the {view.shape[0]}-byte index")
-    if entries == 0:
-        return -1
-    p = &view[0]
-    warm = 8192 // entry_size
-    first_hot = max(<Py_ssize_t>0, entries - 1 - warm)
-    if _index_key(p, first_hot, entry_size) < target:
-        return _largest_le(p, first_hot, entries - 1, entry_size, target)
-    if _index_key(p, 0, entry_size) > target:
-        return -1
-    return _largest_le(p, 0, first_hot, entry_size, target)
+    PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)  # a mapping's buffer, without a memoryview around it
+    try:
+        if entries < 0 or entries * entry_size > buf.len:
+            raise ValueError(f"{entries} entries of {entry_size} bytes exceed the {buf.len}-byte index")
+        if entries == 0:
+            return -1
+        p = <const uint8_t *>buf.buf
+        warm = 8192 // entry_size
+        first_hot = max(<Py_ssize_t>0, entries - 1 - warm)
+        if _index_key(p, first_hot, entry_size) < target:
+            return _largest_le(p, first_hot, entries - 1, entry_size, target)
+        if _index_key(p, 0, entry_size) > target:
+            return -1
+        return _largest_le(p, 0, first_hot, entry_size, target)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+def scan_to_offset(buffer, int64_t position, int64_t offset, int64_t entry_offset, int64_t prev_last, upper):
+    """The first v2 batch in `buffer` (which starts at file `position`) whose last offset >= `offset`, found from
+    batch headers alone: (base offset, its position, its size, the last offset before it). The batch at `position`
+    (when position > 0) must end at `entry_offset`, the index entry that pointed there; every other batch must
+    follow its predecessor (above `prev_last`, below `upper` unless None). None when this walk cannot answer (the
+    buffer ends first, a header is short, a batch is not magic 2, or a check fails): the caller's batch-by-batch
+    walk then finds the batch or raises the precise error."""
+    cdef Py_buffer buf
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, pos = 0
+    cdef int64_t base, last, size, up = INT64_MAX if upper is None else <int64_t>upper
+    PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)
+    try:
+        p, n = <const uint8_t *>buf.buf, buf.len
+        while n - pos >= HEADER_SIZE:
+            base = <int64_t>kl_be64(p + pos)
+            size = <int64_t><int32_t>kl_be32(p + pos + 8) + LOG_OVERHEAD
+            if p[pos + 16] != 2 or size < HEADER_SIZE or size > n - pos:
+                return None
+            if kl_add_overflow(base, <int32_t>kl_be32(p + pos + 23), &last):
+                return None
+            if pos == 0 and position > 0:
+                if last != entry_offset:
+                    return None
+            elif base <= prev_last or last < base or last >= up:
+                return None
+            if last >= offset:
+                return base, position + pos, size, prev_last
+            prev_last = last
+            pos += size
+        return None
+    finally:
+        PyBuffer_Release(&buf)
 
 
 # --- leader append -----------------------------------------------------------------------------

@@ -282,6 +282,29 @@ def control_batch_params(kind, *, base_offset, producer_id, producer_epoch, coor
     return struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), check_timestamp(timestamp_ms)
 
 
+class _NoHeaders(list):
+    """The headers of every record that has none: one shared empty list, so it refuses changes.
+
+    Sharing it keeps decoding from allocating a list per record (a consumer's loop reads `headers` of each);
+    it compares, iterates, copies and pickles as `[]`.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a record without headers shares one read-only empty list; build a new list, "
+                        "for example list(record.headers), to add headers")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> str:
+        return "NO_HEADERS"
+
+
+NO_HEADERS = _NoHeaders()
+
+
 def record_fields(r) -> tuple:
     """A record's fields in constructor order (either twin's Record, or anything shaped like one)."""
     return (r.offset, r.timestamp, r.key, r.value, list(r.headers), r.control_type, r.coordinator_epoch)

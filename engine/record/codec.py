@@ -20,6 +20,7 @@ API = (
     "iter_batches",
     "decode_columnar",
     "index_search",
+    "scan_to_offset",
     "prepare_leader_append",
     "RecordBatch",
     "Record",

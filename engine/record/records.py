@@ -78,6 +78,10 @@ def _read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
     return (v >> 1) ^ -(v & 1), pos
 
 
+_BASE_AND_LENGTH = struct.Struct(">qi")  # a batch's baseOffset and batchLength
+_INT32 = struct.Struct(">i")
+
+
 # --- records ---------------------------------------------------------------------------------
 class Record:
     """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
@@ -93,7 +97,7 @@ class Record:
         self.timestamp = timestamp
         self.key = key
         self.value = value
-        self.headers = [] if headers is None else headers
+        self.headers = headers if headers else bf.NO_HEADERS
         self.control_type = control_type
         self.coordinator_epoch = coordinator_epoch
 
@@ -118,8 +122,8 @@ class ConsumerRecord:
     def __init__(self, *fields) -> None:
         for name, value in zip(CONSUMER_RECORD_FIELDS, fields, strict=True):
             setattr(self, name, value)
-        if self.headers is None:
-            self.headers = []
+        if not self.headers:
+            self.headers = bf.NO_HEADERS
 
     def __eq__(self, other) -> bool:
         return consumer_record_fields(self) == consumer_record_fields(other)
@@ -633,6 +637,34 @@ def index_search(buffer, entries: int, entry_size: int, target: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def scan_to_offset(buffer, position: int, offset: int, entry_offset: int, prev_last: int, upper: int | None):
+    """The first v2 batch in `buffer` (which starts at file `position`) whose last offset >= `offset`, found from
+    batch headers alone: (base offset, its position, its size, the last offset before it). The batch at `position`
+    (when position > 0) must end at `entry_offset`, the index entry that pointed there; every other batch must
+    follow its predecessor (above `prev_last`, below `upper` unless None). None when this walk cannot answer (the
+    buffer ends first, a header is short, a batch is not magic 2, or a check fails): the caller's batch-by-batch
+    walk then finds the batch or raises the precise error."""
+    mv = _as_view(buffer)
+    n, pos = len(mv), 0
+    while n - pos >= bf.HEADER_SIZE:
+        base, length = _BASE_AND_LENGTH.unpack_from(mv, pos)
+        size = length + bf.LOG_OVERHEAD
+        if mv[pos + 16] != bf.MAGIC or size < bf.HEADER_SIZE or size > n - pos:
+            return None
+        last = base + _INT32.unpack_from(mv, pos + 23)[0]
+        if not -2**63 <= last <= bf.INT64_MAX:
+            return None
+        if pos == 0 and position > 0:
+            if last != entry_offset:
+                return None
+        elif base <= prev_last or last < base or (upper is not None and last >= upper):
+            return None
+        if last >= offset:
+            return base, position + pos, size, prev_last
+        prev_last, pos = last, pos + size
+    return None
 
 
 def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_append_time: int,

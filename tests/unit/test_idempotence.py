@@ -153,6 +153,18 @@ def test_producer_state_survives_close_and_reopen(tmp_path):
             assert p.producer_id >= 1  # never reuses an id handed out before
 
 
+def test_a_new_log_has_no_snapshot_until_it_has_offsets_to_cover(tmp_path):
+    # Kafka's ProducerStateManager starts its snapshot offset at the log start: an empty log needs no snapshot
+    path = str(tmp_path / "data")
+    with engine.open(path, clock=engine.ManualClock(), background=False) as e:
+        e.create_topic("t")
+        assert not [f for f in os.listdir(os.path.join(path, "t-0")) if f.endswith(".snapshot")]
+    with engine.open(path, clock=engine.ManualClock(), background=False) as e:
+        assert not [f for f in os.listdir(os.path.join(path, "t-0")) if f.endswith(".snapshot")]
+        e.log("t", 0).append_as_leader(batch(0))
+    assert [f for f in os.listdir(os.path.join(path, "t-0")) if f.endswith(".snapshot")] == ["%020d.snapshot" % 3]
+
+
 def test_state_rebuilt_from_the_log_when_snapshots_are_gone_or_corrupt(tmp_path):
     path = str(tmp_path / "data")
     with engine.open(path, clock=engine.ManualClock(), background=False) as e:

@@ -227,3 +227,39 @@ def test_the_validator_counter_sees_a_shape_the_native_pass_hands_over(validator
     with pytest.raises(Exception, match="key must be bytes-like"):
         accumulator("cython", []).send("t", value=b"v", key="text")
     assert "check_send" in validator_calls
+
+
+def test_decoded_records_pass_back_to_the_encoder_and_send_natively(validator_calls):
+    native = selector.load("cython")
+    batch = native.encode_batch([(b"k", b"v", None, 1), (b"k2", b"v2", [("h", b"1")], 2)])
+    decoded = native.RecordBatch(batch).records()
+    assert decoded[0].headers is bf.NO_HEADERS
+    assert native.encode_batch(decoded) == batch
+    acc = accumulator("cython", [])
+    for r in decoded:
+        acc.send("t", value=r.value, key=r.key, headers=r.headers, timestamp_ms=r.timestamp)
+    assert validator_calls == []
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_record_without_headers_shares_one_read_only_empty_list(impl):
+    import copy
+    import pickle
+    codec = IMPLS[impl]
+    batch = codec.encode_batch([(b"k", b"v", None, 1), (None, b"v", [], 2), (b"k", b"v", [("h", None)], 3)])
+    records = codec.RecordBatch(batch).records()
+    consumed, _ = codec.RecordBatch(batch).consumer_records("t", 0, 0, 10)
+    empty = [r.headers for r in records[:2] + consumed[:2]] + [codec.Record(0, 0, None, None).headers]
+    assert all(h is bf.NO_HEADERS for h in empty)
+    assert empty[0] == [] and isinstance(empty[0], list) and list(empty[0]) == [] and not empty[0]
+    for change in (lambda h: h.append(("h", b"1")), lambda h: h.extend([]), lambda h: h.__setitem__(slice(0, 0), [1]),
+                   lambda h: h.__iadd__([("h", b"1")]), lambda h: h.insert(0, 1), lambda h: h.clear()):
+        with pytest.raises(TypeError, match="read-only empty list"):
+            change(empty[0])
+    assert bf.NO_HEADERS == []
+    assert pickle.loads(pickle.dumps(records[0])) == records[0]
+    assert pickle.loads(pickle.dumps(bf.NO_HEADERS)) is bf.NO_HEADERS
+    assert copy.copy(bf.NO_HEADERS) is bf.NO_HEADERS and copy.deepcopy(records[0].headers) is bf.NO_HEADERS
+    own = records[2].headers
+    own.append(("mine", b"2"))  # a record's own headers are its own list
+    assert codec.RecordBatch(batch).records()[2].headers == [("h", None)]
