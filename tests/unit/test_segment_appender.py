@@ -124,3 +124,21 @@ def test_a_failed_write_is_typed_and_loses_nothing(impl, tmp_path, monkeypatch):
     lg.append_as_leader(engine.encode_batch([(b"k", b"kept", None, T0)]))
     assert [r[2] for r in read_all(lg)] == [b"v", b"kept"]
     lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_appends_take_a_new_handle_whenever_the_pool_let_the_last_one_go(impl, tmp_path, monkeypatch):
+    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    fs = FileSystem()
+    lg = Log(fs, str(tmp_path / "t-0"), LogConfig(), ManualClock(T0))
+    seg = lg.active_segment
+    values = []
+    for step in range(4):
+        values.append(b"v%d" % step)
+        lg.append_as_leader(engine.encode_batch([(b"k", values[-1], None, T0)]))
+        seg.release_handle()  # the pool closes the append handle
+        if step % 2:
+            seg.flush()       # the segment's Python path takes a new one, which the pool then closes too
+            seg.release_handle()
+    assert [r[2] for r in read_all(lg)] == values
+    lg.close()
