@@ -85,13 +85,10 @@ class LocalLog:
         """A lone batch without a producer id checked, given offsets and appended by the active segment in one call
         (segments.segment_appender.append_plain): (next offset, max timestamp, its offset), or None when the general
         path must do it."""
-        config = self.config
         done = self.active_segment.appender.append_plain(data, first_offset, leader_epoch, log_append_time,
-                                                         max_batch_bytes, source, config.segment_bytes, self.clock)
+                                                         max_batch_bytes, source, self.config.segment_bytes, self.clock)
         if done is not None:
-            self.log_end_offset = done[0]  # _appended, inline: this is the hot path
-            if done[0] - self.recovery_point >= config.flush_messages:
-                self.flush()
+            self._appended(done[0] - 1)
         return done
 
     def append(self, last_offset: int, max_ts: int, offset_of_max: int, data, size: int,

@@ -18,7 +18,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_CheckExact, Py
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact
 from libc.errno cimport EINTR, errno
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
@@ -36,7 +36,6 @@ cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     void kl_put32(uint8_t *p, uint32_t v) nogil
     void kl_put64(uint8_t *p, uint64_t v) nogil
 
-cdef int64_t INT32_MAX = 2147483647
 cdef Py_ssize_t IOV_BATCH = 512     # iovecs per writev call (below every platform's IOV_MAX)
 log = logging.getLogger("kafkalog.segment")
 

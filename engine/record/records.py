@@ -78,10 +78,6 @@ def _read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
     return (v >> 1) ^ -(v & 1), pos
 
 
-_BASE_AND_LENGTH = struct.Struct(">qi")  # a batch's baseOffset and batchLength
-_INT32 = struct.Struct(">i")
-
-
 # --- records ---------------------------------------------------------------------------------
 class Record:
     """One record: offset, timestamp (ms, as Kafka reports it), key, value, headers.
@@ -649,11 +645,11 @@ def scan_to_offset(buffer, position: int, offset: int, entry_offset: int, prev_l
     mv = _as_view(buffer)
     n, pos = len(mv), 0
     while n - pos >= bf.HEADER_SIZE:
-        base, length = _BASE_AND_LENGTH.unpack_from(mv, pos)
+        base, length = struct.unpack_from(">qi", mv, pos)
         size = length + bf.LOG_OVERHEAD
         if mv[pos + 16] != bf.MAGIC or size < bf.HEADER_SIZE or size > n - pos:
             return None
-        last = base + _INT32.unpack_from(mv, pos + 23)[0]
+        last = base + struct.unpack_from(">i", mv, pos + 23)[0]
         if not -2**63 <= last <= bf.INT64_MAX:
             return None
         if pos == 0 and position > 0:
