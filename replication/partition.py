@@ -355,13 +355,14 @@ class Partition(PartitionView):
     def _maybe_increment_hw(self) -> bool:
         """The HW becomes the smallest log end over the ISR and caught-up followers, if that is higher."""
         log = self.log
-        if self.remote and len(self.isr) < self.min_isr:
-            return False
-        now = self.clock.time_ms()
         candidate = log.log_end_offset
-        for b, r in self.remote.items():
-            if b in self.isr or r.caught_up(now, self.lag_max_ms) and r.log_end_offset >= 0:
-                candidate = min(candidate, r.log_end_offset)
+        if self.remote:
+            if len(self.isr) < self.min_isr:
+                return False
+            now = self.clock.time_ms()
+            for b, r in self.remote.items():
+                if b in self.isr or r.caught_up(now, self.lag_max_ms) and r.log_end_offset >= 0:
+                    candidate = min(candidate, r.log_end_offset)
         if candidate <= log.high_watermark:
             return False
         log.update_high_watermark(candidate)

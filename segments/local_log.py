@@ -80,13 +80,15 @@ class LocalLog:
         self._appended(last_offset)
         return True
 
-    def append_plain(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
-                     source: str) -> tuple[int, int, int] | None:
-        """A lone batch without a producer id checked, given offsets and appended by the active segment in one call
-        (segments.segment_appender.append_plain): (next offset, max timestamp, its offset), or None when the general
+    def append_batch(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
+                     source: str, producer: tuple[int, int, int, bool] | None = None) -> tuple[int, int, int] | None:
+        """A lone batch checked, given offsets and appended by the active segment in one call, when it has no
+        producer id or is `producer`'s next batch: (id, epoch, base sequence, transactional)
+        (segments.segment_appender.append_batch): (next offset, max timestamp, its offset), or None when the general
         path must do it."""
-        done = self.active_segment.appender.append_plain(data, first_offset, leader_epoch, log_append_time,
-                                                         max_batch_bytes, source, self.config.segment_bytes, self.clock)
+        done = self.active_segment.appender.append_batch(data, first_offset, leader_epoch, log_append_time,
+                                                         max_batch_bytes, source, self.config.segment_bytes,
+                                                         self.clock, *(producer or ()))
         if done is not None:
             self._appended(done[0] - 1)
         return done

@@ -58,19 +58,29 @@ class SegmentAppender:
         self.append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches)
         return True
 
-    def append_plain(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
-                     source: str, segment_bytes: int, clock) -> tuple[int, int, int] | None:
-        """A leader's append of one batch without a producer id (no producer state to check), in one call: the
-        leader's checks of the batch (engine.record.codec.prepare_leader_append), offsets from `first_offset` and
-        the leader epoch, the roll check and the write. Returns (next offset, max timestamp, offset of the max
-        timestamp); None, with nothing done, when `data` is not one such batch or the segment must roll first (the
-        log's general path then checks, rolls and appends)."""
+    def append_batch(self, data, first_offset: int, leader_epoch: int, log_append_time: int, max_batch_bytes: int,
+                     source: str, segment_bytes: int, clock, producer_id: int = -1, producer_epoch: int = -1,
+                     base_sequence: int = -1, transactional: bool = False) -> tuple[int, int, int] | None:
+        """A leader's append of one batch in one call, when its producer state needs no check (no producer id) or
+        is the one given (`producer_id` >= 0: the batch must carry that id, `producer_epoch`, `base_sequence` and
+        the `transactional` flag, and not be a control batch): the leader's checks of the batch
+        (engine.record.codec.prepare_leader_append), offsets from `first_offset` and the leader epoch, the roll
+        check and the write. Returns (next offset, max timestamp, offset of the max timestamp); None, with nothing
+        done, when `data` is not one such batch or the segment must roll first (the log's general path then
+        checks, rolls and appends)."""
         view = memoryview(data).cast("B")
         n = view.nbytes
         if n < bf.HEADER_SIZE:
             return None
-        base, length, _, magic, _, _, last_delta, _, max_ts, producer_id, _, _, _ = bf.HEADER.unpack_from(view)
-        if length + bf.LOG_OVERHEAD != n or magic != 2 or base < 0 or last_delta < 0 or producer_id >= 0:
+        base, length, _, magic, _, attributes, last_delta, _, max_ts, pid, epoch, sequence, _ = bf.HEADER.unpack_from(
+            view)
+        if length + bf.LOG_OVERHEAD != n or magic != 2 or base < 0 or last_delta < 0:
+            return None
+        if producer_id < 0:
+            if pid >= 0:
+                return None
+        elif (pid, epoch, sequence, attributes & (bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG)) != (
+                producer_id, producer_epoch, base_sequence, bf.TRANSACTIONAL_FLAG if transactional else 0):
             return None
         last = first_offset + last_delta
         if self.should_roll(n, log_append_time if log_append_time >= 0 else max_ts, last, clock.time_ms(),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections import deque
 from typing import NamedTuple
 
@@ -42,6 +43,7 @@ log = logging.getLogger("kafkalog.producer_state")
 NUM_BATCHES_TO_RETAIN = 5
 NO_EPOCH = -1
 SNAPSHOT = ".snapshot"
+_PRODUCER_ID = struct.Struct(">q")
 
 
 class CompletedTxn(NamedTuple):
@@ -120,6 +122,29 @@ class ProducerStateManager:
         if entry is None:
             return None
         return entry.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+
+    def next_batch(self, data) -> tuple[int, int, int, bool] | None:
+        """What the one batch in `data` must carry to pass every check of a client append unchanged: (its producer
+        id, that producer's epoch, the sequence after its last batch, whether its transaction is open). None when
+        `data` has no producer id or its producer's next batch needs the full checks (an unknown producer, one
+        without retained batches)."""
+        try:
+            producer_id = _PRODUCER_ID.unpack_from(data, bf.PRODUCER_ID_OFFSET)[0]
+        except (struct.error, TypeError):
+            return None
+        entry = self.producers.get(producer_id) if producer_id >= 0 else None
+        if entry is None or entry.epoch == NO_EPOCH or not entry.batches:
+            return None
+        return producer_id, entry.epoch, bf.increment_sequence(entry.last_seq, 1), entry.txn_first_offset >= 0
+
+    def append_next(self, expected: tuple[int, int, int, bool], first_offset: int, last_offset: int,
+                    timestamp: int) -> None:
+        """`update` for a batch appended at [first_offset, last_offset] that carried what `next_batch` expected."""
+        producer_id, _, base_sequence, _ = expected
+        entry = self.producers[producer_id]
+        delta = last_offset - first_offset
+        entry.batches.append(BatchMetadata(bf.increment_sequence(base_sequence, delta), last_offset, delta, timestamp))
+        entry.last_timestamp = timestamp
 
     def validate(self, batch, source: str | None = None, check_sequence: bool = True) -> None:
         """Kafka's checks for an append: producer epoch, sequence (a client's; a coordinator's batches carry

@@ -58,7 +58,6 @@ from txn.read_committed import marker_of
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20
-PRODUCER_ID = 43  # where a batch header's producer id starts (its sign bit is the first byte's top bit)
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 CLIENT, COORDINATOR = "client", "coordinator"  # Kafka's AppendOrigin of a leader append
 
@@ -249,25 +248,28 @@ class UnifiedLog:
         with self._lock:
             append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = self.local.log_end_offset
-            if not (allow_control or config.compact):  # a lone batch without a producer id goes in one native call
+            ps = self.producer_state
+            if not (allow_control or config.compact):  # a lone batch its producer state lets through as is: one call
+                producer = ps.next_batch(data) if origin == CLIENT else None
                 try:
-                    plain = self.local.append_plain(data, first, leader_epoch, append_time, config.max_message_bytes,
-                                                    self.dir)
+                    done = self.local.append_batch(data, first, leader_epoch, append_time, config.max_message_bytes,
+                                                   self.dir, producer)
                 except OSError as exc:
                     raise self._storage_error("append", exc) from exc
-                if plain is not None:
-                    end, max_ts, offset_of_max = plain
+                if done is not None:
+                    end, max_ts, offset_of_max = done
                     self.leader_epochs.assign(leader_epoch, first)
-                    self.producer_state.map_end_offset = end
+                    if producer is not None:
+                        ps.append_next(producer, first, end - 1, max_ts)
+                    ps.map_end_offset = end
                     return _append_info((first, end - 1, max_ts, offset_of_max, append_time, 1, size, False,
                                          leader_epoch))
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
-            unowned = count == 1 and pieces[0][PRODUCER_ID] & 0x80  # a negative producer id: no producer state
+            unowned = count == 1 and pieces[0][bf.PRODUCER_ID_OFFSET] & 0x80  # a negative producer id: no state
             producer_batch = None if unowned else _producer_batch(pieces, count, self.dir)
             if config.compact:
                 self._check_keys(data)
-            ps = self.producer_state
             marker = None
             if producer_batch is not None:
                 if producer_batch.is_control:

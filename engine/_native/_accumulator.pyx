@@ -7,7 +7,7 @@ buffer, headers as a list or tuple of (str, value) tuples); one they do not take
 validator engine.record.batch_format.check_send, which raises the twin's error. Each record is encoded straight
 into its partition's open batch, a RecordsBuilder of the native core. The batch objects come from the
 `batch_class` the producer layer gives.
-Thread-safety: state changes hold the accumulator's lock (a PyThread lock, taken without the GIL only
+Thread-safety: state changes hold the accumulator's lock (a pthread mutex, taken without the GIL only
 when contended); no Python code runs while it is held.
 """
 cimport cython
@@ -15,15 +15,6 @@ from cpython.bytes cimport PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_AsTuple, PyList_CheckExact
 from cpython.long cimport PyLong_CheckExact
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.pythread cimport (
-    NOWAIT_LOCK,
-    WAIT_LOCK,
-    PyThread_acquire_lock,
-    PyThread_allocate_lock,
-    PyThread_free_lock,
-    PyThread_release_lock,
-    PyThread_type_lock,
-)
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
@@ -145,10 +136,22 @@ cdef class _Topic:
         free(self.sizes)
 
 
-cdef inline void _acquire(PyThread_type_lock lock) noexcept:
-    if not PyThread_acquire_lock(lock, NOWAIT_LOCK):
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *mutex, const void *attr)
+    int pthread_mutex_destroy(pthread_mutex_t *mutex)
+    int pthread_mutex_lock(pthread_mutex_t *mutex)
+    int pthread_mutex_trylock(pthread_mutex_t *mutex)
+    int pthread_mutex_unlock(pthread_mutex_t *mutex)
+
+
+cdef inline void _acquire(pthread_mutex_t *lock) noexcept:
+    """A plain mutex (CPython 3.11's own lock reads the monotonic clock on every acquire, even an uncontended
+    one); the GIL is let go only to wait for it."""
+    if pthread_mutex_trylock(lock):
         with nogil:
-            PyThread_acquire_lock(lock, WAIT_LOCK)
+            pthread_mutex_lock(lock)
 
 
 cdef class RecordAccumulator:
@@ -158,16 +161,14 @@ cdef class RecordAccumulator:
     cdef object _lookup, _drain, _on_full, _on_open, _clock, _partitioner, _random
     cdef dict _topics
     cdef list _sealed
-    cdef PyThread_type_lock _lock
+    cdef pthread_mutex_t _lock
 
     def __cinit__(self):
-        self._lock = PyThread_allocate_lock()
-        if self._lock == NULL:
+        if pthread_mutex_init(&self._lock, NULL):
             raise MemoryError()
 
     def __dealloc__(self):
-        if self._lock != NULL:
-            PyThread_free_lock(self._lock)
+        pthread_mutex_destroy(&self._lock)
 
     def __init__(self, *, batch_size, max_request_size, lookup, drain, on_full, on_open=None, clock=None,
                  partitioner=None, seed=None):
@@ -206,9 +207,9 @@ cdef class RecordAccumulator:
             raise MemoryError()
         for i in range(t.count):
             t.sizes[i] = 0
-        _acquire(self._lock)
+        _acquire(&self._lock)
         t = <_Topic>self._topics.setdefault(topic, t)
-        PyThread_release_lock(self._lock)
+        pthread_mutex_unlock(&self._lock)
         return t
 
     cdef Py_ssize_t _fixed_partition(self, _Topic t, topic, key, const Field *kf, partition) except -2:
@@ -317,7 +318,7 @@ cdef class RecordAccumulator:
         fixed = self._fixed_partition(t, topic, key, kf, partition)
         sticky = fixed < 0
         while True:  # build a batch outside the lock if one may be needed, then re-check under it
-            _acquire(self._lock)
+            _acquire(&self._lock)
             try:
                 p = self._sticky(t) if sticky else fixed
                 batch = t.open[p]
@@ -344,33 +345,33 @@ cdef class RecordAccumulator:
                         flags[0] |= 2
                     return batch
             finally:
-                PyThread_release_lock(self._lock)
+                pthread_mutex_unlock(&self._lock)
             spare = self._batch_class(topic, p, self._now_ms(), self._drain, new_builder(t.cap))
 
     def seal(self, batch):
         """Seal `batch` if it is still open."""
         cdef _Topic t = <_Topic>self._topics.get(batch.topic)
-        _acquire(self._lock)
+        _acquire(&self._lock)
         if t is not None and t.open[batch.partition] is batch:
             self._seal(t, batch.partition)
-        PyThread_release_lock(self._lock)
+        pthread_mutex_unlock(&self._lock)
 
     def seal_all(self):
         cdef _Topic t
         cdef Py_ssize_t p
-        _acquire(self._lock)
+        _acquire(&self._lock)
         for t in self._topics.values():
             for p in range(t.count):
                 if t.open[p] is not None:
                     self._seal(t, p)
-        PyThread_release_lock(self._lock)
+        pthread_mutex_unlock(&self._lock)
 
     def seal_expired(self, int64_t now_ms, int64_t linger_ms):
         """Seal the open batches at least `linger_ms` old; the next expiry time, or -1 if none is open."""
         cdef _Topic t
         cdef Py_ssize_t p
         cdef int64_t nxt = -1, created
-        _acquire(self._lock)
+        _acquire(&self._lock)
         try:
             for t in self._topics.values():
                 for p in range(t.count):
@@ -383,21 +384,21 @@ cdef class RecordAccumulator:
                     elif nxt < 0 or created + linger_ms < nxt:
                         nxt = created + linger_ms
         finally:
-            PyThread_release_lock(self._lock)
+            pthread_mutex_unlock(&self._lock)
         return nxt
 
     def take_sealed(self):
         """The sealed batches in sealing order (the accumulator forgets them)."""
-        _acquire(self._lock)
+        _acquire(&self._lock)
         out, self._sealed = self._sealed, []
-        PyThread_release_lock(self._lock)
+        pthread_mutex_unlock(&self._lock)
         return out
 
     def forget_topic(self, topic):
         """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
         cdef _Topic t
-        _acquire(self._lock)
+        _acquire(&self._lock)
         t = <_Topic>self._topics.pop(topic, None)
         if t is not None:
             self._sealed.extend([b for b in t.open if b is not None])
-        PyThread_release_lock(self._lock)
+        pthread_mutex_unlock(&self._lock)

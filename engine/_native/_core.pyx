@@ -1724,12 +1724,19 @@ cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int
     return batch_max
 
 
-cdef Py_ssize_t plain_batch_size(const uint8_t *p, Py_ssize_t n) noexcept:
-    """`n` when the buffer is exactly one well-framed v2 batch without a producer id (no producer state to check),
-    else 0 (its checks are left to the full path)."""
+cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n, int64_t producer_id, int32_t producer_epoch,
+                                int32_t base_sequence, bint transactional) noexcept:
+    """`n` when the buffer is exactly one well-framed v2 batch that is either without a producer id (`producer_id`
+    < 0: no producer state to check) or that producer's next one (its id, its epoch, the expected base sequence, the
+    transactional flag given, no control flag); else 0 (its checks are left to the full path)."""
     if n < HEADER_SIZE or <int64_t>kl_be32(p + 8) + LOG_OVERHEAD != n or p[16] != 2:
         return 0
-    if <int64_t>kl_be64(p) < 0 or <int32_t>kl_be32(p + 23) < 0 or <int64_t>kl_be64(p + 43) >= 0:
+    if <int64_t>kl_be64(p) < 0 or <int32_t>kl_be32(p + 23) < 0:
+        return 0
+    if producer_id < 0:
+        return 0 if <int64_t>kl_be64(p + 43) >= 0 else n
+    if (<int64_t>kl_be64(p + 43) != producer_id or <int16_t>kl_be16(p + 51) != producer_epoch
+            or <int32_t>kl_be32(p + 53) != base_sequence or (kl_be16(p + 21) & 0x30) != (0x10 if transactional else 0)):
         return 0
     return n
 

@@ -23,7 +23,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
 
-from engine._native._core cimport HEADER_SIZE, leader_batch, plain_batch_size
+from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size
 
 import logging
 import os
@@ -200,13 +200,16 @@ cdef class SegmentAppender:
         self._append(largest_offset, largest_timestamp, offset_of_max_timestamp, data, size, batches, NULL, 0)
         return True
 
-    def append_plain(self, data, int64_t first_offset, int32_t leader_epoch, int64_t log_append_time,
-                     Py_ssize_t max_batch_bytes, source, int64_t segment_bytes, clock):
-        """A leader's append of one batch without a producer id (no producer state to check), in one call: the
-        leader's checks of the batch (engine._native._core), offsets from `first_offset` and the leader epoch, the
-        roll check and the write. Returns (next offset, max timestamp, offset of the max timestamp); None, with
-        nothing done, when `data` is not one such batch or the segment must roll first (the log's general path
-        then checks, rolls and appends)."""
+    def append_batch(self, data, int64_t first_offset, int32_t leader_epoch, int64_t log_append_time,
+                     Py_ssize_t max_batch_bytes, source, int64_t segment_bytes, clock, int64_t producer_id=-1,
+                     int32_t producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False):
+        """A leader's append of one batch in one call, when its producer state needs no check (no producer id) or
+        is the one given (`producer_id` >= 0: the batch must carry that id, `producer_epoch`, `base_sequence` and
+        the `transactional` flag, and not be a control batch): the leader's checks of the batch
+        (engine._native._core), offsets from `first_offset` and the leader epoch, the roll check and the write.
+        Returns (next offset, max timestamp, offset of the max timestamp); None, with nothing done, when `data` is
+        not one such batch or the segment must roll first (the log's general path then checks, rolls and
+        appends)."""
         cdef Py_buffer buf
         cdef uint8_t header[HEADER_SIZE]
         cdef iovec iov[2]
@@ -216,7 +219,7 @@ cdef class SegmentAppender:
         PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
         try:
             p, n = <const uint8_t *>buf.buf, buf.len
-            if not plain_batch_size(p, n):
+            if not lone_batch_size(p, n, producer_id, producer_epoch, base_sequence, transactional):
                 return None
             last = first_offset + <int32_t>kl_be32(p + 23)
             max_ts = log_append_time if log_append_time >= 0 else <int64_t>kl_be64(p + 35)

@@ -23,6 +23,7 @@ LOG_OVERHEAD = 12
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = 14          # smallest legal size field of any magic (LegacyRecord.RECORD_OVERHEAD_V0)
 ATTRIBUTES_OFFSET = 21
+PRODUCER_ID_OFFSET = 43      # its sign bit is the first byte's top bit
 MAGIC = 2
 MIN_RECORD_SIZE = 7          # a record of empty fields: 7 one-byte varints/bytes
 INT32_MAX = 2**31 - 1
