@@ -32,7 +32,8 @@ def _append_log(batches: list[bytes], scratch: str):
         lg = Log(FileSystem(), os.path.join(d, "bench-0"), LogConfig(), SystemClock())
         for b in batches:
             lg.append_as_leader(b)
-        shutil.rmtree(d)  # no flush: "flush at roll only", and nothing rolls within 1 GiB
+        lg.close(flush=False)  # no flush: "flush at roll only", and nothing rolls within 1 GiB; closed as the raw
+        shutil.rmtree(d)       # side closes its descriptor (an open one would keep the deleted file's pages cached)
     return call
 
 
