@@ -151,10 +151,10 @@ class LocalLog:
 
     # --- reading ------------------------------------------------------------------------------
     def read(self, start_offset: int, max_bytes: int, upper_bound: int, min_one_message: bool,
-             check=None, active_end: tuple[int, int] | None = None) -> FetchData:
+             epochs: list[tuple[int, int]] | None = None, active_end: tuple[int, int] | None = None) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
-        `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO); `check(batch)`
-        sees each batch returned (the layers above add their own checks to the one pass over the headers).
+        `min_one_message`), never a batch whose last offset reaches `upper_bound` (<= the LEO); each batch returned
+        must carry the leader epoch `epochs` (the leader-epoch cache's entries) gives its offset (LogSegment.read).
         `active_end` (base offset, size) of the active segment taken with the LEO under the caller's lock: bytes
         appended after it are not read."""
         leo = self.log_end_offset
@@ -169,7 +169,7 @@ class LocalLog:
             if position is None and active_end is not None and active_end[0] == seg.base_offset:
                 position = active_end[1]
             got = seg.read(start_offset, max_bytes, position, min_one_message, upper=leo if nxt is None else nxt,
-                           check=check)
+                           epochs=epochs)
             if got is not None:
                 return FetchData(start_offset, seg.base_offset, got[0], got[1])
             seg, nxt = self.segments.following(seg.base_offset)  # nothing at or after start_offset here (a gap)

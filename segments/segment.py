@@ -18,6 +18,7 @@ reads may run concurrently with an append and see a consistent prefix.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
@@ -236,12 +237,14 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = True, upper: int | None = None, check=None) -> tuple[int, memoryview] | None:
+             min_one_message: bool = True, upper: int | None = None,
+             epochs: list[tuple[int, int]] | None = None) -> tuple[int, memoryview] | None:
         """(position, view) of whole batches from the one holding `start_offset`, at most `max_size`
         bytes (or one batch with min_one_message) and never past `max_position`; None past the end.
         Every batch from the indexed one to the last returned is checked to continue its predecessor and
-        to end below `upper` (the next segment's base, or the log end): CorruptRecordError otherwise; and
-        `check(batch)` is called on each batch returned."""
+        to end below `upper` (the next segment's base, or the log end), and each one returned to carry the leader
+        epoch `epochs` (the leader-epoch cache's (epoch, start offset) entries) gives its offset (a batch's epoch
+        is outside its CRC: a flipped one would reach consumers as a wrong record): CorruptRecordError otherwise."""
         try:
             found = self._locate(start_offset, upper)
         except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
@@ -261,16 +264,18 @@ class LogSegment:
             data = scanned[start.position - scanned_from:stop - scanned_from]
         else:
             data = self.window(start.position, stop)
-        end = 0
-        for batch in codec.iter_batches(data, position=start.position, source=self.log_path):
-            if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
-                break
-            if end:
-                self.check_follows(batch, prev_last, upper)
-            if check is not None:
-                check(batch)
-            prev_last = batch.last_offset
-            end += batch.size_in_bytes
+        end = codec.take_span(data, max_size, min_one_message, prev_last, upper, epochs)  # headers only
+        if end is None:  # a check fails: the batch-by-batch walk names it
+            end = 0
+            for batch in codec.iter_batches(data, position=start.position, source=self.log_path):
+                if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
+                    break
+                if end:
+                    self.check_follows(batch, prev_last, upper)
+                if epochs:
+                    self.check_epoch(batch, epochs)
+                prev_last = batch.last_offset
+                end += batch.size_in_bytes
         return start.position, data[:end]
 
     def locate(self, offset: int, upper: int | None, use_index: bool = True) -> tuple[OffsetPosition, int] | None:
@@ -309,6 +314,18 @@ class LogSegment:
             raise CorruptRecordError(
                 f"batch offsets [{batch.base_offset}, {batch.last_offset}] do not follow offset {prev_last}"
                 + ("" if upper is None else f" and end below {upper}"),
+                file=self.log_path, position=batch.position, offset=batch.base_offset)
+
+    def check_epoch(self, batch, epochs: list[tuple[int, int]]) -> None:
+        """A batch must carry the leader epoch that the leader-epoch entries give its base offset (the last entry
+        starting at or below it; none below the first entry's start): CorruptRecordError otherwise."""
+        if not epochs or batch.base_offset < epochs[0][1]:
+            return
+        epoch, start = epochs[bisect.bisect_right(epochs, batch.base_offset, key=lambda entry: entry[1]) - 1]
+        if batch.partition_leader_epoch != epoch:
+            raise CorruptRecordError(
+                f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
+                f"but epoch {epoch} leads from offset {start}",
                 file=self.log_path, position=batch.position, offset=batch.base_offset)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:

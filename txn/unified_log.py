@@ -27,7 +27,6 @@ Thread-safety: appends, roll, flush, truncation and retention hold the log's loc
 """
 from __future__ import annotations
 
-import bisect
 import threading
 from contextlib import contextmanager
 from functools import partial
@@ -408,7 +407,7 @@ class UnifiedLog:
             raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{start}, {leo}]", file=self.dir,
                                         offset=start_offset)
         bound = leo if upper_bound is None else min(upper_bound, leo)
-        return self.local.read(start_offset, max_bytes, bound, min_one_message, check=self._check_epoch,
+        return self.local.read(start_offset, max_bytes, bound, min_one_message, epochs=self.leader_epochs.entries,
                                active_end=(base, size))
 
     def tail(self) -> tuple[int, int, int]:
@@ -450,20 +449,6 @@ class UnifiedLog:
     def collect_aborted(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper_bound) (segments.local_log.collect_aborted)."""
         return self.local.collect_aborted(start_offset, upper_bound)
-
-    def _check_epoch(self, batch) -> None:
-        """A batch read must carry the leader epoch the checkpoint gives its offset (the header's epoch is
-        outside the CRC: a flipped one would reach consumers as a wrong record). CorruptRecordError otherwise."""
-        entries = self.leader_epochs.entries
-        if not entries or batch.base_offset < entries[0][1]:
-            return
-        i = len(entries) - 1 if batch.base_offset >= entries[-1][1] else bisect.bisect_right(
-            entries, batch.base_offset, key=lambda entry: entry[1]) - 1  # usually the latest epoch's
-        if batch.partition_leader_epoch != entries[i][0]:
-            raise CorruptRecordError(
-                f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "
-                f"but epoch {entries[i][0]} leads from offset {entries[i][1]}",
-                file=self.dir, position=batch.position, offset=batch.base_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` (ListOffsets);

@@ -1691,6 +1691,86 @@ def scan_to_offset(buffer, int64_t position, int64_t offset, int64_t entry_offse
         PyBuffer_Release(&buf)
 
 
+def take_span(buffer, Py_ssize_t max_size, bint min_one_message, int64_t prev_last, upper, epochs):
+    """How many bytes of `buffer` a read returns: whole batches from its start (the first one located and checked
+    by the caller) while they fit `max_size` (the first always, with `min_one_message`), up to a partial tail.
+    Every batch after the first must follow its predecessor (above `prev_last`, below `upper` unless None), and
+    each must carry the leader epoch that `epochs` (a list of (epoch, start offset) in order, the leader-epoch
+    cache's entries; None: unchecked) gives its base offset. None when the caller's batch-by-batch walk would raise
+    (a malformed header, a check that fails): that walk then raises the precise error."""
+    cdef Py_buffer buf
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, pos = 0
+    cdef int64_t base, last, length, size, up = INT64_MAX if upper is None else <int64_t>upper
+    cdef int32_t delta
+    _check_epochs(epochs)
+    PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)
+    try:
+        p, n = <const uint8_t *>buf.buf, buf.len
+        while n - pos >= UP_TO_MAGIC:  # the framing checks of iter_batches, in its order
+            base = <int64_t>kl_be64(p + pos)
+            length = <int32_t>kl_be32(p + pos + 8)
+            if length < MIN_ENTRY_SIZE:
+                return None
+            size = length + LOG_OVERHEAD
+            if size > n - pos:
+                break
+            if p[pos + 16] != 2 or size < HEADER_SIZE:
+                return None
+            delta = <int32_t>kl_be32(p + pos + 23)
+            if base < 0 or delta < 0 or base >= INT64_MAX - delta:
+                return None
+            last = base + delta
+            if pos + size > max_size and not (min_one_message and pos == 0):
+                break
+            if pos and (base <= prev_last or last >= up):
+                return None
+            if epochs is not None and not _epoch_matches(<list>epochs, base, <int32_t>kl_be32(p + pos + 12)):
+                return None
+            prev_last = last
+            pos += size
+        return pos
+    finally:
+        PyBuffer_Release(&buf)
+
+
+cdef int _check_epochs(object epochs) except -1:
+    """TypeError unless `epochs` is None or a list of (int, int) tuples (the twin's check, word for word)."""
+    cdef Py_ssize_t i
+    cdef object entry
+    if epochs is None:
+        return 0
+    if PyList_CheckExact(epochs):
+        for i in range(PyList_GET_SIZE(epochs)):
+            entry = <object>PyList_GET_ITEM(epochs, i)
+            if not (PyTuple_CheckExact(entry) and PyTuple_GET_SIZE(entry) == 2
+                    and PyLong_CheckExact(<object>PyTuple_GET_ITEM(entry, 0))
+                    and PyLong_CheckExact(<object>PyTuple_GET_ITEM(entry, 1))):
+                break
+        else:
+            return 0
+    raise TypeError("epochs must be None or a list of (epoch, start offset) int tuples")
+
+
+cdef inline int64_t _entry(list entries, Py_ssize_t i, Py_ssize_t field) except? -1:
+    return <int64_t>(<object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(entries, i), field))
+
+
+cdef bint _epoch_matches(list entries, int64_t base, int32_t epoch) except -1:
+    """Whether a batch at `base` carries the epoch the leader-epoch entries (checked by _check_epochs) give that
+    offset: the last entry starting at or below it (any epoch below the first entry's start)."""
+    cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(entries), mid
+    if hi == 0 or base < _entry(entries, 0, 1):
+        return True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _entry(entries, mid, 1) <= base:
+            lo = mid
+        else:
+            hi = mid
+    return _entry(entries, lo, 0) == epoch
+
+
 # --- leader append -----------------------------------------------------------------------------
 cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int64_t offset, int32_t leader_epoch,
                           int64_t log_append_time, Py_ssize_t max_batch_bytes, bint allow_control, object source,

@@ -21,6 +21,7 @@ API = (
     "decode_columnar",
     "index_search",
     "scan_to_offset",
+    "take_span",
     "prepare_leader_append",
     "RecordBatch",
     "Record",

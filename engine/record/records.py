@@ -10,6 +10,7 @@ Stateless; thread-safe. Leaf module.
 """
 from __future__ import annotations
 
+import bisect
 import struct
 from array import array
 from typing import Iterable, Iterator
@@ -661,6 +662,44 @@ def scan_to_offset(buffer, position: int, offset: int, entry_offset: int, prev_l
             return base, position + pos, size, prev_last
         prev_last, pos = last, pos + size
     return None
+
+
+def take_span(buffer, max_size: int, min_one_message: bool, prev_last: int, upper: int | None,
+              epochs: list[tuple[int, int]] | None) -> int | None:
+    """How many bytes of `buffer` a read returns: whole batches from its start (the first one located and checked
+    by the caller) while they fit `max_size` (the first always, with `min_one_message`), up to a partial tail.
+    Every batch after the first must follow its predecessor (above `prev_last`, below `upper` unless None), and
+    each must carry the leader epoch that `epochs` (a list of (epoch, start offset) in order, the leader-epoch
+    cache's entries; None: unchecked) gives its base offset. None when the caller's batch-by-batch walk would raise
+    (a malformed header, a check that fails): that walk then raises the precise error."""
+    if epochs is not None and not (type(epochs) is list and all(
+            type(e) is tuple and len(e) == 2 and type(e[0]) is int and type(e[1]) is int for e in epochs)):
+        raise TypeError("epochs must be None or a list of (epoch, start offset) int tuples")
+    mv = _as_view(buffer)
+    n, pos = len(mv), 0
+    while n - pos >= bf.HEADER_SIZE_UP_TO_MAGIC:  # the framing checks of iter_batches, in its order
+        base, length = struct.unpack_from(">qi", mv, pos)
+        if length < bf.MIN_ENTRY_SIZE:
+            return None
+        size = length + bf.LOG_OVERHEAD
+        if size > n - pos:
+            break
+        if mv[pos + 16] != bf.MAGIC or size < bf.HEADER_SIZE:
+            return None
+        epoch, delta = struct.unpack_from(">i", mv, pos + 12)[0], struct.unpack_from(">i", mv, pos + 23)[0]
+        if base < 0 or delta < 0 or base >= bf.INT64_MAX - delta:
+            return None
+        last = base + delta
+        if pos + size > max_size and not (min_one_message and pos == 0):
+            break
+        if pos and (base <= prev_last or (upper is not None and last >= upper)):
+            return None
+        if epochs and base >= epochs[0][1]:
+            i = bisect.bisect_right(epochs, base, key=lambda entry: entry[1]) - 1
+            if epochs[i][0] != epoch:
+                return None
+        prev_last, pos = last, pos + size
+    return pos
 
 
 def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_append_time: int,
