@@ -19,6 +19,24 @@ VALUE = 100
 CONSUME_RECORDS = 40_000
 
 
+class FreshTopic:
+    """A topic of its own for each timed call of a produce workload. The previous call's topic is deleted first,
+    inside the call, as the f.write loop truncates its last file inside its own: a topic that kept every
+    repetition's records would leave gigabytes of dirty pages, whose writeback competes with later repetitions
+    for this VM's two cores, and would grow past a segment roll (a flush of 1 GiB) in the middle of a call."""
+
+    def __init__(self, eng: engine.Engine, **create) -> None:
+        self.eng, self.create, self.count, self.name = eng, create, 0, None
+
+    def next(self) -> str:
+        if self.name is not None:
+            self.eng.delete_topic(self.name)
+        self.count += 1
+        self.name = f"t{self.count}"
+        self.eng.create_topic(self.name, **self.create)
+        return self.name
+
+
 class _MockCluster:
     """A librdkafka mock cluster started by a producer; its bootstrap address comes from its log line."""
 
@@ -59,27 +77,29 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
 
     produce_dir = tempfile.mkdtemp(dir=scratch)
     target = engine.open(produce_dir)
-    target.create_topic("t", partitions=3)
+    fresh = FreshTopic(target, partitions=3)
 
     header_lists = [[("trace-id", os.urandom(16)), ("source", b"bench-service")] for _ in range(1000)]
 
     def kafkalog_send(batch_size: int, headers: bool = False):
         def call():
+            topic = fresh.next()
             with target.producer(linger_ms=5, batch_size=batch_size) as p:
                 send = p.send
                 if headers:
                     for i in range(n):
-                        send("t", values[i % 1000], keys[i % 1000], header_lists[i % 1000])
+                        send(topic, values[i % 1000], keys[i % 1000], header_lists[i % 1000])
                 else:
                     for i in range(n):
-                        send("t", values[i % 1000], keys[i % 1000])
+                        send(topic, values[i % 1000], keys[i % 1000])
         return call
 
     pairs = [(keys[i % 1000], values[i % 1000]) for i in range(n)]  # built once: the caller already has them
 
     def kafkalog_send_batch():
+        topic = fresh.next()
         with target.producer(linger_ms=5, batch_size=1_000_000) as p:
-            p.send_batch("t", pairs)
+            p.send_batch(topic, pairs)
 
     def rdkafka_produce(headers: bool = False):
         def call():

@@ -8,7 +8,7 @@ import tempfile
 import time
 
 import engine
-from bench.clients import VALUE, _values
+from bench.clients import VALUE, FreshTopic, _values
 from bench.log import _figure, _percentile
 from bench.runner import Contender, Workload
 
@@ -17,17 +17,15 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     n = 50_000 if quick else 500_000
     values = _values(n)
     keys = [b"key-%05d" % i for i in range(1000)]
-    targets = {}
-    for rf in (1, 3):
-        e = engine.open(tempfile.mkdtemp(dir=scratch), brokers=3)
-        e.create_topic("t", partitions=3, replication_factor=rf, config={"min.insync.replicas": min(rf, 2)})
-        targets[rf] = e
+    targets = {rf: FreshTopic(engine.open(tempfile.mkdtemp(dir=scratch), brokers=3), partitions=3,
+                              replication_factor=rf, config={"min.insync.replicas": min(rf, 2)}) for rf in (1, 3)}
 
     def send(rf: int):
         def call():
-            with targets[rf].producer(acks="all", linger_ms=5) as p:
+            topic = targets[rf].next()
+            with targets[rf].eng.producer(acks="all", linger_ms=5) as p:
                 for i in range(n):
-                    p.send("t", values[i % 1000], keys[i % 1000])
+                    p.send(topic, values[i % 1000], keys[i % 1000])
         return call
 
     return [Workload("produce", f"per-record send() with acks='all' of {n // 1000}k x {VALUE} B records, 3 brokers, "

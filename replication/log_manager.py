@@ -200,12 +200,13 @@ class LogManager:
         self.fs.rmtree(self.set_aside(topic, partition, "delete"))
 
     def set_aside(self, topic: str, partition: int, kind: str) -> str:
-        """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`)."""
+        """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`). A log set
+        aside to be deleted is closed without a flush, as Kafka's asyncDelete leaves it: its bytes are going."""
         with self.cleaner.paused((topic, partition)), self._lock:
             lg = self._logs.pop((topic, partition), None)
             if lg is None:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
-            lg.close()
+            lg.close(flush=kind != "delete")
             moved = f"{lg.dir}.{uuid.uuid4().hex}-{kind}"
             self.fs.rename(lg.dir, moved)
             self.fs.fsync_dir(self.dir)

@@ -25,8 +25,8 @@ from engine.common.errors import (
     LogDirectoryLockedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
-    UnsupportedVersionError,
 )
+from segments.fs import FileSystem
 
 
 def open_engine(path, **kw):
@@ -48,6 +48,30 @@ def test_topic_lifecycle(tmp_path):
         assert e.list_topics() == ["events"] and not os.path.exists(tmp_path / "other-0")
         e.create_topic("other", partitions=2)  # a name can be reused after deletion
         assert len(e.describe_topic("other").partitions) == 2
+
+
+def test_deleting_a_topic_does_not_flush_its_logs(tmp_path):
+    """Kafka's asyncDelete renames the log and deletes it without a flush: the bytes are going."""
+    synced = []
+
+    class Counting(FileSystem):
+        def fsync(self, f):
+            synced.append(f.name)
+            super().fsync(f)
+
+    with engine.open(str(tmp_path), fs=Counting(), background=False) as e:
+        e.create_topic("gone", partitions=2)
+        e.create_topic("kept")
+        with e.producer(linger_ms=0) as p:
+            for topic in ("gone", "kept"):
+                p.send(topic, b"v", partition=0).get()
+        synced.clear()
+        e.delete_topic("gone")
+        assert not any("gone-" in name for name in synced), synced
+        assert not os.path.exists(tmp_path / "gone-0") and e.list_topics() == ["kept"]
+    with engine.open(str(tmp_path), background=False) as e:
+        assert e.list_topics() == ["kept"]
+        assert not [d for d in os.listdir(tmp_path) if d.startswith("gone")]
 
 
 @pytest.mark.parametrize("call, error", [
