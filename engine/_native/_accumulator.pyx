@@ -162,13 +162,16 @@ cdef class RecordAccumulator:
     cdef dict _topics
     cdef list _sealed
     cdef pthread_mutex_t _lock
+    cdef bint _lock_made
 
     def __cinit__(self):
         if pthread_mutex_init(&self._lock, NULL):
             raise MemoryError()
+        self._lock_made = True
 
     def __dealloc__(self):
-        pthread_mutex_destroy(&self._lock)
+        if self._lock_made:
+            pthread_mutex_destroy(&self._lock)
 
     def __init__(self, *, batch_size, max_request_size, lookup, drain, on_full, on_open=None, clock=None,
                  partitioner=None, seed=None):

@@ -1735,7 +1735,8 @@ def take_span(buffer, Py_ssize_t max_size, bint min_one_message, int64_t prev_la
 
 
 cdef int _check_epochs(object epochs) except -1:
-    """TypeError unless `epochs` is None or a list of (int, int) tuples (the twin's check, word for word)."""
+    """TypeError unless `epochs` is None or a list of (int, int) tuples of int64 values (the twin's check, word for
+    word)."""
     cdef Py_ssize_t i
     cdef object entry
     if epochs is None:
@@ -1744,12 +1745,20 @@ cdef int _check_epochs(object epochs) except -1:
         for i in range(PyList_GET_SIZE(epochs)):
             entry = <object>PyList_GET_ITEM(epochs, i)
             if not (PyTuple_CheckExact(entry) and PyTuple_GET_SIZE(entry) == 2
-                    and PyLong_CheckExact(<object>PyTuple_GET_ITEM(entry, 0))
-                    and PyLong_CheckExact(<object>PyTuple_GET_ITEM(entry, 1))):
+                    and _is_int64(<object>PyTuple_GET_ITEM(entry, 0))
+                    and _is_int64(<object>PyTuple_GET_ITEM(entry, 1))):
                 break
         else:
             return 0
-    raise TypeError("epochs must be None or a list of (epoch, start offset) int tuples")
+    raise TypeError("epochs must be None or a list of (epoch, start offset) int64 tuples")
+
+
+cdef inline bint _is_int64(object value) noexcept:
+    cdef int overflow = 0
+    if not PyLong_CheckExact(value):
+        return False
+    PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0
 
 
 cdef inline int64_t _entry(list entries, Py_ssize_t i, Py_ssize_t field) except? -1:

@@ -673,8 +673,9 @@ def take_span(buffer, max_size: int, min_one_message: bool, prev_last: int, uppe
     cache's entries; None: unchecked) gives its base offset. None when the caller's batch-by-batch walk would raise
     (a malformed header, a check that fails): that walk then raises the precise error."""
     if epochs is not None and not (type(epochs) is list and all(
-            type(e) is tuple and len(e) == 2 and type(e[0]) is int and type(e[1]) is int for e in epochs)):
-        raise TypeError("epochs must be None or a list of (epoch, start offset) int tuples")
+            type(e) is tuple and len(e) == 2 and all(type(v) is int and -2**63 <= v < 2**63 for v in e)
+            for e in epochs)):
+        raise TypeError("epochs must be None or a list of (epoch, start offset) int64 tuples")
     mv = _as_view(buffer)
     n, pos = len(mv), 0
     while n - pos >= bf.HEADER_SIZE_UP_TO_MAGIC:  # the framing checks of iter_batches, in its order

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.common.clock import ManualClock
-from engine.common.errors import CorruptRecordError
+from engine.common.errors import CorruptRecordError, KafkaError
 from engine.record import codec as selector
 from segments.fs import FileSystem
 from segments.log_config import LogConfig
@@ -102,7 +102,7 @@ def span_model(data: bytes, max_size: int, min_one: bool, prev_last: int, upper,
                     return "error"
             prev_last = batch.last_offset
             end += batch.size_in_bytes
-    except CorruptRecordError:
+    except KafkaError:  # CorruptRecordError, UnsupportedMessageFormatError (a flipped magic)
         return "error"
     return end
 
@@ -158,8 +158,8 @@ def test_take_span_stops_where_a_read_stops_and_refuses_bad_epoch_entries(impl):
     assert take(data, 10**6, True, 9, None, [(0, 10), (1, 16)]) == sum(sizes)  # epoch 1 from 16: 21-23 has it
     assert take(data, 10**6, True, 9, None, [(0, 10), (1, 13)]) is None    # 13-15 should carry epoch 1
     assert take(data, 10**6, True, 9, None, [(0, 10), (2, 21)]) is None    # the third batch carries 1, not 2
-    for bad in ((1, 2), [(1, "2")], [(1, 2, 3)], [[1, 2]]):
-        with pytest.raises(TypeError, match="epochs must be None or a list of"):
+    for bad in ((1, 2), [(1, "2")], [(1, 2, 3)], [[1, 2]], [(1, 2**63)], [(True, 2)]):
+        with pytest.raises(TypeError, match="epochs must be None or a list of .epoch, start offset. int64 tuples"):
             take(data, 1, True, 9, None, bad)
 
 
