@@ -18,7 +18,6 @@ reads may run concurrently with an append and see a consistent prefix.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import mmap
 import os
@@ -34,6 +33,7 @@ from engine.common.errors import (
     KafkaStorageError,
     RecordBatchTooLargeError,
 )
+from engine.record import batch_format as bf
 from engine.record import codec
 from segments import names, segment_appender
 from segments.fs import FileSystem
@@ -319,9 +319,10 @@ class LogSegment:
     def check_epoch(self, batch, epochs: list[tuple[int, int]]) -> None:
         """A batch must carry the leader epoch that the leader-epoch entries give its base offset (the last entry
         starting at or below it; none below the first entry's start): CorruptRecordError otherwise."""
-        if not epochs or batch.base_offset < epochs[0][1]:
+        leading = bf.leading_epoch(epochs, batch.base_offset)
+        if leading is None:
             return
-        epoch, start = epochs[bisect.bisect_right(epochs, batch.base_offset, key=lambda entry: entry[1]) - 1]
+        epoch, start = leading
         if batch.partition_leader_epoch != epoch:
             raise CorruptRecordError(
                 f"batch at offset {batch.base_offset} carries leader epoch {batch.partition_leader_epoch}, "

@@ -7,6 +7,7 @@ recordsCount i32, then the records (see kafka-format.md §1). Pure functions; le
 """
 from __future__ import annotations
 
+import bisect
 import struct
 
 from engine.common.errors import (
@@ -281,6 +282,15 @@ def control_batch_params(kind, *, base_offset, producer_id, producer_epoch, coor
     if producer_id < 0:
         raise InvalidRecordError("a transaction marker needs a producer_id >= 0")
     return struct.pack(">hh", 0, ctype), struct.pack(">hi", 0, coordinator_epoch), check_timestamp(timestamp_ms)
+
+
+def leading_epoch(entries: list[tuple[int, int]] | None, offset: int) -> tuple[int, int] | None:
+    """The leader-epoch entry (epoch, start offset) that leads at `offset`: the last one starting at or below it
+    (`entries` ascending, as the leader-epoch cache keeps them); None below the first entry's start or without
+    entries."""
+    if not entries or offset < entries[0][1]:
+        return None
+    return entries[bisect.bisect_right(entries, offset, key=lambda entry: entry[1]) - 1]
 
 
 class _NoHeaders(list):

@@ -10,7 +10,6 @@ Stateless; thread-safe. Leaf module.
 """
 from __future__ import annotations
 
-import bisect
 import struct
 from array import array
 from typing import Iterable, Iterator
@@ -676,31 +675,21 @@ def take_span(buffer, max_size: int, min_one_message: bool, prev_last: int, uppe
             type(e) is tuple and len(e) == 2 and all(type(v) is int and -2**63 <= v < 2**63 for v in e)
             for e in epochs)):
         raise TypeError("epochs must be None or a list of (epoch, start offset) int64 tuples")
-    mv = _as_view(buffer)
-    n, pos = len(mv), 0
-    while n - pos >= bf.HEADER_SIZE_UP_TO_MAGIC:  # the framing checks of iter_batches, in its order
-        base, length = struct.unpack_from(">qi", mv, pos)
-        if length < bf.MIN_ENTRY_SIZE:
-            return None
-        size = length + bf.LOG_OVERHEAD
-        if size > n - pos:
-            break
-        if mv[pos + 16] != bf.MAGIC or size < bf.HEADER_SIZE:
-            return None
-        epoch, delta = struct.unpack_from(">i", mv, pos + 12)[0], struct.unpack_from(">i", mv, pos + 23)[0]
-        if base < 0 or delta < 0 or base >= bf.INT64_MAX - delta:
-            return None
-        last = base + delta
-        if pos + size > max_size and not (min_one_message and pos == 0):
-            break
-        if pos and (base <= prev_last or (upper is not None and last >= upper)):
-            return None
-        if epochs and base >= epochs[0][1]:
-            i = bisect.bisect_right(epochs, base, key=lambda entry: entry[1]) - 1
-            if epochs[i][0] != epoch:
+    end = 0
+    try:
+        for batch in iter_batches(buffer):  # the twin is the loop it stands for, with None for its errors
+            if end + batch.size_in_bytes > max_size and not (min_one_message and end == 0):
+                break
+            if end and (batch.base_offset <= prev_last or (upper is not None and batch.last_offset >= upper)):
                 return None
-        prev_last, pos = last, pos + size
-    return pos
+            leading = bf.leading_epoch(epochs, batch.base_offset)
+            if leading is not None and leading[0] != batch.partition_leader_epoch:
+                return None
+            prev_last = batch.last_offset
+            end += batch.size_in_bytes
+    except (CorruptRecordError, UnsupportedMessageFormatError):
+        return None
+    return end
 
 
 def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_append_time: int,
