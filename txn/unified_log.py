@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from functools import partial
 from typing import NamedTuple
 
 from engine.common.clock import Clock
@@ -45,6 +44,7 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
+from segments import segment_appender
 from segments.cleaner import ActiveProducer
 from segments.fs import FileSystem
 from segments.leader_epoch_checkpoint import LeaderEpochCache
@@ -52,6 +52,7 @@ from segments.local_log import FetchData, LocalLog
 from segments.log_config import LogConfig
 from segments.segment import LogSegment
 from segments.txn_index import AbortedTxn
+from txn import leader_append
 from txn.producer_state import CompletedTxn, ProducerStateManager
 from txn.read_committed import marker_of
 
@@ -73,9 +74,6 @@ class AppendInfo(NamedTuple):
     size: int
     duplicate: bool = False  # a producer's resend of a batch already in the log: nothing was appended
     leader_epoch: int = -1   # the epoch the leader appended in (a wait for replication holds only within it)
-
-
-_append_info = partial(tuple.__new__, AppendInfo)  # all fields given: ~0.15 µs less than AppendInfo(...)
 
 
 def _batch_extents(pieces: list) -> list[tuple[int, int]]:
@@ -122,6 +120,7 @@ class UnifiedLog:
         self._reindexed = set(self.recovery.segments_recovered)  # segments whose .txnindex the replay rewrites
         self._rebuild_producer_state(self.recovery.clean_shutdown)
         self._reindexed = set()
+        self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
 
     def _check_leader_epochs(self) -> None:
         """Each checkpointed epoch must be the one the batch holding its start offset carries (and a later
@@ -239,6 +238,10 @@ class UnifiedLog:
         """Append a client's batches: producer-state checks, then offsets from the LEO and the leader epoch
         stamped on each (and LogAppendTime, when the topic uses it). A coordinator's batches (`origin`
         COORDINATOR: transactional offset commits) skip the duplicate and sequence checks, as in Kafka."""
+        if not allow_control:  # a lone batch its producer state lets through as is: one call
+            info = self._leader_append.append(data, leader_epoch, origin == CLIENT)
+            if info is not None:
+                return info
         size = len(data) if type(data) is bytes else memoryview(data).nbytes
         config = self.local.config
         if size > config.segment_bytes:
@@ -248,21 +251,6 @@ class UnifiedLog:
             append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = self.local.log_end_offset
             ps = self.producer_state
-            if not (allow_control or config.compact):  # a lone batch its producer state lets through as is: one call
-                producer = ps.next_batch(data) if origin == CLIENT else None
-                try:
-                    done = self.local.append_batch(data, first, leader_epoch, append_time, config.max_message_bytes,
-                                                   self.dir, producer)
-                except OSError as exc:
-                    raise self._storage_error("append", exc) from exc
-                if done is not None:
-                    end, max_ts, offset_of_max = done
-                    self.leader_epochs.assign(leader_epoch, first)
-                    if producer is not None:
-                        ps.append_next(producer, first, end - 1, max_ts)
-                    ps.map_end_offset = end
-                    return _append_info((first, end - 1, max_ts, offset_of_max, append_time, 1, size, False,
-                                         leader_epoch))
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
                 data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
             unowned = count == 1 and pieces[0][bf.PRODUCER_ID_OFFSET] & 0x80  # a negative producer id: no state

@@ -12,7 +12,7 @@ its lock) when the index can take it as it is; any other case, and every entry u
 faults, goes through the segment's Python method.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_CheckExact, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
@@ -211,32 +211,43 @@ cdef class SegmentAppender:
         not one such batch or the segment must roll first (the log's general path then checks, rolls and
         appends)."""
         cdef Py_buffer buf
-        cdef uint8_t header[HEADER_SIZE]
-        cdef iovec iov[2]
-        cdef const uint8_t *p
-        cdef Py_ssize_t n
-        cdef int64_t last, max_ts
+        cdef int64_t out[2]
         PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
         try:
-            p, n = <const uint8_t *>buf.buf, buf.len
-            if not lone_batch_size(p, n, producer_id, producer_epoch, base_sequence, transactional):
+            if not self._append_lone(data, <const uint8_t *>buf.buf, buf.len, first_offset, leader_epoch,
+                                     log_append_time, max_batch_bytes, source, segment_bytes, clock, producer_id,
+                                     producer_epoch, base_sequence, transactional, out):
                 return None
-            last = first_offset + <int32_t>kl_be32(p + 23)
-            max_ts = log_append_time if log_append_time >= 0 else <int64_t>kl_be64(p + 35)
-            if self._must_roll(n, max_ts, last, clock, 0, segment_bytes):
-                return None
-            max_ts = leader_batch(p, n, 0, first_offset, leader_epoch, log_append_time, max_batch_bytes, False, source,
-                                  header)
-            if self.direct:
-                iov[0].iov_base, iov[0].iov_len = header, HEADER_SIZE
-                iov[1].iov_base, iov[1].iov_len = <void *>(p + HEADER_SIZE), n - HEADER_SIZE
-                self._append(last, max_ts, last, None, n, None, iov, 2)
-            else:
-                self._append(last, max_ts, last, [PyBytes_FromStringAndSize(<char *>header, HEADER_SIZE),
-                                                  memoryview(data)[HEADER_SIZE:]], n, None, NULL, 0)
-            return last + 1, max_ts, last
+            return out[0] + 1, out[1], out[0]
         finally:
             PyBuffer_Release(&buf)
+
+    cdef bint _append_lone(self, object data, const uint8_t *p, Py_ssize_t n, int64_t first_offset,
+                           int32_t leader_epoch, int64_t log_append_time, Py_ssize_t max_batch_bytes, object source,
+                           int64_t segment_bytes, object clock, int64_t producer_id, int32_t producer_epoch,
+                           int32_t base_sequence, bint transactional, int64_t *out) except -1:
+        """append_batch on `data`'s bytes (`p`, `n`): whether it appended; `out` then holds the batch's last
+        offset and max timestamp (the offset of that timestamp is the last offset)."""
+        cdef uint8_t header[HEADER_SIZE]
+        cdef iovec iov[2]
+        cdef int64_t last, max_ts
+        if not lone_batch_size(p, n, producer_id, producer_epoch, base_sequence, transactional):
+            return False
+        last = first_offset + <int32_t>kl_be32(p + 23)
+        max_ts = log_append_time if log_append_time >= 0 else <int64_t>kl_be64(p + 35)
+        if self._must_roll(n, max_ts, last, clock, 0, segment_bytes):
+            return False
+        max_ts = leader_batch(p, n, 0, first_offset, leader_epoch, log_append_time, max_batch_bytes, False, source,
+                              header)
+        if self.direct:
+            iov[0].iov_base, iov[0].iov_len = header, HEADER_SIZE
+            iov[1].iov_base, iov[1].iov_len = <void *>(p + HEADER_SIZE), n - HEADER_SIZE
+            self._append(last, max_ts, last, None, n, None, iov, 2)
+        else:
+            self._append(last, max_ts, last, [PyBytes_FromStringAndSize(<char *>header, HEADER_SIZE),
+                                              memoryview(data)[HEADER_SIZE:]], n, None, NULL, 0)
+        out[0], out[1] = last, max_ts
+        return True
 
     # --- the append -----------------------------------------------------------------------------
     def append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max_timestamp, data,
@@ -398,3 +409,94 @@ cdef class SegmentAppender:
             kl_put32(entry + 8, <uint32_t>ts_rel)
             _add_entry(ti, tpending, tentries, entry, 12, (ts, ts_rel), self._pending_entries)
         return True
+
+
+@cython.final
+cdef class LeaderAppender:
+    """The native twin of txn.leader_append.LeaderAppender (see that module for what the one-call append changes,
+    its crash policy and its thread-safety): the same answers, with the log's state read and written from here.
+    The log's config is re-read when the LocalLog's config object is replaced, the segment's appender when the
+    active segment is."""
+
+    cdef object log, local, ps, epochs, clock, source, info, new_tuple, _acquire, _release
+    cdef object _config, _segment
+    cdef SegmentAppender _appender              # None when the active segment's appender is not this module's
+    cdef int64_t _segment_bytes, _flush_messages
+    cdef Py_ssize_t _max_batch_bytes
+    cdef bint _log_append_time, _compact
+
+    def __init__(self, log, info_type):
+        self.log, self.local, self.ps, self.epochs = log, log.local, log.producer_state, log.leader_epochs
+        self.clock, self.source, self.info, self.new_tuple = log.clock, log.dir, info_type, tuple.__new__
+        self._acquire, self._release = log._lock.acquire, log._lock.release
+        self._config = self._segment = self._appender = None
+
+    cdef int _configure(self, object config) except -1:
+        self._segment_bytes, self._flush_messages = config.segment_bytes, config.flush_messages
+        self._max_batch_bytes = config.max_message_bytes
+        self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        self._compact = config.compact
+        self._config = config
+        return 0
+
+    def append(self, data, int32_t leader_epoch, bint client):
+        """The append's AppendInfo, or None with nothing done when the general path must append `data`."""
+        cdef object local = self.local, config = local.config, producer = None, segment, entries, latest
+        cdef Py_buffer buf
+        cdef const uint8_t *p
+        cdef int64_t first, end, append_time = -1, producer_id = -1
+        cdef int64_t out[2]
+        cdef int32_t epoch = -1, sequence = -1
+        cdef bint transactional = False
+        if config is not self._config:
+            self._configure(config)
+        if self._compact or not PyObject_CheckBuffer(data):
+            return None
+        PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        try:
+            p = <const uint8_t *>buf.buf
+            if buf.len > self._segment_bytes or buf.len < HEADER_SIZE:
+                return None
+            if <int64_t>kl_be64(p + 43) >= 0 and not client:
+                return None
+            self._acquire()
+            try:
+                if self._log_append_time:
+                    append_time = self.clock.time_ms()
+                first = local.log_end_offset
+                if <int64_t>kl_be64(p + 43) >= 0:
+                    producer = self.ps.next_batch(data)
+                    if producer is None:
+                        return None
+                    producer_id, epoch, sequence, transactional = producer
+                segment = local.active_segment
+                if segment is not self._segment:
+                    appender = segment.appender
+                    self._appender = appender if type(appender) is SegmentAppender else None
+                    self._segment = segment
+                if self._appender is None:
+                    return None
+                try:
+                    if not self._appender._append_lone(data, p, buf.len, first, leader_epoch, append_time,
+                                                       self._max_batch_bytes, self.source, self._segment_bytes,
+                                                       self.clock, producer_id, epoch, sequence, transactional, out):
+                        return None
+                    end = out[0] + 1
+                    local.log_end_offset = end  # LocalLog._appended
+                    if end >= self._flush_messages and end - <int64_t>local.recovery_point >= self._flush_messages:
+                        local.flush()
+                except OSError as exc:
+                    raise self.log._storage_error("append", exc) from exc
+                entries = self.epochs.entries  # LeaderEpochCache.assign, whose common case is a no-op
+                latest = entries[len(entries) - 1] if entries else None
+                if latest is None or latest[0] != leader_epoch or latest[1] > first:
+                    self.epochs.assign(leader_epoch, first)
+                if producer is not None:
+                    self.ps.append_next(producer, first, out[0], out[1])
+                self.ps.map_end_offset = end
+                return self.new_tuple(self.info, (first, out[0], out[1], out[0], append_time, 1, buf.len, False,
+                                                  leader_epoch))
+            finally:
+                self._release()
+        finally:
+            PyBuffer_Release(&buf)
