@@ -77,8 +77,14 @@ def extensions() -> list:
         include_dirs=[NATIVE],
         extra_compile_args=flags,
     )
+    lock = Extension(
+        "engine._native._lock",
+        sources=[os.path.join(NATIVE, "_lock.pyx")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
     exts = cythonize(
-        [core, accumulator, offset_map, segment_appender],
+        [core, lock, accumulator, offset_map, segment_appender],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

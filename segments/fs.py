@@ -28,12 +28,22 @@ from collections import OrderedDict
 from typing import BinaryIO
 
 from engine.common.errors import KafkaStorageError
+from engine.record import codec
 
 
 def default_fd_budget() -> int:
     """A quarter of the process's soft descriptor limit, between 16 and 1024."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return 1024 if soft == resource.RLIM_INFINITY else max(16, min(1024, soft // 4))
+
+
+def new_lock(reentrant: bool = True):
+    """A lock for the segment layer's state: the native one when the Cython core is loaded (engine._native._lock:
+    its appender takes it without a Python call), else threading's (RLock, or Lock when not `reentrant`)."""
+    if codec.IMPL == "cython":
+        from engine._native._lock import Lock
+        return Lock(reentrant)
+    return threading.RLock() if reentrant else threading.Lock()
 
 
 class _Handle:
@@ -69,7 +79,7 @@ class FileSystem:
     def __init__(self, fd_budget: int | None = None) -> None:
         self.fd_budget = fd_budget or default_fd_budget()
         self._handles: OrderedDict[tuple, object] = OrderedDict()  # (path, mode) -> _Handle; ("map", id) -> owner
-        self._pool_lock = threading.Lock()
+        self._pool_lock = new_lock(reentrant=False)
 
     # --- the descriptor pool ------------------------------------------------------------------
     def handle(self, path: str, mode: str) -> _Handle:

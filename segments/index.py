@@ -16,12 +16,11 @@ Thread-safety: one writer; lookups may run concurrently with appends (a lookup s
 from __future__ import annotations
 
 import struct
-import threading
 from abc import ABC, abstractmethod
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from engine.record import codec
-from segments.fs import FileSystem
+from segments.fs import FileSystem, new_lock
 
 INT32_MAX = 2**31 - 1
 
@@ -38,7 +37,7 @@ class MmapIndex(ABC):
         against a `.log` of that size (CorruptIndexError, file closed, when they are wrong)."""
         self.fs, self.path, self.base_offset, self.writable = fs, path, base_offset, writable
         self.entry_size = self.ENTRY.size
-        self._lock = threading.RLock()
+        self._lock = new_lock()
         self._pending = bytearray()  # entries counted in `entries` but not yet written
         self._last = None  # the last entry's raw fields, cached
         try:

@@ -22,7 +22,6 @@ import logging
 import mmap
 import os
 import random
-import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -36,7 +35,7 @@ from engine.common.errors import (
 from engine.record import batch_format as bf
 from engine.record import codec
 from segments import names, segment_appender
-from segments.fs import FileSystem
+from segments.fs import FileSystem, new_lock
 from segments.offset_index import OffsetIndex
 from segments.time_index import TimeIndex
 from segments.txn_index import TxnIndex
@@ -85,7 +84,7 @@ class LogSegment:
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
-        self._lock = threading.RLock()  # the appender keeps its methods: it is never replaced
+        self._lock = new_lock()  # never replaced: the appender keeps it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
 
     def _path(self, kind: str) -> str:

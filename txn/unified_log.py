@@ -27,7 +27,6 @@ Thread-safety: appends, roll, flush, truncation and retention hold the log's loc
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -46,7 +45,7 @@ from engine.record import batch_format as bf
 from engine.record import codec
 from segments import segment_appender
 from segments.cleaner import ActiveProducer
-from segments.fs import FileSystem
+from segments.fs import FileSystem, new_lock
 from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.local_log import FetchData, LocalLog
 from segments.log_config import LogConfig
@@ -103,7 +102,7 @@ class UnifiedLog:
                  cleaner_checkpoint: int | None = None) -> None:
         self.fs, self.dir, self.clock = fs, directory, clock
         self.cleaner_checkpoint = cleaner_checkpoint  # the first dirty offset the last clean left (None: never)
-        self._lock = threading.RLock()
+        self._lock = new_lock()
         self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
                               log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
         self.recovery = self.local.recovery

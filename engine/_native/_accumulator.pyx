@@ -31,6 +31,13 @@ from engine._native._core cimport (
     new_builder,
     pair_refs,
 )
+from engine._native._lock cimport (
+    pthread_mutex_destroy,
+    pthread_mutex_init,
+    pthread_mutex_t,
+    pthread_mutex_unlock,
+    wait_for,
+)
 
 import random as _random_module
 
@@ -136,24 +143,6 @@ cdef class _Topic:
         free(self.sizes)
 
 
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    int pthread_mutex_init(pthread_mutex_t *mutex, const void *attr)
-    int pthread_mutex_destroy(pthread_mutex_t *mutex)
-    int pthread_mutex_lock(pthread_mutex_t *mutex)
-    int pthread_mutex_trylock(pthread_mutex_t *mutex)
-    int pthread_mutex_unlock(pthread_mutex_t *mutex)
-
-
-cdef inline void _acquire(pthread_mutex_t *lock) noexcept:
-    """A plain mutex (CPython 3.11's own lock reads the monotonic clock on every acquire, even an uncontended
-    one); the GIL is let go only to wait for it."""
-    if pthread_mutex_trylock(lock):
-        with nogil:
-            pthread_mutex_lock(lock)
-
-
 cdef class RecordAccumulator:
     """Kafka's RecordAccumulator with its built-in partitioner (see engine.clients.accumulator, its twin)."""
 
@@ -210,7 +199,7 @@ cdef class RecordAccumulator:
             raise MemoryError()
         for i in range(t.count):
             t.sizes[i] = 0
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         t = <_Topic>self._topics.setdefault(topic, t)
         pthread_mutex_unlock(&self._lock)
         return t
@@ -321,7 +310,7 @@ cdef class RecordAccumulator:
         fixed = self._fixed_partition(t, topic, key, kf, partition)
         sticky = fixed < 0
         while True:  # build a batch outside the lock if one may be needed, then re-check under it
-            _acquire(&self._lock)
+            wait_for(&self._lock)
             try:
                 p = self._sticky(t) if sticky else fixed
                 batch = t.open[p]
@@ -354,7 +343,7 @@ cdef class RecordAccumulator:
     def seal(self, batch):
         """Seal `batch` if it is still open."""
         cdef _Topic t = <_Topic>self._topics.get(batch.topic)
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         if t is not None and t.open[batch.partition] is batch:
             self._seal(t, batch.partition)
         pthread_mutex_unlock(&self._lock)
@@ -362,7 +351,7 @@ cdef class RecordAccumulator:
     def seal_all(self):
         cdef _Topic t
         cdef Py_ssize_t p
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         for t in self._topics.values():
             for p in range(t.count):
                 if t.open[p] is not None:
@@ -374,7 +363,7 @@ cdef class RecordAccumulator:
         cdef _Topic t
         cdef Py_ssize_t p
         cdef int64_t nxt = -1, created
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         try:
             for t in self._topics.values():
                 for p in range(t.count):
@@ -392,7 +381,7 @@ cdef class RecordAccumulator:
 
     def take_sealed(self):
         """The sealed batches in sealing order (the accumulator forgets them)."""
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         out, self._sealed = self._sealed, []
         pthread_mutex_unlock(&self._lock)
         return out
@@ -400,7 +389,7 @@ cdef class RecordAccumulator:
     def forget_topic(self, topic):
         """Drop a topic's cached layout (it was deleted or recreated); its open batches are sealed first."""
         cdef _Topic t
-        _acquire(&self._lock)
+        wait_for(&self._lock)
         t = <_Topic>self._topics.pop(topic, None)
         if t is not None:
             self._sealed.extend([b for b in t.open if b is not None])

@@ -24,6 +24,7 @@ from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
 
 from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size
+from engine._native._lock cimport Lock
 
 import logging
 import os
@@ -93,6 +94,29 @@ cdef int _write_buffers(int fd, object data, Py_ssize_t size) except -1:
     return 0
 
 
+cdef class _Held:
+    """A lock as this module takes it: with `take`/`give` when it is a native one (engine._native._lock), else through
+    its bound methods (a lock some other code made)."""
+    cdef Lock native
+    cdef object acquire, release
+
+    def __cinit__(self, lock):
+        self.native = lock if type(lock) is Lock else None
+        self.acquire, self.release = lock.acquire, lock.release
+
+    cdef inline int take(self) except -1:
+        if self.native is not None:
+            return self.native.take()
+        self.acquire()
+        return 0
+
+    cdef inline int give(self) except -1:
+        if self.native is not None:
+            return self.native.give()
+        self.release()
+        return 0
+
+
 cdef int _add_entry(object index, object pending, int64_t entries, const uint8_t *entry, Py_ssize_t entry_size,
                     object last, Py_ssize_t pending_entries) except -1:
     """Add a packed entry to an index's buffered entries (`pending`, a bytearray; its lock held, `entries` its
@@ -121,10 +145,12 @@ cdef class SegmentAppender:
     cdef public bint rolling_ts_loaded
     cdef int64_t base_offset, interval
     cdef bint direct
-    cdef object _seg_acquire, _seg_release      # the segment's lock, as bound methods (it never changes)
-    cdef object _pinned, _pin_acquire, _pin_release  # the handle last pinned and its lock's bound methods
+    cdef _Held _seg_lock                        # the segment's lock (it never changes)
+    cdef object _pinned                         # the handle last pinned
+    cdef _Held _pin_lock                        # its lock
     cdef int _fd                                # its descriptor (direct writes only)
-    cdef object _oi, _ti, _oi_acquire, _oi_release, _ti_acquire, _ti_release  # the opened indexes (see _indexes)
+    cdef object _oi, _ti                        # the opened indexes (see _indexes) and their locks
+    cdef _Held _oi_lock, _ti_lock
     cdef Py_ssize_t _pending_entries
 
     def __init__(self, segment, int64_t size, int64_t created_ms, int64_t roll_ms):
@@ -141,7 +167,7 @@ cdef class SegmentAppender:
         self.base_offset = segment.base_offset
         self.interval = segment.config.index_interval_bytes
         self.direct = segment.fs.direct_writes()
-        self._seg_acquire, self._seg_release = segment._lock.acquire, segment._lock.release
+        self._seg_lock = _Held(segment._lock)
         self._pinned = None
         self._oi = self._ti = None
 
@@ -181,8 +207,7 @@ cdef class SegmentAppender:
             oi, ti = seg._offset_index, seg._time_index
             if oi is None or ti is None:
                 return False
-            self._oi_acquire, self._oi_release = oi._lock.acquire, oi._lock.release
-            self._ti_acquire, self._ti_release = ti._lock.acquire, ti._lock.release
+            self._oi_lock, self._ti_lock = _Held(oi._lock), _Held(ti._lock)
             self._pending_entries = oi.PENDING_ENTRIES
             self._oi, self._ti = oi, ti
         return True
@@ -267,7 +292,7 @@ cdef class SegmentAppender:
         cdef object extent
         if not size:
             return 0
-        self._seg_acquire()
+        self._seg_lock.take()
         try:
             position = self._start(largest_offset, largest_timestamp, size)
             if self.max_ts is None:
@@ -285,7 +310,7 @@ cdef class SegmentAppender:
                     self._cadence(last, batch_size, position)
                     position += batch_size
         finally:
-            self._seg_release()
+            self._seg_lock.give()
         return 0
 
     cdef int64_t _start(self, int64_t largest_offset, int64_t largest_timestamp, Py_ssize_t size) except -1:
@@ -306,13 +331,13 @@ cdef class SegmentAppender:
         ~0.7 µs an append, ~10% of a 16 KiB batch's."""
         cdef object handle = self.handle
         if handle is not None and handle is self._pinned:
-            self._pin_acquire()
+            self._pin_lock.take()
             try:
                 if not handle.evicted:
                     handle.pins += 1
                     return handle
             finally:
-                self._pin_release()
+                self._pin_lock.give()
         elif handle is not None and handle.repin():  # taken by the segment's Python path since our last write
             self._remember(handle)
             return handle
@@ -322,7 +347,7 @@ cdef class SegmentAppender:
         return handle
 
     cdef int _remember(self, object handle) except -1:
-        self._pin_acquire, self._pin_release = handle.lock.acquire, handle.lock.release
+        self._pin_lock = _Held(handle.lock)
         self._fd = handle.file.fileno() if self.direct else -1
         self._pinned = handle
         return 0
@@ -341,9 +366,9 @@ cdef class SegmentAppender:
                 else:
                     seg.fs.write(handle.file, data)
             finally:
-                self._pin_acquire()
+                self._pin_lock.take()
                 handle.pins -= 1
-                self._pin_release()
+                self._pin_lock.give()
         except OSError as exc:
             seg.restore_after_failed_write(position)
             raise KafkaStorageError(f"append failed: {exc}", file=seg.log_path, position=position) from exc
@@ -365,15 +390,15 @@ cdef class SegmentAppender:
         if not self._indexes() or not PyTuple_CheckExact(self.max_ts):
             return False
         oi, ti = self._oi, self._ti
-        self._oi_acquire()
+        self._oi_lock.take()
         try:
-            self._ti_acquire()
+            self._ti_lock.take()
             try:
                 return self._add_entries(oi, ti, last - self.base_offset, position)
             finally:
-                self._ti_release()
+                self._ti_lock.give()
         finally:
-            self._oi_release()
+            self._oi_lock.give()
 
     cdef bint _add_entries(self, object oi, object ti, int64_t rel, int64_t position) except -1:
         """_index_fast with both indexes' locks held."""
@@ -418,7 +443,8 @@ cdef class LeaderAppender:
     The log's config is re-read when the LocalLog's config object is replaced, the segment's appender when the
     active segment is."""
 
-    cdef object log, local, ps, epochs, clock, source, info, new_tuple, _acquire, _release
+    cdef object log, local, ps, epochs, clock, source, info, new_tuple
+    cdef _Held _lock                            # the log's
     cdef object _config, _segment
     cdef SegmentAppender _appender              # None when the active segment's appender is not this module's
     cdef int64_t _segment_bytes, _flush_messages
@@ -428,7 +454,7 @@ cdef class LeaderAppender:
     def __init__(self, log, info_type):
         self.log, self.local, self.ps, self.epochs = log, log.local, log.producer_state, log.leader_epochs
         self.clock, self.source, self.info, self.new_tuple = log.clock, log.dir, info_type, tuple.__new__
-        self._acquire, self._release = log._lock.acquire, log._lock.release
+        self._lock = _Held(log._lock)
         self._config = self._segment = self._appender = None
 
     cdef int _configure(self, object config) except -1:
@@ -459,7 +485,7 @@ cdef class LeaderAppender:
                 return None
             if <int64_t>kl_be64(p + 43) >= 0 and not client:
                 return None
-            self._acquire()
+            self._lock.take()
             try:
                 if self._log_append_time:
                     append_time = self.clock.time_ms()
@@ -497,6 +523,6 @@ cdef class LeaderAppender:
                 return self.new_tuple(self.info, (first, out[0], out[1], out[0], append_time, 1, buf.len, False,
                                                   leader_epoch))
             finally:
-                self._release()
+                self._lock.give()
         finally:
             PyBuffer_Release(&buf)
