@@ -1,10 +1,13 @@
 /* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) for kafkalog.
  *
- * Two paths, chosen at run time:
+ * Three paths, chosen at run time:
  *  - software: slicing-by-8 tables;
  *  - x86-64 with SSE4.2: the crc32 instruction on three independent streams at once
  *    (the instruction's latency is 3 cycles, its throughput 1 per cycle), whose partial
- *    CRCs are merged with precomputed "append N zero bytes" operators.
+ *    CRCs are merged with precomputed "append N zero bytes" operators;
+ *  - x86-64 with AVX-512 and VPCLMULQDQ, for buffers of KL_FOLD_MIN bytes or more: carry-less
+ *    multiplication folds 16 lanes of 16 bytes at a time (about three times the crc32
+ *    instruction's rate), and the crc32 instruction finishes the last 16 bytes and the tail.
  * The merge relies on linearity: the raw CRC state after A||B equals
  * shift(state after A, |B|) XOR raw_crc(B starting from 0), where shift(s, n) multiplies
  * s by the GF(2) matrix of n zero bytes. The matrices are built once at init by repeated
@@ -105,6 +108,76 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
     while (len--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
     return ~(uint32_t)c0;
 }
+
+/* Folding. With bit i of a 128-bit lane standing for x^(127-i) (the reflected order of the bytes as loaded), a
+ * lane A = Ahi*x^64 + Alo followed by D more bytes contributes A*x^(8D) to the CRC, and
+ * A*x^(8D) = Ahi*x^(64+8D) + Alo*x^(8D) is congruent (mod P) to Ahi*K1 + Alo*K2 with K1, K2 those powers reduced:
+ * degree < 96, so it can be added into the lane D bytes further on. A carry-less product of two reflected 64-bit
+ * values is the reflected product times x, hence the constants are x^(63+8D) and x^(8D-1) mod P, reflected into the
+ * top half of 64 bits. The last lane is fed to the crc32 instruction from a zero state (which reduces it), and the
+ * initial state is added into the first four bytes (a reflected CRC's state stands for its next 32 message bits). */
+#if (defined(__clang__) && __clang_major__ >= 8) || (!defined(__clang__) && __GNUC__ >= 8)
+#define KL_HAVE_FOLD 1   /* compilers that know the AVX-512 and VPCLMULQDQ intrinsics and cpu checks */
+#include <immintrin.h>
+#define KL_FOLD_MIN 512
+
+static int fold_enabled = 0;
+static uint64_t fold_k16[2], fold_k64[2], fold_k256[2];
+
+static uint32_t xpow_mod(unsigned n) {         /* x^n mod P, reflected into 32 bits */
+    uint32_t r = 0x80000000u;
+    while (n--) r = (r >> 1) ^ (r & 1 ? KL_POLY : 0);
+    return r;
+}
+
+static void fold_constants(uint64_t k[2], unsigned bytes) {
+    k[0] = (uint64_t)xpow_mod(63 + 8 * bytes) << 32;   /* for the lane's first 8 bytes (Ahi) */
+    k[1] = (uint64_t)xpow_mod(8 * bytes - 1) << 32;    /* for its last 8 bytes (Alo) */
+}
+
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+static inline __m512i fold512(__m512i x, __m512i k, __m512i next) {
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11),
+                                     next, 0x96);
+}
+
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+static inline __m128i fold128(__m128i x, __m128i k, __m128i next) {
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+static uint32_t crc32c_fold(uint32_t crc, const uint8_t *p, size_t len) {   /* len >= KL_FOLD_MIN */
+    const __m512i k256 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)fold_k256));
+    const __m512i k64 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)fold_k64));
+    const __m128i k16 = _mm_loadu_si128((const __m128i *)fold_k16);
+    __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_loadu_si512(p + 64);
+    __m512i z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+    z0 = _mm512_xor_si512(z0, _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128((int)~crc), 0));
+    p += 256;
+    len -= 256;
+    while (len >= 256) {
+        z0 = fold512(z0, k256, _mm512_loadu_si512(p));
+        z1 = fold512(z1, k256, _mm512_loadu_si512(p + 64));
+        z2 = fold512(z2, k256, _mm512_loadu_si512(p + 128));
+        z3 = fold512(z3, k256, _mm512_loadu_si512(p + 192));
+        p += 256;
+        len -= 256;
+    }
+    z1 = fold512(z0, k64, z1);
+    z2 = fold512(z1, k64, z2);
+    z3 = fold512(z2, k64, z3);
+    __m128i x = _mm512_extracti32x4_epi32(z3, 0);
+    x = fold128(x, k16, _mm512_extracti32x4_epi32(z3, 1));
+    x = fold128(x, k16, _mm512_extracti32x4_epi32(z3, 2));
+    x = fold128(x, k16, _mm512_extracti32x4_epi32(z3, 3));
+    for (; len >= 16; p += 16, len -= 16) x = fold128(x, k16, _mm_loadu_si128((const __m128i *)p));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+    while (len--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
 #endif
 
 void kl_crc32c_init(void) {
@@ -121,6 +194,13 @@ void kl_crc32c_init(void) {
 #ifdef KL_HAVE_X86
     __builtin_cpu_init();
     hw_enabled = __builtin_cpu_supports("sse4.2");
+#ifdef KL_HAVE_FOLD
+    fold_enabled = hw_enabled && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                   __builtin_cpu_supports("pclmul");
+    fold_constants(fold_k16, 16);
+    fold_constants(fold_k64, 64);
+    fold_constants(fold_k256, 256);
+#endif
 #endif
 }
 
@@ -128,6 +208,9 @@ int kl_crc32c_hardware_available(void) { return hw_enabled; }
 
 uint32_t kl_crc32c(uint32_t crc, const void *buf, size_t len) {
 #ifdef KL_HAVE_X86
+#ifdef KL_HAVE_FOLD
+    if (fold_enabled && len >= KL_FOLD_MIN) return crc32c_fold(crc, (const uint8_t *)buf, len);
+#endif
     if (hw_enabled) return crc32c_hw(crc, buf, len);
 #endif
     return kl_crc32c_software(crc, buf, len);

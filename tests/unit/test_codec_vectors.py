@@ -6,6 +6,7 @@ kafka-python), the CRC-32C check value, and the Kafka-written vectors' expected.
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_crc32c_check_value(codec):
     assert codec.crc32c(b"") == 0
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 255, 767, 768, 769, 24575, 24576, 24577, 3 * 8192 * 2 + 13, 1 << 20])
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 255, 511, 512, 513, 767, 768, 769, 1023, 24575, 24576, 24577,
+                                  3 * 8192 * 2 + 13, 1 << 20])
 def test_crc32c_matches_crcmod_at_every_length(codec, size):
     import crcmod.predefined
 
@@ -52,6 +54,14 @@ def test_native_hardware_and_software_crc_agree():
     for size in (0, 3, 8, 100, 8192 * 3, 8192 * 3 + 5, 300_001):
         data = os.urandom(size)
         assert native.crc32c(data) == native.crc32c_software(data)
+    # the folding path (buffers of 512 bytes or more, with AVX-512): every length around its 256-byte stride and its
+    # 16-byte tail, from every alignment, continuing from a random CRC
+    rng = random.Random(7)
+    data = os.urandom(4096)
+    for size in list(range(500, 800)) + [rng.randrange(512, 4000) for _ in range(200)]:
+        start, seed = rng.randrange(64), rng.getrandbits(32)
+        piece = memoryview(data)[start:start + size]
+        assert native.crc32c(piece, seed) == native.crc32c_software(piece, seed), (size, start)
 
 
 def test_worked_example_commit_marker(codec):
