@@ -273,15 +273,20 @@ cdef class RecordAccumulator:
         """Check and append one record; returns its batch, sets its index and ORs flags (1 opened, 2 full)."""
         cdef Field kf, vf
         cdef Grow refs
-        cdef list keep = []
+        cdef list keep = None  # the views of buffers that are not bytes, held while the record is copied
         refs.data, refs.len, refs.cap = NULL, 0, 0
         try:
             if PyList_CheckExact(headers):
                 headers = PyList_AsTuple(headers)  # a snapshot: the caller's list may change while we wait for the lock
+            if not (headers is None and (value is None or PyBytes_CheckExact(value))
+                    and (key is None or PyBytes_CheckExact(key))):
+                keep = []  # only plain bytes (and no headers) leave it unused
             if (bytes_field(value, &vf, keep) or bytes_field(key, &kf, keep) or header_refs(headers, &refs, keep)
                     or not (timestamp_ms is None or PyLong_CheckExact(timestamp_ms)
                             and 0 <= timestamp_ms <= _TS_MAX)):
                 value, key, headers, _, timestamp_ms = bf.check_send(value, key, headers, timestamp_ms)
+                if keep is None:
+                    keep = []
                 refs.len = 0
                 bytes_field(value, &vf, keep)
                 bytes_field(key, &kf, keep)
