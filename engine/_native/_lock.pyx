@@ -1,6 +1,6 @@
 # cython: language_level=3
 """A lock for the segment layer's hot paths, with threading.Lock's and threading.RLock's Python API (acquire with
-`blocking`, release, the context manager, locked) and, for other native modules, `take`/`give` calls that cost a
+`blocking`, release, the context manager) and, for other native modules, `take`/`give` calls that cost a
 few nanoseconds where a call into threading's locks costs ~60 ns (argument parsing and a clock read on every
 acquire, in CPython 3.11). segments.fs.new_lock makes one (threading's, for the pure-Python twin).
 
@@ -69,9 +69,6 @@ cdef class Lock:
     def release(self):
         """Let the lock go (a reentrant one once per acquire); RuntimeError when it is not held (by this thread)."""
         self.give()
-
-    def locked(self):
-        return self._count > 0
 
     def __enter__(self):
         self.take()

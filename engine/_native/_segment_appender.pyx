@@ -9,7 +9,9 @@ segments.fs.FileSystem: `direct_writes()`), the batches go to the pooled handle'
 and the GIL released; otherwise (fault injection, tests) through the file system's `write`/`writev`. A new
 index entry is added to the index's buffered entries (segments.index: `_pending`, `entries`, `_last`, under
 its lock) when the index can take it as it is; any other case, and every entry under a file system that injects
-faults, goes through the segment's Python method.
+faults, goes through the segment's Python method. The locks it takes (the log's, the segment's, the indexes', the
+descriptor pool's) are engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded: it
+takes them with C calls (a lock of another type is a TypeError when the appender first meets it).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
@@ -94,29 +96,6 @@ cdef int _write_buffers(int fd, object data, Py_ssize_t size) except -1:
     return 0
 
 
-cdef class _Held:
-    """A lock as this module takes it: with `take`/`give` when it is a native one (engine._native._lock), else through
-    its bound methods (a lock some other code made)."""
-    cdef Lock native
-    cdef object acquire, release
-
-    def __cinit__(self, lock):
-        self.native = lock if type(lock) is Lock else None
-        self.acquire, self.release = lock.acquire, lock.release
-
-    cdef inline int take(self) except -1:
-        if self.native is not None:
-            return self.native.take()
-        self.acquire()
-        return 0
-
-    cdef inline int give(self) except -1:
-        if self.native is not None:
-            return self.native.give()
-        self.release()
-        return 0
-
-
 cdef int _add_entry(object index, object pending, int64_t entries, const uint8_t *entry, Py_ssize_t entry_size,
                     object last, Py_ssize_t pending_entries) except -1:
     """Add a packed entry to an index's buffered entries (`pending`, a bytearray; its lock held, `entries` its
@@ -145,12 +124,12 @@ cdef class SegmentAppender:
     cdef public bint rolling_ts_loaded
     cdef int64_t base_offset, interval
     cdef bint direct
-    cdef _Held _seg_lock                        # the segment's lock (it never changes)
+    cdef Lock _seg_lock                         # the segment's lock (it never changes)
     cdef object _pinned                         # the handle last pinned
-    cdef _Held _pin_lock                        # its lock
+    cdef Lock _pin_lock                         # its lock
     cdef int _fd                                # its descriptor (direct writes only)
     cdef object _oi, _ti                        # the opened indexes (see _indexes) and their locks
-    cdef _Held _oi_lock, _ti_lock
+    cdef Lock _oi_lock, _ti_lock
     cdef Py_ssize_t _pending_entries
 
     def __init__(self, segment, int64_t size, int64_t created_ms, int64_t roll_ms):
@@ -167,7 +146,7 @@ cdef class SegmentAppender:
         self.base_offset = segment.base_offset
         self.interval = segment.config.index_interval_bytes
         self.direct = segment.fs.direct_writes()
-        self._seg_lock = _Held(segment._lock)
+        self._seg_lock = segment._lock
         self._pinned = None
         self._oi = self._ti = None
 
@@ -207,7 +186,7 @@ cdef class SegmentAppender:
             oi, ti = seg._offset_index, seg._time_index
             if oi is None or ti is None:
                 return False
-            self._oi_lock, self._ti_lock = _Held(oi._lock), _Held(ti._lock)
+            self._oi_lock, self._ti_lock = oi._lock, ti._lock
             self._pending_entries = oi.PENDING_ENTRIES
             self._oi, self._ti = oi, ti
         return True
@@ -347,7 +326,7 @@ cdef class SegmentAppender:
         return handle
 
     cdef int _remember(self, object handle) except -1:
-        self._pin_lock = _Held(handle.lock)
+        self._pin_lock = handle.lock
         self._fd = handle.file.fileno() if self.direct else -1
         self._pinned = handle
         return 0
@@ -444,7 +423,7 @@ cdef class LeaderAppender:
     active segment is."""
 
     cdef object log, local, ps, epochs, clock, source, info, new_tuple
-    cdef _Held _lock                            # the log's
+    cdef Lock _lock                             # the log's
     cdef object _config, _segment
     cdef SegmentAppender _appender              # None when the active segment's appender is not this module's
     cdef int64_t _segment_bytes, _flush_messages
@@ -454,7 +433,7 @@ cdef class LeaderAppender:
     def __init__(self, log, info_type):
         self.log, self.local, self.ps, self.epochs = log, log.local, log.producer_state, log.leader_epochs
         self.clock, self.source, self.info, self.new_tuple = log.clock, log.dir, info_type, tuple.__new__
-        self._lock = _Held(log._lock)
+        self._lock = log._lock
         self._config = self._segment = self._appender = None
 
     cdef int _configure(self, object config) except -1:
