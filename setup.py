@@ -77,6 +77,12 @@ def extensions() -> list:
         include_dirs=[NATIVE],
         extra_compile_args=flags,
     )
+    log_read = Extension(
+        "engine._native._log_read",
+        sources=[os.path.join(NATIVE, "_log_read.pyx")],
+        include_dirs=[NATIVE],
+        extra_compile_args=flags,
+    )
     lock = Extension(
         "engine._native._lock",
         sources=[os.path.join(NATIVE, "_lock.pyx")],
@@ -84,7 +90,7 @@ def extensions() -> list:
         extra_compile_args=flags,
     )
     exts = cythonize(
-        [core, lock, accumulator, offset_map, segment_appender],
+        [core, lock, accumulator, offset_map, segment_appender, log_read],
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

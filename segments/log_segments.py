@@ -10,15 +10,15 @@ a segment added or removed meanwhile is seen or skipped, never half-seen.
 from __future__ import annotations
 
 import bisect
-import threading
 from typing import Iterator
 
+from segments.fs import new_lock
 from segments.segment import LogSegment
 
 
 class LogSegments:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = new_lock(reentrant=False)  # native with the core loaded: a reader takes it from C
         self._segments: dict[int, LogSegment] = {}
         self._bases: list[int] = []
 

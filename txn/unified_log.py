@@ -49,9 +49,9 @@ from segments.fs import FileSystem, new_lock
 from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.local_log import FetchData, LocalLog
 from segments.log_config import LogConfig
-from segments.segment import LogSegment
+from segments.segment import WINDOW_BYTES, LogSegment
 from segments.txn_index import AbortedTxn
-from txn import leader_append
+from txn import leader_append, log_read
 from txn.producer_state import CompletedTxn, ProducerStateManager
 from txn.read_committed import marker_of
 
@@ -120,6 +120,7 @@ class UnifiedLog:
         self._rebuild_producer_state(self.recovery.clean_shutdown)
         self._reindexed = set()
         self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
+        self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
 
     def _check_leader_epochs(self) -> None:
         """Each checkpointed epoch must be the one the batch holding its start offset carries (and a later
@@ -388,6 +389,9 @@ class UnifiedLog:
              min_one_message: bool = True) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
         `min_one_message`), never a batch whose last offset reaches `upper_bound` (default: the LEO)."""
+        fetched = self._reader.read(start_offset, max_bytes, upper_bound, min_one_message)  # the one-call read
+        if fetched is not None:
+            return fetched
         leo, base, size = self.tail()  # the active segment's end with the LEO: appends racing this read stay unseen
         start = self.log_start_offset
         if start_offset < start or start_offset > leo:

@@ -52,3 +52,12 @@ cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int
                           uint8_t *h) except -2
 cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n, int64_t producer_id, int32_t producer_epoch,
                                 int32_t base_sequence, bint transactional) noexcept
+
+
+# a read's index search and batch-header walks on raw bytes (see _core.pyx, "index search", scan_to_offset, take_span)
+cdef Py_ssize_t index_floor(const uint8_t *p, Py_ssize_t entries, int entry_size, int64_t target) noexcept nogil
+cdef bint scan_headers(const uint8_t *p, Py_ssize_t n, int64_t position, int64_t offset, int64_t entry_offset,
+                       int64_t prev_last, int64_t up, int64_t found[4]) noexcept nogil
+cdef int check_epochs(object epochs) except -1
+cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,
+                        int64_t up, object epochs) except -2

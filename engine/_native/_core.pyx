@@ -89,7 +89,12 @@ cdef uint8_t _EMPTY[1]
 
 # --- CRC-32C -----------------------------------------------------------------------------------
 cdef object _byte_view(object data):
-    """A 1-D unsigned-byte memoryview of any buffer."""
+    """A 1-D unsigned-byte memoryview of any buffer (`data` itself when it is one)."""
+    cdef Py_buffer *view
+    if type(data) is memoryview:
+        view = PyMemoryView_GET_BUFFER(data)
+        if view.ndim == 1 and view.format != NULL and view.format[0] == b"B" and view.format[1] == 0:
+            return data
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
@@ -816,24 +821,28 @@ cdef inline (const uint8_t *, const uint8_t *) _section_bounds(RecordBatch b, ob
 
 
 cdef class _BatchIterator:
-    cdef object mv
-    cdef const uint8_t[::1] view
+    cdef object mv              # the bytes as a 1-D byte memoryview: each batch keeps a slice of it
+    cdef Py_buffer buf          # held on `mv` while the iterator lives
+    cdef bint held
     cdef Py_ssize_t pos
-    cdef Py_ssize_t n
     cdef Py_ssize_t position
     cdef object source
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.buf)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        cdef Py_ssize_t end = _frame_end(&self.view[0] if self.n else _EMPTY, self.n, self.pos,
-                                         self.position, self.source)
+        cdef const uint8_t *p = <const uint8_t *>self.buf.buf if self.buf.len else _EMPTY
+        cdef Py_ssize_t end = _frame_end(p, self.buf.len, self.pos, self.position, self.source)
         cdef RecordBatch b
         if end < 0:
             raise StopIteration
         b = RecordBatch.__new__(RecordBatch)
-        b._set(self.mv[self.pos:end], &self.view[self.pos], end - self.pos, self.position + self.pos, self.source)
+        b._set(self.mv[self.pos:end], p + self.pos, end - self.pos, self.position + self.pos, self.source)
         self.pos = end
         return b
 
@@ -848,8 +857,8 @@ def iter_batches(buffer, *, position=0, source=None):
     """
     cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
     it.mv = _byte_view(buffer)
-    it.view = it.mv
-    it.n = it.view.shape[0]
+    PyObject_GetBuffer(it.mv, &it.buf, PyBUF_SIMPLE)
+    it.held = True
     it.pos = 0
     it.position = position
     it.source = source
@@ -1634,26 +1643,29 @@ def index_search(buffer, Py_ssize_t entries, int entry_size, int64_t target):
     recent reads keep in the page cache) are searched first.
     """
     cdef Py_buffer buf
-    cdef const uint8_t *p
-    cdef Py_ssize_t warm, first_hot
     if entry_size not in (8, 12):
         raise ValueError("entry_size must be 8 (offset index) or 12 (time index)")
     PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)  # a mapping's buffer, without a memoryview around it
     try:
         if entries < 0 or entries * entry_size > buf.len:
             raise ValueError(f"{entries} entries of {entry_size} bytes exceed the {buf.len}-byte index")
-        if entries == 0:
-            return -1
-        p = <const uint8_t *>buf.buf
-        warm = 8192 // entry_size
-        first_hot = max(<Py_ssize_t>0, entries - 1 - warm)
-        if _index_key(p, first_hot, entry_size) < target:
-            return _largest_le(p, first_hot, entries - 1, entry_size, target)
-        if _index_key(p, 0, entry_size) > target:
-            return -1
-        return _largest_le(p, 0, first_hot, entry_size, target)
+        return index_floor(<const uint8_t *>buf.buf, entries, entry_size, target)
     finally:
         PyBuffer_Release(&buf)
+
+
+cdef Py_ssize_t index_floor(const uint8_t *p, Py_ssize_t entries, int entry_size, int64_t target) noexcept nogil:
+    """index_search on `entries` entries at `p` (8 or 12 bytes each, all within the buffer)."""
+    cdef Py_ssize_t warm, first_hot
+    if entries <= 0:
+        return -1
+    warm = 8192 // entry_size
+    first_hot = max(<Py_ssize_t>0, entries - 1 - warm)
+    if _index_key(p, first_hot, entry_size) < target:
+        return _largest_le(p, first_hot, entries - 1, entry_size, target)
+    if _index_key(p, 0, entry_size) > target:
+        return -1
+    return _largest_le(p, 0, first_hot, entry_size, target)
 
 
 def scan_to_offset(buffer, int64_t position, int64_t offset, int64_t entry_offset, int64_t prev_last, upper):
@@ -1664,31 +1676,40 @@ def scan_to_offset(buffer, int64_t position, int64_t offset, int64_t entry_offse
     buffer ends first, a header is short, a batch is not magic 2, or a check fails): the caller's batch-by-batch
     walk then finds the batch or raises the precise error."""
     cdef Py_buffer buf
-    cdef const uint8_t *p
-    cdef Py_ssize_t n, pos = 0
-    cdef int64_t base, last, size, up = INT64_MAX if upper is None else <int64_t>upper
+    cdef int64_t found[4]
     PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)
     try:
-        p, n = <const uint8_t *>buf.buf, buf.len
-        while n - pos >= HEADER_SIZE:
-            base = <int64_t>kl_be64(p + pos)
-            size = <int64_t><int32_t>kl_be32(p + pos + 8) + LOG_OVERHEAD
-            if p[pos + 16] != 2 or size < HEADER_SIZE or size > n - pos:
-                return None
-            if kl_add_overflow(base, <int32_t>kl_be32(p + pos + 23), &last):
-                return None
-            if pos == 0 and position > 0:
-                if last != entry_offset:
-                    return None
-            elif base <= prev_last or last < base or last >= up:
-                return None
-            if last >= offset:
-                return base, position + pos, size, prev_last
-            prev_last = last
-            pos += size
-        return None
+        if not scan_headers(<const uint8_t *>buf.buf, buf.len, position, offset, entry_offset, prev_last,
+                            INT64_MAX if upper is None else <int64_t>upper, found):
+            return None
+        return found[0], found[1], found[2], found[3]
     finally:
         PyBuffer_Release(&buf)
+
+
+cdef bint scan_headers(const uint8_t *p, Py_ssize_t n, int64_t position, int64_t offset, int64_t entry_offset,
+                       int64_t prev_last, int64_t up, int64_t found[4]) noexcept nogil:
+    """scan_to_offset on the `n` bytes at `p` (INT64_MAX for no `upper`): True with `found` set, else False."""
+    cdef Py_ssize_t pos = 0
+    cdef int64_t base, last, size
+    while n - pos >= HEADER_SIZE:
+        base = <int64_t>kl_be64(p + pos)
+        size = <int64_t><int32_t>kl_be32(p + pos + 8) + LOG_OVERHEAD
+        if p[pos + 16] != 2 or size < HEADER_SIZE or size > n - pos:
+            return False
+        if kl_add_overflow(base, <int32_t>kl_be32(p + pos + 23), &last):
+            return False
+        if pos == 0 and position > 0:
+            if last != entry_offset:
+                return False
+        elif base <= prev_last or last < base or last >= up:
+            return False
+        if last >= offset:
+            found[0], found[1], found[2], found[3] = base, position + pos, size, prev_last
+            return True
+        prev_last = last
+        pos += size
+    return False
 
 
 def take_span(buffer, Py_ssize_t max_size, bint min_one_message, int64_t prev_last, upper, epochs):
@@ -1699,42 +1720,49 @@ def take_span(buffer, Py_ssize_t max_size, bint min_one_message, int64_t prev_la
     cache's entries; None: unchecked) gives its base offset. None when the caller's batch-by-batch walk would raise
     (a malformed header, a check that fails): that walk then raises the precise error."""
     cdef Py_buffer buf
-    cdef const uint8_t *p
-    cdef Py_ssize_t n, pos = 0
-    cdef int64_t base, last, length, size, up = INT64_MAX if upper is None else <int64_t>upper
-    cdef int32_t delta
-    _check_epochs(epochs)
+    cdef Py_ssize_t end
+    cdef int64_t up = INT64_MAX if upper is None else <int64_t>upper
+    check_epochs(epochs)
     PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE)
     try:
-        p, n = <const uint8_t *>buf.buf, buf.len
-        while n - pos >= UP_TO_MAGIC:  # the framing checks of iter_batches, in its order
-            base = <int64_t>kl_be64(p + pos)
-            length = <int32_t>kl_be32(p + pos + 8)
-            if length < MIN_ENTRY_SIZE:
-                return None
-            size = length + LOG_OVERHEAD
-            if size > n - pos:
-                break
-            if p[pos + 16] != 2 or size < HEADER_SIZE:
-                return None
-            delta = <int32_t>kl_be32(p + pos + 23)
-            if base < 0 or delta < 0 or base >= INT64_MAX - delta:
-                return None
-            last = base + delta
-            if pos + size > max_size and not (min_one_message and pos == 0):
-                break
-            if pos and (base <= prev_last or last >= up):
-                return None
-            if epochs is not None and not _epoch_matches(<list>epochs, base, <int32_t>kl_be32(p + pos + 12)):
-                return None
-            prev_last = last
-            pos += size
-        return pos
+        end = span_of(<const uint8_t *>buf.buf, buf.len, max_size, min_one_message, prev_last, up, epochs)
+        return None if end < 0 else end
     finally:
         PyBuffer_Release(&buf)
 
 
-cdef int _check_epochs(object epochs) except -1:
+cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,
+                        int64_t up, object epochs) except -2:
+    """take_span on the `n` bytes at `p` (INT64_MAX for no `upper`; `epochs` already checked): -1 for None."""
+    cdef Py_ssize_t pos = 0
+    cdef int64_t base, last, length, size
+    cdef int32_t delta
+    while n - pos >= UP_TO_MAGIC:  # the framing checks of iter_batches, in its order
+        base = <int64_t>kl_be64(p + pos)
+        length = <int32_t>kl_be32(p + pos + 8)
+        if length < MIN_ENTRY_SIZE:
+            return -1
+        size = length + LOG_OVERHEAD
+        if size > n - pos:
+            break
+        if p[pos + 16] != 2 or size < HEADER_SIZE:
+            return -1
+        delta = <int32_t>kl_be32(p + pos + 23)
+        if base < 0 or delta < 0 or base >= INT64_MAX - delta:
+            return -1
+        last = base + delta
+        if pos + size > max_size and not (min_one_message and pos == 0):
+            break
+        if pos and (base <= prev_last or last >= up):
+            return -1
+        if epochs is not None and not _epoch_matches(<list>epochs, base, <int32_t>kl_be32(p + pos + 12)):
+            return -1
+        prev_last = last
+        pos += size
+    return pos
+
+
+cdef int check_epochs(object epochs) except -1:
     """TypeError unless `epochs` is None or a list of (int, int) tuples of int64 values (the twin's check, word for
     word)."""
     cdef Py_ssize_t i
@@ -1766,7 +1794,7 @@ cdef inline int64_t _entry(list entries, Py_ssize_t i, Py_ssize_t field) except?
 
 
 cdef bint _epoch_matches(list entries, int64_t base, int32_t epoch) except -1:
-    """Whether a batch at `base` carries the epoch the leader-epoch entries (checked by _check_epochs) give that
+    """Whether a batch at `base` carries the epoch the leader-epoch entries (checked by check_epochs) give that
     offset: the last entry starting at or below it (any epoch below the first entry's start)."""
     cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(entries), mid
     if hi == 0 or base < _entry(entries, 0, 1):

@@ -52,6 +52,7 @@ def test_builds_native_then_a_compilerless_rebuild_falls_back_without_leaking(so
     assert _probe(tmp_path / "native").stdout.strip() == "cython"
     assert list((tmp_path / "native").rglob("_accumulator*.so")), "the producer's native loop is built too"
     assert list((tmp_path / "native").rglob("_segment_appender*.so")), "and the native segment append"
+    assert list((tmp_path / "native").rglob("_log_read*.so")), "and the native one-call read"
     for package in ("engine", "segments", "txn", "replication"):  # library users get the type hints
         assert (tmp_path / "native" / package / "py.typed").is_file(), package
     assert list((source / "build").rglob("_core*.so")), "the first build leaves a .so in build/"

@@ -16,9 +16,12 @@ from replication.partition import READ_COMMITTED, Partition, PartitionView
 from segments import leader_epoch_checkpoint
 from segments.fs import FileSystem
 from segments.leader_epoch_checkpoint import LeaderEpochCache
+from segments.local_log import FetchData
 from segments.log_config import LogConfig
 from segments.partition_reader import PartitionReader
+from segments.segment import WINDOW_BYTES
 from tests import vectors
+from txn import log_read
 from txn.read_committed import CommittedLog
 from txn.unified_log import UnifiedLog
 
@@ -149,21 +152,30 @@ def test_live_and_directory_views_apply_the_same_bound(tmp_path):
     assert sorted(f for f in os.listdir(directory) if f.endswith(".log")) == ["00000000000000000000.log"]
 
 
-def test_a_read_racing_an_append_returns_what_was_there_when_it_started(tmp_path):
+@pytest.mark.parametrize("path", ["layers", "one call"])
+def test_a_read_racing_an_append_returns_what_was_there_when_it_started(tmp_path, path):
     """A batch appended between the read taking the LEO and the read scanning the segment is not read (it used
-    to look like a batch past the log end: a CorruptRecordError for a consumer reading while a producer wrote)."""
+    to look like a batch past the log end: a CorruptRecordError for a consumer reading while a producer wrote).
+    The layers' read is raced inside LogSegment.read; the one-call read (its Python twin, whose steps are the
+    native one's) inside the segment's view."""
     with engine.open(tmp_path, background=False) as e:
         e.create_topic("t")
         e.append("t", 0, batch(3))
         lg = e.log("t", 0)
         seg = lg.local.active_segment
-        real = seg.read
+        hook = "read" if path == "layers" else "view"
+        real = getattr(seg, hook)
 
         def racing(*args, **kwargs):
             e.append("t", 0, batch(2))  # lands after read() took the LEO, before the segment is scanned
             return real(*args, **kwargs)
 
-        seg.read = racing
-        got = lg.read(0)
-        seg.read = real
+        setattr(seg, hook, racing)
+        if path == "layers":
+            lg._reader = log_read.load("python")(lg, FetchData, WINDOW_BYTES)
+            lg._reader.read = lambda *args: None  # the one call declines: the layers read
+            got = lg.read(0)
+        else:
+            got = log_read.load("python")(lg, FetchData, WINDOW_BYTES).read(0, 1 << 20, None, True)
+        delattr(seg, hook)
         assert [b.last_offset for b in got.batches(lg.dir)] == [2] and lg.log_end_offset == 5

@@ -1,0 +1,229 @@
+# cython: language_level=3
+"""The native twin of txn.log_read.LogReader (see that module for which reads it serves, its crash policy and its
+thread-safety): the same answers, with the log's state, the segment list, the offset index and the segment's mapping
+read from here. The locks it takes (the log's, the segment list's, the segment's, the index's) are
+engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded. What a segment is made of
+(its locks, appender, offset index, descriptor pool) is kept between reads of the same segment, and the active
+segment's while it stays the active one; threads sharing the reader each work from the record they took.
+"""
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.dict cimport PyDict_GetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.ref cimport PyObject
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
+
+from engine._native._core cimport check_epochs, index_floor, scan_headers, span_of
+from engine._native._lock cimport Lock
+
+cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
+    uint32_t kl_be32(const uint8_t *p) nogil
+
+cdef object _EMPTY = memoryview(b"")
+
+
+@cython.final
+cdef class _Pool:
+    """One file system's descriptor pool, as FileSystem.track_map tests it."""
+
+    cdef object fs
+    cdef object handles                 # an OrderedDict
+    cdef Py_ssize_t budget
+
+    def __init__(self, fs):
+        self.fs, self.handles, self.budget = fs, fs._handles, fs.fd_budget
+
+    cdef int track(self, object owner, object key) except -1:
+        """FileSystem.track_map(owner): its first test (the pool less than half full and `key`, the owner's
+        ("map", id) key, counted already) made here without a Python call, else the method."""
+        if 2 * len(self.handles) < self.budget and key in self.handles:
+            return 0
+        self.fs.track_map(owner)
+        return 0
+
+
+@cython.final
+cdef class _Segment:
+    """What one segment is made of (none of it is replaced while the segment lives), made whole before a reader
+    keeps it: readers on other threads share the reader, and each works from the record it took."""
+
+    cdef object segment, appender, index, segment_key, index_key
+    cdef Lock segment_lock, index_lock
+    cdef _Pool pool
+    cdef int64_t base
+
+    def __init__(self, segment, _Pool pool):
+        index = segment.offset_index
+        self.segment_lock, self.index_lock = segment._lock, index._lock
+        self.appender, self.index, self.base = segment.appender, index, segment.base_offset
+        self.segment_key, self.index_key = ("map", id(segment)), ("map", id(index))
+        self.pool = pool if pool is not None and pool.fs is segment.fs else _Pool(segment.fs)
+        self.segment = segment
+
+
+@cython.final
+cdef class LogReader:
+    """The native twin of txn.log_read.LogReader."""
+
+    cdef object log, local, epochs, fetch, new_tuple
+    cdef Lock _lock, _list_lock                 # the log's, the segment list's
+    cdef list _bases
+    cdef dict _by_base
+    cdef Py_ssize_t _window
+    cdef _Segment _active                       # the active segment when last seen
+    cdef _Segment _last                         # the segment last read
+
+    def __init__(self, log, fetch_type, Py_ssize_t window_bytes):
+        segments = log.local.segments
+        self.log, self.local, self.epochs = log, log.local, log.leader_epochs
+        self.fetch, self.new_tuple, self._window = fetch_type, tuple.__new__, window_bytes
+        self._lock, self._list_lock = log._lock, segments._lock
+        self._bases, self._by_base = segments._bases, segments._segments
+        self._active = self._last = None
+
+    def read(self, int64_t start_offset, Py_ssize_t max_bytes, upper_bound, bint min_one_message):
+        """UnifiedLog.read's FetchData, or None with nothing read when the layers must serve the read."""
+        cdef object active, segment, mapping, entries
+        cdef _Segment seg, tail
+        cdef int64_t leo, bound, active_base, active_size, upper, entry_offset, position, limit, stop
+        cdef int64_t found[4]
+        cdef Py_ssize_t end, size
+        cdef Py_buffer buf
+        cdef const uint8_t *p
+        self._lock.take()  # UnifiedLog.tail
+        try:
+            leo = self.local.log_end_offset
+            active = self.local.active_segment
+            tail = self._active
+            if tail is not None and tail.segment is active:
+                active_base, active_size = tail.base, tail.appender.size
+            else:
+                active_base, active_size = active.base_offset, active.appender.size
+        finally:
+            self._lock.give()
+        if tail is None or tail.segment is not active:  # made outside the lock: it may open the index
+            tail = self._active = _Segment(active, None if self._last is None else self._last.pool)
+        if not <int64_t>self.log.log_start_offset <= start_offset <= leo:
+            return None
+        bound = leo if upper_bound is None else min(<int64_t>upper_bound, leo)
+        if start_offset >= bound:  # nothing to read below the bound
+            return self.new_tuple(self.fetch, (start_offset, active_base, active_size, _EMPTY))
+        if bound < leo:
+            return None
+        segment = self._holding(start_offset, &upper)
+        if segment is None:
+            return None
+        if upper < 0:
+            upper = leo
+        seg = self._last
+        if seg is None or seg.segment is not segment:
+            seg = tail if tail.segment is segment else _Segment(segment, tail.pool)
+            self._last = seg
+        if not _floor(seg, start_offset, &entry_offset, &position):
+            return None
+        mapping = _mapping(seg, position, &size)
+        if mapping is None:
+            return None
+        PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
+        try:
+            p = <const uint8_t *>buf.buf
+            size = min(size, buf.len)
+            if not scan_headers(p + position, size - position, position, start_offset, entry_offset, seg.base - 1,
+                                upper, found):
+                return None
+            limit = min(active_size, size) if seg.base == active_base else size
+            if found[1] >= limit:
+                return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], _EMPTY))
+            stop = min(limit, found[1] + (max(<int64_t>max_bytes, found[2]) if min_one_message else max_bytes))
+            if stop - found[1] >= self._window:
+                return None
+            entries = self.epochs.entries
+            check_epochs(entries)
+            end = span_of(p + found[1], stop - found[1], max_bytes, min_one_message, found[3], upper, entries)
+            if end < 0:
+                return None
+        finally:
+            PyBuffer_Release(&buf)
+        return self.new_tuple(self.fetch, (start_offset, seg.base, found[1],
+                                           memoryview(mapping)[found[1]:found[1] + end]))
+
+    cdef object _holding(self, int64_t offset, int64_t *next_base):
+        """LogSegments.holding: the segment with the greatest base <= offset (else the first), the next base in
+        `next_base` (-1 for the last); None with no segments."""
+        cdef Py_ssize_t lo = 0, hi, mid
+        cdef list bases = self._bases
+        cdef PyObject *segment
+        self._list_lock.take()
+        try:
+            hi = PyList_GET_SIZE(bases)
+            if hi == 0:
+                return None
+            while lo < hi:  # bisect_right
+                mid = (lo + hi) >> 1
+                if offset < <int64_t><object>PyList_GET_ITEM(bases, mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            lo = max(lo - 1, 0)
+            next_base[0] = <int64_t><object>PyList_GET_ITEM(bases, lo + 1) if lo + 1 < PyList_GET_SIZE(bases) else -1
+            segment = PyDict_GetItem(self._by_base, <object>PyList_GET_ITEM(bases, lo))
+            return None if segment is NULL else <object>segment
+        finally:
+            self._list_lock.give()
+
+cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *position) except -1:
+    """OffsetIndex.lookup: the (offset, position) of the largest entry at or below `offset`, (base, 0) if none;
+    False when the index has no mapping to search."""
+    cdef object index = seg.index, mapping
+    cdef Py_buffer buf
+    cdef Py_ssize_t entries, slot
+    cdef int64_t rel = min(offset - seg.base, <int64_t>INT32_MAX)
+    entry_offset[0], position[0] = seg.base, 0
+    if rel < 0:
+        return True
+    seg.index_lock.take()
+    try:
+        if index._pending:
+            index._write_pending()
+        entries = index.entries
+        if not entries:
+            return True
+        mapping = index._map  # OffsetIndex._mapped
+        if mapping is None:
+            mapping = index._mapped()
+            if mapping is None:
+                return False
+        else:
+            seg.pool.track(index, seg.index_key)
+        PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
+        try:
+            if entries * 8 > buf.len:
+                return False
+            slot = index_floor(<const uint8_t *>buf.buf, entries, 8, rel)
+            if slot >= 0:
+                entry_offset[0] = seg.base + <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * 8)
+                position[0] = <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * 8 + 4)
+            return True
+        finally:
+            PyBuffer_Release(&buf)
+    finally:
+        seg.index_lock.give()
+
+
+cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
+    """The segment's shared mapping, made again when it does not reach the segment's size (LogSegment.view), with
+    that size in `size`; None when there are no bytes at `position`."""
+    cdef object segment = seg.segment, mapping
+    seg.segment_lock.take()
+    try:
+        size[0] = seg.appender.size
+        if size[0] <= position:
+            return None
+        mapping = segment._map
+        if mapping is None or len(mapping) < size[0]:
+            segment._remap()
+            return segment._map
+        seg.pool.track(segment, seg.segment_key)
+        return mapping
+    finally:
+        seg.segment_lock.give()

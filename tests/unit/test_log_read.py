@@ -1,0 +1,158 @@
+"""A read of a log in one call (txn.log_read, both twins): whatever it answers is what the layers answer
+(segments.local_log.LocalLog.read and segments.segment.LogSegment.read, the model here, run with the one-call read
+switched off on the same log), and a read bounded by the log end, of an offset in the log, takes the one call."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import engine
+from engine.common.clock import ManualClock
+from engine.common.errors import OffsetOutOfRangeError
+from segments.fs import FileSystem
+from segments.local_log import FetchData, LocalLog
+from segments.log_config import LogConfig
+from segments.segment import WINDOW_BYTES
+from tests.conftest import IMPLEMENTATIONS
+from txn import log_read
+from txn.unified_log import UnifiedLog as Log
+
+T0 = 1_700_000_000_000
+
+
+class _Never:
+    """A one-call read that always leaves the read to the layers."""
+
+    def read(self, start_offset, max_bytes, upper_bound, min_one_message):
+        return None
+
+
+def _readers(lg: Log) -> dict:
+    return {impl: log_read.load(impl)(lg, FetchData, WINDOW_BYTES) for impl in IMPLEMENTATIONS}
+
+
+def _layers(lg: Log, *args):
+    """The layers' answer (or the type of their error)."""
+    kept, lg._reader = lg._reader, _Never()
+    try:
+        return lg.read(*args)
+    except OffsetOutOfRangeError as exc:
+        return type(exc)
+    finally:
+        lg._reader = kept
+
+
+def _same(got: FetchData, want: FetchData) -> bool:
+    return got[:3] == want[:3] and bytes(got.records) == bytes(want.records)
+
+
+def _batch(i: int, count: int) -> bytes:
+    return engine.encode_batch([(b"k%d" % i, b"v" * (i % 7 * 60), None, T0 + i)] * count)
+
+
+# one step: ("append", records) or ("read", offset shift from a random place, max_bytes, min_one_message, bound)
+STEPS = st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 6)),
+                           st.tuples(st.just("read"), st.integers(-2, 60), st.sampled_from([0, 1, 100, 700, 1 << 20]),
+                                     st.booleans(), st.sampled_from([None, "leo", "below", "above"]))),
+                 min_size=1, max_size=80)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 50), STEPS, st.sampled_from([1, 150, 4096]), st.sampled_from([3000, 9000, 1 << 20]))
+def test_the_one_call_read_answers_as_the_layers_do(tmp_path_factory, first, steps, interval, segment_bytes):
+    directory = tmp_path_factory.mktemp("log")
+    config = LogConfig.from_dict({"segment.bytes": segment_bytes, "index.interval.bytes": interval})
+    lg = Log(FileSystem(), str(directory / "t-0"), config, ManualClock(T0))
+    for i in range(first):  # then the steps' appends and reads
+        lg.append_as_leader(_batch(i, 1 + i % 6))
+    readers = _readers(lg)
+    for i, step in enumerate(steps):
+        if step[0] == "append":
+            lg.append_as_leader(_batch(i, step[1]), leader_epoch=i // 10)
+            continue
+        _, shift, max_bytes, min_one, bound = step
+        leo = lg.log_end_offset
+        offset = (leo * shift) // 58 - 1 if shift >= 0 else leo + 1 - shift  # below the start, in the log, past it
+        upper = {None: None, "leo": leo, "below": max(0, leo - 3), "above": leo + 5}[bound]
+        want = _layers(lg, offset, max_bytes, upper, min_one)
+        for impl, reader in readers.items():
+            got = reader.read(offset, max_bytes, upper, min_one)
+            if got is not None:
+                assert isinstance(want, FetchData) and _same(got, want), (impl, step, got, want)
+            elif 0 <= offset <= leo and (upper is None or upper >= leo):
+                pytest.fail(f"{impl}: a read of {offset} bounded by the log end left the one call ({step})")
+        if isinstance(want, FetchData):  # and the log's own read, which tries the one call first
+            assert _same(lg.read(offset, max_bytes, upper, min_one), want)
+    lg.close()
+
+
+def test_reads_take_the_one_call(tmp_path, monkeypatch):
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.bytes": 3000}), ManualClock(T0))
+    for i in range(40):
+        lg.append_as_leader(_batch(i, 3))
+    assert len(lg.segments) > 3
+    calls = []
+    real = LocalLog.read
+    monkeypatch.setattr(LocalLog, "read", lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    for offset in range(0, lg.log_end_offset + 1, 5):
+        fetched = lg.read(offset, max_bytes=1)
+        records = [r for b in engine.iter_batches(fetched.records) for r in b.records()]
+        assert offset == lg.log_end_offset or records[0].offset <= offset <= records[-1].offset
+    assert calls == []
+    lg.read(0, upper_bound=lg.log_end_offset - 2)  # a bound below the log end: the layers read
+    assert len(calls) == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(lg.log_end_offset + 1)
+    lg.close()
+
+
+def test_a_corrupt_index_entry_is_left_to_the_layers_which_rebuild_it(tmp_path):
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"index.interval.bytes": 1}), ManualClock(T0))
+    for i in range(20):
+        lg.append_as_leader(_batch(i, 2))
+    want = {offset: bytes(_layers(lg, offset, 1, None, True).records) for offset in range(40)}
+    index = lg.active_segment.offset_index
+    index._write_pending()
+    index._map[8 * 5 + 4:8 * 5 + 8] = index._map[8 * 2 + 4:8 * 2 + 8]  # the sixth entry points at the third batch
+    notes = []
+    lg.active_segment.on_repair = notes.append
+    steered = int.from_bytes(index._map[8 * 5:8 * 5 + 4], "big")  # an offset that entry names
+    for impl, reader in _readers(lg).items():
+        assert reader.read(steered, 1, None, True) is None, impl
+    assert {offset: bytes(lg.read(offset, 1).records) for offset in range(40)} == want
+    assert notes and "rebuilt the indexes" in notes[0]
+    lg.close()
+
+
+def test_reads_racing_appends_see_whole_batches(tmp_path):
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.bytes": 20_000,
+                                                                     "index.interval.bytes": 500}), ManualClock(T0))
+    lg.append_as_leader(_batch(0, 2))
+    done, seen, errors = threading.Event(), [], []
+
+    def reader():
+        try:
+            while not done.is_set():
+                leo = lg.log_end_offset
+                offset = leo // 2
+                batches = list(engine.iter_batches(lg.read(offset, max_bytes=3000).records))
+                assert batches and all(b.is_valid() for b in batches)
+                assert batches[0].base_offset <= offset <= batches[-1].last_offset
+                seen.append(batches[-1].last_offset)
+        except Exception as exc:  # the main thread reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(1, 1500):
+        lg.append_as_leader(_batch(i, 1 + i % 3))
+    done.set()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(seen) > 10
+    lg.close()
