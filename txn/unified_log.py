@@ -49,7 +49,7 @@ from segments.fs import FileSystem, new_lock
 from segments.leader_epoch_checkpoint import LeaderEpochCache
 from segments.local_log import FetchData, LocalLog
 from segments.log_config import LogConfig
-from segments.segment import WINDOW_BYTES, LogSegment
+from segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
 from segments.txn_index import AbortedTxn
 from txn import leader_append, log_read
 from txn.producer_state import CompletedTxn, ProducerStateManager
@@ -389,6 +389,7 @@ class UnifiedLog:
              min_one_message: bool = True) -> FetchData:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` (at least one batch when
         `min_one_message`), never a batch whose last offset reaches `upper_bound` (default: the LEO)."""
+        max_bytes = min(max_bytes, INT32_MAX)  # a read never crosses a segment, whose size is an int32
         fetched = self._reader.read(start_offset, max_bytes, upper_bound, min_one_message)  # the one-call read
         if fetched is not None:
             return fetched

@@ -10,6 +10,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.ref cimport PyObject
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
@@ -20,6 +21,15 @@ cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     uint32_t kl_be32(const uint8_t *p) nogil
 
 cdef object _EMPTY = memoryview(b"")
+
+
+cdef inline bint _int64(object value, int64_t *out) noexcept:
+    """Whether `value` is an int within int64 (then in `out`)."""
+    cdef int overflow = 0
+    if not PyLong_CheckExact(value):
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return not overflow
 
 
 @cython.final
@@ -81,15 +91,20 @@ cdef class LogReader:
         self._bases, self._by_base = segments._bases, segments._segments
         self._active = self._last = None
 
-    def read(self, int64_t start_offset, Py_ssize_t max_bytes, upper_bound, bint min_one_message):
-        """UnifiedLog.read's FetchData, or None with nothing read when the layers must serve the read."""
+    def read(self, offset, max_size, upper_bound, bint min_one_message):
+        """UnifiedLog.read's FetchData, or None with nothing read when the layers must serve the read (also for
+        arguments that are not ints within int64: the layers refuse them or answer as Python ints do)."""
         cdef object active, segment, mapping, entries
         cdef _Segment seg, tail
-        cdef int64_t leo, bound, active_base, active_size, upper, entry_offset, position, limit, stop
+        cdef int64_t start_offset, max_bytes, leo, bound, active_base, active_size, upper, entry_offset, position
+        cdef int64_t limit, stop, want
         cdef int64_t found[4]
         cdef Py_ssize_t end, size
         cdef Py_buffer buf
         cdef const uint8_t *p
+        if not (_int64(offset, &start_offset) and _int64(max_size, &max_bytes)
+                and (upper_bound is None or _int64(upper_bound, &bound))):
+            return None
         self._lock.take()  # UnifiedLog.tail
         try:
             leo = self.local.log_end_offset
@@ -105,7 +120,7 @@ cdef class LogReader:
             tail = self._active = _Segment(active, None if self._last is None else self._last.pool)
         if not <int64_t>self.log.log_start_offset <= start_offset <= leo:
             return None
-        bound = leo if upper_bound is None else min(<int64_t>upper_bound, leo)
+        bound = leo if upper_bound is None else min(bound, leo)
         if start_offset >= bound:  # nothing to read below the bound
             return self.new_tuple(self.fetch, (start_offset, active_base, active_size, _EMPTY))
         if bound < leo:
@@ -134,7 +149,8 @@ cdef class LogReader:
             limit = min(active_size, size) if seg.base == active_base else size
             if found[1] >= limit:
                 return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], _EMPTY))
-            stop = min(limit, found[1] + (max(<int64_t>max_bytes, found[2]) if min_one_message else max_bytes))
+            want = max(max_bytes, found[2]) if min_one_message else max_bytes
+            stop = limit if want > limit - found[1] else found[1] + want
             if stop - found[1] >= self._window:
                 return None
             entries = self.epochs.entries

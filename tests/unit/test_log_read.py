@@ -156,3 +156,19 @@ def test_reads_racing_appends_see_whole_batches(tmp_path):
         t.join()
     assert errors == [] and len(seen) > 10
     lg.close()
+
+
+@pytest.mark.parametrize("args", [(2**70, 1, None, True), (-2**70, 1, None, True), (0, 2**70, None, True),
+                                  (0, 1, 2**70, True), (0, 1, -2**70, True), (True, 1, None, True)])
+def test_arguments_beyond_int64_are_answered_as_the_layers_answer_them(tmp_path, args):
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig(), ManualClock(T0))
+    for i in range(5):
+        lg.append_as_leader(_batch(i, 2))
+    want = _layers(lg, *args)
+    handed = (args[0], min(args[1], 2**31 - 1), *args[2:])  # UnifiedLog.read caps max_bytes at a segment's size
+    for impl, reader in _readers(lg).items():
+        got = reader.read(*handed)
+        assert got is None or isinstance(want, FetchData) and _same(got, want), impl
+    got = lg.read(*args) if isinstance(want, FetchData) else pytest.raises(want, lg.read, *args).type
+    assert got is want or _same(got, want)
+    lg.close()
