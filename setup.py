@@ -53,44 +53,16 @@ def extensions() -> list:
     from Cython.Build import cythonize
 
     flags = ["-O3", "-fno-strict-aliasing"] if os.name != "nt" else ["/O2"]
-    core = Extension(
-        "engine._native._core",
-        sources=[os.path.join(NATIVE, "_core.pyx"), os.path.join(NATIVE, "crc32c_impl.c")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
-    accumulator = Extension(
-        "engine._native._accumulator",
-        sources=[os.path.join(NATIVE, "_accumulator.pyx")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
-    offset_map = Extension(
-        "engine._native._offset_map",
-        sources=[os.path.join(NATIVE, "_offset_map.pyx"), os.path.join(NATIVE, "md5_impl.c")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
-    segment_appender = Extension(
-        "engine._native._segment_appender",
-        sources=[os.path.join(NATIVE, "_segment_appender.pyx")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
-    log_read = Extension(
-        "engine._native._log_read",
-        sources=[os.path.join(NATIVE, "_log_read.pyx")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
-    lock = Extension(
-        "engine._native._lock",
-        sources=[os.path.join(NATIVE, "_lock.pyx")],
-        include_dirs=[NATIVE],
-        extra_compile_args=flags,
-    )
+
+    def native(name: str, *c_sources: str) -> Extension:
+        """engine._native.<name>, built from <name>.pyx and the named C files beside it."""
+        sources = [os.path.join(NATIVE, f) for f in (name + ".pyx", *c_sources)]
+        return Extension(f"engine._native.{name}", sources=sources, include_dirs=[NATIVE], extra_compile_args=flags)
+
+    modules = [native("_core", "crc32c_impl.c"), native("_lock"), native("_accumulator"),
+               native("_offset_map", "md5_impl.c"), native("_segment_appender"), native("_log_read")]
     exts = cythonize(
-        [core, lock, accumulator, offset_map, segment_appender, log_read],
+        modules,
         compiler_directives={
             "language_level": 3,
             "boundscheck": False,

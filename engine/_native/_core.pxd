@@ -59,5 +59,6 @@ cdef Py_ssize_t index_floor(const uint8_t *p, Py_ssize_t entries, int entry_size
 cdef bint scan_headers(const uint8_t *p, Py_ssize_t n, int64_t position, int64_t offset, int64_t entry_offset,
                        int64_t prev_last, int64_t up, int64_t found[4]) noexcept nogil
 cdef int check_epochs(object epochs) except -1
+cdef bint as_int64(object value, int64_t *out) noexcept
 cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,
                         int64_t up, object epochs) except -2

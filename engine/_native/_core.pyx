@@ -1767,25 +1767,27 @@ cdef int check_epochs(object epochs) except -1:
     word)."""
     cdef Py_ssize_t i
     cdef object entry
+    cdef int64_t value
     if epochs is None:
         return 0
     if PyList_CheckExact(epochs):
         for i in range(PyList_GET_SIZE(epochs)):
             entry = <object>PyList_GET_ITEM(epochs, i)
             if not (PyTuple_CheckExact(entry) and PyTuple_GET_SIZE(entry) == 2
-                    and _is_int64(<object>PyTuple_GET_ITEM(entry, 0))
-                    and _is_int64(<object>PyTuple_GET_ITEM(entry, 1))):
+                    and as_int64(<object>PyTuple_GET_ITEM(entry, 0), &value)
+                    and as_int64(<object>PyTuple_GET_ITEM(entry, 1), &value)):
                 break
         else:
             return 0
     raise TypeError("epochs must be None or a list of (epoch, start offset) int64 tuples")
 
 
-cdef inline bint _is_int64(object value) noexcept:
+cdef bint as_int64(object value, int64_t *out) noexcept:
+    """Whether `value` is an int within int64 (then in `out`)."""
     cdef int overflow = 0
     if not PyLong_CheckExact(value):
         return False
-    PyLong_AsLongLongAndOverflow(value, &overflow)
+    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
     return overflow == 0
 
 

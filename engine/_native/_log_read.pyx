@@ -10,11 +10,10 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.ref cimport PyObject
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
-from engine._native._core cimport check_epochs, index_floor, scan_headers, span_of
+from engine._native._core cimport as_int64, check_epochs, index_floor, scan_headers, span_of
 from engine._native._lock cimport Lock
 
 cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
@@ -22,14 +21,8 @@ cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
 
 cdef object _EMPTY = memoryview(b"")
 
-
-cdef inline bint _int64(object value, int64_t *out) noexcept:
-    """Whether `value` is an int within int64 (then in `out`)."""
-    cdef int overflow = 0
-    if not PyLong_CheckExact(value):
-        return False
-    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
-    return not overflow
+cdef enum:
+    ENTRY_SIZE = 8  # an `.index` entry: int32 offset relative to the segment's base, int32 position
 
 
 @cython.final
@@ -102,8 +95,8 @@ cdef class LogReader:
         cdef Py_ssize_t end, size
         cdef Py_buffer buf
         cdef const uint8_t *p
-        if not (_int64(offset, &start_offset) and _int64(max_size, &max_bytes)
-                and (upper_bound is None or _int64(upper_bound, &bound))):
+        if not (as_int64(offset, &start_offset) and as_int64(max_size, &max_bytes)
+                and (upper_bound is None or as_int64(upper_bound, &bound))):
             return None
         self._lock.take()  # UnifiedLog.tail
         try:
@@ -187,6 +180,7 @@ cdef class LogReader:
         finally:
             self._list_lock.give()
 
+
 cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *position) except -1:
     """OffsetIndex.lookup: the (offset, position) of the largest entry at or below `offset`, (base, 0) if none;
     False when the index has no mapping to search."""
@@ -213,12 +207,12 @@ cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *p
             seg.pool.track(index, seg.index_key)
         PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
         try:
-            if entries * 8 > buf.len:
+            if entries * ENTRY_SIZE > buf.len:
                 return False
-            slot = index_floor(<const uint8_t *>buf.buf, entries, 8, rel)
+            slot = index_floor(<const uint8_t *>buf.buf, entries, ENTRY_SIZE, rel)
             if slot >= 0:
-                entry_offset[0] = seg.base + <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * 8)
-                position[0] = <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * 8 + 4)
+                entry_offset[0] = seg.base + <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * ENTRY_SIZE)
+                position[0] = <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * ENTRY_SIZE + 4)
             return True
         finally:
             PyBuffer_Release(&buf)
