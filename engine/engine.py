@@ -26,8 +26,9 @@ import threading
 import weakref
 from typing import Callable, NamedTuple
 
-from engine import metadata, staged_writes
+from engine import limits, metadata, staged_writes
 from engine.common.clock import Clock, SystemClock
+from engine.common.health import TaskFailure
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -110,10 +111,12 @@ class Engine:
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
                  group_config: dict | None = None, cleaner_config: dict | None = None,
-                 hw_checkpoint_interval_ms: int = LogManager.HW_CHECKPOINT_MS, **unknown) -> None:
+                 hw_checkpoint_interval_ms: int = LogManager.HW_CHECKPOINT_MS,
+                 max_partitions: int = limits.DEFAULT_MAX_PARTITIONS, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
         self.path = _log_dir_path(path)
+        self.max_partitions = limits.check_max_partitions(max_partitions)
         self.clock = clock or SystemClock()
         if fd_budget is not None and (not isinstance(fd_budget, int) or isinstance(fd_budget, bool)
                                       or fd_budget < 4):
@@ -156,13 +159,14 @@ class Engine:
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self._log_config, background=background,
             log_options=log_options, cleaner_config=cleaner, hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
-            tasks={"producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
-                   "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
-                   "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
-                   "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids),
-                   "group-timeouts": (GROUP_TICK_MS, self.tick_groups),
-                   "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets),
-                   "staged-writes": (STAGED_WRITES_CHECK_MS, self.apply_staged_writes)})
+            tasks={name: (every, self._while_open(task)) for name, (every, task) in {
+                "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
+                "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.shrink_isrs),
+                "transaction-abort": (ABORT_CHECK_INTERVAL_MS, self.abort_timed_out_transactions),
+                "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids),
+                "group-timeouts": (GROUP_TICK_MS, self.tick_groups),
+                "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets),
+                "staged-writes": (STAGED_WRITES_CHECK_MS, self.apply_staged_writes)}.items()})
         self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
             for b in range(1, self._catalogue.brokers):
@@ -187,6 +191,12 @@ class Engine:
             for broker in self._brokers.values():
                 broker.close()
             raise
+
+    def _while_open(self, task: Callable[[], object]) -> Callable[[], object]:
+        """`task` for the background thread: nothing once close() has begun (a closing engine is not a failure)."""
+        def run():
+            return None if self._closed else task()
+        return run
 
     # --- catalogue ------------------------------------------------------------------------------
     def _log_config(self, topic: str) -> LogConfig:
@@ -326,6 +336,7 @@ class Engine:
             overrides = dict(config or {})
             if name in self._catalogue.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            self._check_capacity(partitions * replication_factor, f"topic {name!r}")
             rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides, replication_factor)
             self._catalogue.topics[name] = rec
             try:
@@ -336,6 +347,11 @@ class Engine:
                 self._drop_partitions(name, 0, partitions)
                 raise
             return self.describe_topic(name)
+
+    def _check_capacity(self, adding: int, what: str) -> None:
+        """engine.limits.check_capacity for `adding` more partition replicas (nothing is created when it raises)."""
+        hosted = sum(rec.partitions * rec.replication_factor for rec in self._catalogue.topics.values())
+        limits.check_capacity(self.path, hosted, adding, self.max_partitions, self.fs.fd_budget, what)
 
     def _add_partitions(self, name: str, start: int, end: int) -> None:
         rec = self._catalogue.topics[name]
@@ -402,6 +418,7 @@ class Engine:
                 except KafkaStorageError:
                     continue
             rf = min(3, self._catalogue.brokers)
+            self._check_capacity(INTERNAL_PARTITIONS * rf - len(found), f"internal topic {name!r}")
             config = {"cleanup.policy": "compact", "retention.ms": -1, "segment.bytes": INTERNAL_SEGMENT_BYTES,
                       "min.insync.replicas": min(2, rf)}
             self._catalogue.topics[name] = TopicRecord(topic_id or partition_metadata.new_topic_id(),
@@ -532,6 +549,7 @@ class Engine:
                 raise InvalidPartitionsError(f"topic {name!r} has {rec.partitions} partitions: the new count must "
                                              f"be larger, got {count!r}")
             old = rec.partitions
+            self._check_capacity((count - old) * rec.replication_factor, f"growing topic {name!r} to {count}")
             try:
                 self._add_partitions(name, old, count)
                 rec.partitions = count
@@ -792,6 +810,23 @@ class Engine:
 
     def _unclean(self, topic: str) -> bool:
         return self._log_config(topic).unclean_leader_election_enable
+
+    def health(self) -> list[TaskFailure]:
+        """The background tasks failing now (flush, checkpoints, retention, the cleaner, ... of every live broker):
+        where, which, since when, how many attempts, the last error; empty while all is well."""
+        with self._lock:
+            brokers = [b for b in self._brokers.values() if b.alive]
+        return [f for b in brokers for f in b.logs.health.failing() + b.logs.cleaner.health.failing()]
+
+    def check_storage(self) -> list[TaskFailure]:
+        """Run every live broker's flush and checkpoint tasks now, as the background thread does (a failure is
+        recorded, logged once and retried with backoff there too); then `health()`."""
+        self._check_open()
+        with self._lock:
+            brokers = [b for b in self._brokers.values() if b.alive]
+        for broker in brokers:
+            broker.logs.run_storage_tasks()
+        return self.health()
 
     def flush(self) -> None:
         """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""

@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple
 
 from engine.common.clock import Clock
 from engine.common.errors import CleaningAbortedError, InvalidConfigurationError
+from engine.common.health import Health
 from engine.common.structs import settings_of
 from segments import offset_checkpoint, offset_map
 from segments.cleaner import CleanableLog, Cleaner, CleanerStats
@@ -101,6 +102,7 @@ class LogCleaner:
         self._stop = threading.Event()
         self._paused: set[tuple[str, int]] = set()  # logs being closed or deleted: a clean of one stops
         self.last_stats: CleanerStats | None = None
+        self.health = Health(f"{directory} (log cleaner)", log)
         self._thread = None
         if background and config.log_cleaner_enable:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-cleaner:{directory}", daemon=True)
@@ -183,8 +185,12 @@ class LogCleaner:
             except CleaningAbortedError:
                 cleaned = True  # the log changed under the clean: look again at once
             except Exception as exc:  # noqa: BLE001 - the thread must survive and say so
-                log.error("the log cleaner failed (retrying after the backoff): %s", exc)
-                cleaned = False
+                if self._stop.is_set():
+                    return
+                self.clock.wait(self._stop, self.health.failed("cleaner", exc, self.clock.time_ms(),
+                                                               self.config.log_cleaner_backoff_ms))
+                continue
+            self.health.succeeded("cleaner", self.clock.time_ms())
             if not cleaned:
                 self.clock.wait(self._stop, self.config.log_cleaner_backoff_ms)
 

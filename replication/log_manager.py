@@ -22,6 +22,7 @@ import time
 import uuid
 
 from engine.common.clock import Clock, SystemClock
+from engine.common.health import Health
 from engine.common.errors import (
     InvalidLogDirectoryError,
     KafkaError,
@@ -41,6 +42,8 @@ log = logging.getLogger("kafkalog.log_manager")
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+PROBE_FILE = ".kafkalog-write-probe"  # `run_storage_tasks` writes it and removes it at once
+PROBE_BYTES = 1 << 20  # room for one default-sized produce request (max.request.size)
 
 _held: set[str] = set()             # directories this process has open (POSIX locks are per process)
 _held_lock = threading.Lock()
@@ -51,7 +54,6 @@ class LogManager:
     FLUSH_CHECK_MS = 1_000
     CHECKPOINT_MS = 60_000
     HW_CHECKPOINT_MS = 5_000  # replica.high.watermark.checkpoint.interval.ms: how soon other processes see a new HW
-    RETRY_MS = 1_000
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
@@ -74,6 +76,7 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], UnifiedLog] = {}
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
+        self.health = Health(self.dir, log)  # and what the log and `Engine.health()` say of them
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
         self.node_id = node_id
@@ -183,16 +186,29 @@ class LogManager:
             return dict(self._logs)
 
     def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> UnifiedLog:
-        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log)."""
+        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log). A failure is a
+        KafkaStorageError and leaves no directory behind that it made."""
         with self._lock:
             key = (topic, partition)
             if key in self._logs:
                 return self._logs[key]
             path = os.path.join(self.dir, names.partition_dir_name(topic, partition))
-            self.fs.makedirs(path)
-            partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id())
-            self.fs.fsync_dir(self.dir)
-            self._logs[key] = self._log_class(self.fs, path, self._configs(topic), self.clock, **self._log_options)
+            made = not self.fs.exists(path)
+            try:
+                self.fs.makedirs(path)
+                partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id())
+                self.fs.fsync_dir(self.dir)
+                self._logs[key] = self._log_class(self.fs, path, self._configs(topic), self.clock,
+                                                  **self._log_options)
+            except (OSError, KafkaError) as exc:
+                if made and self.fs.exists(path):
+                    try:
+                        self.fs.rmtree(path)
+                    except OSError as cleanup:  # the directory is a stray then: the next open sets it aside
+                        log.warning("could not remove %s after a failed creation: %s", path, cleanup)
+                if isinstance(exc, KafkaError):
+                    raise
+                raise KafkaStorageError(f"cannot create the log of {topic}-{partition}: {exc}", file=path) from exc
             return self._logs[key]
 
     def delete_log(self, topic: str, partition: int) -> None:
@@ -220,23 +236,48 @@ class LogManager:
             now = self.clock.time_ms()
             for task in [t for t, at in due.items() if at <= now]:
                 every, run = self._tasks[task]
-                due[task] = now + (every if self._run_task(task, run) else min(every, self.RETRY_MS))
+                due[task] = now + self._run_task(task, run, every)
             self.clock.wait(self._stop, max(1, min(due.values()) - self.clock.time_ms()))
 
-    def _run_task(self, task: str, run) -> bool:
-        """Run one background task; a failure is logged and kept (see `check_health`), never the thread's end."""
+    def _run_task(self, task: str, run, every: int) -> int:
+        """Run one background task; the delay before its next run. A failure is kept (see `check_health`,
+        `health`) and logged once per kind (engine.common.health), never the thread's end; a task that stopped
+        mattering because the engine is closing is not a failure."""
         try:
             run()
         except Exception as exc:  # noqa: BLE001 - whatever it is, the thread must survive and say so
+            if self._stop.is_set():
+                return every
             error = exc if isinstance(exc, KafkaStorageError) else KafkaStorageError(
                 f"background {task} task failed: {exc}", file=self.dir)
-            log.error("background %s task failed (retrying): %s", task, exc)
             with self._lock:
                 self._failures[task] = error
-            return False
-        with self._lock:
-            self._failures.pop(task, None)
-        return True
+            return self.health.failed(task, exc, self.clock.time_ms(), every)
+        if task in self._failures:
+            with self._lock:
+                self._failures.pop(task, None)
+        self.health.succeeded(task, self.clock.time_ms())
+        return every
+
+    def run_storage_tasks(self) -> None:
+        """Run the flush and checkpoint tasks once now, and write (then remove) a probe file of PROBE_BYTES, each
+        recorded in `health` as the background thread records its tasks (a checkpoint whose content did not change
+        writes nothing: the probe finds a full disk all the same)."""
+        for task, (every, run) in [(t, self._tasks[t]) for t in ("flush", "checkpoint", "hw")] + [
+                ("write-probe", (self.CHECKPOINT_MS, self._write_probe))]:
+            self._run_task(task, run, every)
+
+    def _write_probe(self) -> None:
+        path = os.path.join(self.dir, PROBE_FILE)
+        try:
+            with self.fs.open(path, "wb+") as f:
+                self.fs.write(f, bytes(PROBE_BYTES))
+                self.fs.fsync(f)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write: {exc}", file=path) from exc
+        finally:
+            if self.fs.exists(path):
+                self.fs.remove(path)
 
     def compact(self, topic: str, partition: int, progress=None) -> CleanerStats | None:
         """Compact one log now (every pass its offset map needs); None when nothing was cleanable."""
@@ -318,6 +359,7 @@ class LogManager:
         with self._lock:
             self.clean_shutdown = False
             self._failures.clear()
+            self.health.clear()
             self._load_logs()
         self._start_background()
 

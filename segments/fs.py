@@ -105,15 +105,16 @@ class FileSystem:
         self._close_all(victims)
         return entry
 
-    def _victims(self) -> list:
-        """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held)."""
+    def _victims(self, keep: tuple | None = None) -> list:
+        """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held); never
+        `keep`, the mapping being used right now."""
         victims = []
         excess = len(self._handles) - self.fd_budget
         for key in list(self._handles):
             if excess <= 0:
                 break
             entry = self._handles[key]
-            if not isinstance(entry, _Handle) or entry.pins == 0:
+            if key != keep and (not isinstance(entry, _Handle) or entry.pins == 0):
                 victims.append(self._evict(key))
                 excess -= 1
         return victims
@@ -146,7 +147,7 @@ class FileSystem:
                 self._handles.move_to_end(key)
                 return
             self._handles[key] = owner
-            victims = self._victims()
+            victims = self._victims(keep=key)
         self._close_all(victims)
 
     def untrack_map(self, owner) -> None:

@@ -11,7 +11,10 @@ under a steady append load).
 Crash policy: `flush()` writes buffered entries and fsyncs. A crash can lose buffered entries,
 which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its
 index rebuilt) unless it lies below the recovery point, and every flushed segment has its entries.
-Thread-safety: one writer; lookups may run concurrently with appends (a lookup sees a prefix).
+Thread-safety: one writer; lookups may run concurrently with appends (a lookup sees a prefix). The mapping is
+searched, resized, remapped and closed only under the index's lock. A read-only index (a reader beside a writer it
+does not control, which trims a preallocated index on roll) holds a copy read with pread, never a mapping: a
+mapped page past a file's new end is SIGBUS.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ class MmapIndex(ABC):
             self._map_file(length)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open index: {exc}", file=path) from exc
-        self.entries = 0 if new else length // self.entry_size
+        self.entries = 0 if new else self.max_entries
         if log_size is not None and not new:
             try:
                 self.validate(log_size)
@@ -67,10 +70,20 @@ class MmapIndex(ABC):
         self._map = None
         self.fs.untrack_map(self)
         self.max_entries = length // self.entry_size
-        if length:
-            with self.fs.open(self.path, "r+b" if self.writable else "rb") as f:
-                self._map = self.fs.mmap(f, length, self.writable)
+        if length and not self.writable:
+            with self.fs.open(self.path, "rb") as f:
+                self._map = self.fs.pread(f, length, 0)
+            self.max_entries = len(self._map) // self.entry_size  # the file may have been trimmed meanwhile
+        elif length:
+            with self.fs.open(self.path, "r+b") as f:
+                self._map = self.fs.mmap(f, length, True)
             self.fs.track_map(self)
+
+    def _drop_map(self) -> None:
+        """Close the mapping (lock held); a read-only index's copy is just let go."""
+        if self._map is not None and self.writable:
+            self._map.close()
+        self._map = None
 
     def _mapped(self):
         """The mapping (lock held), made again if the descriptor pool dropped it or a failed resize left none."""
@@ -86,9 +99,7 @@ class MmapIndex(ABC):
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+            self._drop_map()
             return True
         finally:
             self._lock.release()
@@ -188,9 +199,7 @@ class MmapIndex(ABC):
             if self._map is not None and len(self._map) == length:
                 return
             old = self.max_entries * self.entry_size
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+            self._drop_map()
             try:
                 with self.fs.handle(self.path, "r+b") as f:
                     self.fs.truncate(f, length)
@@ -226,9 +235,7 @@ class MmapIndex(ABC):
         with self._lock:
             if self.writable:
                 self.trim_to_valid_size()
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+            self._drop_map()
             self.fs.untrack_map(self)
             self.release_handle()
 
@@ -242,9 +249,7 @@ class MmapIndex(ABC):
         """Release the mapping without trimming the file (an index about to be rebuilt)."""
         with self._lock:
             self._pending.clear()
-            if self._map is not None:
-                self._map.close()
-                self._map = None
+            self._drop_map()
             self.fs.untrack_map(self)
             self.fs.release(self.path)
 

@@ -10,7 +10,9 @@ Crash policy: a partial batch at the tail (a write in progress, or a crash) is n
 read as data: each batch served must continue its predecessor (offsets above the previous batch's, below the next
 segment's base) or CorruptRecordError names the file and position; an index entry that does not match its batch
 makes the reader scan the segment instead. Leader epochs are not checked here: Spark's rows do not carry them.
-Thread-safety: a reader may be shared by threads; segments are mapped read-only.
+Thread-safety: a reader may be shared by threads. Nothing is mapped: the writer (an engine or a broker in another
+process) may truncate a file under the reader, and a mapped page past a file's end is SIGBUS; segments and indexes
+are read with pread (segments.segment, segments.index), so a shrunk file reads short instead.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Iterator, NamedTuple
 from engine.common.clock import SystemClock
 from engine.common.errors import CorruptIndexError
 from engine.record import batch_format as bf
+from engine.record import codec
 from segments import names, offset_checkpoint
 from segments.fs import FileSystem
 from segments.log_segments import LogSegments
@@ -86,31 +89,32 @@ class PartitionReader:
                 continue  # nothing at or after `offset` here (a gap): the next segment
             position, prev_last = found[0].position, found[1]
             while position < seg.size:
-                size, prev_last = self._whole_batches(seg, position, max_bytes, prev_last, upper)
-                if size == 0:
+                data, prev_last = self._whole_batches(seg, position, max_bytes, prev_last, upper)
+                if not data:
                     break  # a partial batch at the tail
-                yield Chunk(position, seg.window(position, position + size))
+                yield Chunk(position, data)
                 if prev_last + 1 >= end:
                     return
-                position += size
+                position += len(data)
 
     @staticmethod
     def _whole_batches(seg: LogSegment, position: int, max_bytes: int, prev_last: int,
-                       upper: int | None) -> tuple[int, int]:
-        """(bytes, last offset) of the whole batches from `position` within max_bytes (one batch at least),
-        each checked to follow `prev_last` and to end below `upper` (CorruptRecordError otherwise)."""
+                       upper: int | None) -> tuple[memoryview, int]:
+        """(bytes, last offset) of the whole batches from `position` within max_bytes (one batch at least), read
+        once (one pread) and each checked to follow `prev_last` and to end below `upper` (CorruptRecordError
+        otherwise); empty at a partial tail."""
         limit = min(seg.size, position + max_bytes)
         for _ in range(2):
+            data = seg.window(position, limit)
             size, last = 0, prev_last
-            for batch in seg.batches(position, limit):
+            for batch in codec.iter_batches(data, position=position, source=seg.log_path):
                 seg.check_follows(batch, last, upper)
                 size += batch.size_in_bytes
                 last = batch.last_offset
-            if size or limit - position < bf.LOG_OVERHEAD:
-                return size, last
-            head = seg.view(position, position + bf.LOG_OVERHEAD)  # one batch larger than max_bytes
-            limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True))
-        return 0, 0
+            if size or len(data) < bf.LOG_OVERHEAD:
+                return data[:size], last
+            limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True))
+        return memoryview(b""), prev_last
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record whose timestamp is >= `timestamp`, None if there is none

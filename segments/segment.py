@@ -7,7 +7,12 @@ the indexes are described in their modules. Appends follow Kafka exactly: an off
 the time index gets a final entry on roll and close. The segment's `appender` (segments.segment_appender,
 native or its Python twin) keeps the append counters and does the roll check, the write and that cadence;
 the segment owns the files, the lock and the indexes. Reads are zero-copy memoryviews over an mmap of the
-`.log`.
+`.log`; a read-only segment (a reader beside a writer it does not control: another engine, a Kafka broker, Spark's
+executors) reads with pread() instead, since a writer in another process may truncate a mapped file (follower
+truncation, a failed append cut), and touching a mapped page past the end of its file is SIGBUS.
+Lifetime of mappings: a mapping is closed only when no view of it is alive (Python's mmap refuses to close with
+exported buffers, and every view is taken under the segment's lock before anything else may look for mappings to
+drop), so a reader always finishes on the bytes it started on, whatever rolls, truncates, deletes or cleans.
 Crash policy: appends are write()s (in the page cache at once, on disk after `flush()`);
 `recover()` re-validates every batch (size, magic, CRC, records), truncates a torn or corrupt tail
 at the last valid batch and rebuilds the indexes. A truncation never pulls pages from under a
@@ -137,16 +142,20 @@ class LogSegment:
         return self.appender.size
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of the `.log` bytes [start, end) through the segment's shared mapping."""
+        """A zero-copy view of the `.log` bytes [start, end) through the segment's shared mapping (a read-only
+        segment: a copy read with pread)."""
         with self._lock:
             end = self.appender.size if end is None else min(end, self.appender.size)
             if end <= start:
                 return memoryview(b"")
+            if not self.writable:
+                return self._pread(start, end)
             if self._map is None or len(self._map) < end:
-                self._remap()
+                whole = self._remap()
             else:
+                whole = memoryview(self._map)  # taken before the pool may look for mappings to drop
                 self.fs.track_map(self)
-            return memoryview(self._map)[start:end]
+            return whole[start:end]
 
     def read_bytes(self, start: int, end: int) -> bytes:
         """A copy of the `.log` bytes [start, end), read through the append handle: for the bytes just appended
@@ -167,22 +176,52 @@ class LogSegment:
         every page it read mapped in this process; smaller ones use the shared mapping."""
         with self._lock:
             end = min(end, self.appender.size)
-            if end - start < WINDOW_BYTES:
+            if end - start < WINDOW_BYTES or not self.writable:
                 return self.view(start, end)
             self._release_maps()
             aligned = start - start % mmap.ALLOCATIONGRANULARITY
             with self.fs.open(self.log_path, "rb") as f:
                 mapping = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
             self._maps.append(mapping)
+            whole = memoryview(mapping)
             self.fs.track_map(self)
-            return memoryview(mapping)[start - aligned:end - aligned]
+            return whole[start - aligned:end - aligned]
 
-    def _remap(self) -> None:
+    def _pread(self, start: int, end: int) -> memoryview:
+        """The `.log` bytes [start, end) read with pread (fewer when the file is shorter now)."""
+        try:
+            with self.fs.open(self.log_path, "rb") as f:
+                return memoryview(self.fs.pread(f, end - start, start))
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
+
+    def _positional_batches(self, start: int, end: int | None):
+        """The batches of [start, end) of a read-only segment, read with pread a window at a time."""
+        limit = self.appender.size if end is None else min(end, self.appender.size)
+        position, want = start, 64 << 10
+        while position < limit:
+            data = self._pread(position, min(limit, position + want))
+            done = position
+            for batch in codec.iter_batches(data, position=position, source=self.log_path):
+                done = batch.position + batch.size_in_bytes
+                yield batch
+            if done == position:  # no whole batch in the window
+                if len(data) < bf.LOG_OVERHEAD or position + len(data) >= limit:
+                    return  # a partial tail
+                want = bf.LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True)
+            else:
+                position, want = done, 64 << 10
+
+    def _remap(self) -> memoryview:
+        """Map the whole `.log` again (lock held); a view of the new mapping, taken before the pool may look for
+        mappings to drop."""
         self._release_maps()
         with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
             self._map = self.fs.mmap(f, self.appender.size, writable=False)
         self._maps.append(self._map)
+        whole = memoryview(self._map)
         self.fs.track_map(self)
+        return whole
 
     def unmap(self) -> bool:
         """Drop the mappings no reader holds, for the descriptor pool (False, kept, while busy or still viewed)."""
@@ -225,6 +264,8 @@ class LogSegment:
 
     def batches(self, start_position: int = 0, end_position: int | None = None):
         """The batches of the segment from `start_position` (Kafka's file iterator semantics)."""
+        if not self.writable:
+            return self._positional_batches(start_position, end_position)
         return codec.iter_batches(self.view(start_position, end_position), position=start_position,
                                   source=self.log_path)
 
@@ -289,12 +330,18 @@ class LogSegment:
         """`locate`, with the view it scanned and the position that view starts at."""
         entry_offset, position = self.offset_index.lookup(offset) if use_index else (self.base_offset, 0)
         prev_last = self.base_offset - 1
-        view = self.view(position)
-        found = codec.scan_to_offset(view, position, offset, entry_offset, prev_last, upper)  # headers only
-        if found is not None:
-            base, at, size, before = found
-            return OffsetPosition(base, at, size), before, view, position
-        for batch in codec.iter_batches(view, position=position, source=self.log_path):
+        if self.writable:
+            view = self.view(position)
+            found = codec.scan_to_offset(view, position, offset, entry_offset, prev_last, upper)  # headers only
+            if found is not None:
+                base, at, size, before = found
+                return OffsetPosition(base, at, size), before, view, position
+        else:  # read a window at a time: nothing to keep for the read
+            view = memoryview(b"")
+        # the walk stays off the frame's locals: an error's traceback keeps the frame, which must not keep an
+        # export of the view alive
+        for batch in (codec.iter_batches(view, position=position, source=self.log_path) if self.writable
+                      else self.batches(position)):
             if batch.position == position and position > 0:
                 if batch.last_offset != entry_offset:
                     raise CorruptIndexError(f"the entry for offset {entry_offset} points at a batch ending at "

@@ -129,7 +129,7 @@ cdef class LogReader:
             self._last = seg
         if not _floor(seg, start_offset, &entry_offset, &position):
             return None
-        mapping = _mapping(seg, position, &size)
+        mapping = _mapping(seg, position, &size)  # a view: the mapping cannot be closed while it lives
         if mapping is None:
             return None
         PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
@@ -153,8 +153,7 @@ cdef class LogReader:
                 return None
         finally:
             PyBuffer_Release(&buf)
-        return self.new_tuple(self.fetch, (start_offset, seg.base, found[1],
-                                           memoryview(mapping)[found[1]:found[1] + end]))
+        return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], mapping[found[1]:found[1] + end]))
 
     cdef object _holding(self, int64_t offset, int64_t *next_base):
         """LogSegments.holding: the segment with the greatest base <= offset (else the first), the next base in
@@ -221,8 +220,10 @@ cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *p
 
 
 cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
-    """The segment's shared mapping, made again when it does not reach the segment's size (LogSegment.view), with
-    that size in `size`; None when there are no bytes at `position`."""
+    """A view of the segment's shared mapping, made again when it does not reach the segment's size
+    (LogSegment.view), with that size in `size`; None when there are no bytes at `position`. The view is taken
+    under the segment's lock: from then on the mapping refuses to close (the pool, a roll, retention or the cleaner
+    keep it until the view is gone), so the reader finishes on the bytes it started on."""
     cdef object segment = seg.segment, mapping
     seg.segment_lock.take()
     try:
@@ -231,8 +232,8 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
             return None
         mapping = segment._map
         if mapping is None or len(mapping) < size[0]:
-            segment._remap()
-            return segment._map
+            return segment._remap()
+        mapping = memoryview(mapping)
         seg.pool.track(segment, seg.segment_key)
         return mapping
     finally:

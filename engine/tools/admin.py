@@ -1,5 +1,6 @@
 """`kafkalog topics`, `get-offsets` and `delete-records`: kafka-topics.sh, kafka-get-offsets.sh and
-kafka-delete-records.sh over a log directory, with Kafka's option names and output shapes.
+kafka-delete-records.sh over a log directory, with Kafka's option names and output shapes; `kafkalog health`: the
+directory's storage checked by running its flush and checkpoint tasks once (exit status 1 when one fails).
 
 Each opens the directory with `engine.open` (so it holds the directory's lock while it runs) and prints
 human text, or one JSON document with `--json`.
@@ -225,3 +226,18 @@ def _table(header: list[str], rows: list[list]) -> str:
     cells = [header] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+# --- health ---------------------------------------------------------------------------------------------
+def add_health(sub) -> None:
+    p = sub.add_parser("health", help="run the flush and checkpoint tasks once and report what fails (a full disk)")
+    p.set_defaults(func=health)
+
+
+def health(args: argparse.Namespace, out: Output) -> int:
+    with engine.open(args.data) as eng:  # a close that cannot write its checkpoints fails after the report
+        failing = eng.check_storage()
+        rows = [f._asdict() for f in failing]
+        out.result({"healthy": not rows, "failing": rows}, "healthy" if not rows else "\n".join(
+            f"FAILING {f.task} in {f.where}: {f.error} ({f.attempts} attempt(s))" for f in failing))
+    return 1 if rows else 0

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import engine
+from engine.common import health
 from engine.common.errors import KafkaError, KafkaStorageError
 from replication.log_manager import LogManager
 from segments.fs import FaultyFileSystem
@@ -107,7 +108,7 @@ def test_enospc_while_checkpointing_the_thread_survives_and_flushing_resumes(tmp
         with pytest.raises(KafkaStorageError):
             e.flush()
         fs.clear()  # room again: the retry succeeds and appends are accepted
-        _eventually(lambda: (clock.advance(LogManager.RETRY_MS), not manager._failures)[1], "the retry")
+        _eventually(lambda: (clock.advance(health.RETRY_MS), not manager._failures)[1], "the retry")
         assert thread.is_alive()
         lg = e.log(TOPIC, 0)
         before = lg.recovery_point  # (read before the append: the background flush may take it at once)
@@ -128,7 +129,7 @@ def test_a_failing_background_task_never_ends_the_thread(tmp_path):
     try:
         for _ in range(3):
             n = len(calls)
-            _eventually(lambda: (clock.advance(LogManager.RETRY_MS), len(calls) > n)[1], "another attempt")
+            _eventually(lambda: (clock.advance(health.RETRY_MS), len(calls) > n)[1], "another attempt")
         assert manager._thread.is_alive()
         with pytest.raises(KafkaStorageError, match="boom"):
             manager.check_health()
