@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast fuzz crash soak bench bench-quick clean setup
+.PHONY: run test test-fast fuzz crash soak stress sanitize bench bench-quick clean setup
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:randomly tests
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
-		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py
+		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/stress
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests
@@ -49,6 +49,20 @@ crash: $(STAMP)
 # the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
 soak: $(STAMP)
 	KAFKALOG_BIG_LOG_BYTES=10737418240 $(PY) -m pytest -q tests/unit/test_bounded_resources.py
+
+# the concurrency stress harness and the closed-map scenario (tests/stress), each for STRESS_SECONDS on each twin
+# (make test: a few seconds each)
+STRESS_SECONDS ?= 600
+stress: $(STAMP)
+	KAFKALOG_STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -q -p no:randomly tests/stress
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 KAFKALOG_STRESS_SECONDS=$(STRESS_SECONDS) \
+		$(PY) -m pytest -q -p no:randomly tests/stress
+
+# the Cython core built with AddressSanitizer and UndefinedBehaviorSanitizer (in build/sanitize), then the codec
+# tests, the stress harness and a slice of the fuzzers under it; any report fails it (CI: SANITIZE_SCALE=1)
+SANITIZE_SCALE ?= 10
+sanitize: $(STAMP)
+	SANITIZE_SCALE=$(SANITIZE_SCALE) bash tests/sanitize.sh
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -74,7 +74,41 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                                 Contender("raw write()", _append_raw(batches, scratch)),
                                 Contender("sqlite3 WAL", _append_sqlite([chunk] * count, scratch))],
                             targets={"raw write()": 0.7}))
+    parts = 200 if quick else 10_000
+    out.append(Workload("topics", f"create a topic of {parts:,} partitions (then delete it)", parts, 0, [
+        Contender("kafkalog", _create_topic(parts, scratch)),
+        Contender("mkdir + files", _create_dirs(parts, scratch))]))
     return out
+
+
+def _create_topic(partitions: int, scratch: str):
+    """An engine creating (and deleting) a topic of `partitions` partitions: directories, metadata, segments."""
+    def call():
+        d = tempfile.mkdtemp(dir=scratch)
+        with engine.open(d, background=False) as eng:
+            eng.create_topic("many", partitions=partitions)
+        shutil.rmtree(d)
+    return call
+
+
+def _create_dirs(partitions: int, scratch: str):
+    """The file system's floor for the same layout: per partition a directory, its metadata file written and
+    fsynced, and the three empty segment files, the parent directory fsynced once."""
+    def call():
+        d = tempfile.mkdtemp(dir=scratch)
+        for p in range(partitions):
+            part = os.path.join(d, f"many-{p}")
+            os.mkdir(part)
+            with open(os.path.join(part, "partition.metadata"), "wb") as f:
+                f.write(b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
+                os.fsync(f.fileno())
+            for name in ("00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex"):
+                open(os.path.join(part, name), "wb").close()
+        fd = os.open(d, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        shutil.rmtree(d)
+    return call
 
 
 def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[float], lower_is_better: bool,

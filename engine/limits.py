@@ -18,7 +18,7 @@ import resource
 
 from engine.common.errors import InvalidConfigurationError, InvalidPartitionsError, KafkaStorageError
 
-DEFAULT_MAX_PARTITIONS = 4096
+DEFAULT_MAX_PARTITIONS = 20_000  # twice the 10,000 that tests/unit/test_bounded_resources.py holds under ulimit -n 1024
 FILES_PER_PARTITION = 8     # the directory, partition.metadata, .log/.index/.timeindex, checkpoint files, a spare
 RESERVED_DESCRIPTORS = 64   # the interpreter's own, sockets, the CLI's files: never the pool's
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"

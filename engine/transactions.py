@@ -122,10 +122,10 @@ class Transactions:
             if o.transactional_id is None:
                 continue  # a producer this coordinator never knew (a broker's, in an adopted directory)
             md = self.coordinator.txns[o.transactional_id]
-            same = (o.topic, o.partition) in md.partitions and md.producer_epoch == o.producer_epoch
-            if same and md.state == TxnState.ONGOING:
+            tp, same_epoch = (o.topic, o.partition), md.producer_epoch == o.producer_epoch
+            if same_epoch and tp in md.partitions and md.state == TxnState.ONGOING:
                 continue  # a live transaction: its producer (or its timeout) ends it
-            commit = same and md.state == TxnState.COMPLETE_COMMIT
+            commit = same_epoch and tp in md.completed_partitions and md.state == TxnState.COMPLETE_COMMIT
             epoch = max(o.producer_epoch, md.producer_epoch)
             coordinator_epoch = self.coordinator_epoch(o.transactional_id)
             try:

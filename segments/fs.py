@@ -31,6 +31,9 @@ from engine.common.errors import KafkaStorageError
 from engine.record import codec
 
 
+HANDLE_MODES = ("ab+", "r+b")  # the modes of pooled handles (`release` looks each up by path)
+
+
 def default_fd_budget() -> int:
     """A quarter of the process's soft descriptor limit, between 16 and 1024."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -85,6 +88,8 @@ class FileSystem:
     def handle(self, path: str, mode: str) -> _Handle:
         """A pooled handle on `path` ("ab+" appends, "r+b" positional writes), pinned until the end of the
         `with` block it must be used in."""
+        if mode not in HANDLE_MODES:
+            raise ValueError(f"a pooled handle's mode is one of {HANDLE_MODES}, not {mode!r}")
         key = (path, mode)
         with self._pool_lock:
             entry = self._handles.get(key)
@@ -108,16 +113,15 @@ class FileSystem:
     def _victims(self, keep: tuple | None = None) -> list:
         """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held); never
         `keep`, the mapping being used right now."""
-        victims = []
+        chosen = []
         excess = len(self._handles) - self.fd_budget
-        for key in list(self._handles):
+        for key, entry in self._handles.items():  # oldest first, and only as far as needed
             if excess <= 0:
                 break
-            entry = self._handles[key]
             if key != keep and (not isinstance(entry, _Handle) or entry.pins == 0):
-                victims.append(self._evict(key))
+                chosen.append(key)
                 excess -= 1
-        return victims
+        return [self._evict(key) for key in chosen]
 
     def _evict(self, key: tuple):
         """Take an entry out of the pool (lock held); a handle is marked so that `repin` refuses it."""
@@ -157,7 +161,8 @@ class FileSystem:
     def release(self, path: str) -> None:
         """Close the pooled handles on `path` (before it is renamed, replaced or removed)."""
         with self._pool_lock:
-            doomed = [k for k in self._handles if k[0] == path and self._handles[k].pins == 0]
+            doomed = [k for k in ((path, mode) for mode in HANDLE_MODES)
+                      if k in self._handles and self._handles[k].pins == 0]
             files = [self._evict(k) for k in doomed]
         self._close_all(files)
 

@@ -65,6 +65,9 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
+    # memory only: the partitions of the transaction that completed last (its Prepare* record's; Complete* records
+    # list none), for closing a marker that a power cut took from one of them
+    completed_partitions: set[TopicPartition] = field(default_factory=set)
 
     def value(self) -> TxnLogValue:
         parts: dict[str, list[int]] | None = None
@@ -135,7 +138,10 @@ class TransactionCoordinator:
         commit = md.state == TxnState.PREPARE_COMMIT
         self.io.write_markers(md.producer_id, md.producer_epoch, self.io.coordinator_epoch(md.transactional_id),
                               sorted(md.partitions), commit)
-        self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+        # Kafka's TransactionMetadata.prepareComplete: a completed transaction lists no partitions (a coordinator
+        # loading the record would carry them into the next transaction)
+        self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, partitions=set(),
+                         completed_partitions=set(md.partitions))
 
     def _fence_and_abort(self, md: TransactionMetadata) -> None:
         """PrepareEpochFence: bump the epoch (the open producer is fenced) and abort under it."""
@@ -242,7 +248,11 @@ class TransactionCoordinator:
                 if value is None:
                     self.txns.pop(tid, None)
                 else:
-                    self.txns[tid] = TransactionMetadata.from_value(tid, transaction_log.decode_value(value))
+                    md, before = TransactionMetadata.from_value(tid, transaction_log.decode_value(value)), self.txns.get(tid)
+                    if md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and before is not None \
+                            and before.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                        md.completed_partitions = before.partitions
+                    self.txns[tid] = md
             for md in list(self.txns.values()):
                 if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     try:

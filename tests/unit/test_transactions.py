@@ -454,7 +454,7 @@ def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
         states.append((status, count, parts, start > 0))
     assert states == [(TxnState.EMPTY, -1, {}, False), (TxnState.ONGOING, 1, {"t": [2]}, True),
                       (TxnState.ONGOING, 1, {"t": [0, 2]}, True), (TxnState.PREPARE_COMMIT, 1, {"t": [0, 2]}, True),
-                      (TxnState.COMPLETE_COMMIT, 1, {"t": [0, 2]}, True)]
+                      (TxnState.COMPLETE_COMMIT, 0, {}, True)]  # TransactionMetadata.prepareComplete: Set.empty
 
 
 def test_offset_commit_records_decode_with_kafkas_schema(tmp_path):
