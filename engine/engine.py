@@ -684,11 +684,13 @@ class Engine:
         self._wait_for_replication(self.partition(topic, partition), info, timeout_ms)
 
     def _wait_for_replication(self, part: Partition, info: AppendInfo, timeout_ms: int) -> None:
-        if not part.remote:
-            return
-        if part.leader_epoch != info.leader_epoch:
+        # leadership first: a leader whose broker just died has no followers left (make_offline), which must not
+        # read as "nothing to wait for" (an append not yet replicated would be acknowledged, then lost on failover)
+        if part.leader_epoch != info.leader_epoch or not part.is_leader:
             raise NotLeaderOrFollowerError(f"{part.topic}-{part.index} changed leader since offset "
                                            f"{info.last_offset} was appended", file=self.path, offset=info.last_offset)
+        if not part.remote:
+            return
         if not self._background:
             self.replicate()
         elif not self._drive_followers(part, info.last_offset):

@@ -50,10 +50,17 @@ class ConsumerPartitionAssignor(abc.ABC):
         """Called on every member with its own assignment."""
 
 
+def java_order(s: str) -> bytes:
+    """A sort key that orders strings as Java's String.compareTo does: by UTF-16 code unit (Python compares code
+    points, which differs once a string holds characters outside the Basic Multilingual Plane)."""
+    return s.encode("utf-16-be", "surrogatepass")
+
+
 def member_order(subscriptions: dict[str, Subscription]) -> list[str]:
-    """Member ids in Kafka's MemberInfo order: static members by group.instance.id first, then by member id."""
+    """Member ids in Kafka's MemberInfo order: static members by group.instance.id first, then by member id (both
+    compared as Java compares strings)."""
     return sorted(subscriptions, key=lambda m: (subscriptions[m].group_instance_id is None,
-                                                subscriptions[m].group_instance_id or "", m))
+                                                java_order(subscriptions[m].group_instance_id or ""), java_order(m)))
 
 
 def consumers_per_topic(subscriptions: dict[str, Subscription]) -> dict[str, list[str]]:
@@ -142,19 +149,21 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
     def _owned(self, partitions_per_topic, subscriptions, owned, doubly_claimed) -> tuple[bool, int]:
         """Fill `owned` with each member's valid claims (the higher generation wins a partition claimed twice;
         the same generation voids it); whether every member subscribes to the same topics, and the highest
-        generation."""
+        generation. Kafka's rules, made total where Kafka's are not: a claim on a partition that does not exist (its
+        topic was recreated smaller) is dropped, and a claim that loses to a newer generation after an earlier tie
+        takes nothing away twice (Kafka's List.remove of an absent element)."""
         topic_sets = {frozenset(s.topics) for s in subscriptions.values()}
         max_generation = DEFAULT_GENERATION
         owner_of: dict[TopicPartition, str] = {}
         generations: dict[str, int] = {}
-        for member in sorted(subscriptions):
+        for member in sorted(subscriptions, key=java_order):
             data = self.member_data(subscriptions[member])
             generation = DEFAULT_GENERATION if data.generation is None else data.generation
             generations[member] = generation
             max_generation = max(max_generation, generation)
             mine = owned[member] = []
             for tp in data.partitions:
-                if tp.topic not in partitions_per_topic:
+                if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0) or tp in mine:
                     continue
                 other = owner_of.get(tp)
                 if other is None:
@@ -167,7 +176,8 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
                     owner_of[tp] = member
                 elif generation > generations[other]:
                     mine.append(tp)
-                    owned[other].remove(tp)
+                    if tp in owned[other]:
+                        owned[other].remove(tp)
                     owner_of[tp] = member
         return len(topic_sets) <= 1, max_generation
 
@@ -191,14 +201,14 @@ class _Constrained:
     def build(self) -> dict[str, list[TopicPartition]]:
         assigned = self._assign_owned()
         unassigned = [tp for tp in sorted_partitions(self.ppt, self.ppt) if tp not in assigned]
-        self.under_min.sort()
-        self.exactly_min.sort()
+        self.under_min.sort(key=java_order)
+        self.exactly_min.sort(key=java_order)
         self._round_robin(unassigned)
         return self.assignment
 
     def _assign_owned(self) -> set[TopicPartition]:
         assigned: set[TopicPartition] = set()
-        for member in sorted(self.owned):
+        for member in sorted(self.owned, key=java_order):
             mine = sorted((tp for tp in self.owned[member] if tp not in self.doubly_claimed),
                           key=lambda tp: (tp.partition, tp.topic))
             if len(mine) < self.min_quota:
@@ -299,7 +309,7 @@ class _General:
         self.assignor, self.max_generation = assignor, max_generation
         self.topic_members: dict[str, list[str]] = {t: [] for t in partitions_per_topic}
         self.member_topics: dict[str, list[str]] = {}
-        for member in sorted(subscriptions):
+        for member in sorted(subscriptions, key=java_order):
             topics = [t for t in subscriptions[member].topics if t in partitions_per_topic]
             self.member_topics[member] = topics
             for t in topics:
@@ -313,12 +323,12 @@ class _General:
 
     def _members(self) -> list[str]:
         """Members taking part, by (assignment size, member id)."""
-        return sorted(self.current, key=lambda m: (len(self.current[m]), m))
+        return sorted(self.current, key=lambda m: (len(self.current[m]), java_order(m)))
 
     def build(self) -> dict[str, list[TopicPartition]]:
         previous = self._previous()
         assigned = set()
-        for member in sorted(self.current):
+        for member in sorted(self.current, key=java_order):
             kept = []
             for tp in self.current[member]:
                 if tp.topic not in self.topic_members:
@@ -336,7 +346,7 @@ class _General:
     def _previous(self) -> dict[TopicPartition, tuple[str, int]]:
         """Partitions owned in an older generation, with that owner (the fallback when balance allows)."""
         out: dict[TopicPartition, tuple[str, int]] = {}
-        for member in sorted(self.subscriptions):
+        for member in sorted(self.subscriptions, key=java_order):
             data = self.assignor.member_data(self.subscriptions[member])
             if data.generation is not None and data.generation < self.max_generation:
                 generation = data.generation
@@ -392,7 +402,7 @@ class _General:
         fixed_topics = {t for t, ms in self.topic_members.items() if len(ms) < 2}
         self.all_partitions = [tp for tp in self.all_partitions if tp.topic not in fixed_topics]
         unassigned = [tp for tp in unassigned if tp.topic not in fixed_topics]
-        fixed = {m: self.current.pop(m) for m in sorted(self.member_topics) if not self._can_move(m)}
+        fixed = {m: self.current.pop(m) for m in sorted(self.member_topics, key=java_order) if not self._can_move(m)}
         before = {m: list(tps) for m, tps in self.current.items()}
         owners_before = dict(self.owner)
         if not self.revocation_required:
@@ -413,8 +423,8 @@ class _General:
                 if self._balanced():
                     break
                 member = self.owner[tp]
-                prev = previous.get(tp)
-                if prev is not None and prev[0] in self.current and \
+                prev = previous.get(tp)  # back to its previous owner only while that one still subscribes to it
+                if prev is not None and prev[0] in self.current and tp.topic in self.member_topics[prev[0]] and \
                         len(self.current[member]) > len(self.current[prev[0]]) + 1:
                     self._move(tp, prev[0])
                     moved = modified = True

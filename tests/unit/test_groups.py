@@ -846,3 +846,97 @@ def test_send_offsets_to_transaction_checks_the_members_generation(tmp_path):
         assert e.committed("g", TP("t", 0)).offset == 3
         producer.close()
         c.close()
+
+
+def _random_history_rounds(rng: random.Random, cls, rounds: int):
+    """A group's history, round by round: members join, leave and come back with stale claims from old generations,
+    topics are deleted and recreated with fewer partitions, and some claims are plain wrong. Yields each round's
+    (partitions per topic, subscriptions, result, the assignor) for the caller's checks."""
+    partitions = {f"t{i}": rng.randint(1, 6) for i in range(3)}
+    memory: dict[str, tuple[list, int]] = {}  # member -> (what it owned, in which generation)
+    generation = 0
+    for _ in range(rounds):
+        generation += 1
+        if rng.random() < 0.3:  # a topic deleted and recreated smaller, or grown
+            t = rng.choice(sorted(partitions))
+            partitions[t] = rng.randint(1, max(1, partitions[t] - 1)) if rng.random() < 0.7 else partitions[t] + 2
+        members = rng.sample([f"m{i}" for i in range(6)], rng.randint(1, 6))
+        subs = {}
+        for m in members:
+            topics = rng.sample(sorted(partitions), rng.randint(1, len(partitions)))
+            owned, gen = memory.get(m, ([], -1))
+            owned = list(owned)
+            if rng.random() < 0.3:  # a stale or conflicting claim: someone else's partition, maybe one that is gone
+                owned.append(TP(rng.choice(sorted(partitions)), rng.randint(0, 8)))
+            if rng.random() < 0.3 and gen > 0:
+                gen = rng.randint(0, gen)  # it comes back claiming an older generation
+            if cls is asg.CooperativeStickyAssignor:
+                subs[m] = sub(*topics, owned_partitions=owned, generation_id=gen)
+            else:
+                a = asg.StickyAssignor()
+                if gen >= 0:
+                    a.on_assignment(cp.Assignment(owned), ConsumerGroupMetadata("g", gen, m, None))
+                subs[m] = sub(*topics, user_data=a.subscription_user_data(set(topics)))
+        assignor = cls()
+        result = assignor.assign(dict(partitions), subs)
+        yield partitions, subs, result, assignor
+        for m, tps in result.items():
+            memory[m] = (tps, generation)
+
+
+@pytest.mark.parametrize("cls", [asg.StickyAssignor, asg.CooperativeStickyAssignor])
+def test_sticky_assignors_are_valid_and_complete_on_random_histories(cls):
+    """Members' claims may conflict (two of one generation and a third of a newer one), name partitions of topics
+    recreated smaller, or come from a member that no longer subscribes to the topic: the assignment is still valid
+    and complete and nothing raises (where Kafka's own assignors throw or answer invalidly). The cooperative
+    assignor may hold back partitions changing owner for a second round: those are counted as handed out."""
+    seed = int(os.environ.get("KAFKALOG_GROUP_MODEL_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    runs = int(os.environ.get("KAFKALOG_GROUP_MODEL_RUNS", "10"))
+    for _ in range(runs * 20):
+        for partitions, subs, result, assignor in _random_history_rounds(rng, cls, 6):
+            wanted = {TP(t, p) for s in subs.values() for t in s.topics for p in range(partitions[t])}
+            _check_valid(seed, partitions, subs, result, wanted, complete=cls is asg.StickyAssignor)
+            if cls is asg.CooperativeStickyAssignor:  # what was held back: owned by someone, handed over next round
+                _converges(seed, cls, partitions, subs, result, wanted)
+
+
+def _converges(seed, cls, partitions, subs, result, wanted, rounds: int = 4) -> None:
+    """Cooperative rebalancing: each partition held back is one its owner revokes, and the follow-up rebalances
+    (members owning what they were given) hand everything out within a few rounds."""
+    for _ in range(rounds):
+        flat = {tp for tps in result.values() for tp in tps}
+        owned = {tp for s in subs.values() for tp in s.owned_partitions}
+        assert wanted - flat <= owned, f"seed {seed}: {wanted - flat - owned} neither assigned nor moving"
+        if flat == wanted:
+            return
+        subs = {m: sub(*s.topics, owned_partitions=result[m], generation_id=max(s.generation_id, 0) + 1)
+                for m, s in subs.items()}
+        result = cls().assign(dict(partitions), subs)
+        _check_valid(seed, partitions, subs, result, wanted, complete=False)
+    pytest.fail(f"seed {seed}: {wanted - flat} still not handed out after {rounds} cooperative rounds")
+
+
+def _check_valid(seed, partitions, subs, result, wanted, complete: bool) -> None:
+    """No partition twice, none that does not exist or is not wanted, none of a topic its member does not
+    subscribe to; with `complete`, every wanted partition."""
+    flat = [tp for tps in result.values() for tp in tps]
+    assert len(flat) == len(set(flat)), f"seed {seed}: a partition handed out twice"
+    assert set(flat) <= wanted, f"seed {seed}: handed out {set(flat) - wanted}, which is not wanted or does not exist"
+    if complete:
+        assert set(flat) == wanted, f"seed {seed}: {wanted - set(flat)} not handed out"
+    for m, tps in result.items():
+        assert all(tp.topic in subs[m].topics for tp in tps), f"seed {seed}: {m} got an unsubscribed topic"
+
+
+def test_member_ids_outside_the_bmp_are_ordered_as_java_orders_them():
+    """Java's String.compareTo compares UTF-16 code units: U+1F600 is the pair D83D DE00, which sorts before U+FFFD;
+    Python's code-point order puts it after. Range and roundrobin follow Java's order (Kafka's MemberInfo)."""
+    emoji, replacement = "\U0001F600-member", "\uFFFD-member"
+    assert ord(emoji[0]) > ord(replacement[0])          # code-point order: replacement first
+    assert 0xD800 + ((ord(emoji[0]) - 0x10000) >> 10) < ord(replacement[0])  # UTF-16 order: emoji first
+    subs = {emoji: sub("t"), replacement: sub("t")}
+    assert names(asg.RangeAssignor().assign({"t": 2}, subs)) == {emoji: {"tp0"}, replacement: {"tp1"}}
+    assert names(asg.RoundRobinAssignor().assign({"t": 3}, subs)) == {emoji: {"tp0", "tp2"}, replacement: {"tp1"}}
+    static = {"a": sub("t", group_instance_id=replacement), "b": sub("t", group_instance_id=emoji)}
+    assert names(asg.RangeAssignor().assign({"t": 2}, static)) == {"b": {"tp0"}, "a": {"tp1"}}

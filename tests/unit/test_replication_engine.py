@@ -381,3 +381,21 @@ def test_acks_all_keeps_up_to_five_batches_in_flight_per_partition(tmp_path, mon
         assert max(max(peak.values()) for peak in peaks) == 5
         assert max(sum(peak.values()) for peak in peaks) > 5  # the limit is per partition, not per producer
         assert [d.log_end_offset for d in e.describe_topic("f").partitions] == [200, 200, 200]
+
+
+def test_an_append_waiting_for_the_isr_when_its_leader_dies_is_not_acknowledged(tmp_path):
+    """A producer thread waits for the ISR on the leader it appended to while another thread fails that broker:
+    the dead leader has no followers left, which must not read as "nothing to wait for". The append is refused
+    (NotLeaderOrFollowerError: the producer resends to the new leader), never acknowledged and then lost (the
+    stress harness found a batch acknowledged this way, missing from the leader elected next)."""
+    with _open(tmp_path, brokers=3) as e:
+        e.create_topic(TOPIC, replication_factor=3)
+        e.replicate()
+        leader = e.partition(TOPIC, 0)
+        info = e.append(TOPIC, 0, _batch(b"in flight"), acks=-1, wait=False)  # appended, not yet replicated
+        e.fail_broker(leader.broker_id)           # the waiter still holds the old leader's partition
+        assert not leader.remote and not leader.is_leader
+        with pytest.raises(NotLeaderOrFollowerError):
+            e._wait_for_replication(leader, info, 1_000)
+        with pytest.raises(NotLeaderOrFollowerError):
+            e.wait_for_replication(TOPIC, 0, info, 1_000)  # the new leader: another epoch
