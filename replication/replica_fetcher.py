@@ -106,15 +106,17 @@ class ReplicaFetcher:
 
     @staticmethod
     def _from_log_end(records, leo: int, source: str) -> memoryview:
-        """The fetched bytes from the batch starting at the follower's log end (a fetch view may begin at an
-        earlier batch of the same segment)."""
+        """The fetched bytes from the first batch at or after the follower's log end (a fetch view may begin at an
+        earlier batch of the same segment). A batch may start above the log end: on a compacted topic the leader's
+        cleaner removes whole batches, and a follower appends across the gap, as Kafka's does (only offsets going
+        back are an error); a batch that straddles the log end means the logs diverged."""
         view = records.records
         for batch in records.batches(source):
-            if batch.base_offset == leo:
+            if batch.base_offset >= leo:
                 return view[batch.position:]  # positions count from the view's start
-            if batch.base_offset > leo or batch.last_offset >= leo:
-                raise InvalidOffsetError(f"the leader's batch [{batch.base_offset}, {batch.last_offset}] does not "
-                                         f"start at the follower's log end {leo}", file=source, offset=leo)
+            if batch.last_offset >= leo:
+                raise InvalidOffsetError(f"the leader's batch [{batch.base_offset}, {batch.last_offset}] straddles "
+                                         f"the follower's log end {leo}", file=source, offset=leo)
         return view[:0]
 
     def truncate(self, follower: Partition, leader: Partition) -> None:

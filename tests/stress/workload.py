@@ -10,8 +10,8 @@ What runs (seeded, bounded by a deadline; every thread stops by itself):
 - the log's own work: retention and `delete_records` on a topic of small segments, the cleaner (explicit compactions
   and the cleaner thread) on a compacted topic, and broker failures and restarts under the replicated topic;
 - `close()` of the engine while all of it runs.
-Any exception that is not a KafkaError is kept as a failure; typed errors end the thread that met them only once the
-engine is closed (before that, a retriable one is retried as a user would).
+Any exception that is not a KafkaError is kept as a failure, and so is a typed error before close() that is not
+retriable; a retriable one is retried as a user's loop would (a send's future, a poll, a commit).
 """
 from __future__ import annotations
 
@@ -67,6 +67,16 @@ class Workload:
                 self.fail(who, f"{type(exc).__name__} before close: {exc}")
         except Exception:  # noqa: BLE001 - the point: nothing but typed errors may come out of the engine
             self.fail(who, traceback.format_exc())
+
+    def retriable(self, call, *args, **kwargs):
+        """`call`, whose retriable typed errors (a partition between leaders, an ISR short of replicas) are left for
+        the next round, as a user's loop leaves them; None then."""
+        try:
+            return call(*args, **kwargs)
+        except KafkaError as exc:
+            if not exc.retriable or self.closed.is_set():
+                raise
+            return None
 
     def running(self) -> bool:
         return not (self.stop.is_set() or self.closed.is_set())
@@ -136,7 +146,7 @@ class Workload:
         with self.eng.consumer(auto_offset_reset="earliest", isolation_level=isolation) as c:
             c.assign([TopicPartition(t, p) for t in topics for p in range(TOPICS[t][0])])
             while self.running():
-                for tp, records in c.poll(timeout_ms=50).items():
+                for tp, records in (self.retriable(c.poll, timeout_ms=50) or {}).items():
                     seen[(tp.topic, tp.partition)].extend((r.offset, r.value) for r in records)
 
     def seeker_thread(self) -> None:
@@ -161,7 +171,7 @@ class Workload:
                                 self.fail("seeker", f"offsets_for_times({when}) answered {found}")
                             c.seek(tp, found.offset)
                             nxt[tp] = found.offset
-                for tp, records in c.poll(timeout_ms=20, max_records=200).items():
+                for tp, records in (self.retriable(c.poll, timeout_ms=20, max_records=200) or {}).items():
                     for r in records:
                         if r.offset < nxt.get(tp, 0):
                             self.fail("seeker", f"{tp} offset {r.offset} after a jump to {nxt[tp]}")
@@ -174,14 +184,14 @@ class Workload:
                                isolation_level="read_committed", session_timeout_ms=6000,
                                heartbeat_interval_ms=200, enable_auto_commit=False) as c:
             while self.running():
-                polled = c.poll(timeout_ms=50)
+                polled = self.retriable(c.poll, timeout_ms=50) or {}
                 for tp, records in polled.items():
                     for r in records:
                         if r.value in self.aborted:
                             self.fail(who, f"read_committed saw aborted {r.value!r} at {tp} offset {r.offset}")
                         self.check_value(who, tp, r)
                 if polled:
-                    c.commit()
+                    self.retriable(c.commit)  # __consumer_offsets may be short of replicas while a broker is down
 
     def check_value(self, who: str, tp: TopicPartition, record) -> None:
         with self.lock:

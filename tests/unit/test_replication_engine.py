@@ -399,3 +399,53 @@ def test_an_append_waiting_for_the_isr_when_its_leader_dies_is_not_acknowledged(
             e._wait_for_replication(leader, info, 1_000)
         with pytest.raises(NotLeaderOrFollowerError):
             e.wait_for_replication(TOPIC, 0, info, 1_000)  # the new leader: another epoch
+
+
+def _batches_below(directory: str, topic: str, hw: int) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every batch of `topic`-0 in a replica's directory that ends below `hw`."""
+    out = []
+    part = os.path.join(directory, f"{topic}-0")
+    for name in sorted(f for f in os.listdir(part) if f.endswith(".log")):
+        with open(os.path.join(part, name), "rb") as f:
+            data = f.read()
+        out += [(b.base_offset, bytes(data[b.position:b.position + b.size_in_bytes]))
+                for b in engine.iter_batches(data) if b.last_offset < hw]
+    return out
+
+
+def test_a_follower_catches_up_across_batches_its_leader_compacted_away(tmp_path):
+    """The follower is down while the leader's cleaner removes whole batches: when it comes back, the leader's next
+    batch starts above the follower's log end. Kafka's follower appends across such a gap (only offsets going back
+    are an error: UnifiedLog.append with assignOffsets=false); so does ours, rejoins the ISR, and once every replica
+    is compacted the replicas are byte-identical below the HW."""
+    topic = "compacted"
+    with _open(tmp_path, brokers=2) as e:
+        e.create_topic(topic, replication_factor=2,
+                       config={"cleanup.policy": "compact", "segment.bytes": 2_000, "min.cleanable.dirty.ratio": 0.01})
+        def put(key: bytes, value: bytes) -> None:  # one record a batch
+            e.append(topic, 0, engine.encode_batch([(key, value, None, 1)]), acks=1)
+
+        for i in range(10):
+            put(b"a%d" % i, b"first")                       # offsets 0-9: replicated
+        e.replicate()
+        follower = next(b for b in (0, 1) if b != e.partition(topic, 0).broker_id)
+        e.fail_broker(follower)                             # its log ends at 10
+        for value, keys in ((b"gone", "b"), (b"kept", "b"), (b"last", "a")):
+            for i in range(10):
+                put(b"%s%d" % (keys.encode(), i), value)    # 10-19 obsolete by 20-29; 0-9 obsolete by 30-39
+        for i in range(30):
+            put(b"other", b"roll-%d" % i)                   # rolls, so the batches above are cleanable
+        e.compact(topic)  # the leader alone: its first batches are gone
+        leader = e.partition(topic, 0)
+        first_bases = [b.base_offset for b in leader.log.read(0, 1 << 20).batches()]
+        assert first_bases[0] > 10, first_bases  # whole batches below the follower's log end (10) were removed
+        e.restart_broker(follower)
+        e.replicate()
+        leader = e.partition(topic, 0)
+        assert follower in leader.isr
+        replica = e._brokers[follower].partitions[(topic, 0)]
+        assert replica.log.log_end_offset == leader.log.log_end_offset
+        e.compact(topic)  # every replica
+        hw = leader.high_watermark
+        dirs = _replica_dirs(tmp_path, 2)
+        assert _batches_below(dirs[0], topic, hw) == _batches_below(dirs[1], topic, hw)
