@@ -117,6 +117,7 @@ class Consumer:
         self._group = None if group_id is None else ConsumerCoordinator(self, engine.groups, **self._group_settings)
         self._next_auto_commit = engine.clock.time_ms() + auto_commit_interval_ms
         self._positions: dict[TopicPartition, int | None] = {}
+        self._epochs: dict[TopicPartition, int] = {}  # the leader epoch of each position (see _move)
         self._subscription: set[str] | None = None
         self._paused: set[TopicPartition] = set()
         self._next = 0
@@ -207,13 +208,20 @@ class Consumer:
     def _reset(self, tp: TopicPartition) -> int:
         committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
         if committed is not None and self._positions.get(tp) is None:
-            self._positions[tp] = committed.offset
+            self._move(tp, committed.offset, committed.leader_epoch)
             return committed.offset
         if self.auto_offset_reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
         pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
-        self._positions[tp] = pos
+        self._move(tp, pos)
         return pos
+
+    def _move(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
+        """Set the position of `tp` and the leader epoch that goes with it (Kafka's FetchPosition.offsetEpoch: the
+        epoch of the last record consumed, or of the committed offset it started from; -1, unknown, after a seek
+        or a reset), which commit() of consumed positions stores."""
+        self._positions[tp] = offset
+        self._epochs[tp] = leader_epoch
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record to fetch (resolving auto_offset_reset if needed)."""
@@ -225,15 +233,15 @@ class Consumer:
         self._check()
         if type(offset) is not int or not 0 <= offset < 2**63:
             raise InvalidConfigurationError(f"offset must be an int in [0, 2**63), got {offset!r}")
-        self._positions[self._assigned([tp])[0]] = offset
+        self._move(self._assigned([tp])[0], offset)
 
     def seek_to_beginning(self, *partitions) -> None:
         for tp in self._assigned(partitions or list(self._positions)):
-            self._positions[tp] = self._partition(tp).log_start_offset
+            self._move(tp, self._partition(tp).log_start_offset)
 
     def seek_to_end(self, *partitions) -> None:
         for tp in self._assigned(partitions or list(self._positions)):
-            self._positions[tp] = self._end(tp)
+            self._move(tp, self._end(tp))
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {tp: self._partition(tp).log_start_offset for tp in partitions}
@@ -261,10 +269,12 @@ class Consumer:
     def _set_assignment(self, partitions) -> None:
         """The group gave this member `partitions`: keep positions of those it already had."""
         self._positions = {tp: self._positions.get(tp) for tp in sorted(partitions)}
+        self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
         self._paused &= set(self._positions)
 
     def _committable(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items() if pos is not None}
+        return {tp: OffsetAndMetadata(pos, "", self._epochs.get(tp, -1)) for tp, pos in self._positions.items()
+                if pos is not None}
 
     def committed(self, tp: TopicPartition, metadata: bool = False):
         """The group's committed offset for `tp` (an OffsetAndMetadata with metadata=True); None if none."""
@@ -347,7 +357,7 @@ class Consumer:
                 continue
             budget -= data.records.nbytes
             records: list = []
-            nxt = pos
+            nxt, epoch = pos, self._epochs.get(tp, -1)
             visible = AbortedFilter(partition.aborted_transactions(data)).visible \
                 if self.isolation_level == READ_COMMITTED else None
             for batch in data.batches(partition.log.dir):
@@ -356,10 +366,12 @@ class Consumer:
                     continue
                 got, nxt = batch.consumer_records(tp.topic, tp.partition, nxt, remaining - len(records),
                                                   self.max_decompressed_bytes)
+                if got:
+                    epoch = batch.partition_leader_epoch
                 records += got
                 if len(records) >= remaining:
                     break
-            self._positions[tp] = nxt
+            self._move(tp, nxt, epoch)
             if records:
                 out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
                 remaining -= len(records)

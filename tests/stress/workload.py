@@ -22,7 +22,7 @@ import traceback
 from collections import defaultdict
 
 import engine
-from engine.common.errors import KafkaError
+from engine.common.errors import CommitFailedError, KafkaError
 from engine.common.structs import TopicPartition
 
 CODECS = (None, "gzip", "snappy", "lz4", "zstd")
@@ -191,7 +191,10 @@ class Workload:
                             self.fail(who, f"read_committed saw aborted {r.value!r} at {tp} offset {r.offset}")
                         self.check_value(who, tp, r)
                 if polled:
-                    self.retriable(c.commit)  # __consumer_offsets may be short of replicas while a broker is down
+                    try:  # __consumer_offsets may be short of replicas while a broker is down: retried next round
+                        self.retriable(c.commit)
+                    except CommitFailedError:
+                        continue  # the group rebalanced meanwhile: as Kafka's users do, carry on (the poll rejoins)
 
     def check_value(self, who: str, tp: TopicPartition, record) -> None:
         with self.lock:

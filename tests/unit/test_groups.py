@@ -940,3 +940,48 @@ def test_member_ids_outside_the_bmp_are_ordered_as_java_orders_them():
     assert names(asg.RoundRobinAssignor().assign({"t": 3}, subs)) == {emoji: {"tp0", "tp2"}, replacement: {"tp1"}}
     static = {"a": sub("t", group_instance_id=replacement), "b": sub("t", group_instance_id=emoji)}
     assert names(asg.RangeAssignor().assign({"t": 2}, static)) == {"b": {"tp0"}, "a": {"tp1"}}
+
+
+def _committed_epoch_in_log(e, group: str, topic: str) -> list[tuple[int, int]]:
+    """(offset, leaderEpoch) of each OffsetCommitValue for `topic`-0 in the group's `__consumer_offsets` partition,
+    decoded with struct from Kafka's published schema (OffsetCommitValue v3: version int16, offset int64, leaderEpoch
+    int32, metadata string, commitTimestamp int64)."""
+    part = e.internal_partition("__consumer_offsets", offsets.partition(group))
+    out = []
+    for batch in part.log.read(0, 1 << 30).batches():
+        for r in batch.records():
+            key_version, = struct.unpack_from(">h", r.key)
+            if key_version > 1 or r.value is None:
+                continue  # a group metadata record, or a tombstone
+            version, offset, epoch = struct.unpack_from(">hqi", r.value)
+            assert version == 3
+            out.append((offset, epoch))
+    return out
+
+
+def test_a_commit_of_consumed_positions_stores_the_last_records_leader_epoch(tmp_path):
+    """Kafka's consumer commits OffsetAndMetadata(position.offset, position.offsetEpoch), the epoch being the leader
+    epoch of the last record it consumed (SubscriptionState.allConsumed, Fetcher's lastEpoch). Offsets given
+    explicitly without an epoch, and positions set by a seek, stay -1."""
+    with engine.open(tmp_path, brokers=2, background=False) as e:
+        e.create_topic("t", replication_factor=2)
+        p = e.producer()
+        p.send("t", b"epoch 0", partition=0).get()
+        e.replicate()
+        failed = e.partition("t", 0).broker_id
+        e.fail_broker(failed)  # the next leader writes in epoch 1
+        p.send("t", b"epoch 1", partition=0).get()
+        e.restart_broker(failed)  # back as a follower (the offsets topic wants both brokers)
+        e.replicate()
+        c = e.consumer("t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+        got = []
+        while polled := c.poll(timeout_ms=100):
+            got += [r.value for rs in polled.values() for r in rs]
+        assert got == [b"epoch 0", b"epoch 1"]
+        c.commit()
+        c.commit({TP("t", 0): OffsetAndMetadata(1)})
+        c.seek(TP("t", 0), 0)
+        c.commit()
+        c.close()
+        assert e.partition("t", 0).leader_epoch == 1
+        assert _committed_epoch_in_log(e, "g", "t") == [(2, 1), (1, -1), (0, -1)]
