@@ -23,7 +23,7 @@ from segments.fs import FileSystem
 
 FILE = "kafkalog.metadata"
 VERSION = 1
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", names.METADATA_TOPIC})
 COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # cleanup.policy=compact
 PRODUCER_ID_BLOCK = 1000
 

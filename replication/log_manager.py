@@ -165,6 +165,8 @@ class LogManager:
         for entry in sorted(self.fs.listdir(self.dir)):
             path = os.path.join(self.dir, entry)
             tp = names.parse_partition_dir(entry)
+            if tp is not None and tp[0] == names.METADATA_TOPIC:
+                continue  # a KRaft broker's metadata log: not a topic partition, and never touched (Kafka's too)
             if tp is None or not self.fs.isdir(path):
                 if entry.endswith("-delete") and self.fs.isdir(path):
                     self.fs.rmtree(path)  # a deletion that did not finish

@@ -109,6 +109,6 @@ def describe_value(v: TxnLogValue | None) -> str:
     """Kafka's TransactionLogMessageFormatter-like text of a value (for dump-log's decoder)."""
     if v is None:
         return "<DELETE>"
-    parts = ",".join(f"{t}-{p}" for t, ids in sorted((v.partitions or {}).items()) for p in ids)
+    parts = ",".join(f"{t}-{p}" for t, ids in (v.partitions or {}).items() for p in ids)  # the record's order
     return (f"producerId:{v.producer_id},producerEpoch:{v.producer_epoch},state={v.state.kafka_name},"
             f"partitions=[{parts}],txnLastUpdateTimestamp={v.last_update_ms},txnTimeoutMs={v.timeout_ms}")

@@ -81,7 +81,7 @@ class Dumper:
             data = f.read()
         name = os.path.basename(path)
         self.emit({"type": "segment", "file": name, "baseOffset": base, "sizeInBytes": len(data)},
-                  f"Dumping {name}\nLog starting offset: {base}")
+                  f"Dumping {path}\nLog starting offset: {base}")
         end = 0
         try:
             for batch in reference.iter_batches(data, source=path):
@@ -207,7 +207,7 @@ class Dumper:
             batches = self._batches_by_position(path[:-len(suffix)] + names.LOG)
             self.emit({"type": label, "file": os.path.basename(path), "baseOffset": base,
                        "fileBytes": os.path.getsize(path), "entries": index.entries},
-                      f"Dumping {os.path.basename(path)}")
+                      f"Dumping {path}")
             if sanity:
                 self._sanity(index)
             for i in range(index.entries):
@@ -232,7 +232,7 @@ class Dumper:
 
     def dump_txn_index(self, path: str, base: int) -> None:
         self.emit({"type": "txnIndex", "file": os.path.basename(path), "fileBytes": os.path.getsize(path)},
-                  f"Dumping {os.path.basename(path)}")
+                  f"Dumping {path}")
         for t in TxnIndex(self.fs, path, base).all():
             self.emit({"type": "abortedTxn", "version": 0, "producerId": t.producer_id, "firstOffset": t.first_offset,
                        "lastOffset": t.last_offset, "lastStableOffset": t.last_stable_offset},
@@ -240,7 +240,7 @@ class Dumper:
                       f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}")
 
     def dump_snapshot(self, path: str) -> None:
-        self.emit({"type": "producerSnapshot", "file": os.path.basename(path)}, f"Dumping {os.path.basename(path)}")
+        self.emit({"type": "producerSnapshot", "file": os.path.basename(path)}, f"Dumping {path}")
         with open(path, "rb") as f:
             entries = producer_snapshot.decode(f.read(), path)
         for e in entries:

@@ -293,4 +293,30 @@ def test_transactions_list_and_describe_agree_with_the_coordinator(tmp_path):
              if "transactionalId=done" in line]
     states = [line.split("state=")[1].split(",")[0] for line in lines]
     assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
-    assert "partitions=[t-0]" in lines[-1] and f"producerId:{want['done'][0]}," in lines[-1]
+    # CompleteCommit lists none (TransactionMetadata.prepareComplete); PrepareCommit lists the transaction's
+    assert "partitions=[]" in lines[-1] and "partitions=[t-0]" in lines[-2]
+    assert f"producerId:{want['done'][0]}," in lines[-1]
+
+
+def _string16(s: str) -> bytes:
+    return len(s).to_bytes(2, "big") + s.encode()
+
+
+def test_dump_log_names_the_path_it_was_given_and_keeps_a_records_partition_order(tmp_path, monkeypatch):
+    """kafka-dump-log prints "Dumping PATH" with PATH as given (DumpLogSegments: s"Dumping $file"), and the
+    transaction-log decoder lists a record's partitions in the record's order. The record is built here from
+    Kafka's published TransactionLogValue v0 schema, with its partitions out of name order."""
+    key = (0).to_bytes(2, "big") + _string16("order")
+    value = (0).to_bytes(2, "big") + (7).to_bytes(8, "big") + (0).to_bytes(2, "big") + (60_000).to_bytes(4, "big")
+    value += bytes([1]) + (2).to_bytes(4, "big")  # Ongoing, two topics
+    for topic, ids in (("zeta", [2, 0]), ("alpha", [1])):
+        value += _string16(topic) + len(ids).to_bytes(4, "big") + b"".join(i.to_bytes(4, "big") for i in ids)
+    value += (1_000).to_bytes(8, "big") + (900).to_bytes(8, "big")
+    folder = tmp_path / "__transaction_state-0"
+    folder.mkdir()
+    (folder / "00000000000000000000.log").write_bytes(engine.encode_batch([(key, value, None, 1_000)]))
+    monkeypatch.chdir(tmp_path)
+    given = os.path.join("__transaction_state-0", "00000000000000000000.log")
+    out = run("dump-log", "--files", given, "--transaction-log-decoder").stdout.splitlines()
+    assert out[0] == f"Dumping {given}"
+    assert any("partitions=[zeta-2,zeta-0,alpha-1]" in line for line in out), out

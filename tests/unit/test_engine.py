@@ -327,3 +327,47 @@ def test_create_partitions_reaches_live_clients_and_survives_reopen(tmp_path):
         producer.close()
     with engine.open(str(tmp_path)) as eng:
         assert eng.partitions_for("t") == 5 and not [n for n in os.listdir(tmp_path) if n.endswith("-stray")]
+
+
+def test_a_clean_close_says_nothing(tmp_path, caplog, capfd):
+    """No "background task failed: the engine is closed" at close: the engine's background tasks do nothing once
+    close() has begun (checked directly, since the race that printed it needs a task to run mid-close)."""
+    import logging
+    caplog.set_level(logging.INFO, logger="kafkalog")
+    for i in range(5):
+        with engine.open(tmp_path / "d") as eng:
+            eng.create_topic(f"t{i}")
+            with eng.producer() as p:
+                p.send(f"t{i}", b"x").get()
+            tasks = eng._logs._tasks
+        assert tasks["staged-writes"][1]() is None  # after close: nothing, no IllegalStateError
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert capfd.readouterr().err == ""
+
+
+def test_a_brokers_metadata_log_is_left_untouched(tmp_path):
+    """A stopped KRaft broker's log directory holds `__cluster_metadata-0`, the broker's metadata log (here the
+    Kafka-written vector of one). Kafka's LogManager loads no log from it (loadLogs skips the metadata topic); the
+    engine neither recovers it nor indexes it nor names it in a checkpoint: its files stay byte for byte."""
+    import hashlib
+    from tests import vectors
+    meta = tmp_path / "broker" / "__cluster_metadata-0"
+    meta.mkdir(parents=True)
+    (meta / "00000000000000000000.log").write_bytes(vectors.METADATA_LOG.read_bytes())
+    (meta / "quorum-state").write_text('{"leaderId":1,"leaderEpoch":1,"votedId":-1,"appliedOffset":0}')
+    (meta / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n")
+
+    def files() -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(meta.iterdir())}
+
+    before = files()
+    for i in range(2):  # an adopting open, then an ordinary one
+        with engine.open(tmp_path / "broker") as eng:
+            eng.create_topic(f"t{i}")
+            assert eng.recovery_notes() == [] or all("__cluster_metadata" not in n for n in eng.recovery_notes())
+    assert files() == before
+    assert sorted(p.name for p in (tmp_path / "broker").iterdir() if "cluster_metadata" in p.name) == \
+        ["__cluster_metadata-0"]
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
+        path = tmp_path / "broker" / name
+        assert not path.exists() or "__cluster_metadata" not in path.read_text()
