@@ -21,6 +21,7 @@ several runs a replica fetcher thread; all stop on close().
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -66,6 +67,8 @@ from segments.fs import FileSystem
 from segments.log_config import LogConfig
 from txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
 from txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
+
+log = logging.getLogger("kafkalog.engine")
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 MAX_BROKERS = 64
@@ -225,8 +228,19 @@ class Engine:
                 rec.partitions = max(rec.partitions, partition + 1)
                 if topic_id is None:
                     partition_metadata.write(self.fs, lg.dir, rec.topic_id)
+            elif topic_id is None and rec is not None and partition < rec.partitions:
+                # partition.metadata lost (deleted, or an unclean shutdown) in a partition the catalogue names: Kafka
+                # takes it for a stray that never received data (LogManager.isStrayKraftReplica) and its records
+                # vanish from the topic; the catalogue says whose it is, so it keeps them
+                partition_metadata.write(self.fs, lg.dir, rec.topic_id)
+                lg.recovery.note(f"wrote the missing partition.metadata of {lg.dir} with topic {topic!r}'s id "
+                                 f"{rec.topic_id}, keeping its {lg.log_end_offset - lg.log_start_offset} records")
             elif rec is None or topic_id != rec.topic_id or partition >= rec.partitions:
-                self._logs.set_aside(topic, partition, "stray")
+                why = ("no topic of that name" if rec is None else f"topic id {topic_id}, not {rec.topic_id}"
+                       if topic_id != rec.topic_id else f"the topic has {rec.partitions} partitions")
+                moved = self._logs.set_aside(topic, partition, "stray")
+                self._logs.repairs.append(f"set {lg.dir} aside as {moved}: the catalogue has {why}")
+                log.warning("%s", self._logs.repairs[-1])
         for name, rec in self._catalogue.topics.items():
             for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
                 self._logs.create_log(name, p, rec.topic_id)

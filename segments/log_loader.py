@@ -119,8 +119,10 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
         segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now))
     next_offset = segments.last.read_next_offset()
     segments.last.resize_indexes(config.segment_index_bytes)
-    if report.segments_recovered or report.files_removed or report.segments_dropped or report.repairs:
-        log.warning("recovered %s: %s", directory, report)
+    if report.bytes_truncated or report.files_removed or report.segments_dropped or report.repairs:
+        log.warning("recovered %s: %s", directory, "; ".join(report.describe()))
+    elif report.segments_recovered:  # an unclean shutdown's re-validation that found nothing wrong
+        log.info("recovered %s: %s", directory, "; ".join(report.describe()))
     return LoadedLog(segments, next_offset, max(log_start_offset, segments.first.base_offset),
                      next_offset if clean_shutdown else min(recovery_point, next_offset), report)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -371,3 +372,60 @@ def test_a_brokers_metadata_log_is_left_untouched(tmp_path):
     for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
         path = tmp_path / "broker" / name
         assert not path.exists() or "__cluster_metadata" not in path.read_text()
+
+
+def test_a_partition_that_lost_its_metadata_file_keeps_its_records(tmp_path, caplog):
+    """partition.metadata deleted (or lost to an unclean shutdown): Kafka takes the directory for a stray that never
+    received data (LogManager.isStrayKraftReplica) and the records vanish from the topic. The catalogue says whose
+    it is: the file is written again with the topic's id and every record stays."""
+    import logging
+    with engine.open(tmp_path / "d") as eng:
+        eng.create_topic("t", partitions=2)
+        topic_id = eng.describe_topic("t").topic_id
+        with eng.producer() as p:
+            for i in range(343):
+                p.send("t", b"%d" % i, partition=1)
+    os.remove(tmp_path / "d" / "t-1" / "partition.metadata")
+    caplog.set_level(logging.INFO, logger="kafkalog")
+    with engine.open(tmp_path / "d") as eng:
+        c = eng.consumer(auto_offset_reset="earliest", consumer_timeout_ms=200)
+        c.assign([engine.TopicPartition("t", 1)])
+        assert [r.value for r in c] == [b"%d" % i for i in range(343)]
+        assert any("missing partition.metadata" in n and "343 records" in n for n in eng.recovery_notes())
+    assert (tmp_path / "d" / "t-1" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {topic_id}"
+    assert not [p for p in os.listdir(tmp_path / "d") if p.endswith("-stray")]
+
+
+def test_a_stray_directory_is_set_aside_loudly_and_recovery_speaks_in_lines(tmp_path, caplog):
+    """A partition directory the catalogue does not know is set aside (Kafka's `-stray`) with a WARNING naming both
+    paths, and listed in the recovery notes. Recovery logs one readable line for a partition it had to repair and
+    nothing for a clean one."""
+    import logging
+    with engine.open(tmp_path / "d") as eng:
+        eng.create_topic("t")
+        with eng.producer() as p:
+            p.send("t", b"kept").get()
+    ghost = tmp_path / "d" / "ghost-0"
+    shutil.copytree(tmp_path / "d" / "t-0", ghost)
+    caplog.set_level(logging.INFO, logger="kafkalog")
+    with engine.open(tmp_path / "d") as eng:
+        notes = eng.recovery_notes()
+    strays = [p for p in os.listdir(tmp_path / "d") if p.startswith("ghost-0.") and p.endswith("-stray")]
+    assert len(strays) == 1
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(str(ghost) in m and strays[0] in m for m in said), said
+    assert any(strays[0] in n and "no topic of that name" in n for n in notes), notes
+    assert not any("RecoveryReport(" in m for m in said)
+    caplog.clear()
+    with engine.open(tmp_path / "d"):  # clean: nothing to say
+        pass
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    log_file = tmp_path / "d" / "t-0" / "00000000000000000000.log"
+    with open(log_file, "ab") as f:
+        f.write(b"\x00" * 30)  # a torn tail
+    (tmp_path / "d" / ".kafka_cleanshutdown").unlink()
+    caplog.clear()
+    with engine.open(tmp_path / "d"):
+        pass
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "recovered" in r.getMessage()]
+    assert len(said) == 1 and "t-0" in said[0] and "cutting 30 bytes" in said[0], said
