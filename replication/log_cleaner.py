@@ -26,7 +26,7 @@ from engine.common.errors import CleaningAbortedError, InvalidConfigurationError
 from engine.common.health import Health
 from engine.common.structs import settings_of
 from segments import offset_checkpoint, offset_map
-from segments.cleaner import CleanableLog, Cleaner, CleanerStats
+from segments.cleaner import CleanableLog, Cleaner, CleanerStats, earliest_delete_horizon
 from segments.fs import FileSystem
 from txn.unified_log import UnifiedLog
 
@@ -102,6 +102,7 @@ class LogCleaner:
         self._stop = threading.Event()
         self._paused: set[tuple[str, int]] = set()  # logs being closed or deleted: a clean of one stops
         self.last_stats: CleanerStats | None = None
+        self._horizons: dict[tuple[str, int], tuple[tuple, int]] = {}  # the clean section's earliest delete horizon
         self.health = Health(f"{directory} (log cleaner)", log)
         self._thread = None
         if background and config.log_cleaner_enable:
@@ -123,9 +124,19 @@ class LogCleaner:
             if lg.config.compact:
                 found = log_to_clean(tp, lg, now)
                 if (found.needs_compaction_now and found.cleanable_bytes > 0) or \
-                        found.ratio > lg.config.min_cleanable_dirty_ratio:
+                        found.ratio > lg.config.min_cleanable_dirty_ratio or self._horizon_passed(tp, lg, found, now):
                     due.append(found)
         return sorted(due, key=lambda c: c.ratio, reverse=True)
+
+    def _horizon_passed(self, tp: tuple[str, int], lg: UnifiedLog, found: LogToClean, now: int) -> bool:
+        """Whether a tombstone (or marker) in the clean section of `lg` is past its delete horizon, so a clean would
+        remove it even with nothing dirty. The headers are read again only when that section changed."""
+        segments = [s for s in lg.segments[:-1] if s.base_offset < found.first_uncleanable]
+        key = tuple((s.base_offset, s.size) for s in segments)
+        cached = self._horizons.get(tp)
+        if cached is None or cached[0] != key:
+            cached = self._horizons[tp] = (key, earliest_delete_horizon(segments))
+        return cached[1] <= now
 
     @contextmanager
     def paused(self, tp: tuple[str, int]):
@@ -146,8 +157,9 @@ class LogCleaner:
         total: CleanerStats | None = None
         with self._clean_lock:
             while not self._stop.is_set() and tp not in self._paused:
-                target = log_to_clean(tp, lg, self.clock.time_ms())
-                if target.cleanable_bytes == 0:
+                now = self.clock.time_ms()
+                target = log_to_clean(tp, lg, now)
+                if target.cleanable_bytes == 0 and not self._horizon_passed(tp, lg, target, now):
                     break
                 end, stats = self._clean_once(target, progress)
                 total = stats if total is None else _merge(total, stats)

@@ -41,6 +41,7 @@ from segments.txn_index import AbortedTxn
 
 log = logging.getLogger("kafkalog.cleaner")
 MAX_TIMESTAMP = 8  # the header field (engine.record.batch_format.HEADER)
+NO_HORIZON = 2**63 - 1  # earliest_delete_horizon when no batch has one
 WRITE_BYTES = 1 << 20  # kept batches are written out in pieces of about this size (Kafka's I/O buffer is 512 KiB)
 
 
@@ -139,6 +140,13 @@ class _TxnTracker:
         return False
 
 
+def earliest_delete_horizon(segments: list[LogSegment]) -> int:
+    """The earliest delete horizon set on a batch of `segments` (a cleaned batch holding tombstones or a transaction
+    marker), from batch headers; a huge number when there is none."""
+    return min((h for seg in segments for b in seg.batches() if (h := b.delete_horizon_ms) is not None),
+               default=NO_HORIZON)
+
+
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
                            first_uncleanable: int) -> list[list[LogSegment]]:
     """Kafka's groupSegmentsBySize: runs of consecutive segments whose `.log`, `.index` and `.timeindex` sizes
@@ -212,6 +220,8 @@ class Cleaner:
         segments = [s for s in target.segments()[:-1] if s.base_offset < first_uncleanable]
         dirty = [s for s in segments if target.next_offset_of(s) > first_dirty]
         if not dirty:
+            if earliest_delete_horizon(segments) <= now:
+                self._clean_expired(target, config, segments, now, first_uncleanable, stats)
             stats.end = time.monotonic()
             return first_dirty, stats
         total = sum(s.size for s in dirty) + sum(s.size for s in segments)
@@ -232,6 +242,18 @@ class Cleaner:
         stats.end = time.monotonic()
         log.info("%s", stats.describe(target.name))
         return end, stats
+
+    def _clean_expired(self, target: CleanableLog, config: LogConfig, segments: list[LogSegment], now: int,
+                       round_end: int, stats: CleanerStats) -> None:
+        """Nothing is dirty, but tombstones (or transaction markers) in the clean section are past their delete
+        horizon: clean it with an empty offset map, which supersedes nothing, so only they go. Kafka waits for new
+        writes before it cleans again, and a topic that gets none keeps its tombstones forever."""
+        self.map.clear()
+        self.map.update_latest_offset(target.next_offset_of(segments[-1]) - 1)  # every record has been seen
+        txns = _TxnTracker()
+        for group in group_segments_by_size(segments, config.segment_bytes, config.segment_index_bytes, round_end):
+            self._clean_group(target, config, group, txns, now, round_end, stats)
+        log.info("%s: removed tombstones past their delete horizon", target.name)
 
     # --- the offset map -----------------------------------------------------------------------------
     def _build_offset_map(self, target: CleanableLog, dirty: list[LogSegment], start: int, end: int,

@@ -525,3 +525,42 @@ def test_a_commit_marker_goes_once_its_data_is_gone_and_its_horizon_passed(tmp_p
         clean_more(b"3")
         assert markers() == [3]  # b's data is still there, so its marker stays
         assert latest(read_log(e, "t")) == {b"a": b"3", b"b": b"in-tx"}
+
+
+def test_expired_tombstones_go_without_new_writes(tmp_path):
+    """A compacted topic that gets no more writes: its tombstones carry a delete horizon from the clean that kept
+    them, and once it has passed, an explicit compact removes them (Kafka's cleaner waits for dirty bytes and keeps
+    them forever). Every other record stays, byte for byte. The cleaner thread picks such a log up as well."""
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 600})
+        for i in range(40):
+            e.append("t", 0, engine.encode_batch([(b"k%d" % (i % 8), None if i in (33, 35) else b"v%d" % i, None,
+                                                   clock.time_ms())]), acks=1)
+        e.log("t", 0).roll()
+        e.compact("t")
+        kept = read_log(e, "t")
+        tombstones = [r for r in kept if r[2] is None]
+        assert {r[1] for r in tombstones} == {b"k1", b"k3"}  # kept by the first clean, with a horizon
+        e.compact("t")  # before the horizon: nothing changes
+        assert read_log(e, "t") == kept
+        clock.advance(COMPACT["delete.retention.ms"] + 1)
+        e.compact("t")  # nothing dirty, horizons past
+        after = read_log(e, "t")
+        assert after == [r for r in kept if r[2] is not None]
+        cleaner = e._logs.cleaner
+        assert not [c for c in cleaner.cleanable_logs() if c.topic_partition == ("t", 0)]  # nothing left to do
+
+    with engine.open(tmp_path / "thread", clock=clock, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 600, "min.cleanable.dirty.ratio": 0.99})
+        for i in range(40):
+            e.append("t", 0, engine.encode_batch([(b"k%d" % (i % 8), None if i == 33 else b"v", None,
+                                                   clock.time_ms())]), acks=1)
+        e.log("t", 0).roll()
+        e.compact("t")
+        cleaner = e._logs.cleaner
+        assert not [c for c in cleaner.cleanable_logs() if c.topic_partition == ("t", 0)]
+        clock.advance(COMPACT["delete.retention.ms"] + 1)
+        assert [c.topic_partition for c in cleaner.cleanable_logs()] == [("t", 0)]  # due: a horizon passed
+        assert cleaner.clean_filthiest()
+        assert not [r for r in read_log(e, "t") if r[2] is None]
