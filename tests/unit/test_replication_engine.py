@@ -449,3 +449,64 @@ def test_a_follower_catches_up_across_batches_its_leader_compacted_away(tmp_path
         hw = leader.high_watermark
         dirs = _replica_dirs(tmp_path, 2)
         assert _batches_below(dirs[0], topic, hw) == _batches_below(dirs[1], topic, hw)
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("KAFKALOG_SIM_RUNS", "200")) // 20))
+def test_random_compactions_with_a_follower_down_end_in_sync_and_identical(tmp_path, seed):
+    """Seeded operations on a replicated compacted topic: keyed writes and tombstones, rolls, compactions (of the
+    live replicas), and a follower failing and restarting across them. At the end, with every broker back and every
+    replica compacted, each is in the ISR, every offset that two replicas both hold carries the same batch bytes
+    there, and each replica holds the latest value of every key. (Byte-identical logs are not a property of Kafka's
+    replicas once they compact: each cleans its own segments, whose boundaries and cleanable ends differ.)"""
+    rng = random.Random(seed)
+    topic = "compacted"
+    latest: dict[bytes, bytes | None] = {}
+    with _open(tmp_path, brokers=3) as e:
+        e.create_topic(topic, replication_factor=3, config={"cleanup.policy": "compact", "segment.bytes": 1_500,
+                                                           "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 0})
+        down: int | None = None
+        for _ in range(rng.randint(40, 120)):
+            op = rng.random()
+            if op < 0.6:
+                key = b"k%d" % rng.randrange(12)
+                value = None if rng.random() < 0.15 else b"v%d" % rng.randrange(10**6)
+                e.append(topic, 0, engine.encode_batch([(key, value, None, 1)]), acks=1)
+                latest[key] = value
+            elif op < 0.7:
+                e.log(topic, 0).roll() if e.partition(topic, 0).broker_id == 0 else None
+            elif op < 0.82:
+                e.compact(topic)
+            elif op < 0.92:
+                if down is None:
+                    down = rng.choice([b for b in (0, 1, 2) if b != e.partition(topic, 0).broker_id])
+                    e.fail_broker(down)
+                else:
+                    e.restart_broker(down)
+                    down = None
+            e.replicate()
+        if down is not None:
+            e.restart_broker(down)
+        e.replicate()
+        e.compact(topic)
+        e.replicate()
+        leader = e.partition(topic, 0)
+        assert leader.isr == frozenset({0, 1, 2}), f"seed {seed}: ISR {sorted(leader.isr)}"
+        hw = leader.high_watermark
+        assert hw == leader.log.log_end_offset
+        dirs = _replica_dirs(tmp_path, 3)
+        records = []
+        for b in range(3):
+            held = {}
+            for _, data in _batches_below(dirs[b], topic, hw):
+                for batch in engine.iter_batches(data):
+                    held.update((r.offset, (r.key, r.value, r.timestamp)) for r in batch.records())
+            records.append(held)
+            newest = {}
+            for offset in sorted(held):
+                newest[held[offset][0]] = held[offset][1]
+            assert {k: v for k, v in newest.items() if v is not None} == \
+                {k: v for k, v in latest.items() if v is not None}, f"seed {seed}: broker {b} lost a key's value"
+        for a in range(3):
+            for b in range(a + 1, 3):
+                both = records[a].keys() & records[b].keys()
+                assert all(records[a][o] == records[b][o] for o in both), f"seed {seed}: brokers {a}, {b} disagree"
