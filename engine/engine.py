@@ -29,7 +29,6 @@ from typing import Callable, NamedTuple
 
 from engine import limits, metadata, staged_writes
 from engine.common.clock import Clock, SystemClock
-from engine.common.health import TaskFailure
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -44,6 +43,7 @@ from engine.common.errors import (
     UnknownTopicOrPartitionError,
     not_supported_yet,
 )
+from engine.common.health import TaskFailure
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.groups import offsets as group_offsets
 from engine.groups.group_coordinator import (
@@ -836,13 +836,13 @@ class Engine:
 
     def check_storage(self) -> list[TaskFailure]:
         """Run every live broker's flush and checkpoint tasks now, as the background thread does (a failure is
-        recorded, logged once and retried with backoff there too); then `health()`."""
+        recorded, logged once and retried with backoff there too), and a 1 MiB write probe; `health()`, with a
+        failed probe added."""
         self._check_open()
         with self._lock:
             brokers = [b for b in self._brokers.values() if b.alive]
-        for broker in brokers:
-            broker.logs.run_storage_tasks()
-        return self.health()
+        probes = [f for broker in brokers for f in broker.logs.run_storage_tasks()]
+        return self.health() + probes
 
     def flush(self) -> None:
         """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""

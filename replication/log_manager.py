@@ -22,7 +22,7 @@ import time
 import uuid
 
 from engine.common.clock import Clock, SystemClock
-from engine.common.health import Health
+from engine.common.health import Health, TaskFailure
 from engine.common.errors import (
     InvalidLogDirectoryError,
     KafkaError,
@@ -261,13 +261,19 @@ class LogManager:
         self.health.succeeded(task, self.clock.time_ms())
         return every
 
-    def run_storage_tasks(self) -> None:
-        """Run the flush and checkpoint tasks once now, and write (then remove) a probe file of PROBE_BYTES, each
-        recorded in `health` as the background thread records its tasks (a checkpoint whose content did not change
-        writes nothing: the probe finds a full disk all the same)."""
-        for task, (every, run) in [(t, self._tasks[t]) for t in ("flush", "checkpoint", "hw")] + [
-                ("write-probe", (self.CHECKPOINT_MS, self._write_probe))]:
+    def run_storage_tasks(self) -> list[TaskFailure]:
+        """Run the flush and checkpoint tasks once now (recorded in `health` as the background thread records
+        them), then write and remove a probe file of PROBE_BYTES: a checkpoint whose content did not change writes
+        nothing, the probe finds a full disk all the same. The probe's failure is returned, not kept: nothing runs
+        it again to clear it, and appends must not wait for it."""
+        for task in ("flush", "checkpoint", "hw"):
+            every, run = self._tasks[task]
             self._run_task(task, run, every)
+        try:
+            self._write_probe()
+        except KafkaStorageError as exc:
+            return [TaskFailure(self.dir, "write-probe", self.clock.time_ms(), 1, str(exc))]
+        return []
 
     def _write_probe(self) -> None:
         path = os.path.join(self.dir, PROBE_FILE)

@@ -90,7 +90,7 @@ class MmapIndex(ABC):
         if self._map is None:
             if self.max_entries:
                 self._map_file(self.max_entries * self.entry_size)
-        else:
+        elif self.writable:  # a read-only index's copy holds no descriptor: the pool does not count it
             self.fs.track_map(self)
         return self._map
 
