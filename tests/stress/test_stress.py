@@ -96,7 +96,7 @@ def test_consumers_under_rolls_and_concurrent_producers(tmp_path):
     order, and meets no error."""
     eng = engine.open(str(tmp_path / "d"))
     eng.create_topic("t", partitions=4, config={"segment.bytes": 200_000})
-    stop, lock = threading.Event(), threading.Lock()
+    stop, produced, lock = threading.Event(), threading.Event(), threading.Lock()
     acked: dict[tuple[int, int], bytes] = {}
     errors: list[str] = []
     seen: list[dict[int, list]] = [defaultdict(list), defaultdict(list)]
@@ -123,18 +123,21 @@ def test_consumers_under_rolls_and_concurrent_producers(tmp_path):
                     polled = c.poll(timeout_ms=100)
                     for tp, records in polled.items():
                         seen[i][tp.partition].extend((r.offset, r.value) for r in records)
-                    if stop.is_set() and not polled:
+                    if produced.is_set() and not polled:  # every producer done, and nothing more to read
                         return
         except Exception as exc:  # noqa: BLE001
             errors.append(f"consumer {i}: {exc!r}")
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
-    threads += [threading.Thread(target=consume, args=(i,)) for i in range(2)]
-    for t in threads:
+    producers = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    consumers = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    for t in producers + consumers:
         t.start()
     time.sleep(SECONDS)
     stop.set()
-    for t in threads:
+    for t in producers:  # their last round is acknowledged before the consumers may stop
+        t.join()
+    produced.set()
+    for t in consumers:
         t.join()
     eng.close()
     assert not errors, errors
