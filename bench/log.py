@@ -75,7 +75,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                                 Contender("sqlite3 WAL", _append_sqlite([chunk] * count, scratch))],
                             targets={"raw write()": 0.7}))
     parts = 200 if quick else 10_000
-    out.append(Workload("topics", f"create a topic of {parts:,} partitions (then delete it)", parts, 0, [
+    out.append(Workload("topics", f"create a topic of {parts:,} partitions (its directory removed after)", parts, 0, [
         Contender("kafkalog", _create_topic(parts, scratch)),
         Contender("mkdir + files", _create_dirs(parts, scratch))]))
     return out

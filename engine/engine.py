@@ -830,19 +830,19 @@ class Engine:
     def health(self) -> list[TaskFailure]:
         """The background tasks failing now (flush, checkpoints, retention, the cleaner, ... of every live broker):
         where, which, since when, how many attempts, the last error; empty while all is well."""
-        with self._lock:
-            brokers = [b for b in self._brokers.values() if b.alive]
-        return [f for b in brokers for f in b.logs.health.failing() + b.logs.cleaner.health.failing()]
+        return [f for b in self._live_brokers() for f in b.logs.health.failing() + b.logs.cleaner.health.failing()]
 
     def check_storage(self) -> list[TaskFailure]:
         """Run every live broker's flush and checkpoint tasks now, as the background thread does (a failure is
         recorded, logged once and retried with backoff there too), and a 1 MiB write probe; `health()`, with a
         failed probe added."""
         self._check_open()
-        with self._lock:
-            brokers = [b for b in self._brokers.values() if b.alive]
-        probes = [f for broker in brokers for f in broker.logs.run_storage_tasks()]
+        probes = [f for broker in self._live_brokers() for f in broker.logs.run_storage_tasks()]
         return self.health() + probes
+
+    def _live_brokers(self) -> list[Broker]:
+        with self._lock:
+            return [b for b in self._brokers.values() if b.alive]
 
     def flush(self) -> None:
         """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""

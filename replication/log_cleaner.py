@@ -159,15 +159,16 @@ class LogCleaner:
             while not self._stop.is_set() and tp not in self._paused:
                 now = self.clock.time_ms()
                 target = log_to_clean(tp, lg, now)
-                if target.cleanable_bytes == 0 and not self._horizon_passed(tp, lg, target, now):
+                expired = self._horizon_passed(tp, lg, target, now)
+                if target.cleanable_bytes == 0 and not expired:
                     break
-                end, stats = self._clean_once(target, progress)
+                end, stats = self._clean_once(target, progress, expired)
                 total = stats if total is None else _merge(total, stats)
                 if not until_done or end >= target.first_uncleanable:
                     break
         return total
 
-    def _clean_once(self, target: LogToClean, progress) -> tuple[int, CleanerStats]:
+    def _clean_once(self, target: LogToClean, progress, horizon_passed: bool) -> tuple[int, CleanerStats]:
         lg = target.log
         cleaner = Cleaner(offset_map.selected(self.config.log_cleaner_dedupe_buffer_size,
                                               self.config.log_cleaner_io_buffer_load_factor),
@@ -177,7 +178,7 @@ class LogCleaner:
         end, stats = cleaner.clean(
             CleanableLog(name, lambda: lg.segments, lambda seg: lg.segment_end(seg.base_offset), lg.collect_aborted,
                          lg.active_producers, lg.replace_segments),
-            lg.config, target.first_dirty, target.first_uncleanable)
+            lg.config, target.first_dirty, target.first_uncleanable, horizon_passed)
         lg.cleaner_checkpoint = end
         self.write_checkpoint()
         self.last_stats = stats

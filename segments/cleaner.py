@@ -211,16 +211,17 @@ class Cleaner:
                 raise
             raise CleaningAbortedError(f"{seg.log_path} left {target.name} while it was cleaned") from exc
 
-    def clean(self, target: CleanableLog, config: LogConfig, first_dirty: int,
-              first_uncleanable: int) -> tuple[int, CleanerStats]:
+    def clean(self, target: CleanableLog, config: LogConfig, first_dirty: int, first_uncleanable: int,
+              horizon_passed: bool = False) -> tuple[int, CleanerStats]:
         """Clean `target` from `first_dirty` up to (at most) `first_uncleanable`, a segment base; returns the new
-        first dirty offset (the map's end) and the stats."""
+        first dirty offset (the map's end) and the stats. With nothing dirty, the clean section is cleaned only when
+        the caller found a delete horizon in it passed (`horizon_passed`, see `earliest_delete_horizon`)."""
         now = self.clock.time_ms()
         stats = CleanerStats(map_slots=self.map.slots)
         segments = [s for s in target.segments()[:-1] if s.base_offset < first_uncleanable]
         dirty = [s for s in segments if target.next_offset_of(s) > first_dirty]
         if not dirty:
-            if earliest_delete_horizon(segments) <= now:
+            if horizon_passed:
                 self._clean_expired(target, config, segments, now, first_uncleanable, stats)
             stats.end = time.monotonic()
             return first_dirty, stats

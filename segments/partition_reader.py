@@ -113,7 +113,7 @@ class PartitionReader:
                 last = batch.last_offset
             if size or len(data) < bf.LOG_OVERHEAD:
                 return data[:size], last
-            limit = min(seg.size, position + bf.LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True))
+            limit = min(seg.size, position + bf.entry_size(data))
         return memoryview(b""), prev_last
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

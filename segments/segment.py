@@ -208,7 +208,7 @@ class LogSegment:
             if done == position:  # no whole batch in the window
                 if len(data) < bf.LOG_OVERHEAD or position + len(data) >= limit:
                     return  # a partial tail
-                want = bf.LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True)
+                want = bf.entry_size(data)
             else:
                 position, want = done, 64 << 10
 

@@ -248,7 +248,8 @@ class TransactionCoordinator:
                 if value is None:
                     self.txns.pop(tid, None)
                 else:
-                    md, before = TransactionMetadata.from_value(tid, transaction_log.decode_value(value)), self.txns.get(tid)
+                    md = TransactionMetadata.from_value(tid, transaction_log.decode_value(value))
+                    before = self.txns.get(tid)
                     if md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and before is not None \
                             and before.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                         md.completed_partitions = before.partitions

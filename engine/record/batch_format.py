@@ -128,6 +128,12 @@ def increment_sequence(sequence: int, delta: int) -> int:
     return delta - (INT32_MAX - sequence) - 1 if sequence > INT32_MAX - delta else sequence + delta
 
 
+def entry_size(head) -> int:
+    """The bytes of the whole batch whose first LOG_OVERHEAD bytes are `head`: its size field plus the base offset and
+    the size field themselves (negative for a corrupt size)."""
+    return LOG_OVERHEAD + int.from_bytes(head[8:LOG_OVERHEAD], "big", signed=True)
+
+
 RECORD_OVERHEAD = 21  # an upper bound of a record's framing (size, attributes, deltas, field lengths)
 
 

@@ -58,16 +58,14 @@ class _InjectedDisk:
     def free(self) -> None:
         self.fs.clear()
 
-    def close(self) -> None:
-        pass
-
 
 @pytest.fixture
 def disk(tmp_path):
     try:
         d = _RealDisk(str(tmp_path / "tmpfs"))
     except (OSError, subprocess.CalledProcessError):
-        d = _InjectedDisk(str(tmp_path / "seam"))
+        yield _InjectedDisk(str(tmp_path / "seam"))
+        return
     yield d
     d.close()
 
