@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:randomly tests
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
-		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/stress
+		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py tests/stress
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests

@@ -25,14 +25,14 @@ class FreshTopic:
     repetition's records would leave gigabytes of dirty pages, whose writeback competes with later repetitions
     for this VM's two cores, and would grow past a segment roll (a flush of 1 GiB) in the middle of a call."""
 
-    def __init__(self, eng: engine.Engine, **create) -> None:
-        self.eng, self.create, self.count, self.name = eng, create, 0, None
+    def __init__(self, eng: engine.Engine, prefix: str = "t", **create) -> None:
+        self.eng, self.prefix, self.create, self.count, self.name = eng, prefix, create, 0, None
 
     def next(self) -> str:
         if self.name is not None:
             self.eng.delete_topic(self.name)
         self.count += 1
-        self.name = f"t{self.count}"
+        self.name = f"{self.prefix}{self.count}"
         self.eng.create_topic(self.name, **self.create)
         return self.name
 
@@ -95,6 +95,19 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         return call
 
     pairs = [(keys[i % 1000], values[i % 1000]) for i in range(n)]  # built once: the caller already has them
+
+    zstd_topic = FreshTopic(target, "zstd", partitions=3, config={"compression.type": "zstd"})
+
+    def kafkalog_send_zstd(on_topic: bool):
+        """zstd at its default level 3 either way: the producer sends uncompressed batches that the leader
+        re-encodes (the topic's compression.type), or compresses them itself."""
+        def call():
+            topic = zstd_topic.next() if on_topic else fresh.next()
+            with target.producer(linger_ms=5, compression_type=None if on_topic else "zstd") as p:
+                send = p.send
+                for i in range(n):
+                    send(topic, values[i % 1000], keys[i % 1000])
+        return call
 
     def kafkalog_send_batch():
         topic = fresh.next()
@@ -194,6 +207,10 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                  n * VALUE, [Contender("kafkalog", kafkalog_send(1_000_000)),
                              Contender("confluent-kafka mock cluster", rdkafka_produce()),
                              Contender("plain-Python f.write loop", fwrite_loop())], targets=targets),
+        Workload("produce", f"per-record send() of {label}, zstd: compression.type=zstd on the topic (the leader "
+                 f"re-encodes) vs compression_type='zstd' in the producer", n, n * VALUE,
+                 [Contender("kafkalog", kafkalog_send_zstd(True)),
+                  Contender("kafkalog, zstd in the producer", kafkalog_send_zstd(False))]),
         Workload("produce", f"bulk send_batch() of {label}, batch_size 1 MB", n, n * VALUE,
                  [Contender("kafkalog", kafkalog_send_batch),
                   Contender("confluent-kafka mock cluster", rdkafka_produce())],

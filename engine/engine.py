@@ -64,7 +64,7 @@ from replication.replica_fetcher import ReplicaFetcher
 from segments import names, partition_metadata
 from segments.cleaner import CleanerStats
 from segments.fs import FileSystem
-from segments.log_config import LogConfig
+from segments.log_config import LogConfig, warn_deprecated
 from txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
 from txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
@@ -343,6 +343,7 @@ class Engine:
                     f"replication_factor={replication_factor} is larger than the engine's {self._catalogue.brokers} "
                     f"broker(s) (engine.open(path, brokers=N))")
             effective = LogConfig.from_dict(config, base=self.defaults)  # typed errors before anything is created
+            warn_deprecated(config or {})
             if effective.min_insync_replicas > replication_factor:
                 raise InvalidConfigurationError(
                     f"min.insync.replicas={effective.min_insync_replicas} is larger than replication_factor="
@@ -584,6 +585,7 @@ class Engine:
             merged = {**rec.config, **config}
             merged = {k: v for k, v in merged.items() if v is not None}
             new = LogConfig.from_dict(merged, base=self.defaults)
+            warn_deprecated({k: v for k, v in config.items() if v is not None})
             if new.min_insync_replicas > rec.replication_factor:
                 raise InvalidConfigurationError(f"min.insync.replicas={new.min_insync_replicas} is larger than "
                                                 f"the topic's replication factor {rec.replication_factor}")

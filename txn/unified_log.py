@@ -251,8 +251,11 @@ class UnifiedLog:
             append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = self.local.log_end_offset
             ps = self.producer_state
+            checks = self._leader_checks(config)
             pieces, end, max_ts, offset_of_max, count = codec.prepare_leader_append(
-                data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir)
+                data, first, leader_epoch, append_time, config.max_message_bytes, allow_control, self.dir, checks)
+            if checks is not None:  # a batch may have been re-encoded
+                size = sum(memoryview(piece).nbytes for piece in pieces)
             unowned = count == 1 and pieces[0][bf.PRODUCER_ID_OFFSET] & 0x80  # a negative producer id: no state
             producer_batch = None if unowned else _producer_batch(pieces, count, self.dir)
             if config.compact:
@@ -277,6 +280,17 @@ class UnifiedLog:
                                       append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
             ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size, False, leader_epoch)
+
+    def _leader_checks(self, config: LogConfig) -> tuple | None:
+        """What a leader's append reads the records for (Kafka's LogValidator), as prepare_leader_append takes it:
+        (the topic's codec, its level, the CreateTime bounds from the log's clock now); None when neither applies."""
+        if not config.leader_checks:
+            return None
+        bounds = config.timestamp_bounds
+        if bounds is not None:
+            now = self.clock.time_ms()
+            bounds = (now - bounds[0], min(now + bounds[1], bf.INT64_MAX))
+        return (*config.target_compression, bounds)
 
     def _check_keys(self, data) -> None:
         """A compacted topic refuses records without a key (Kafka's LogValidator), naming the first (by its offset

@@ -1860,13 +1860,76 @@ cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n, int64_t producer
     return n
 
 
+cdef object leader_copy(RecordBatch b, int64_t offset, int32_t leader_epoch, int64_t log_append_time, int target,
+                        object level, object bounds):
+    """The twin's leader_copy (engine.record.records): the records of one client batch read as Kafka's LogValidator
+    reads them, each CreateTime checked against `bounds`, and the batch re-encoded in codec `target` at `level` when
+    batch_format.reencoded says so. Returns the new batch, or None when it is stored as sent."""
+    cdef bint convert = bf.reencoded(b.attributes, target), bounded = bounds is not None
+    cdef bint log_append = b.attributes & 0x08
+    cdef int64_t lo = 0, hi = 0, ts
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef const uint8_t *hp
+    cdef RecView rv
+    cdef RecInfo *infos = NULL
+    cdef RecInfo *r
+    cdef HeaderRef ref
+    cdef Grow hrefs
+    cdef Params pr
+    cdef int rc
+    cdef int32_t i, j, n = b.records_count, klen, vlen
+    if not convert and not bounded:
+        return None
+    if bounded:
+        lo, hi = bounds
+    owner = b._open(False, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+    hrefs.data, hrefs.len, hrefs.cap = NULL, 0, 0
+    if convert:
+        infos = _alloc_infos(n)
+    try:
+        for i in range(n):
+            rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
+            if rc:
+                b._framing_error(rc)
+            ts = b.max_timestamp if log_append else rv.ts
+            if bounded and ts != -1 and (ts < lo or ts > hi):
+                raise bf.timestamp_out_of_range(i, offset + i, ts, bounds, b.source)
+            if not convert:
+                continue
+            r = &infos[i]
+            r.key.p, r.key.n, r.value.p, r.value.n = rv.key, rv.klen, rv.value, rv.vlen
+            r.ts, r.off_delta, r.hcount = ts, i, rv.hcount
+            r.hfirst = hrefs.len // sizeof(HeaderRef)
+            hp = rv.headers
+            for j in range(rv.hcount):  # framing checked by _parse_record
+                _skip_field(&hp, rv.end, &ref.key.p, &klen)
+                _skip_field(&hp, rv.end, &ref.value.p, &vlen)
+                ref.key.n, ref.value.n = klen, vlen
+                grow_put(&hrefs, &ref, sizeof(HeaderRef))
+        b._check_end(p, end)
+        if not convert:
+            return None
+        pr.base_offset, pr.ple, pr.codec = offset, leader_epoch, target
+        pr.attributes = target | (b.attributes & 0x30) | (0x08 if log_append_time >= 0 else 0)
+        pr.max_ts = log_append_time if log_append_time >= 0 else -2
+        pr.pid, pr.epoch, pr.seq = b.producer_id, b.producer_epoch, b.base_sequence
+        return _finish(infos, n, <HeaderRef *>hrefs.data, &pr, level, None)
+    finally:
+        free(infos)
+        free(hrefs.data)
+
+
 def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, int64_t log_append_time,
-                          Py_ssize_t max_batch_bytes, bint allow_control=False, source=None):
+                          Py_ssize_t max_batch_bytes, bint allow_control=False, source=None,
+                          checks=None):
     """Check a producer's batches and prepare them for a leader's append.
 
     Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets and (unless
     `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
     epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
+    With `checks` = (target codec, level, bounds), the records are read as Kafka's LogValidator reads them
+    (`leader_copy`): a batch is re-encoded in the topic's codec, and a CreateTime outside `bounds` refuses it.
     Returns (pieces, next_offset, max_timestamp, offset_of_max_timestamp, batch_count), where pieces
     alternate a patched 61-byte header copy and a zero-copy view of the rest of the batch, ready for writev.
     """
@@ -1885,9 +1948,24 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
         header = bytearray(HEADER_SIZE)
         batch_max = leader_batch(base + pos, end - pos, pos, offset, leader_epoch, log_append_time, max_batch_bytes,
                                  allow_control, source, <uint8_t *>PyByteArray_AS_STRING(header))
-        pieces.append(header)
-        pieces.append(mv[pos + HEADER_SIZE:end])
-        last_delta = <int32_t>kl_be32(base + pos + 23)
+        copy = None
+        if checks is not None:
+            target, level, bounds = checks
+            copy = leader_copy(RecordBatch(mv[pos:end], pos, source), offset, leader_epoch, log_append_time, target,
+                               level, bounds)
+        if copy is None:
+            pieces.append(header)
+            pieces.append(mv[pos + HEADER_SIZE:end])
+            last_delta = <int32_t>kl_be32(base + pos + 23)
+        else:
+            if len(copy) > max_batch_bytes:
+                raise RecordTooLargeError(f"batch of {len(copy)} bytes once re-encoded exceeds max.message.bytes="
+                                          f"{max_batch_bytes}", file=source, offset=offset)
+            view = memoryview(copy)
+            pieces.append(view[:HEADER_SIZE])
+            pieces.append(view[HEADER_SIZE:])
+            last_delta = <int32_t>kl_be32(<const uint8_t *>PyBytes_AS_STRING(copy) + 23)
+            batch_max = <int64_t>kl_be64(<const uint8_t *>PyBytes_AS_STRING(copy) + 35)
         if batch_max > max_ts:
             max_ts, off_max = batch_max, offset + last_delta
         offset += last_delta + 1
@@ -1983,8 +2061,10 @@ cdef class RecordsBuilder:
         i = <BuiltInfo *>self.infos.data + index
         return i.ts, i.klen, i.vlen, i.hsize
 
-    def build(self, *, compression="none", producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=False):
-        """The batch (base offset 0: the log assigns offsets)."""
+    def build(self, *, compression="none", producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=False,
+              compression_level=None):
+        """The batch (base offset 0: the log assigns offsets), compressed at `compression_level` (None: the codec's
+        default)."""
         cdef Params pr
         cdef bytes out, payload
         cdef uint8_t *h
@@ -1997,7 +2077,7 @@ cdef class RecordsBuilder:
             h = <uint8_t *>PyBytes_AS_STRING(out)
             memcpy(h + HEADER_SIZE, self.body.data, self.body.len)
         else:
-            payload = comp.compress(pr.codec, self.body.data[:self.body.len], None)
+            payload = comp.compress(pr.codec, self.body.data[:self.body.len], compression_level)
             out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + len(payload))
             h = <uint8_t *>PyBytes_AS_STRING(out)
             memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(payload), len(payload))

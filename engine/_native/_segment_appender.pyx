@@ -428,7 +428,8 @@ cdef class LeaderAppender:
     cdef SegmentAppender _appender              # None when the active segment's appender is not this module's
     cdef int64_t _segment_bytes, _flush_messages
     cdef Py_ssize_t _max_batch_bytes
-    cdef bint _log_append_time, _compact
+    cdef bint _log_append_time, _compact, _checks, _bounded
+    cdef int _target                            # the topic's codec, -1: the producer's (LogConfig.target_compression)
 
     def __init__(self, log, info_type):
         self.log, self.local, self.ps, self.epochs = log, log.local, log.producer_state, log.leader_epochs
@@ -441,6 +442,8 @@ cdef class LeaderAppender:
         self._max_batch_bytes = config.max_message_bytes
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
         self._compact = config.compact
+        self._checks, self._bounded = config.leader_checks, config.timestamp_bounds is not None
+        self._target = config.target_compression[0]
         self._config = config
         return 0
 
@@ -461,6 +464,9 @@ cdef class LeaderAppender:
         try:
             p = <const uint8_t *>buf.buf
             if buf.len > self._segment_bytes or buf.len < HEADER_SIZE:
+                return None
+            if self._checks and (self._bounded or (0 <= self._target != (p[22] & 0x07) and not (
+                    (p[22] & 0x07) == 0 and p[22] & 0x20))):  # leader_append._stored_as_sent
                 return None
             if <int64_t>kl_be64(p + 43) >= 0 and not client:
                 return None

@@ -6,7 +6,8 @@ idempotent) and appends it to the partition, retrying retriable errors with the 
 retry after a lost acknowledgement is recognised by the log as a duplicate and appended once.
 Configs are kafka-python's names with Kafka's defaults (acks='all', enable_idempotence=True,
 linger_ms=0, batch_size=16384, max_request_size=1048576, retries=2**31-1, delivery_timeout_ms=120000,
-request_timeout_ms=30000, max_block_ms=60000: how long transactional calls retry). acks='all' waits for the
+request_timeout_ms=30000, max_block_ms=60000: how long transactional calls retry; compression_gzip_level=-1,
+compression_lz4_level=9, compression_zstd_level=3: Kafka's producer levels). acks='all' waits for the
 partition's ISR (at most request_timeout_ms per attempt);
 retriable errors (no leader during a failover, NotEnoughReplicas, a timeout) are retried until
 delivery_timeout_ms.
@@ -30,6 +31,7 @@ from engine.clients.transaction_manager import TransactionManager
 from engine.common.clock import SystemClock
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
 from engine.record import batch_format as bf
+from engine.record import compression as comp
 
 MAX_IN_FLIGHT = 5  # a partition's batches appended before their acks='all' waits (Kafka's max.in.flight default:
 #                    5 requests per broker, each with up to one batch per partition)
@@ -53,6 +55,17 @@ def _int(name: str, value, minimum: int) -> int:
     return value
 
 
+def _level(compression: str, levels: dict) -> int | None:
+    """The level the producer compresses at (Kafka's compression.<codec>.level, each checked against its codec's
+    range whether or not that codec is used, as Kafka's config does); None for a codec without levels."""
+    for name, level in levels.items():
+        lo, hi, default = comp.LEVELS[comp.codec_id(name)]
+        if type(level) is not int or not (lo <= level <= hi or level == default):
+            raise InvalidConfigurationError(f"compression_{name}_level={level!r} must be an int in [{lo}, {hi}]"
+                                            + (f" or {default}" if not lo <= default <= hi else ""))
+    return levels.get(compression)
+
+
 class Producer:
     """`send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)` returns a future
     (`get()`, `add_callback`, `add_errback`); `send_batch`, `flush`, `close`, `partitions_for`."""
@@ -63,7 +76,10 @@ class Producer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120_000,
                  request_timeout_ms: int = 30_000, key_serializer=None,
                  value_serializer=None, client_id: str | None = None, transactional_id: str | None = None,
-                 transaction_timeout_ms: int = 60_000, max_block_ms: int = 60_000, **unknown) -> None:
+                 transaction_timeout_ms: int = 60_000, max_block_ms: int = 60_000,
+                 compression_gzip_level: int = comp.LEVELS[comp.GZIP][2],
+                 compression_lz4_level: int = comp.LEVELS[comp.LZ4][2],
+                 compression_zstd_level: int = comp.LEVELS[comp.ZSTD][2], **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
         if acks not in ACKS:
@@ -93,6 +109,8 @@ class Producer:
         self.delivery_timeout_ms = _int("delivery_timeout_ms", delivery_timeout_ms, 1)
         self.request_timeout_ms = _int("request_timeout_ms", request_timeout_ms, 1)
         self.compression = compression_type or "none"
+        self.compression_level = _level(self.compression, {"gzip": compression_gzip_level, "lz4": compression_lz4_level,
+                                                           "zstd": compression_zstd_level})
         self.client_id = client_id
         self._engine, self._clock = engine, engine.clock
         self.idempotent = enable_idempotence
@@ -206,7 +224,8 @@ class Producer:
         try:
             if self._txn is not None:
                 self._txn.before_append([tp])
-            data = batch.records.build(compression=self.compression, producer_id=self.producer_id,
+            data = batch.records.build(compression=self.compression, compression_level=self.compression_level,
+                                       producer_id=self.producer_id,
                                        producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1,
                                        transactional=self._txn is not None)
         except KafkaError as exc:

@@ -128,6 +128,24 @@ def increment_sequence(sequence: int, delta: int) -> int:
     return delta - (INT32_MAX - sequence) - 1 if sequence > INT32_MAX - delta else sequence + delta
 
 
+def reencoded(attributes: int, target: int) -> bool:
+    """Whether a leader re-encodes a batch with these attributes for a topic whose codec is `target` (-1: the
+    producer's, kept): when the codecs differ, except that an uncompressed control batch stays as written (Kafka's
+    LogValidator)."""
+    codec = attributes & COMPRESSION_MASK
+    return 0 <= target != codec and not (codec == 0 and attributes & CONTROL_FLAG)
+
+
+def timestamp_out_of_range(index: int, offset: int, ts: int, bounds: tuple[int, int],
+                           source: str | None) -> InvalidTimestampError:
+    """The error for record `index` of a batch (at `offset` once appended) whose CreateTime lies outside the
+    topic's [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]: the batch is refused."""
+    return InvalidTimestampError(
+        f"record {index} of the batch has timestamp {ts}, outside [{bounds[0]}, {bounds[1]}] "
+        f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms): the batch is refused",
+        file=source, offset=offset)
+
+
 def entry_size(head) -> int:
     """The bytes of the whole batch whose first LOG_OVERHEAD bytes are `head`: its size field plus the base offset and
     the size field themselves (negative for a corrupt size)."""

@@ -33,6 +33,9 @@ _XERIAL_BLOCK = 32 * 1024
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_BLOCK_SIZES = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 _LZ4_WRITE_BLOCK = 64 << 10
+LZ4_DEFAULT_LEVEL = 9
+# Kafka's compression levels per codec: (lowest, highest, default); gzip also takes -1, zlib's default
+LEVELS = {GZIP: (1, 9, -1), LZ4: (1, 17, LZ4_DEFAULT_LEVEL), ZSTD: (-131072, 22, 3)}
 
 
 def codec_id(compression: str | int) -> int:
@@ -48,7 +51,8 @@ def codec_id(compression: str | int) -> int:
 
 
 def compress(codec: int, data, level: int | None = None) -> bytes:
-    """Compress a batch's record bytes with `codec` (an id from `codec_id`)."""
+    """Compress a batch's record bytes with `codec` (an id from `codec_id`) at `level` (None: the codec's default;
+    as in Kafka, gzip -1 is zlib's default, and lz4 9, its default, is the fast compressor, any other level LZ4-HC)."""
     if codec == GZIP:
         c = zlib.compressobj(-1 if level is None else level, zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
@@ -194,7 +198,7 @@ _LZ4_HEADER = _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes([(xxh32(_LZ4_DESCRIPTOR) >> 8
 def _lz4_frame_compress(data, level: int | None) -> bytes:
     mv = memoryview(data)
     parts = [_LZ4_HEADER]
-    opts = {} if level is None else {"mode": "high_compression", "compression": level}
+    opts = {} if level in (None, LZ4_DEFAULT_LEVEL) else {"mode": "high_compression", "compression": level}
     for start in range(0, len(mv), _LZ4_WRITE_BLOCK):
         chunk = mv[start:start + _LZ4_WRITE_BLOCK]
         block = bytes(cramjam.lz4.compress_block(chunk, store_size=False, **opts))

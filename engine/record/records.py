@@ -172,15 +172,17 @@ class RecordsBuilder:
         return self._infos[index]
 
     def build(self, *, compression="none", producer_id: int = -1, producer_epoch: int = -1,
-              base_sequence: int = -1, transactional: bool = False) -> bytes:
-        """The batch (base offset 0: the log assigns offsets)."""
+              base_sequence: int = -1, transactional: bool = False, compression_level: int | None = None) -> bytes:
+        """The batch (base offset 0: the log assigns offsets), compressed at `compression_level` (None: the codec's
+        default)."""
         codec, attributes, _ = bf.batch_attributes(
             base_offset=0, compression=compression, timestamp_type="create", log_append_time_ms=None,
             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
             transactional=transactional, partition_leader_epoch=-1)
         if not self._infos:
             raise InvalidRecordError("a batch needs at least one record")
-        return _assemble(bytes(self._body), len(self._infos), base_offset=0, ple=-1, codec=codec, level=None,
+        return _assemble(bytes(self._body), len(self._infos), base_offset=0, ple=-1, codec=codec,
+                         level=compression_level,
                          attributes=attributes, last_delta=len(self._infos) - 1, base_ts=self._base_ts,
                          max_ts=self._max_ts, pid=producer_id, epoch=producer_epoch, seq=base_sequence)
 
@@ -693,12 +695,15 @@ def take_span(buffer, max_size: int, min_one_message: bool, prev_last: int, uppe
 
 
 def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_append_time: int,
-                          max_batch_bytes: int, allow_control: bool = False, source: str | None = None):
+                          max_batch_bytes: int, allow_control: bool = False, source: str | None = None,
+                          checks: tuple | None = None):
     """Check a producer's batches and prepare them for a leader's append.
 
     Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets and (unless
     `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
     epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
+    With `checks` = (target codec, level, bounds), the records are read as Kafka's LogValidator reads them
+    (`leader_copy`): a batch is re-encoded in the topic's codec, and a CreateTime outside `bounds` refuses it.
     Returns (pieces, next_offset, max_timestamp, offset_of_max_timestamp, batch_count), where pieces
     alternate a patched 61-byte header copy and a zero-copy view of the rest of the batch, ready for writev.
     """
@@ -718,6 +723,18 @@ def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_appe
         elif b.records_count != b.last_offset_delta + 1:
             raise InvalidRecordError("a produced batch must have consecutive offsets", file=source,
                                      offset=b.base_offset)
+        copy = None if checks is None else leader_copy(b, offset, leader_epoch, log_append_time, *checks)
+        if copy is not None:
+            if len(copy) > max_batch_bytes:
+                raise RecordTooLargeError(f"batch of {len(copy)} bytes once re-encoded exceeds max.message.bytes="
+                                          f"{max_batch_bytes}", file=source, offset=offset)
+            head = bf.HEADER.unpack_from(copy)
+            pieces += (memoryview(copy)[:bf.HEADER_SIZE], memoryview(copy)[bf.HEADER_SIZE:])
+            if head[8] > max_ts:
+                max_ts, off_max = head[8], offset + head[6]
+            offset += head[6] + 1
+            batches += 1
+            continue
         header = bytearray(mv[pos:pos + bf.HEADER_SIZE])
         struct.pack_into(">q", header, 0, offset)
         struct.pack_into(">i", header, 12, leader_epoch)
@@ -736,3 +753,39 @@ def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_appe
     if end != len(mv) or batches == 0:
         raise CorruptRecordError("the appended bytes are not a sequence of whole record batches", file=source)
     return pieces, offset, max_ts, off_max, batches
+
+
+def leader_copy(b: RecordBatch, offset: int, leader_epoch: int, log_append_time: int, target: int, level,
+                bounds: tuple[int, int] | None) -> bytes | None:
+    """Kafka's LogValidator reading the records of one client batch (CRC and framing checked before): with `bounds`
+    (lo, hi), a CreateTime record stamped outside them (not -1) refuses the batch (InvalidTimestampError); when the
+    topic's codec `target` differs (batch_format.reencoded), the batch is re-encoded as Kafka's MemoryRecordsBuilder
+    writes it: base offset `offset`, the leader epoch, offset deltas 0..n-1, each record's timestamp, key, value and
+    headers, base timestamp the first record's, max timestamp the records' (or `log_append_time`), producer id,
+    epoch, base sequence, transactional and control flags kept, the codec at `level`. None: stored as sent."""
+    convert = bf.reencoded(b.attributes, target)
+    if not convert and bounds is None:
+        return None
+    items = []
+
+    def keep(_offset, ts, key, value, headers, *_rest):
+        if bounds is not None and ts != -1 and not bounds[0] <= ts <= bounds[1]:
+            raise bf.timestamp_out_of_range(len(items), offset + len(items), ts, bounds, b.source)
+        items.append((key, value, headers, ts))
+    b.walk(keep)
+    if not convert:
+        return None
+    if not items:
+        raise b._error(InvalidRecordError, "a batch needs at least one record")
+    body = bytearray()
+    base_ts = items[0][3]
+    for i, (key, value, headers, ts) in enumerate(items):
+        _write_record(body, i, bf.timestamp_delta(ts, base_ts), key, value,
+                      [(k.encode("utf-8", "surrogateescape"), v) for k, v in headers])
+    kept = b.attributes & (bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG)
+    if log_append_time >= 0:
+        kept |= bf.LOG_APPEND_TIME_FLAG
+    return _assemble(body, len(items), base_offset=offset, ple=leader_epoch, codec=target, level=level,
+                     attributes=kept | target, last_delta=len(items) - 1, base_ts=base_ts,
+                     max_ts=log_append_time if log_append_time >= 0 else max(item[3] for item in items),
+                     pid=b.producer_id, epoch=b.producer_epoch, seq=b.base_sequence)

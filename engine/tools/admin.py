@@ -38,13 +38,15 @@ def add_topics(sub) -> None:
     p.add_argument("--brokers", type=int, help="in-process brokers of a new directory (stored; default 1)")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config override (repeatable)")
     p.add_argument("--delete-config", action="append", metavar="KEY", help="remove an override (--alter)")
+    p.add_argument("--all-configs", action="store_true",
+                   help="show every topic config with its value, defaults included (--describe; default: overrides)")
     p.set_defaults(func=topics)
 
 
-def _describe(eng, name: str) -> dict:
+def _describe(eng, name: str, all_configs: bool = False) -> dict:
     d = eng.describe_topic(name)
     return {"topic": d.name, "topicId": d.topic_id, "partitionCount": len(d.partitions),
-            "replicationFactor": len(d.partitions[0].replicas), "configs": d.overrides,
+            "replicationFactor": len(d.partitions[0].replicas), "configs": d.config if all_configs else d.overrides,
             "partitions": [{"partition": p.partition, "leader": p.leader, "leaderEpoch": p.leader_epoch,
                             "replicas": p.replicas, "isr": p.isr,
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
@@ -54,7 +56,7 @@ def _describe(eng, name: str) -> dict:
 
 
 def _describe_text(doc: dict) -> str:
-    configs = ",".join(f"{k}={v}" for k, v in sorted(doc["configs"].items()))
+    configs = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sorted(doc["configs"].items()))
     lines = [f"Topic: {doc['topic']}\tTopicId: {doc['topicId']}\tPartitionCount: {doc['partitionCount']}\t"
              f"ReplicationFactor: {doc['replicationFactor']}\tConfigs: {configs}"]
     for p in doc["partitions"]:
@@ -86,7 +88,7 @@ def topics(args: argparse.Namespace, out: Output) -> int:
                              config=parse_configs(args.config))
             out.result(_describe(eng, name), f"Created topic {name}.")
         elif args.describe:
-            docs = [_describe(eng, t) for t in ([args.topic] if args.topic else eng.list_topics())]
+            docs = [_describe(eng, t, args.all_configs) for t in ([args.topic] if args.topic else eng.list_topics())]
             out.result(docs, "\n".join(_describe_text(d) for d in docs))
         elif args.alter:
             name = _need_topic(args)

@@ -15,7 +15,7 @@ import json
 import sys
 
 import engine
-from engine.common.errors import InvalidConfigurationError, InvalidRecordError
+from engine.common.errors import InvalidConfigurationError, InvalidRecordError, KafkaError
 from engine.common.structs import TopicPartition
 from engine.tools.admin import parse_configs
 from engine.tools.dump_log import record_json
@@ -102,6 +102,7 @@ class LineReader:
 def produce(args: argparse.Namespace, out: Output) -> int:
     reader = LineReader(parse_configs(args.property, "--property"))
     sent = 0
+    failed: list[tuple[int, KafkaError]] = []  # (line, error) of each record the log refused
     with engine.open(args.data) as eng:
         eng.partitions_for(args.topic)  # an unknown topic fails before stdin is read
         acks = ACKS[args.request_required_acks]
@@ -109,10 +110,14 @@ def produce(args: argparse.Namespace, out: Output) -> int:
             for number, raw in enumerate(sys.stdin, 1):
                 key, value, headers = reader.parse(raw.rstrip("\r\n"), number)
                 future = producer.send(args.topic, value=value, key=key, headers=headers)
+                future.add_errback(lambda exc, line=number: failed.append((line, exc)))
                 if args.sync:
                     future.get()
                 sent += 1
             producer.flush()
+    if failed:
+        line, exc = min(failed, key=lambda f: f[0])
+        raise type(exc)(f"{len(failed)} of {sent} records were not appended; the first, line {line}: {exc.message}")
     out.result({"topic": args.topic, "records": sent}, None)
     return 0
 

@@ -102,3 +102,24 @@ def test_uncompressed_bytes_equal_the_peers(codec, peer, leader_epoch):
     theirs = bytes(builder.build())
     ours = codec.encode_batch(recs, partition_leader_epoch=leader_epoch)
     assert ours == theirs
+
+
+@pytest.mark.parametrize("peer", PEERS)
+@pytest.mark.parametrize("target", CODECS)
+@pytest.mark.parametrize("source", CODECS)
+def test_peers_read_batches_a_leader_reencoded(codec, peer, source, target):
+    """A batch a leader stored in its topic's codec (compression.type) is read back by both peers: the records,
+    their offsets from the assigned base, the producer fields and the transactional flag."""
+    recs = _records(31 + CODECS[source])
+    data = codec.encode_batch(recs, compression=source, producer_id=4243, producer_epoch=1, base_sequence=9,
+                              transactional=True)
+    pieces, next_offset, max_ts, _, _ = codec.prepare_leader_append(data, 500, 4, -1, 10 << 20, False, None,
+                                                                    (CODECS[target], None, None))
+    reader = PEERS[peer][1](b"".join(bytes(p) for p in pieces))
+    assert reader.validate_crc() and reader.compression_type == CODECS[target]
+    assert (reader.base_offset, reader.next_offset, next_offset) == (500, 500 + len(recs), 500 + len(recs))
+    assert (reader.producer_id, reader.producer_epoch, reader.base_sequence, reader.is_transactional) == (
+        4243, 1, 9, True)
+    assert reader.max_timestamp == max_ts == max(r[3] for r in recs)
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in reader]
+    assert got == [(500 + i, ts, k, v, h) for i, (k, v, h, ts) in enumerate(recs)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -177,6 +178,25 @@ def test_bad_columns_and_modes_are_refused_naming_them(spark, tmp_path):
         ok.write.format("kafkalog").option("topic", "out").mode("overwrite").save(str(log))
     with engine.open(log) as e:
         assert e.log("out", 0).log_end_offset == 0  # nothing was written by any of them
+
+
+def test_a_write_the_topic_refuses_for_its_timestamps_fails_in_one_line(spark, tmp_path):
+    """A row stamped 2100 on a topic whose message.timestamp.after.max.ms is an hour: the job fails, saying why on
+    one line of its error, and nothing of it is appended."""
+    log = tmp_path / "log"
+    with engine.open(log) as e:
+        e.create_topic("out", config={"message.timestamp.after.max.ms": 3_600_000})
+    df = spark.createDataFrame([(b"now", None), (b"2100", datetime.datetime(2100, 1, 1))],
+                               "value binary, timestamp timestamp")
+    with pytest.raises(Exception) as err:
+        df.write.format("kafkalog").option("topic", "out").mode("append").save(str(log))
+    lines = [line for line in str(err.value).splitlines() if "InvalidTimestampError: " in line]
+    assert lines and re.search(r"record \d+ of the batch has timestamp 41\d{11}, outside \[", lines[-1]), lines
+    with engine.open(log) as e:
+        assert e.log("out", 0).last_stable_offset == e.log("out", 0).log_end_offset  # the transaction was aborted
+        with e.consumer("out", auto_offset_reset="earliest", consumer_timeout_ms=0,
+                        isolation_level="read_committed") as c:
+            assert list(c) == []
 
 
 def test_a_million_rows_with_a_failed_task_land_exactly_once(tmp_path):

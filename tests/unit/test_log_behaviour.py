@@ -21,7 +21,6 @@ from engine.common.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
-    UnsupportedVersionError,
 )
 from replication.log_manager import LogManager
 from segments import names, offset_checkpoint
@@ -68,7 +67,7 @@ def test_configs_use_kafka_names_and_refuse_the_unknown_or_unimplemented():
         LogConfig.from_dict({"segment.bytes": 0})
     assert LogConfig.from_dict({"cleanup.policy": "delete, compact"}).cleanup_policy == "delete,compact"
     assert LogConfig.from_dict({"cleanup.policy": "compact"}).compact and not LogConfig().compact
-    with pytest.raises(UnsupportedVersionError, match="not supported yet"):
+    with pytest.raises(InvalidConfigurationError, match="preallocate=true is refused: a segment's .log grows"):
         LogConfig.from_dict({"preallocate": True})
 
 
