@@ -1,14 +1,16 @@
 """Kafka's five record-batch codecs, framed as Kafka frames them, with bounded decompression.
 
 Codec ids are attribute bits 0-2: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
-- gzip: one standard gzip member (zlib), concatenated members accepted on read.
+- gzip: one standard gzip member (zlib), its header as Java's GZIPOutputStream writes it (XFL 0, OS 255), so a
+  batch compresses to Kafka's bytes; concatenated members accepted on read.
 - snappy: xerial framing on write (16-byte header `82 'SNAPPY' 00`, int32 BE
   version 1, int32 BE compat 1, then `[int32 BE length][raw snappy block]` per
   32 KiB of input); on read xerial or a bare raw snappy block.
 - lz4: one LZ4 frame, FLG 0x60 (version 01, independent blocks), BD 0x40
   (64 KiB blocks), HC = second byte of xxh32(FLG, BD); `[int32 LE size][block]`
   per block (bit 31 = stored), end mark 0. Dependent-block frames are rejected
-  as Kafka rejects them.
+  as Kafka rejects them. Level 9 (Kafka's default) is LZ4's fast compressor, any other LZ4-HC at that level, as
+  Kafka's lz4-java does.
 - zstd: standard zstd frame(s).
 Decompression never produces more than `limit` bytes: a larger stream raises
 RecordTooLargeError; an undecodable one raises CorruptRecordError.
@@ -16,6 +18,7 @@ Per-batch work (called once per batch by both codec twins). Stateless, thread-sa
 """
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 
@@ -28,6 +31,7 @@ NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 DEFAULT_MAX_DECOMPRESSED = 128 << 20
 _GZIP_STEP = 1 << 20
 
+_JAVA_GZIP_XFL_OS = b"\x00\xff"  # java.util.zip.GZIPOutputStream's header: no extra flags, OS unknown
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
@@ -55,7 +59,9 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
     as in Kafka, gzip -1 is zlib's default, and lz4 9, its default, is the fast compressor, any other level LZ4-HC)."""
     if codec == GZIP:
         c = zlib.compressobj(-1 if level is None else level, zlib.DEFLATED, 31)
-        return c.compress(data) + c.flush()
+        out = bytearray(c.compress(data) + c.flush())
+        out[8:10] = _JAVA_GZIP_XFL_OS
+        return bytes(out)
     if codec == SNAPPY:
         return _xerial_compress(data)
     if codec == LZ4:
@@ -198,10 +204,15 @@ _LZ4_HEADER = _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes([(xxh32(_LZ4_DESCRIPTOR) >> 8
 def _lz4_frame_compress(data, level: int | None) -> bytes:
     mv = memoryview(data)
     parts = [_LZ4_HEADER]
-    opts = {} if level in (None, LZ4_DEFAULT_LEVEL) else {"mode": "high_compression", "compression": level}
+    compress_block = functools.partial(cramjam.lz4.compress_block, store_size=False)
+    if level not in (None, LZ4_DEFAULT_LEVEL):
+        import lz4.block
+
+        compress_block = functools.partial(lz4.block.compress, mode="high_compression", compression=level,
+                                           store_size=False)
     for start in range(0, len(mv), _LZ4_WRITE_BLOCK):
         chunk = mv[start:start + _LZ4_WRITE_BLOCK]
-        block = bytes(cramjam.lz4.compress_block(chunk, store_size=False, **opts))
+        block = bytes(compress_block(chunk))
         if len(block) < len(chunk):
             parts.append(struct.pack("<I", len(block)))
             parts.append(block)

@@ -188,3 +188,24 @@ def test_kafka_batches_reencoded_by_a_leader_keep_kafkas_records(codec, case):
                                for r in records]
                 if target == "none":
                     assert bytes(pieces[1]) == kafka_section
+
+
+def test_gzip_and_lz4_compress_kafkas_records_to_kafkas_bytes():
+    """The codecs whose algorithm Kafka's libraries share with ours (zlib for gzip, LZ4 and LZ4-HC for lz4) give the
+    compressed bytes Kafka wrote, at the level each batch was written with (spec.json; Kafka's default otherwise)."""
+    checked = 0
+    for case in CASES:
+        spec = json.loads((vectors.case_dir(case) / "spec.json").read_text())
+        levels = [b.get("compressionLevel") for b in spec["batches"]] if case == "codecs-0" else None
+        for name in vectors.segments(vectors.expected(case)):
+            data = (vectors.case_dir(case) / name).read_bytes()
+            for i, line in enumerate(vectors.segments(vectors.expected(case))[name]["batches"]):
+                line = line[0]
+                if line["compression"] not in ("gzip", "lz4"):
+                    continue
+                kafka = data[line["position"] + 61:line["position"] + line["sizeInBytes"]]
+                codec_id = CODEC_IDS[line["compression"]]
+                level = levels[i] if levels else None
+                assert comp.compress(codec_id, comp.decompress(codec_id, kafka), level) == kafka, (case, i)
+                checked += 1
+    assert checked >= 15
