@@ -1,4 +1,5 @@
-# kafkalog: `make run` and `make test` work on a fresh machine with Python 3.11, gcc and Java 17.
+# kafkalog: `make run` and `make test` work on a fresh machine with Python 3.10 to 3.13 (`python3` unless PYTHON=), gcc and
+# Java 17.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -7,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast fuzz crash soak stress sanitize bench bench-quick clean setup
+.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,12 +31,33 @@ test: $(STAMP)
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
 		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py tests/stress
 
+# `make test` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH), each in
+# its own .venv-X.Y; a version that is not installed is named and skipped, and at least one must run
+PYTHONS ?= 3.10 3.11 3.12 3.13
+test-pythons:
+	@set -e; ran=""; for v in $(PYTHONS); do \
+	  py=$$(ls -d $$(pyenv root 2>/dev/null)/versions/$$v*/bin/python$$v 2>/dev/null | tail -1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \
+	  if [ -z "$$py" ] || ! $$py -c pass 2>/dev/null; then echo "test-pythons: Python $$v is not installed: skipped"; continue; fi; \
+	  echo "test-pythons: Python $$v ($$py)"; $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venv-$$v; ran="$$ran $$v"; \
+	done; [ -n "$$ran" ] || { echo "test-pythons: none of $(PYTHONS) is installed" >&2; exit 1; }; \
+	echo "test-pythons: make test passed on Python$$ran"
+
+# an sdist and a wheel (the native core required) in dist/, then tests/dist_smoke.py: the wheel owns only `engine`,
+# installs beside the package index's `segments` and `replication` in a fresh venv outside the tree, works there
+# (open, produce, consume, the CLI, a Spark read), and uninstalls leaving both intact
+dist: $(STAMP)
+	rm -rf dist
+	KAFKALOG_REQUIRE_EXTENSIONS=1 $(PY) -m build --outdir dist .
+	$(PY) -m tests.dist_smoke dist
+
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not spark" tests
 
 # 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts,
 # random group membership changes and compaction against its model
 fuzz: $(STAMP)
+	@$(PY) -c "import importlib.util as u, sys; u.find_spec('atheris') or print('make fuzz: atheris has no build for Python %d.%d: tests/fuzz runs seeded mutation fuzzing (tests/fuzz/coverage.py mutation_fuzz) instead of coverage-guided fuzzing' % sys.version_info[:2])"
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
 	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 \
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz
@@ -77,7 +99,7 @@ bench-quick: $(STAMP)
 		--benchmark-warmup=off --benchmark-disable-gc
 
 clean:
-	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA)
+	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA) .venv-3.*
 	find engine -name '*.so' -delete
 	find engine/_native -name '_*.c' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

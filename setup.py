@@ -5,15 +5,17 @@ the install succeeds with a warning and `engine` loads the pure-Python twin.
 With KAFKALOG_REQUIRE_EXTENSIONS=1 a failed build fails the install.
 A previously built `.so` is removed before each build so a stale one can never
 be packaged or imported in place of the current source.
+The wheel installs one top-level package, `engine` (see `packages()`).
 """
 import os
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 REQUIRE = os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1"
 NATIVE = os.path.join("engine", "_native")
+LAYERS = ("segments", "txn", "replication")  # engine's lower layers, each a top-level folder of the repository
 
 
 class OptionalBuildExt(build_ext):
@@ -78,4 +80,17 @@ def extensions() -> list:
     return exts
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
+def packages() -> tuple[list[str], dict[str, str]]:
+    """The packages a wheel installs, all under `engine`: engine's own, and the lower layers, whose folders sit at
+    the repository's top (segments/, txn/, replication/), mapped to engine.segments, engine.txn and
+    engine.replication. Nothing else (bench/, tests/) is installed, and no generic name lands at the top."""
+    names = ["engine", *(f"engine.{p}" for p in find_packages("engine"))]
+    mapped = {}
+    for layer in LAYERS:
+        mapped[f"engine.{layer}"] = layer
+        names += [f"engine.{layer}", *(f"engine.{layer}.{p}" for p in find_packages(layer))]
+    return names, mapped
+
+
+PACKAGES, PACKAGE_DIR = packages()
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt}, packages=PACKAGES, package_dir=PACKAGE_DIR)

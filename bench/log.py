@@ -15,9 +15,9 @@ from bench.codec import make_records
 from bench.peers import SqliteLog, raw_read, stat_all
 from bench.runner import Contender, Workload
 from engine.common.clock import ManualClock, SystemClock
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
-from txn.unified_log import UnifiedLog as Log
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
+from engine.txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

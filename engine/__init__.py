@@ -3,6 +3,15 @@
 `engine.IMPL` says which codec is active: "cython" (the native core) or
 "python" (the pure-Python twin). The codec API is re-exported here.
 """
+import os as _os
+
+# The lower layers are the folders segments/, txn/ and replication/ beside this package in a source checkout, and
+# inside it in an installed wheel (setup.py maps them there): either way they import as engine.segments, engine.txn
+# and engine.replication, so an installed kafkalog claims no generic name at the top of site-packages.
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+if not _os.path.isdir(_os.path.join(_HERE, "segments")):
+    __path__.append(_os.path.dirname(_HERE))
+
 from engine.common.clock import Clock, ManualClock, SystemClock
 from engine.common.errors import *  # noqa: F401,F403  (the typed errors are part of the public API)
 from engine.common.errors import __all__ as _errors

@@ -55,18 +55,18 @@ from engine.groups.group_coordinator import (
 from engine.metadata import COMPACTED_INTERNAL_TOPICS, INTERNAL_TOPICS, Catalogue, TopicRecord
 from engine.record import batch_format as bf
 from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
-from replication.broker import Broker, broker_dir
-from replication.controller import Controller
-from replication.log_cleaner import CleanerConfig, log_to_clean
-from replication.log_manager import LogManager
-from replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
-from replication.replica_fetcher import ReplicaFetcher
-from segments import names, partition_metadata
-from segments.cleaner import CleanerStats
-from segments.fs import FileSystem
-from segments.log_config import LogConfig, warn_deprecated
-from txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
-from txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
+from engine.replication.broker import Broker, broker_dir
+from engine.replication.controller import Controller
+from engine.replication.log_cleaner import CleanerConfig, log_to_clean
+from engine.replication.log_manager import LogManager
+from engine.replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
+from engine.replication.replica_fetcher import ReplicaFetcher
+from engine.segments import names, partition_metadata
+from engine.segments.cleaner import CleanerStats
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig, warn_deprecated
+from engine.txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
+from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 log = logging.getLogger("kafkalog.engine")
 

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 
 from engine.common.errors import InvalidTopicError, KafkaStorageError
-from replication.controller import PartitionState
-from segments import names
-from segments.fs import FileSystem
+from engine.replication.controller import PartitionState
+from engine.segments import names
+from engine.segments.fs import FileSystem
 
 FILE = "kafkalog.metadata"
 VERSION = 1

@@ -20,9 +20,9 @@ from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownT
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from engine.groups import offsets
 from engine.record import codec
-from txn import transaction_log
-from txn.transaction_coordinator import TransactionCoordinator
-from txn.transaction_log import TxnState
+from engine.txn import transaction_log
+from engine.txn.transaction_coordinator import TransactionCoordinator
+from engine.txn.transaction_log import TxnState
 
 INTERNAL_WRITE_TIMEOUT_MS = 30_000
 log = logging.getLogger("kafkalog.transactions")

@@ -12,9 +12,9 @@ import os
 import threading
 from typing import Callable
 
-from replication.log_manager import LogManager
-from replication.partition import Partition
-from replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
+from engine.replication.log_manager import LogManager
+from engine.replication.partition import Partition
+from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
 
 BROKERS_DIR = "brokers"
 

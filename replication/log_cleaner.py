@@ -25,10 +25,10 @@ from engine.common.clock import Clock
 from engine.common.errors import CleaningAbortedError, InvalidConfigurationError
 from engine.common.health import Health
 from engine.common.structs import settings_of
-from segments import offset_checkpoint, offset_map
-from segments.cleaner import CleanableLog, Cleaner, CleanerStats, earliest_delete_horizon
-from segments.fs import FileSystem
-from txn.unified_log import UnifiedLog
+from engine.segments import offset_checkpoint, offset_map
+from engine.segments.cleaner import CleanableLog, Cleaner, CleanerStats, earliest_delete_horizon
+from engine.segments.fs import FileSystem
+from engine.txn.unified_log import UnifiedLog
 
 log = logging.getLogger("kafkalog.log_cleaner")
 

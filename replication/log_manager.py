@@ -30,12 +30,12 @@ from engine.common.errors import (
     LogDirectoryLockedError,
     UnknownTopicOrPartitionError,
 )
-from replication.log_cleaner import CleanerConfig, LogCleaner
-from segments import names, offset_checkpoint, partition_metadata
-from segments.cleaner import CleanerStats
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
-from txn.unified_log import UnifiedLog
+from engine.replication.log_cleaner import CleanerConfig, LogCleaner
+from engine.segments import names, offset_checkpoint, partition_metadata
+from engine.segments.cleaner import CleanerStats
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
+from engine.txn.unified_log import UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
 

@@ -39,10 +39,10 @@ from engine.common.errors import (
     StaleControllerEpochError,
     UnknownLeaderEpochError,
 )
-from replication.replica import Replica
-from segments.local_log import FetchData
-from segments.txn_index import AbortedTxn
-from txn.unified_log import CLIENT, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
+from engine.replication.replica import Replica
+from engine.segments.local_log import FetchData
+from engine.segments.txn_index import AbortedTxn
+from engine.txn.unified_log import CLIENT, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
 
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ACKS = (0, 1, -1)

@@ -19,7 +19,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from engine.common.errors import InvalidOffsetError
-from replication.partition import FollowerFetch, Partition
+from engine.replication.partition import FollowerFetch, Partition
 
 MAX_FETCH_BYTES = 1 << 20
 log = logging.getLogger("kafkalog.replica_fetcher")

@@ -34,10 +34,10 @@ from typing import Callable
 from engine.common.errors import CleaningAbortedError, InvalidConfigurationError, KafkaError
 from engine.record import batch_format as bf
 from engine.record import codec
-from segments import names
-from segments.log_config import LogConfig
-from segments.segment import INT32_MAX, LogSegment
-from segments.txn_index import AbortedTxn
+from engine.segments import names
+from engine.segments.log_config import LogConfig
+from engine.segments.segment import INT32_MAX, LogSegment
+from engine.segments.txn_index import AbortedTxn
 
 log = logging.getLogger("kafkalog.cleaner")
 MAX_TIMESTAMP = 8  # the header field (engine.record.batch_format.HEADER)

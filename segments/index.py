@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from engine.record import codec
-from segments.fs import FileSystem, new_lock
+from engine.segments.fs import FileSystem, new_lock
 
 INT32_MAX = 2**31 - 1
 

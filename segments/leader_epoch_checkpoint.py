@@ -15,7 +15,7 @@ import logging
 import os
 
 from engine.common.errors import KafkaStorageError
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 FILE = "leader-epoch-checkpoint"
 log = logging.getLogger("kafkalog.leader_epoch")

@@ -19,12 +19,12 @@ from typing import NamedTuple
 from engine.common.clock import Clock
 from engine.common.errors import OffsetOutOfRangeError
 from engine.record import codec
-from segments import log_loader, names
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
-from segments.log_segments import LogSegments
-from segments.segment import LogSegment
-from segments.txn_index import AbortedTxn
+from engine.segments import log_loader, names
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
+from engine.segments.log_segments import LogSegments
+from engine.segments.segment import LogSegment
+from engine.segments.txn_index import AbortedTxn
 
 
 class FetchData(NamedTuple):

@@ -23,7 +23,7 @@ from functools import cached_property
 
 from engine.common.errors import InvalidConfigurationError
 from engine.record import compression as comp
-from segments.segment import SegmentConfig
+from engine.segments.segment import SegmentConfig
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from engine.common.clock import Clock
 from engine.common.errors import KafkaError
-from segments import names
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
-from segments.log_segments import LogSegments
-from segments.segment import LogSegment
+from engine.segments import names
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
+from engine.segments.log_segments import LogSegments
+from engine.segments.segment import LogSegment
 
 log = logging.getLogger("kafkalog.log")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 from typing import Iterator
 
-from segments.fs import new_lock
-from segments.segment import LogSegment
+from engine.segments.fs import new_lock
+from engine.segments.segment import LogSegment
 
 
 class LogSegments:

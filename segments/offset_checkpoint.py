@@ -10,7 +10,7 @@ Thread-safety: writers are serialised by the caller (the log manager).
 from __future__ import annotations
 
 from engine.common.errors import KafkaStorageError
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
 LOG_START = "log-start-offset-checkpoint"

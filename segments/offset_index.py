@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError
-from segments.index import INT32_MAX, MmapIndex
+from engine.segments.index import INT32_MAX, MmapIndex
 
 
 class OffsetIndex(MmapIndex):

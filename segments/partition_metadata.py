@@ -12,7 +12,7 @@ import re
 import uuid
 
 from engine.common.errors import KafkaStorageError
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 FILE = "partition.metadata"
 

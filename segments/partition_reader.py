@@ -24,10 +24,10 @@ from engine.common.clock import SystemClock
 from engine.common.errors import CorruptIndexError
 from engine.record import batch_format as bf
 from engine.record import codec
-from segments import names, offset_checkpoint
-from segments.fs import FileSystem
-from segments.log_segments import LogSegments
-from segments.segment import LogSegment, SegmentConfig
+from engine.segments import names, offset_checkpoint
+from engine.segments.fs import FileSystem
+from engine.segments.log_segments import LogSegments
+from engine.segments.segment import LogSegment, SegmentConfig
 
 
 class Chunk(NamedTuple):

@@ -39,11 +39,11 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
-from segments import names, segment_appender
-from segments.fs import FileSystem, new_lock
-from segments.offset_index import OffsetIndex
-from segments.time_index import TimeIndex
-from segments.txn_index import TxnIndex
+from engine.segments import names, segment_appender
+from engine.segments.fs import FileSystem, new_lock
+from engine.segments.offset_index import OffsetIndex
+from engine.segments.time_index import TimeIndex
+from engine.segments.txn_index import TxnIndex
 
 INT32_MAX = 2**31 - 1
 WINDOW_BYTES = 1 << 20

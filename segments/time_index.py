@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError
-from segments.index import MmapIndex
+from engine.segments.index import MmapIndex
 
 
 class TimeIndex(MmapIndex):

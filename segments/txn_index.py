@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 ENTRY = struct.Struct(">hqqqq")
 

@@ -16,7 +16,7 @@ Thread-safety: the log's lock is held from the LEO read to the producer-state up
 from __future__ import annotations
 
 from engine.record import batch_format as bf
-from segments import segment_appender
+from engine.segments import segment_appender
 
 
 class LeaderAppender:
@@ -33,7 +33,7 @@ class LeaderAppender:
         log = self.log
         local = log.local
         config = local.config
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
         size = view.nbytes
         if config.compact or size > config.segment_bytes or config.leader_checks and not _stored_as_sent(config, view):
             return None

@@ -33,10 +33,10 @@ from engine.common.errors import (
     TransactionCoordinatorFencedError,
 )
 from engine.record import batch_format as bf
-from segments import names
-from segments.fs import FileSystem
-from txn import producer_snapshot
-from txn.producer_snapshot import CorruptSnapshotError, ProducerSnapshotEntry
+from engine.segments import names
+from engine.segments.fs import FileSystem
+from engine.txn import producer_snapshot
+from engine.txn.producer_snapshot import CorruptSnapshotError, ProducerSnapshotEntry
 
 log = logging.getLogger("kafkalog.producer_state")
 

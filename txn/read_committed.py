@@ -16,8 +16,8 @@ from typing import Iterable, NamedTuple
 
 from engine.record import batch_format as bf
 from engine.record import codec
-from segments.partition_reader import PartitionReader
-from segments.txn_index import AbortedTxn
+from engine.segments.partition_reader import PartitionReader
+from engine.segments.txn_index import AbortedTxn
 
 
 def marker_of(batch) -> tuple[int, int | None]:

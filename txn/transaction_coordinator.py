@@ -27,8 +27,8 @@ from engine.common.errors import (
     ProducerFencedError,
     TransactionalIdNotFoundError,
 )
-from txn import transaction_log
-from txn.transaction_log import TxnLogValue, TxnState
+from engine.txn import transaction_log
+from engine.txn.transaction_log import TxnLogValue, TxnState
 
 MAX_TIMEOUT_MS = 900_000            # transaction.max.timeout.ms
 ID_EXPIRATION_MS = 604_800_000      # transactional.id.expiration.ms (7 days)

@@ -43,17 +43,17 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
-from segments import segment_appender
-from segments.cleaner import ActiveProducer
-from segments.fs import FileSystem, new_lock
-from segments.leader_epoch_checkpoint import LeaderEpochCache
-from segments.local_log import FetchData, LocalLog
-from segments.log_config import LogConfig
-from segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
-from segments.txn_index import AbortedTxn
-from txn import leader_append, log_read
-from txn.producer_state import CompletedTxn, ProducerStateManager
-from txn.read_committed import marker_of
+from engine.segments import segment_appender
+from engine.segments.cleaner import ActiveProducer
+from engine.segments.fs import FileSystem, new_lock
+from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
+from engine.segments.local_log import FetchData, LocalLog
+from engine.segments.log_config import LogConfig
+from engine.segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
+from engine.segments.txn_index import AbortedTxn
+from engine.txn import leader_append, log_read
+from engine.txn.producer_state import CompletedTxn, ProducerStateManager
+from engine.txn.read_committed import marker_of
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20

@@ -45,8 +45,8 @@ from engine.groups import assignors
 from engine.groups.offsets import committed_map
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
-from replication.partition import READ_COMMITTED, Partition, check_isolation
-from txn.read_committed import AbortedFilter
+from engine.replication.partition import READ_COMMITTED, Partition, check_isolation
+from engine.txn.read_committed import AbortedFilter
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger("kafkalog.consumer")

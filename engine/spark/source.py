@@ -54,12 +54,12 @@ from engine.common.errors import InvalidConfigurationError, InvalidTopicError, O
 from engine.metadata import INTERNAL_TOPICS
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
-from replication.partition import READ_COMMITTED, READ_UNCOMMITTED, PartitionView
-from segments import names
-from segments.fs import FileSystem
-from segments.partition_reader import Chunk, PartitionReader, read_checkpoints
-from segments.txn_index import AbortedTxn
-from txn import read_committed
+from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, PartitionView
+from engine.segments import names
+from engine.segments.fs import FileSystem
+from engine.segments.partition_reader import Chunk, PartitionReader, read_checkpoints
+from engine.segments.txn_index import AbortedTxn
+from engine.txn import read_committed
 
 EARLIEST, LATEST = -2, -1
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20

@@ -30,8 +30,8 @@ from pyspark.sql.types import StructType
 
 from engine.common.errors import OffsetOutOfRangeError
 from engine.spark.source import EARLIEST, LATEST, KafkalogReader, OffsetRange, Settings
-from segments.fs import FileSystem
-from segments.partition_reader import read_checkpoints
+from engine.segments.fs import FileSystem
+from engine.segments.partition_reader import read_checkpoints
 
 Offsets = dict[tuple[str, int], int]
 

@@ -117,7 +117,8 @@ def produce(args: argparse.Namespace, out: Output) -> int:
             producer.flush()
     if failed:
         line, exc = min(failed, key=lambda f: f[0])
-        raise type(exc)(f"{len(failed)} of {sent} records were not appended; the first, line {line}: {exc.message}")
+        kind = type(exc) if isinstance(exc, KafkaError) else KafkaError
+        raise kind(f"{len(failed)} of {sent} records were not appended; the first, line {line}: {exc}")
     out.result({"topic": args.topic, "records": sent}, None)
     return 0
 

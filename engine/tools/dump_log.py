@@ -22,12 +22,12 @@ from engine.common.errors import KafkaError
 from engine.record import records as reference
 from engine.record.batch_format import CONTROL_TYPE_NAMES, increment_sequence
 from engine.tools.output import progress
-from segments import leader_epoch_checkpoint, names
-from segments.fs import FileSystem
-from segments.offset_index import OffsetIndex
-from segments.time_index import TimeIndex
-from segments.txn_index import TxnIndex
-from txn import producer_snapshot, transaction_log
+from engine.segments import leader_epoch_checkpoint, names
+from engine.segments.fs import FileSystem
+from engine.segments.offset_index import OffsetIndex
+from engine.segments.time_index import TimeIndex
+from engine.segments.txn_index import TxnIndex
+from engine.txn import producer_snapshot, transaction_log
 
 TS_TYPE = {"create": "CreateTime", "log_append": "LogAppendTime"}
 

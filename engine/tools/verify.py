@@ -25,9 +25,9 @@ from engine import metadata
 from engine.common.errors import InvalidConfigurationError, KafkaError
 from engine.tools.dump_log import Dumper
 from engine.tools.output import Output, progress
-from replication.log_manager import CLEAN_SHUTDOWN
-from segments import leader_epoch_checkpoint, names, offset_checkpoint, partition_metadata
-from segments.fs import FileSystem
+from engine.replication.log_manager import CLEAN_SHUTDOWN
+from engine.segments import leader_epoch_checkpoint, names, offset_checkpoint, partition_metadata
+from engine.segments.fs import FileSystem
 
 ROOT_CHECKPOINTS = (offset_checkpoint.RECOVERY_POINT, offset_checkpoint.LOG_START, offset_checkpoint.HIGH_WATERMARK,
                     offset_checkpoint.CLEANER)

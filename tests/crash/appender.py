@@ -6,8 +6,8 @@ import random
 import sys
 
 import engine
-from replication.log_manager import LogManager
-from segments.log_config import LogConfig
+from engine.replication.log_manager import LogManager
+from engine.segments.log_config import LogConfig
 
 
 def main(directory: str, seed: int) -> None:

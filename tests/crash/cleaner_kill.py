@@ -10,7 +10,7 @@ import sys
 
 import engine
 from engine import ManualClock
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 NOW = 1_800_000_000_000
 

@@ -7,18 +7,27 @@ the native core runs the same input and must agree with the twin (same records, 
 A target returns or raises a typed KafkaError; anything else is a crash, which libFuzzer saves as
 `crash-<sha1>` under tests/data/fuzz-crashers/<target>/ (kept as a vector: tests/fuzz/test_coverage.py
 replays them all). The seed corpus is what the mutation fuzzers start from.
+Where atheris has no build for the interpreter (Python 3.10), the same targets run under seeded mutation fuzzing
+instead (`mutation_fuzz`: -runs and -seed as libFuzzer's; the kept crashers first, then mutants of the seeds), and
+the run says so.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import random
 import struct
 import sys
 from pathlib import Path
 
-import atheris
+try:
+    import atheris
+except ImportError:  # no atheris for this Python: mutation_fuzz stands in
+    atheris = None
 
-with atheris.instrument_imports(include=["engine.record", "segments", "txn.producer_snapshot", "engine.metadata"]):
+INSTRUMENTED = ["engine.record", "engine.segments", "engine.txn.producer_snapshot", "engine.metadata"]
+with atheris.instrument_imports(include=INSTRUMENTED) if atheris else contextlib.nullcontext():
     from engine.record import codec as selector
     from tests.unit.test_codec_fuzz import _corpus, _verdict
     from tests.unit.test_parser_fuzz import PARSERS, _seeds
@@ -80,9 +89,54 @@ def main(argv: list[str]) -> None:
     artifacts = CRASHERS / name
     kept = [str(artifacts)] if artifacts.is_dir() else []  # earlier crashers run first, as regression inputs
     artifacts.mkdir(parents=True, exist_ok=True)
+    if atheris is None:
+        options = dict(flag.lstrip("-").split("=", 1) for flag in flags if "=" in flag)
+        mutation_fuzz(name, int(options.get("runs", 100_000)), int(options.get("seed", 0)), artifacts)
+        return
     atheris.Setup([argv[0], f"-artifact_prefix={artifacts}/", "-max_len=65536", *flags, str(corpus), *kept],
                   lambda data: run_target(name, data))
     atheris.Fuzz()
+
+
+def _mutant(rng: random.Random, data: bytes) -> bytes:
+    """One to four random edits of `data`: a bit flipped, a byte set, bytes inserted, a range cut or repeated."""
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(buf) + 1)
+        edit = rng.randrange(5)
+        if edit == 0 and buf:
+            buf[at % len(buf)] ^= 1 << rng.randrange(8)
+        elif edit == 1 and buf:
+            buf[at % len(buf)] = rng.randrange(256)
+        elif edit == 2:
+            buf[at:at] = rng.randbytes(rng.randint(1, 8))
+        elif edit == 3:
+            del buf[at:at + rng.randint(1, 16)]
+        else:
+            buf[at:at] = buf[at:at + rng.randint(1, 32)]
+    return bytes(buf[:65536])
+
+
+def mutation_fuzz(name: str, runs: int, seed: int, artifacts: Path) -> None:
+    """The stand-in for atheris: the kept crashers, then `runs` seeded mutants of the seed corpus, through the target;
+    a crash is saved as `crash-<sha1>` in `artifacts` and fails the run, as libFuzzer's would."""
+    print(f"atheris is not installed for Python {sys.version_info[0]}.{sys.version_info[1]}: {name} runs under "
+          f"seeded mutation fuzzing (no coverage guidance)", file=sys.stderr)
+    rng = random.Random(seed)
+    pool = seeds(name)
+    kept = [p.read_bytes() for p in sorted(artifacts.glob("crash-*"))]
+    for i in range(len(kept) + runs):
+        data = kept[i] if i < len(kept) else _mutant(rng, rng.choice(pool))
+        try:
+            run_target(name, data)
+        except KafkaError:
+            pass
+        except BaseException:
+            path = artifacts / f"crash-{hashlib.sha1(data).hexdigest()}"
+            path.write_bytes(data)
+            print(f"crash on input {path}", file=sys.stderr)
+            raise
+    print(f"Done {runs} runs (seeded mutation fuzzing)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ import engine
 from engine.common.clock import ManualClock
 from engine.record import compression as comp
 from engine.tools import dump_log
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 from tests import vectors
-from txn.unified_log import UnifiedLog as Log
+from engine.txn.unified_log import UnifiedLog as Log
 
 CASES = vectors.CASES
 

@@ -21,7 +21,7 @@ import pytest
 
 import engine
 from engine.common.errors import KafkaError, KafkaStorageError
-from segments.fs import FaultyFileSystem
+from engine.segments.fs import FaultyFileSystem
 
 RUNS = int(os.environ.get("KAFKALOG_SIM_RUNS", "200"))
 CUTS = int(os.environ.get("KAFKALOG_POWER_CUTS", "500"))

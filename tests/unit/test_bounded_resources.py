@@ -161,7 +161,7 @@ CONSUME = """
 import json, sys
 import engine
 from engine.record import codec
-from segments.partition_reader import PartitionReader
+from engine.segments.partition_reader import PartitionReader
 
 def anon_mib():
     for line in open("/proc/self/status"):

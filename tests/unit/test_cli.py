@@ -287,7 +287,7 @@ def test_transactions_list_and_describe_agree_with_the_coordinator(tmp_path):
     assert "CompleteCommit" in text and "t-0" not in text and "hanging" not in text
     missing = run("transactions", "--data", tmp_path, "--describe", "--transactional-id", "nope", check=1)
     assert "TransactionalIdNotFoundError" in missing.stderr
-    from txn import transaction_log
+    from engine.txn import transaction_log
     log = tmp_path / f"__transaction_state-{transaction_log.partition('done')}" / "00000000000000000000.log"
     lines = [line for line in run("dump-log", "--files", log, "--transaction-log-decoder").stdout.splitlines()
              if "transactionalId=done" in line]

@@ -18,7 +18,7 @@ import engine
 from engine import CleaningAbortedError, InvalidConfigurationError, InvalidRecordError, ManualClock, TopicPartition
 from engine.record import batch_format as bf
 from engine.tools import cli, dump_log
-from segments import offset_map
+from engine.segments import offset_map
 from tests import vectors
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import read_log, verify_index_files

@@ -14,7 +14,7 @@ import pytest
 import engine
 from engine.common.errors import CorruptRecordError, KafkaError
 from engine.record import codec
-from segments.partition_reader import PartitionReader
+from engine.segments.partition_reader import PartitionReader
 
 TOPIC = "t"
 RECORDS = 400

@@ -21,7 +21,7 @@ import engine
 from engine.common import health
 from engine.common.errors import KafkaError, KafkaStorageError
 from engine.tools import cli
-from segments.fs import FaultyFileSystem
+from engine.segments.fs import FaultyFileSystem
 
 
 class _RealDisk:

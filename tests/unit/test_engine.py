@@ -27,7 +27,7 @@ from engine.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from segments.fs import FileSystem
+from engine.segments.fs import FileSystem
 
 
 def open_engine(path, **kw):
@@ -144,7 +144,7 @@ def test_paths_that_cannot_be_a_log_directory_are_typed(tmp_path, monkeypatch, p
 
 def test_a_directory_that_cannot_be_locked_is_not_reported_as_locked(tmp_path):
     """The lock file cannot be created (a read-only directory): that is not another process holding it."""
-    from segments.fs import FileSystem
+    from engine.segments.fs import FileSystem
 
     class ReadOnly(FileSystem):
         def lock(self, path):

@@ -13,8 +13,8 @@ import pytest
 import engine
 from engine.common import health
 from engine.common.errors import KafkaError, KafkaStorageError
-from replication.log_manager import LogManager
-from segments.fs import FaultyFileSystem
+from engine.replication.log_manager import LogManager
+from engine.segments.fs import FaultyFileSystem
 
 TOPIC = "f"
 

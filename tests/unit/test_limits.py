@@ -11,7 +11,7 @@ import pytest
 import engine
 from engine import limits
 from engine.common.errors import InvalidPartitionsError, KafkaError, KafkaStorageError
-from segments.fs import FaultyFileSystem
+from engine.segments.fs import FaultyFileSystem
 
 
 def _tree(path) -> set[str]:

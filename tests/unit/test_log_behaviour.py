@@ -22,12 +22,12 @@ from engine.common.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from replication.log_manager import LogManager
-from segments import names, offset_checkpoint
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
+from engine.replication.log_manager import LogManager
+from engine.segments import names, offset_checkpoint
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
-from txn.unified_log import UnifiedLog as Log
+from engine.txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 
@@ -352,7 +352,7 @@ def test_views_survive_truncation(tmp_path):
 
 
 def test_large_views_map_their_own_window_and_survive_truncation(tmp_path):
-    from segments.segment import WINDOW_BYTES
+    from engine.segments.segment import WINDOW_BYTES
 
     lg = new_log(tmp_path)
     for _ in range(40):

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 import engine
 from engine.common.clock import ManualClock
 from engine.common.errors import OffsetOutOfRangeError
-from segments.fs import FileSystem
-from segments.local_log import FetchData, LocalLog
-from segments.log_config import LogConfig
-from segments.segment import WINDOW_BYTES
+from engine.segments.fs import FileSystem
+from engine.segments.local_log import FetchData, LocalLog
+from engine.segments.log_config import LogConfig
+from engine.segments.segment import WINDOW_BYTES
 from tests.conftest import IMPLEMENTATIONS
-from txn import log_read
-from txn.unified_log import UnifiedLog as Log
+from engine.txn import log_read
+from engine.txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

@@ -11,11 +11,11 @@ import random
 
 from engine import metadata
 from engine.common.errors import CorruptIndexError, KafkaError
-from segments import leader_epoch_checkpoint, offset_checkpoint, partition_metadata
-from segments.offset_index import OffsetIndex
-from segments.time_index import TimeIndex
+from engine.segments import leader_epoch_checkpoint, offset_checkpoint, partition_metadata
+from engine.segments.offset_index import OffsetIndex
+from engine.segments.time_index import TimeIndex
 from tests import vectors
-from txn import producer_snapshot
+from engine.txn import producer_snapshot
 
 CASES = int(os.environ.get("KAFKALOG_PARSER_FUZZ_CASES", "200000"))
 

@@ -12,18 +12,18 @@ import engine
 from engine.common.clock import ManualClock
 from engine.common.errors import InvalidConfigurationError, InvalidRequiredAcksError
 from engine.record import batch_format as bf
-from replication.partition import READ_COMMITTED, Partition, PartitionView
-from segments import leader_epoch_checkpoint
-from segments.fs import FileSystem
-from segments.leader_epoch_checkpoint import LeaderEpochCache
-from segments.local_log import FetchData
-from segments.log_config import LogConfig
-from segments.partition_reader import PartitionReader
-from segments.segment import WINDOW_BYTES
+from engine.replication.partition import READ_COMMITTED, Partition, PartitionView
+from engine.segments import leader_epoch_checkpoint
+from engine.segments.fs import FileSystem
+from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
+from engine.segments.local_log import FetchData
+from engine.segments.log_config import LogConfig
+from engine.segments.partition_reader import PartitionReader
+from engine.segments.segment import WINDOW_BYTES
 from tests import vectors
-from txn import log_read
-from txn.read_committed import CommittedLog
-from txn.unified_log import UnifiedLog
+from engine.txn import log_read
+from engine.txn.read_committed import CommittedLog
+from engine.txn.unified_log import UnifiedLog
 
 T0 = 1_700_000_000_000
 

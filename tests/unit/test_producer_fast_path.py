@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 import engine
 from engine.common.clock import ManualClock
 from engine.common.errors import KafkaError
-from segments import segment_appender
-from segments.fs import FileSystem
-from segments.local_log import LocalLog
-from segments.log_config import LogConfig
+from engine.segments import segment_appender
+from engine.segments.fs import FileSystem
+from engine.segments.local_log import LocalLog
+from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
-from txn import producer_state
-from txn.unified_log import CLIENT, COORDINATOR
-from txn.unified_log import UnifiedLog as Log
+from engine.txn import producer_state
+from engine.txn.unified_log import CLIENT, COORDINATOR
+from engine.txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 PRODUCERS = (5, 9)

@@ -15,12 +15,12 @@ from engine.common.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from replication.partition import Partition
-from replication.replica_fetcher import ReplicaFetcher
-from segments.fs import FileSystem
-from segments.leader_epoch_checkpoint import LeaderEpochCache
-from segments.log_config import LogConfig
-from txn.unified_log import UnifiedLog
+from engine.replication.partition import Partition
+from engine.replication.replica_fetcher import ReplicaFetcher
+from engine.segments.fs import FileSystem
+from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
+from engine.segments.log_config import LogConfig
+from engine.txn.unified_log import UnifiedLog
 
 TOPIC = "t"
 

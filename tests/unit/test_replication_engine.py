@@ -22,7 +22,7 @@ from engine.common.errors import (
     StaleControllerEpochError,
     UnsupportedVersionError,
 )
-from segments import leader_epoch_checkpoint, offset_checkpoint
+from engine.segments import leader_epoch_checkpoint, offset_checkpoint
 
 TOPIC = "events"
 
@@ -239,7 +239,7 @@ def _random_failover_run(path, seed: int) -> None:
 
 def engine_fetcher(e, broker_id):
     """A fetcher for one step; odd brokers take one batch a fetch, so followers lag differently."""
-    from replication.replica_fetcher import ReplicaFetcher
+    from engine.replication.replica_fetcher import ReplicaFetcher
     return ReplicaFetcher(broker_id, e._leader_of, max_bytes=1 if broker_id % 2 else 1 << 20)
 
 
@@ -255,8 +255,8 @@ def test_every_replica_directory_passes_the_single_log_checks(tmp_path):
     """Each broker's directory is a Kafka log directory on its own: `verify` (batches, indexes, checkpoints),
     Kafka's text checkpoints, and the Spark source's reader sees broker 0's replica up to its high watermark."""
     from engine.tools import verify
-    from segments.fs import FileSystem
-    from segments.partition_reader import PartitionReader, read_checkpoints
+    from engine.segments.fs import FileSystem
+    from engine.segments.partition_reader import PartitionReader, read_checkpoints
 
     with engine.open(str(tmp_path), brokers=3) as e:
         e.create_topic(TOPIC, partitions=2, replication_factor=3,
@@ -328,7 +328,7 @@ def test_a_producer_waiting_for_acks_all_runs_the_follower_fetches_itself(tmp_pa
     """With fetcher threads running, an acks='all' wait fetches for the partition's followers in the waiting
     thread (no hand-off to the fetcher threads and back); a follower's rounds never overlap, and a broker that
     dies waits for a fetch in progress before its logs close."""
-    from replication.replica_fetcher import ReplicaFetcher
+    from engine.replication.replica_fetcher import ReplicaFetcher
     callers, running, overlaps = [], set(), []
     original = ReplicaFetcher.send
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from engine.common.clock import ManualClock
 from engine.common.errors import CorruptRecordError, KafkaError
 from engine.record import codec as selector
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
-from txn.unified_log import UnifiedLog
+from engine.txn.unified_log import UnifiedLog
 
 IMPLS = {name: selector.load(name) for name in IMPLEMENTATIONS}
 PY = selector.load("python")

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 import engine
 from engine.common.clock import ManualClock
 from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
-from segments import segment_appender
-from segments.fs import FileSystem
-from segments.log_config import LogConfig
+from engine.segments import segment_appender
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import read_all, verify_index_files, verify_log
-from txn.unified_log import UnifiedLog as Log
+from engine.txn.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

@@ -17,7 +17,7 @@ from engine.common.errors import InvalidConfigurationError, InvalidTimestampErro
 from engine.record import batch_format as bf
 from engine.record import codec as selector
 from engine.record import compression as comp
-from segments.log_config import LogConfig
+from engine.segments.log_config import LogConfig
 
 NOW = 1_700_000_000_000
 LONG_MAX = 2**63 - 1

@@ -24,10 +24,10 @@ from engine.common.errors import (
     TransactionAbortableError,
 )
 from engine.transactions import Transactions
-from segments.txn_index import AbortedTxn
+from engine.segments.txn_index import AbortedTxn
 from tests import vectors
-from txn import producer_snapshot, transaction_log
-from txn.transaction_log import TxnState
+from engine.txn import producer_snapshot, transaction_log
+from engine.txn.transaction_log import TxnState
 
 
 def read(e, topic, isolation="read_committed", partitions=None):

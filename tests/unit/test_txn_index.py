@@ -6,9 +6,9 @@ import shutil
 import pytest
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError
-from replication.log_manager import LogManager
-from segments.fs import FileSystem
-from segments.txn_index import AbortedTxn, TxnIndex
+from engine.replication.log_manager import LogManager
+from engine.segments.fs import FileSystem
+from engine.segments.txn_index import AbortedTxn, TxnIndex
 from tests import vectors
 
 
