@@ -21,7 +21,8 @@ Java client's: max_poll_interval_ms) and kafkalog's max_decompressed_bytes (128 
 past it raises RecordTooLargeError rather than filling memory).
 Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
 thread-safe. A group member also runs a heartbeat thread, stopped by close(). poll(timeout_ms) waits on the
-engine's clock for an append.
+engine's clock for an append. Engine.close() closes its consumers from its own thread, which may be in the middle of
+a poll(): that poll skips the partitions taken away and never puts one back.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from engine.txn.read_committed import AbortedFilter
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger("kafkalog.consumer")
+_REVOKED = object()  # a partition no longer in the assignment, as _fetch finds it
 _CLIENT_IDS = itertools.count(1)
 
 
@@ -220,8 +222,10 @@ class Consumer:
         """Set the position of `tp` and the leader epoch that goes with it (Kafka's FetchPosition.offsetEpoch: the
         epoch of the last record consumed, or of the committed offset it started from; -1, unknown, after a seek
         or a reset), which commit() of consumed positions stores."""
-        self._positions[tp] = offset
-        self._epochs[tp] = leader_epoch
+        positions = self._positions
+        if tp in positions:  # else taken away meanwhile by another thread (close(), a rebalance): not brought back
+            positions[tp] = offset
+            self._epochs[tp] = leader_epoch
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record to fetch (resolving auto_offset_reset if needed)."""
@@ -337,7 +341,9 @@ class Consumer:
                 partition = self._partition(tp)
             except NotLeaderOrFollowerError:
                 continue  # no leader for now (a failover): nothing to read from it this time
-            pos = self._positions[tp]
+            pos = self._positions.get(tp, _REVOKED)
+            if pos is _REVOKED:  # close() or a rebalance on another thread took it away since `order` was read
+                continue
             if pos is None:
                 pos = self._reset(tp)
             if pos > partition.log_end_offset:  # past the end: out of range, as a broker's fetch says

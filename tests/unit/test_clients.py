@@ -281,6 +281,28 @@ def test_closed_clients_refuse_work(eng):
         c.poll()
 
 
+def test_a_poll_that_close_interrupts_skips_the_partitions_taken_away(eng):
+    """Engine.close() closes its consumers from its own thread, possibly in the middle of a poll(): a group member's
+    close revokes its partitions, and the poll returns what it read before, without a KeyError for a partition gone
+    from the assignment, and never puts one back. Here the close lands while the poll reads its first partition."""
+    with eng.producer() as p:
+        for i in range(20):
+            p.send("events", value=b"v%d" % i, partition=i % 3)
+    c = eng.consumer("events", auto_offset_reset="earliest", group_id="g")
+    c.poll(timeout_ms=0)  # joins: every partition assigned, no position yet
+    assert len(c.assignment()) == 3
+    real, first = c._partition, []
+
+    def closing(tp):
+        if not first:
+            first.append(tp)
+            c.close()  # as Engine.close() would, on another thread
+        return real(tp)
+    c._partition = closing
+    got = c._fetch(500)
+    assert first and c.assignment() == set() and set(got) <= {first[0]}
+
+
 def test_sends_from_many_threads(eng):
     p = eng.producer(batch_size=512)
 
