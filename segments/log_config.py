@@ -76,9 +76,9 @@ class LogConfig:
     message_timestamp_after_max_ms: int = LONG_MAX
     message_timestamp_difference_max_ms: int = LONG_MAX
     compression_type: str = "producer"
-    compression_gzip_level: int = -1
-    compression_lz4_level: int = 9
-    compression_zstd_level: int = 3
+    compression_gzip_level: int = comp.LEVELS[comp.GZIP][2]
+    compression_lz4_level: int = comp.LEVELS[comp.LZ4][2]
+    compression_zstd_level: int = comp.LEVELS[comp.ZSTD][2]
     preallocate: bool = False
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
@@ -102,9 +102,10 @@ class LogConfig:
         "min_compaction_lag_ms": (0, LONG_MAX), "max_compaction_lag_ms": (1, LONG_MAX),
         "delete_retention_ms": (0, LONG_MAX), "message_timestamp_before_max_ms": (0, LONG_MAX),
         "message_timestamp_after_max_ms": (0, LONG_MAX), "message_timestamp_difference_max_ms": (0, LONG_MAX),
-        **{f"compression_{comp.NAMES[codec]}_level": levels[:2] for codec, levels in comp.LEVELS.items()},
         "local_retention_ms": (-2, LONG_MAX), "local_retention_bytes": (-2, LONG_MAX),
     }
+    # name -> the codec whose level it is (compression.check_level holds Kafka's ranges)
+    _LEVELS = {f"compression_{comp.NAMES[codec]}_level": codec for codec in comp.LEVELS}
     # name -> the values it may take (compared case-insensitively where Kafka does)
     _CHOICES = {"message_timestamp_type": ("CreateTime", "LogAppendTime"), "compression_type": COMPRESSION_TYPES}
     # name -> why a value other than the default is refused
@@ -146,15 +147,14 @@ class LogConfig:
 
     @classmethod
     def _parse(cls, name: str, attr: str, value):
-        if attr in cls._RANGES:
-            lo, hi = cls._RANGES[attr]
+        if attr in cls._RANGES or attr in cls._LEVELS:
             if isinstance(value, str) and value.strip().lstrip("-").isdigit():
                 value = int(value)
-            if attr == "compression_gzip_level" and value == -1:  # Deflater's default level
-                return value
+            if attr in cls._LEVELS:
+                return comp.check_level(cls._LEVELS[attr], value, name)
+            lo, hi = cls._RANGES[attr]
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                also = " or -1" if attr == "compression_gzip_level" else ""
-                raise InvalidConfigurationError(f"{name}={value!r} must be an int in [{lo}, {hi}]{also}")
+                raise InvalidConfigurationError(f"{name}={value!r} must be an int in [{lo}, {hi}]")
             return value
         if attr in cls._CHOICES:
             choices = cls._CHOICES[attr]
@@ -218,8 +218,7 @@ class LogConfig:
         """(codec id, level) a leader stores batches in: codec -1 keeps each batch's own (`producer`); the level is
         the topic's for that codec (None for a codec without levels)."""
         codec = _TARGET_CODEC[self.compression_type]
-        return codec, {comp.GZIP: self.compression_gzip_level, comp.LZ4: self.compression_lz4_level,
-                       comp.ZSTD: self.compression_zstd_level}.get(codec)
+        return codec, getattr(self, f"compression_{comp.NAMES[codec]}_level") if codec in comp.LEVELS else None
 
     @cached_property
     def leader_checks(self) -> bool:

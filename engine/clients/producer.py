@@ -59,10 +59,7 @@ def _level(compression: str, levels: dict) -> int | None:
     """The level the producer compresses at (Kafka's compression.<codec>.level, each checked against its codec's
     range whether or not that codec is used, as Kafka's config does); None for a codec without levels."""
     for name, level in levels.items():
-        lo, hi, default = comp.LEVELS[comp.codec_id(name)]
-        if type(level) is not int or not (lo <= level <= hi or level == default):
-            raise InvalidConfigurationError(f"compression_{name}_level={level!r} must be an int in [{lo}, {hi}]"
-                                            + (f" or {default}" if not lo <= default <= hi else ""))
+        comp.check_level(comp.codec_id(name), level, f"compression_{name}_level")
     return levels.get(compression)
 
 

@@ -24,7 +24,12 @@ import zlib
 
 import cramjam
 
-from engine.common.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
+from engine.common.errors import (
+    CorruptRecordError,
+    InvalidConfigurationError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -52,6 +57,16 @@ def codec_id(compression: str | int) -> int:
     raise UnsupportedCompressionTypeError(
         f"unknown compression {compression!r}; expected one of {', '.join(NAMES)}"
     )
+
+
+def check_level(codec: int, level, name: str) -> int:
+    """`level` when Kafka takes it for `codec` (in LEVELS' range, or gzip's -1); else InvalidConfigurationError naming
+    the config `name` (a topic's compression.<codec>.level, a producer's compression_<codec>_level)."""
+    lo, hi, default = LEVELS[codec]
+    if type(level) is int and (lo <= level <= hi or level == default):
+        return level
+    also = "" if lo <= default <= hi else f" or {default}"
+    raise InvalidConfigurationError(f"{name}={level!r} must be an int in [{lo}, {hi}]{also}")
 
 
 def compress(codec: int, data, level: int | None = None) -> bytes:

@@ -724,31 +724,27 @@ def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_appe
             raise InvalidRecordError("a produced batch must have consecutive offsets", file=source,
                                      offset=b.base_offset)
         copy = None if checks is None else leader_copy(b, offset, leader_epoch, log_append_time, *checks)
-        if copy is not None:
+        if copy is None:
+            header, body = bytearray(mv[pos:pos + bf.HEADER_SIZE]), mv[pos + bf.HEADER_SIZE:end]
+            struct.pack_into(">q", header, 0, offset)
+            struct.pack_into(">i", header, 12, leader_epoch)
+            batch_max, last_delta = b.max_timestamp, b.last_offset_delta
+            if log_append_time >= 0:
+                batch_max = log_append_time
+                struct.pack_into(">h", header, 21, b.attributes | bf.LOG_APPEND_TIME_FLAG)
+                struct.pack_into(">q", header, 35, log_append_time)
+                struct.pack_into(">I", header, 17, crc32c(body, crc32c(bytes(header[bf.ATTRIBUTES_OFFSET:]))))
+        else:
             if len(copy) > max_batch_bytes:
                 raise RecordTooLargeError(f"batch of {len(copy)} bytes once re-encoded exceeds max.message.bytes="
                                           f"{max_batch_bytes}", file=source, offset=offset)
             head = bf.HEADER.unpack_from(copy)
-            pieces += (memoryview(copy)[:bf.HEADER_SIZE], memoryview(copy)[bf.HEADER_SIZE:])
-            if head[8] > max_ts:
-                max_ts, off_max = head[8], offset + head[6]
-            offset += head[6] + 1
-            batches += 1
-            continue
-        header = bytearray(mv[pos:pos + bf.HEADER_SIZE])
-        struct.pack_into(">q", header, 0, offset)
-        struct.pack_into(">i", header, 12, leader_epoch)
-        batch_max = b.max_timestamp
-        if log_append_time >= 0:
-            batch_max = log_append_time
-            struct.pack_into(">h", header, 21, b.attributes | bf.LOG_APPEND_TIME_FLAG)
-            struct.pack_into(">q", header, 35, log_append_time)
-            crc = crc32c(mv[pos + bf.HEADER_SIZE:end], crc32c(bytes(header[bf.ATTRIBUTES_OFFSET:])))
-            struct.pack_into(">I", header, 17, crc)
-        pieces += (header, mv[pos + bf.HEADER_SIZE:end])
+            header, body = memoryview(copy)[:bf.HEADER_SIZE], memoryview(copy)[bf.HEADER_SIZE:]
+            batch_max, last_delta = head[8], head[6]
+        pieces += (header, body)
         if batch_max > max_ts:
-            max_ts, off_max = batch_max, offset + b.last_offset_delta
-        offset += b.last_offset_delta + 1
+            max_ts, off_max = batch_max, offset + last_delta
+        offset += last_delta + 1
         batches += 1
     if end != len(mv) or batches == 0:
         raise CorruptRecordError("the appended bytes are not a sequence of whole record batches", file=source)

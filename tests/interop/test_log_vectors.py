@@ -197,10 +197,9 @@ def test_gzip_and_lz4_compress_kafkas_records_to_kafkas_bytes():
     for case in CASES:
         spec = json.loads((vectors.case_dir(case) / "spec.json").read_text())
         levels = [b.get("compressionLevel") for b in spec["batches"]] if case == "codecs-0" else None
-        for name in vectors.segments(vectors.expected(case)):
+        for name, seg in vectors.segments(vectors.expected(case)).items():
             data = (vectors.case_dir(case) / name).read_bytes()
-            for i, line in enumerate(vectors.segments(vectors.expected(case))[name]["batches"]):
-                line = line[0]
+            for i, (line, _) in enumerate(seg["batches"]):
                 if line["compression"] not in ("gzip", "lz4"):
                     continue
                 kafka = data[line["position"] + 61:line["position"] + line["sizeInBytes"]]
