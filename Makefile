@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup
+.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,23 @@ $(STAMP): $(PY) pyproject.toml setup.py $(wildcard engine/_native/*.pyx engine/_
 	$(PY) -c "import engine, sys; print('kafkalog core:', engine.IMPL)"
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) jvm
 
-run: $(STAMP)
+# kafkalog's Spark source on the JVM (engine/spark/jvm): compiled with javac against the installed pyspark's jars when
+# missing or stale, in a few seconds; without javac it says so and Spark uses the Python source
+jvm: $(STAMP)
+	@$(PY) -m engine.spark.jvm
+
+# the Spark tests run on the JVM source (required, when javac is here) and again on the Python source
+SPARK_SOURCE := $(if $(shell command -v javac),jvm,auto)
+
+run: setup
 	$(PY) -m engine demo --data $(DATA)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:randomly tests
+test: setup
+	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q -p no:randomly tests
+	KAFKALOG_SPARK_SOURCE=python $(PY) -m pytest -q -p no:randomly tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
+		tests/spark/test_spark_paths.py
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
 		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py tests/stress
@@ -46,12 +56,12 @@ test-pythons:
 # an sdist and a wheel (the native core required) in dist/, then tests/dist_smoke.py: the wheel owns only `engine`,
 # installs beside the package index's `segments` and `replication` in a fresh venv outside the tree, works there
 # (open, produce, consume, the CLI, a Spark read), and uninstalls leaving both intact
-dist: $(STAMP)
+dist: setup
 	rm -rf dist
 	KAFKALOG_REQUIRE_EXTENSIONS=1 $(PY) -m build --outdir dist .
 	$(PY) -m tests.dist_smoke dist
 
-test-fast: $(STAMP)
+test-fast: setup
 	$(PY) -m pytest -q -x -m "not spark" tests
 
 # 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts,
@@ -86,20 +96,20 @@ SANITIZE_SCALE ?= 10
 sanitize: $(STAMP)
 	SANITIZE_SCALE=$(SANITIZE_SCALE) bash tests/sanitize.sh
 
-bench: $(STAMP)
+bench: setup
 	$(PY) -m bench
 	$(PY) -m bench.readme_tables
 	$(PY) -m pytest bench --benchmark-only -q
 
 # CI's smoke run: small data, few repetitions; it asserts no timing and fails only if a benchmark cannot run
-bench-quick: $(STAMP)
+bench-quick: setup
 	$(PY) -m bench --quick --out build/bench-quick
 	KAFKALOG_BENCH_PARTITIONS=200 \
 	$(PY) -m pytest bench --benchmark-only -q --benchmark-min-rounds=1 --benchmark-max-time=0.01 \
 		--benchmark-warmup=off --benchmark-disable-gc
 
 clean:
-	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA) .venv-3.*
+	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA) .venv-3.* engine/spark/jvm/kafkalog-spark.jar
 	find engine -name '*.so' -delete
 	find engine/_native -name '_*.c' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,7 +1,8 @@
 """Spark workloads: the same rows (16 B keys, 100 B values) read and aggregated by a local[2] Spark through
-kafkalog's data source, beside (a) Spark reading them from Parquet, (b) a Python data source that yields
+kafkalog's JVM data source, beside (a) Spark reading them from Parquet, (b) kafkalog's Python data source (what
+Spark uses without the jar), (c) a Python data source that yields
 ready-made Arrow batches of the same shape and does no work (the ceiling of Spark's Python data source
-path) and (c) a Python data source that yields one tuple per row."""
+path) and (d) a Python data source that yields one tuple per row."""
 from __future__ import annotations
 
 import os
@@ -12,9 +13,11 @@ import tempfile
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bench.curves import peak_kib
+from engine.spark.datasource import KafkalogDataSource
 from bench.runner import Contender, Workload
 
 KEY, VALUE, PARTITIONS, ARROW_ROWS = 16, 100, 2, 10_000
+PYTHON_SOURCE = "kafkalog_python"
 T0 = 1_700_000_000_000
 
 
@@ -72,16 +75,25 @@ def _session():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master(f"local[{PARTITIONS}]").appName("kafkalog-bench")
+    import engine.spark
+    spark = (engine.spark.configure(SparkSession.builder).master(f"local[{PARTITIONS}]").appName("kafkalog-bench")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", str(PARTITIONS)).config("spark.driver.memory", "2g")
              .config("spark.ui.showConsoleProgress", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    import engine.spark
     engine.spark.register(spark)
+    spark.dataSource.register(_PythonSource)  # the Python source, beside the JVM source when that serves kafkalog
     spark.dataSource.register(_SyntheticSource)
     return spark
+
+
+class _PythonSource(KafkalogDataSource):
+    """kafkalog's Python source, named so that it can serve beside the JVM source in one session."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_SOURCE
 
 
 def _write_log(directory: str, rows: int) -> None:
@@ -101,6 +113,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     log_dir = tempfile.mkdtemp(dir=scratch)
     _write_log(log_dir, rows)
     kafkalog = spark.read.format("kafkalog").option("subscribe", "bench").load(log_dir)
+    python = spark.read.format(PYTHON_SOURCE).option("subscribe", "bench").load(log_dir)
     parquet_dir = os.path.join(scratch, "bench.parquet")
     kafkalog.write.parquet(parquet_dir)
     os.sync()  # no timed read competes with the writeback of the data it reads
@@ -112,11 +125,12 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     return [Workload(
         "spark", f"read and aggregate {rows / 1e6:g} M records ({KEY} B keys, {VALUE} B values), local[{PARTITIONS}]",
         rows, rows * (KEY + VALUE),
-        [Contender("kafkalog", aggregate(kafkalog)),
+        [Contender("kafkalog (JVM source)", aggregate(kafkalog)),
          Contender("Spark reading Parquet", aggregate(spark.read.parquet(parquet_dir))),
+         Contender("kafkalog's Python source", aggregate(python)),
          Contender("ready-made Arrow source", aggregate(synthetic.option("style", "arrow").load())),
          Contender("tuple source", aggregate(synthetic.option("style", "tuples").load()))],
-        targets={"ready-made Arrow source": 0.8, "tuple source": 4.0})]
+        targets={"Spark reading Parquet": 0.6, "kafkalog's Python source": 2.0})]
 
 
 def _aggregate(df, rows: int):
@@ -138,7 +152,7 @@ def memory_curve(quick: bool, scratch: str) -> dict:
         d = tempfile.mkdtemp(dir=scratch)
         _write_log(d, n)
         os.sync()
-        _aggregate(spark.read.format("kafkalog").option("subscribe", "bench").load(d), n)()
+        _aggregate(spark.read.format(PYTHON_SOURCE).option("subscribe", "bench").load(d), n)()
         peaks = spark.sparkContext.parallelize(range(PARTITIONS * 4), PARTITIONS * 4).map(lambda _: peak_kib()).collect()
         curve["series"]["Spark Python workers (kafkalog source)"].append(max(peaks) / 1024)
         shutil.rmtree(d)

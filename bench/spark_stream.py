@@ -7,7 +7,9 @@
   its send to the end of the micro-batch that read it (foreachBatch), p50 and p99. The floor is the engine's
   `hw_checkpoint_interval_ms` (set to 100 ms here) plus a trigger: a reader in another process only learns of
   records through that file.
-- Writer rows/s: `df.write.format("kafkalog")` (Arrow tasks, one transactional commit), against Spark writing the
+Each kafkalog row is the JVM source or sink when its jar is built (engine.spark.jvm), with kafkalog's Python source
+or sink beside it on the same rows.
+- Writer rows/s: `df.write.format("kafkalog")` (staging tasks, one transactional commit), against Spark writing the
   same rows as Parquet, and against a tuple-yielding Python writer (`DataSourceWriter` fed Rows, building the
   same staged Arrow files row by row) committed the same way.
 """
@@ -21,7 +23,7 @@ import time
 
 import engine
 from bench.log import _figure, rotated
-from bench.spark import _session
+from bench.spark import PYTHON_SOURCE, _session
 
 RATE, LATENCY_SECONDS, HW_MS = 2000, 6, 100
 
@@ -34,7 +36,8 @@ def _log(directory: str, rows: int) -> None:
 
 
 def stream_throughput(spark, scratch: str, rows: int, rep: int) -> list[float]:
-    """(kafkalog stream records/s, Parquet file stream records/s) over the same rows."""
+    """(kafkalog stream records/s, Parquet file stream records/s, kafkalog's Python source stream records/s) over
+    the same rows."""
     log = tempfile.mkdtemp(dir=scratch)
     _log(log, rows)
     parquet = os.path.join(scratch, f"rows-{rows}")
@@ -47,10 +50,11 @@ def stream_throughput(spark, scratch: str, rows: int, rep: int) -> list[float]:
              .trigger(availableNow=True).start())
         q.awaitTermination()
         return rows / (time.perf_counter() - start)
-    return rotated(rep, [
-        lambda: run(spark.readStream.format("kafkalog").option("subscribe", "s").option("startingOffsets", "earliest")
-                    .load(log)),
-        lambda: run(spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet))])
+    def ours(name: str):
+        return spark.readStream.format(name).option("subscribe", "s").option("startingOffsets", "earliest").load(log)
+    return rotated(rep, [lambda: run(ours("kafkalog")),
+                         lambda: run(spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet)),
+                         lambda: run(ours(PYTHON_SOURCE))])
 
 
 def latency(spark, scratch: str) -> tuple[float, float]:
@@ -88,7 +92,8 @@ def latency(spark, scratch: str) -> tuple[float, float]:
 
 
 def writer_rates(spark, scratch: str, rows: int, rep: int) -> list[float]:
-    """(kafkalog sink rows/s, Parquet rows/s, tuple-yielding Python writer rows/s) for the same DataFrame."""
+    """(kafkalog sink rows/s, Parquet rows/s, tuple-yielding Python writer rows/s, kafkalog's Python sink rows/s)
+    for the same DataFrame."""
     df = spark.range(rows, numPartitions=4).selectExpr("CAST(id % 1000 AS STRING) AS key",
                                                        "repeat('v', 100) AS value").cache()
     df.count()
@@ -103,7 +108,8 @@ def writer_rates(spark, scratch: str, rows: int, rep: int) -> list[float]:
     out = rotated(rep, [
         lambda: run(lambda d: df.write.format("kafkalog").option("topic", "w").mode("append").save(d)),
         lambda: run(lambda d: df.write.parquet(os.path.join(d, "parquet"))),
-        lambda: run(lambda d: df.write.format("kafkalog-rows").option("topic", "w").mode("append").save(d))])
+        lambda: run(lambda d: df.write.format("kafkalog-rows").option("topic", "w").mode("append").save(d)),
+        lambda: run(lambda d: df.write.format(PYTHON_SOURCE).option("topic", "w").mode("append").save(d))])
     df.unpersist()
     return out
 
@@ -149,16 +155,20 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     reps = 1 if quick else 3
     spark = _session()
     spark.dataSource.register(_row_source())
-    ours, files = zip(*[stream_throughput(spark, scratch, rows, rep) for rep in range(reps)])
+    ours, files, python_stream = zip(*[stream_throughput(spark, scratch, rows, rep) for rep in range(reps)])
     p50s, p99s = zip(*[latency(spark, scratch) for _ in range(reps)])
-    sink_rates, parquet, tuples = zip(*[writer_rates(spark, scratch, rows, rep) for rep in range(reps)])
+    sink_rates, parquet, tuples, python_sink = zip(*[writer_rates(spark, scratch, rows, rep) for rep in range(reps)])
     return [
         _figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
-                "Spark file stream of the same rows (Parquet)", list(files), False),
+                "Spark file stream of the same rows (Parquet)", list(files), False, target=0.6),
+        _figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
+                "kafkalog's Python source streaming the same rows", list(python_stream), False),
         _figure(f"Spark stream end-to-end latency at {RATE:,} records/s, p50 (HW checkpoint every {HW_MS} ms, "
                 f"100 ms trigger)", list(p50s), "ms", "the same, p99", list(p99s), True),
         _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
-                "Spark writing the same rows as Parquet", list(parquet), False),
+                "Spark writing the same rows as Parquet", list(parquet), False, target=0.5),
         _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
                 "a tuple-yielding Python writer staging the same rows", list(tuples), False),
+        _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
+                "kafkalog's Python sink writing the same rows", list(python_sink), False),
     ]

@@ -181,3 +181,37 @@ def request(path: str, req: dict, timeout_ms: int) -> int:
     if "error" in outcome:
         raise KafkaError(f"the staged write failed in the process that owns {path}: {outcome['error']}", file=path)
     return outcome["appended"]
+
+
+def commit(path: str, req: dict, timeout_ms: int) -> int:
+    """Apply `req` (a sink's committed attempts): by opening the engine on `path`, or, when another process (the
+    application) has it open, by asking that process's engine to; returns the rows appended."""
+    import engine
+    from engine.common.errors import LogDirectoryLockedError
+
+    try:
+        e = engine.open(path)
+    except LogDirectoryLockedError:
+        return request(path, req, timeout_ms)
+    with e:
+        return apply(e, req)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m engine.staged_writes <path> <timeout ms>` with a request on stdin: the JVM sink's commit. Prints
+    the rows appended; a failure is one line on stderr ("ErrorName: message") and exit status 1."""
+    import sys
+
+    path, timeout_ms = argv
+    try:
+        print(commit(path, json.load(sys.stdin), int(timeout_ms)))
+    except Exception as exc:  # the caller is the JVM: it reports this one line as the commit's error
+        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -31,10 +31,11 @@ from engine.segments.segment import LogSegment, SegmentConfig
 
 
 class Chunk(NamedTuple):
-    """Whole batches of one segment: the file position they start at, and a zero-copy view of them."""
+    """Whole batches of one segment: the file position they start at, a zero-copy view of them, and the segment."""
 
     position: int
     data: memoryview
+    file: str
 
 
 def read_checkpoints(fs: FileSystem, log_dir: str) -> tuple[dict, dict]:
@@ -92,7 +93,7 @@ class PartitionReader:
                 data, prev_last = self._whole_batches(seg, position, max_bytes, prev_last, upper)
                 if not data:
                     break  # a partial batch at the tail
-                yield Chunk(position, data)
+                yield Chunk(position, data, seg.log_path)
                 if prev_last + 1 >= end:
                     return
                 position += len(data)

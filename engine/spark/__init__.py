@@ -1,8 +1,17 @@
-"""Spark reads log directories directly: `spark.read.format("kafkalog")` (see engine.spark.source).
+"""Spark reads and writes log directories directly: `spark.read.format("kafkalog")` (and readStream, write,
+writeStream), through one of two implementations of the same source:
 
-Imported only when pyspark is installed (the `[spark]` extra). `register(spark)` makes the format
-known to a session; `use_this_python()` points local PySpark workers at this interpreter, which is
-the one with kafkalog installed.
+- the JVM source (engine.spark.jvm: kafkalog-spark.jar, Java, columnar), used when the jar is on the session's
+  classpath: build the session with `configure(SparkSession.builder)` (it adds the jar to `spark.jars`), or pass
+  the jar with `--jars` / `spark.jars` on a cluster;
+- the Python source (engine.spark.source, stream, sink: Spark's Python Data Source API), used otherwise.
+
+`register(spark)` makes the format known to a session and says in one line which implementation serves it.
+`KAFKALOG_SPARK_SOURCE` (or the session conf `spark.kafkalog.source`) = `jvm` | `python` | `auto` (default)
+forces one: `jvm` fails when the jar is not there (as KAFKALOG_REQUIRE_EXTENSIONS does for the Cython core),
+`python` fails when the session has the jar (Spark refuses two sources of one name). `use_this_python()` points
+local PySpark workers at this interpreter, which is the one with kafkalog installed.
+Imported only when pyspark is installed (the `[spark]` extra).
 """
 from __future__ import annotations
 
@@ -11,22 +20,101 @@ import shutil
 import subprocess
 import sys
 
-from engine.spark.source import KafkalogDataSource, KafkalogPushdownDataSource
+from engine.spark import jvm
+from engine.spark.datasource import KafkalogDataSource, KafkalogPushdownDataSource
 
-__all__ = ["KafkalogDataSource", "KafkalogPushdownDataSource", "java_problem", "register", "use_this_python"]
+__all__ = ["KafkalogDataSource", "KafkalogPushdownDataSource", "configure", "java_problem", "register",
+           "use_this_python"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+SOURCE_ENV, SOURCE_CONF = "KAFKALOG_SPARK_SOURCE", "spark.kafkalog.source"
+JVM_PROVIDER = "kafkalog.spark.KafkalogTable$Provider"
+_said: set = set()
 
 
-def register(spark, pushdown: bool | None = None) -> None:
-    """Make `spark.read.format("kafkalog")` available in this SparkSession.
+def configure(builder, require: bool | None = None):
+    """A SparkSession builder with kafkalog's JVM source on its classpath (spark.jars), when the jar is built and
+    fits this pyspark (building it first if javac is there); returns the builder. Unless the JVM path is forced
+    (`require`, or KAFKALOG_SPARK_SOURCE=jvm), a jar that cannot serve leaves the builder as it was."""
+    import pyspark
 
-    With pushdown (by default, when spark.sql.python.filterPushdown.enabled is true at this call) the
-    source prunes partitions, offsets and timestamps itself; Spark refuses a pushdown-capable Python
-    source while that setting is false, so register again after changing it."""
+    mode = os.environ.get(SOURCE_ENV, "auto")
+    if mode == "python":
+        return builder
+    why = jvm.problem(pyspark.__version__)
+    if why is not None and jvm.javac() is not None:
+        jvm.build()
+        why = jvm.problem(pyspark.__version__)
+    if why is not None:
+        if require or mode == "jvm":
+            raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but {why}")
+        return builder
+    existing = getattr(builder, "_options", {}).get("spark.jars")
+    return builder.config("spark.jars", ",".join(p for p in (existing, jvm.JAR) if p))
+
+
+def _mode(spark) -> str:
+    mode = os.environ.get(SOURCE_ENV) or str(spark.conf.get(SOURCE_CONF, "auto"))
+    if mode not in ("auto", "jvm", "python"):
+        raise ValueError(f"kafkalog: {SOURCE_ENV}/{SOURCE_CONF} must be auto, jvm or python, got {mode!r}")
+    return mode
+
+
+def _has_jvm_source(spark) -> bool | None:
+    """Whether the session's driver loads kafkalog's JVM source; None when it cannot be asked (Spark Connect)."""
+    gateway = getattr(spark, "_jvm", None)
+    if gateway is None:
+        return None
+    try:
+        loader = gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        gateway.java.lang.Class.forName(JVM_PROVIDER, False, loader)
+        return True
+    except Exception:  # py4j's error for ClassNotFoundException
+        return False
+
+
+def register(spark, pushdown: bool | None = None) -> str:
+    """Make `format("kafkalog")` available in this SparkSession; returns "jvm" or "python", the implementation
+    that serves it, and says which in one line the first time.
+
+    The Python source prunes partitions, offsets and timestamps itself when pushdown is on (by default when
+    spark.sql.python.filterPushdown.enabled is true at this call: Spark refuses a pushdown-capable Python source
+    while that setting is false, so register again after changing it); the JVM source always does."""
+    mode = _mode(spark)
+    present = _has_jvm_source(spark)
+    if present is None:  # Spark Connect: the server has the jar if it refuses a Python source of the same name
+        present = _register_python(spark, pushdown, probe=True)
+    elif not present and mode != "jvm":
+        _register_python(spark, pushdown)
+    if mode == "jvm" and not present:
+        raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but this session does not load "
+                           f"kafkalog-spark.jar: build it with engine.spark.configure(SparkSession.builder), or pass "
+                           f"{jvm.JAR} with --jars")
+    if mode == "python" and present:
+        raise RuntimeError(f"kafkalog: the Python source was required ({SOURCE_ENV}=python) but this session loads "
+                           f"kafkalog-spark.jar (spark.jars), and Spark refuses two sources named kafkalog")
+    path = "jvm" if present else "python"
+    if path not in _said:
+        _said.add(path)
+        print("kafkalog: Spark reads and writes through the " + (
+            f"JVM source ({jvm.JAR})" if present else
+            f"Python source ({jvm.problem(spark.version) or 'the session was not built with engine.spark.configure()'})"),
+            file=sys.stderr)
+    return path
+
+
+def _register_python(spark, pushdown: bool | None, probe: bool = False) -> bool:
+    """Register the Python source; with `probe`, True (and nothing registered) when Spark already has a JVM
+    source named kafkalog."""
     if pushdown is None:
         pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
-    spark.dataSource.register(KafkalogPushdownDataSource if pushdown else KafkalogDataSource)
+    try:
+        spark.dataSource.register(KafkalogPushdownDataSource if pushdown else KafkalogDataSource)
+    except Exception as exc:
+        if probe and "DATA_SOURCE_ALREADY_EXISTS" in str(exc):
+            return True
+        raise
+    return False
 
 
 def use_this_python() -> None:

@@ -37,9 +37,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-import engine
 from engine import staged_writes
-from engine.common.errors import InvalidConfigurationError, LogDirectoryLockedError
+from engine.common.errors import InvalidConfigurationError
 
 OPTIONS = {"path", "topic", "transactionalid", "sinkid", "checkpointlocation", "committimeoutms"}
 def _bad(what: str, why: str) -> InvalidConfigurationError:
@@ -158,15 +157,8 @@ def abort(settings: SinkSettings, job: str, messages) -> None:
 
 def commit(settings: SinkSettings, job: str, messages, batch_id: int | None = None) -> int:
     """The driver's side (Spark runs it in a Python worker of its own): apply the staged rows of the committed
-    attempts, by opening the engine, or, when another process (the application) has it open, by asking that
-    process's engine to (engine.staged_writes); returns the rows appended."""
-    req = _request(settings, job, messages, batch_id)
-    try:
-        e = engine.open(settings.path)
-    except LogDirectoryLockedError:
-        return staged_writes.request(settings.path, req, settings.commit_timeout_ms)
-    with e:
-        return staged_writes.apply(e, req)
+    attempts (engine.staged_writes.commit); returns the rows appended."""
+    return staged_writes.commit(settings.path, _request(settings, job, messages, batch_id), settings.commit_timeout_ms)
 
 
 class KafkalogWriter(DataSourceArrowWriter):

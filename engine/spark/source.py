@@ -29,7 +29,6 @@ import sys
 from contextlib import contextmanager
 
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     EqualTo,
     GreaterThan,
@@ -91,7 +90,7 @@ def _bad(option: str, why: str) -> InvalidConfigurationError:
     return InvalidConfigurationError(f"kafkalog option {option!r}: {why}")
 
 
-def _bool(options: dict, name: str, default: bool) -> bool:
+def bool_option(options: dict, name: str, default: bool) -> bool:
     value = str(options.get(name.lower(), default)).lower()
     if value not in ("true", "false"):
         raise _bad(name, f"must be true or false, got {value!r}")
@@ -179,8 +178,8 @@ class Settings:
             raise _bad(next(iter(levels), "kafka.isolation.level"),
                        f"must be read_uncommitted or read_committed, got {level!r}")
         self.isolation = level
-        self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
-        self.include_headers = _bool(options, "includeHeaders", False)
+        self.fail_on_data_loss = bool_option(options, "failOnDataLoss", True)
+        self.include_headers = bool_option(options, "includeHeaders", False)
         self.min_partitions = _int(options, "minPartitions", 1, 1)
         self.max_bytes = _int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
         self.max_decompressed = _int(options, "maxDecompressedBytes", DEFAULT_MAX_DECOMPRESSED, 1)
@@ -240,47 +239,6 @@ class OffsetRange(InputPartition):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.directory, self.start, self.end = topic, partition, directory, start, end
         self.aborted = aborted  # read_committed: the aborted transactions overlapping [start, end)
-
-
-class KafkalogDataSource(DataSource):
-    """`spark.read.format("kafkalog").option("path", dir).option("subscribe", "events").load()`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "kafkalog"
-
-    def schema(self) -> StructType:
-        return spark_schema(_bool({str(k).lower(): v for k, v in dict(self.options).items()}, "includeHeaders",
-                                  False))
-
-    def reader(self, schema: StructType) -> "KafkalogReader":
-        return KafkalogReader(Settings(self.options), schema)
-
-    def writer(self, schema: StructType, overwrite: bool):
-        """`df.write.format("kafkalog")` (engine.spark.sink)."""
-        from engine.spark.sink import KafkalogWriter, SinkSettings
-
-        return KafkalogWriter(SinkSettings(self.options, schema, overwrite))
-
-    def streamWriter(self, schema: StructType, overwrite: bool):
-        """`df.writeStream.format("kafkalog")` (engine.spark.sink)."""
-        from engine.spark.sink import KafkalogStreamWriter, SinkSettings
-
-        return KafkalogStreamWriter(SinkSettings(self.options, schema, overwrite))
-
-    def streamReader(self, schema: StructType):
-        """`spark.readStream.format("kafkalog")` (engine.spark.stream)."""
-        from engine.spark.stream import KafkalogStreamReader
-
-        return KafkalogStreamReader(Settings(self.options, streaming=True), schema)
-
-
-class KafkalogPushdownDataSource(KafkalogDataSource):
-    """The same source, with a reader that accepts pushed-down filters (Spark refuses such a reader unless
-    spark.sql.python.filterPushdown.enabled=true, so engine.spark.register() picks the class that fits)."""
-
-    def reader(self, schema: StructType) -> "KafkalogPushdownReader":
-        return KafkalogPushdownReader(Settings(self.options), schema)
 
 
 def check_worker(expected_impl: str) -> None:
@@ -452,13 +410,13 @@ class KafkalogReader(DataSourceReader):
         reader = PartitionReader(partition.directory)
         runs = reader.chunks(partition.start, partition.end, CHUNK_BYTES)
         if self.settings.isolation == READ_COMMITTED:
-            runs = _visible_runs(runs, read_committed.AbortedFilter(partition.aborted), partition.directory)
+            runs = _visible_runs(runs, read_committed.AbortedFilter(partition.aborted))
         try:
             for chunk in runs:
                 cols = codec.decode_columnar(chunk.data, start_offset=partition.start, end_offset=partition.end,
                                              include_headers=self.settings.include_headers,
                                              max_decompressed_bytes=self.settings.max_decompressed,
-                                             position=chunk.position, source=partition.directory)
+                                             position=chunk.position, source=chunk.file)
                 n = len(cols)
                 if not n:
                     continue
@@ -503,22 +461,22 @@ def overlapping(aborted, start: int, end: int) -> tuple[AbortedTxn, ...]:
     return tuple(t for t in aborted if t.last_offset >= start and t.first_offset < end)
 
 
-def _visible_runs(chunks, visible: read_committed.AbortedFilter, source: str):
+def _visible_runs(chunks, visible: read_committed.AbortedFilter):
     """The chunks cut into runs of consecutive batches a read_committed reader returns (aborted transactions'
     batches left out; control batches the decoder skips anyway)."""
     for chunk in chunks:
         run_start = None
         pos = 0
-        for batch in codec.iter_batches(chunk.data, source=source):
+        for batch in codec.iter_batches(chunk.data, position=chunk.position, source=chunk.file):
             end = pos + batch.size_in_bytes
             if visible.visible(batch) or batch.is_control:  # (a marker must reach the filter: it ends an abort)
                 run_start = pos if run_start is None else run_start
             elif run_start is not None:
-                yield Chunk(chunk.position + run_start, chunk.data[run_start:pos])
+                yield Chunk(chunk.position + run_start, chunk.data[run_start:pos], chunk.file)
                 run_start = None
             pos = end
         if run_start is not None:
-            yield Chunk(chunk.position + run_start, chunk.data[run_start:pos])
+            yield Chunk(chunk.position + run_start, chunk.data[run_start:pos], chunk.file)
 
 
 _TIME_OPS = {"EqualTo": "equal", "GreaterThan": "greater", "GreaterThanOrEqual": "greater_equal",

@@ -4,8 +4,10 @@ Spark stream over it that writes a sample of it back into the log."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
 
 import engine
@@ -159,6 +161,25 @@ def _pipeline(spark, directory: str, topic: str) -> int:
     return sampled
 
 
+@contextlib.contextmanager
+def jvm_output_to(path: str):
+    """Processes started inside (Spark's JVM, and the Python workers it forks) write their stdout and stderr to
+    `path`; this process's own are restored on exit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
 def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None) -> int:
     """Read `directory` with a local Spark session (or `spark`, left running) and the kafkalog source: records
     and bytes per partition, then the first rows. Without pyspark or Java, say what to install (exit 3)
@@ -183,13 +204,16 @@ def spark_step(directory: str, topic: str = "events", show: int = 5, spark=None)
     if own:
         engine.spark.use_this_python()
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark = (SparkSession.builder.master("local[2]").appName("kafkalog-demo")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
-                 .getOrCreate())
+        log = os.path.join(tempfile.gettempdir(), "kafkalog-demo-spark.log")
+        builder = (engine.spark.configure(SparkSession.builder).master("local[2]").appName("kafkalog-demo")
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR"))
+        with jvm_output_to(log):  # the JVM and its Python workers write there, the demo's lines stay alone
+            spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        print(f"Spark started (local[2]); its own log: {log}")
     try:
         engine.spark.register(spark)
         t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """A session-scoped local[2] SparkSession, configured to start fast and quietly.
 
-Workers run this interpreter (PYSPARK_PYTHON=sys.executable), so they import the kafkalog
+The session loads kafkalog's JVM source when its jar is built (engine.spark.configure), unless
+KAFKALOG_SPARK_SOURCE=python: make test runs these tests once on each path. Workers run this interpreter (PYSPARK_PYTHON=sys.executable), so they import the kafkalog
 installed in this venv; the UI is off, everything binds to loopback, shuffles use 2 partitions
 and the warehouse lives in a temp dir.
 """
@@ -23,7 +24,7 @@ def spark(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("spark")
     session = (
-        SparkSession.builder.master("local[2]")
+        engine.spark.configure(SparkSession.builder).master("local[2]")
         .appName("kafkalog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")

@@ -27,7 +27,7 @@ def main(path: str, n: int) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2, 4]").config("spark.ui.enabled", "false")
+    spark = (engine.spark.configure(SparkSession.builder).master("local[2, 4]").config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -71,3 +71,18 @@ def test_a_worker_on_another_build_fails_in_one_line(monkeypatch):
     message = str(err.value)
     assert "\n" not in message and "No module named 'cramjam'" in message
     assert "engine.spark.use_this_python()" in message and "PYSPARK_PYTHON" in message
+
+
+def test_the_demos_spark_processes_write_to_its_log_not_the_terminal(tmp_path, capfd):
+    """`make run`: Spark's JVM (and the workers it starts) write to the log the demo names; its lines stay alone."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "spark.log"
+    with demo.jvm_output_to(str(log)):
+        subprocess.run([sys.executable, "-c", "import sys; print('jvm says'); print('WARN noise', file=sys.stderr)"],
+                       check=True)
+    print("the demo's line")
+    out = capfd.readouterr()
+    assert "the demo's line" in out.out and "jvm says" not in out.out and "WARN noise" not in out.err
+    assert "jvm says" in log.read_text() and "WARN noise" in log.read_text()

@@ -116,3 +116,40 @@ def test_the_checker_catches_an_upward_import(tmp_path):
     for planted in ("segments/log.py", "engine/record/records.py", "engine/common/clock.py",
                     "engine/_native/_acc.pyx", "replication/broker.py"):
         assert any(f.startswith(planted) for f in found), (planted, found)
+
+
+def cycles(root: Path = ROOT) -> list[list[str]]:
+    """Import cycles among the project's modules (module-level and deferred imports alike), each as a path."""
+    modules = {_module_name(p, root): p for package in PACKAGES for p in (root / package).rglob("*.py")}
+    graph = {m: sorted({t for _, t in _imports(p) if t in modules and t != m and t != "engine"})
+             for m, p in modules.items() if m != "engine"}
+    found, state = [], {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = "open"
+        for t in graph.get(m, []):
+            if state.get(t) == "open":
+                found.append(path[path.index(t):] + [t] if t in path else [m, t])
+            elif t not in state:
+                visit(t, path + [t])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert cycles() == []
+
+
+def test_the_cycle_checker_finds_one(tmp_path):
+    pkg = tmp_path / "engine"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from engine.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from engine.a import y\n")
+    for folder in FOLDER_LAYERS:
+        (tmp_path / folder).mkdir()
+    assert cycles(tmp_path) == [["engine.a", "engine.b", "engine.a"]]

@@ -1,0 +1,61 @@
+package kafkalog.spark;
+
+/**
+ * kafkalog's typed errors on the JVM, named and coded as Kafka's (and as engine.common.errors names them), each
+ * naming where it happened. The message is the whole report: no stack trace is kept, so a failed Spark task says
+ * one line ("CorruptRecordError: ... (file f, position p, offset o)") instead of a page of JVM frames.
+ */
+public final class KafkalogError extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    public final String kind;
+    public final int code;
+    public final boolean retriable;
+
+    private KafkalogError(String kind, int code, boolean retriable, String message) {
+        super(kind + ": " + message, null, false, false);
+        this.kind = kind;
+        this.code = code;
+        this.retriable = retriable;
+    }
+
+    static String where(String message, String file, long position, long offset) {
+        StringBuilder at = new StringBuilder();
+        if (file != null) at.append("file ").append(file);
+        if (position >= 0) at.append(at.length() > 0 ? ", " : "").append("position ").append(position);
+        if (offset >= 0) at.append(at.length() > 0 ? ", " : "").append("offset ").append(offset);
+        return at.length() == 0 ? message : message + " (" + at + ")";
+    }
+
+    /** CORRUPT_MESSAGE (2): bad CRC, bad framing, truncated or undecodable bytes. */
+    public static KafkalogError corrupt(String message, String file, long position, long offset) {
+        return new KafkalogError("CorruptRecordError", 2, true, where(message, file, position, offset));
+    }
+
+    /** MESSAGE_TOO_LARGE (10): a batch that inflates past maxDecompressedBytes. */
+    public static KafkalogError tooLarge(String message, String file, long position, long offset) {
+        return new KafkalogError("RecordTooLargeError", 10, false, where(message, file, position, offset));
+    }
+
+    /** OFFSET_OUT_OF_RANGE (1): offsets outside the log (failOnDataLoss). */
+    public static KafkalogError outOfRange(String message, String file, long offset) {
+        return new KafkalogError("OffsetOutOfRangeError", 1, false, where(message, file, -1, offset));
+    }
+
+    /** INVALID_CONFIG (40): an unknown option or a bad value, naming the option. */
+    public static KafkalogError badOption(String option, String why) {
+        return new KafkalogError("InvalidConfigurationError", 40, false, "kafkalog option '" + option + "': " + why);
+    }
+
+    /** INVALID_CONFIG (40) for the sink: what is wrong with the write. */
+    public static KafkalogError badWrite(String what, String why) {
+        return new KafkalogError("InvalidConfigurationError", 40, false, "kafkalog sink: " + what + " " + why);
+    }
+
+    /** KAFKA_STORAGE_ERROR (56): a file that cannot be read. */
+    public static KafkalogError storage(String message, String file, Throwable cause) {
+        KafkalogError e = new KafkalogError("KafkaStorageError", 56, true, where(message, file, -1, -1));
+        if (cause != null) e.initCause(cause);
+        return e;
+    }
+}

@@ -1,0 +1,389 @@
+package kafkalog.spark;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import org.apache.arrow.vector.ipc.ArrowFileWriter;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
+import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * `write.format("kafkalog")` / `writeStream.format("kafkalog")` on the JVM, with the columns, options, errors and
+ * exactly-once commit of engine.spark.sink. Tasks stage their rows, converted to the staged layout, as Arrow IPC
+ * files under `<path>/.kafkalog-staging/<job>/` (engine.staged_writes defines the layout: topic string, partition
+ * int32, key and value binary, headers list<struct<key string, value binary>>, timestamp int64 ms); a failed
+ * attempt removes its file. The driver's commit hands the committed attempts' files to kafkalog's Python engine
+ * (`python -m engine.staged_writes`, the interpreter Spark's Python uses), which appends them in one transaction
+ * (or asks the process that has the directory open to), as the Python sink's commit does.
+ * Thread-safety: a DataWriter belongs to its task; commits come one at a time from the driver.
+ */
+final class KafkalogWrite {
+    static final Set<String> OPTIONS = new HashSet<>(Arrays.asList(
+            "path", "topic", "transactionalid", "sinkid", "checkpointlocation", "committimeoutms"));
+    static final StructType STAGED = DataTypes.createStructType(new StructField[] {
+        DataTypes.createStructField("topic", DataTypes.StringType, true),
+        DataTypes.createStructField("partition", DataTypes.IntegerType, true),
+        DataTypes.createStructField("key", DataTypes.BinaryType, true),
+        DataTypes.createStructField("value", DataTypes.BinaryType, true),
+        DataTypes.createStructField("headers", KafkalogTable.schema(true).apply("headers").dataType(), true),
+        DataTypes.createStructField("timestamp", DataTypes.LongType, true)});
+    static final int ROWS_PER_BATCH = 8192;
+
+    /** The validated options and input columns of one write. */
+    static final class Settings implements Serializable {
+        private static final long serialVersionUID = 1L;
+        final String path;
+        final String topic;
+        final String transactionalId;
+        final String sinkId;
+        final long commitTimeoutMs;
+        final int value, key, topicColumn, partition, headers, timestamp;   // input ordinals, -1 when absent
+        final boolean valueIsString, keyIsString;
+
+        Settings(Map<String, String> raw, StructType input) {
+            Map<String, String> o = new java.util.TreeMap<>();
+            raw.forEach((k, v) -> o.put(k.toLowerCase(Locale.ROOT), v));
+            for (String k : o.keySet()) {
+                if (!OPTIONS.contains(k)) {
+                    throw KafkalogError.badWrite("option '" + k + "'", "is unknown (known: path, topic, transactionalId, sinkId, commitTimeoutMs)");
+                }
+            }
+            path = o.get("path");
+            if (path == null || path.isEmpty()) throw KafkalogError.badWrite("option 'path'", "is required: .option('path', dir) or .save(dir)");
+            topic = o.get("topic");
+            try {
+                commitTimeoutMs = Long.parseLong(o.getOrDefault("committimeoutms", "120000"));
+            } catch (NumberFormatException e) {
+                throw KafkalogError.badWrite("option 'commitTimeoutMs'", "must be an integer, got '" + o.get("committimeoutms") + "'");
+            }
+            transactionalId = o.getOrDefault("transactionalid", "kafkalog-spark-" + (topic == null ? "sink" : topic));
+            String checkpoint = o.get("checkpointlocation");
+            String sink = o.get("sinkid");
+            sinkId = sink != null && !sink.isEmpty() ? sink : checkpoint != null ? "kafkalog-spark-sink-" + sha1(checkpoint).substring(0, 16) : "kafkalog-spark-sink";
+            value = ordinal(input, "value", DataTypes.BinaryType, DataTypes.StringType);
+            if (value < 0) throw KafkalogError.badWrite("column 'value'", "is required (binary or string)");
+            key = ordinal(input, "key", DataTypes.BinaryType, DataTypes.StringType);
+            topicColumn = ordinal(input, "topic", DataTypes.StringType);
+            partition = ordinal(input, "partition", DataTypes.IntegerType);
+            timestamp = ordinal(input, "timestamp", DataTypes.TimestampType, DataTypes.TimestampNTZType);
+            headers = ordinal(input, "headers", STAGED.apply("headers").dataType());
+            valueIsString = input.fields()[value].dataType() == DataTypes.StringType;
+            keyIsString = key >= 0 && input.fields()[key].dataType() == DataTypes.StringType;
+            if (topic == null && topicColumn < 0) throw KafkalogError.badWrite("column 'topic'", "is required unless the 'topic' option names the topic");
+        }
+
+        private static int ordinal(StructType input, String name, DataType... types) {
+            String[] names = input.fieldNames();
+            for (int i = 0; i < names.length; i++) {
+                if (!names[i].equals(name)) continue;
+                DataType t = input.fields()[i].dataType();
+                for (DataType ok : types) if (ok.sameType(t)) return i;
+                String want = types.length == 1 && name.equals("headers") ? "array<struct<key:string,value:binary>>"
+                        : String.join(" or ", Arrays.stream(types).map(DataType::typeName).toArray(String[]::new));
+                throw KafkalogError.badWrite("column '" + name + "'", "must be " + want + ", got " + t.simpleString());
+            }
+            return -1;
+        }
+
+        private static String sha1(String s) {
+            try {
+                StringBuilder hex = new StringBuilder();
+                for (byte b : MessageDigest.getInstance("SHA-1").digest(s.getBytes(StandardCharsets.UTF_8))) hex.append(String.format("%02x", b));
+                return hex.toString();
+            } catch (java.security.NoSuchAlgorithmException e) {
+                throw new IllegalStateException(e);
+            }
+        }
+
+        File staging(String job) {
+            return new File(new File(path, ".kafkalog-staging"), job);
+        }
+    }
+
+    /** What one task attempt staged: its file (null when it had no rows) and its row count. */
+    static final class Staged implements WriterCommitMessage {
+        private static final long serialVersionUID = 1L;
+        final String file;
+        final long rows;
+
+        Staged(String file, long rows) {
+            this.file = file;
+            this.rows = rows;
+        }
+    }
+
+    static final class Builder implements WriteBuilder, SupportsTruncate {
+        private final LogicalWriteInfo info;
+
+        Builder(LogicalWriteInfo info) {
+            this.info = info;
+        }
+
+        @Override
+        public WriteBuilder truncate() {
+            throw KafkalogError.badWrite("mode", "must be 'append': a log is only ever appended to");
+        }
+
+        @Override
+        public Write build() {
+            Settings settings = new Settings(info.options().asCaseSensitiveMap(), info.schema());
+            String job = UUID.randomUUID().toString().replace("-", "");
+            return new Write() {
+                @Override
+                public BatchWrite toBatch() {
+                    return new Batch(settings, job);
+                }
+
+                @Override
+                public StreamingWrite toStreaming() {
+                    return new Streaming(settings, job);
+                }
+            };
+        }
+    }
+
+    static final class Batch implements BatchWrite {
+        private final Settings settings;
+        private final String job;
+
+        Batch(Settings settings, String job) {
+            this.settings = settings;
+            this.job = job;
+        }
+
+        @Override
+        public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
+            return new Factory(settings, job);
+        }
+
+        @Override
+        public void commit(WriterCommitMessage[] messages) {
+            KafkalogWrite.commit(settings, job, messages, null);
+        }
+
+        @Override
+        public void abort(WriterCommitMessage[] messages) {
+            discard(settings, job, messages);
+        }
+    }
+
+    static final class Streaming implements StreamingWrite {
+        private final Settings settings;
+        private final String job;
+
+        Streaming(Settings settings, String job) {
+            this.settings = settings;
+            this.job = job;
+        }
+
+        @Override
+        public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
+            return new Factory(settings, job);
+        }
+
+        @Override
+        public void commit(long epochId, WriterCommitMessage[] messages) {
+            KafkalogWrite.commit(settings, job + "-" + epochId, messages, epochId);
+        }
+
+        @Override
+        public void abort(long epochId, WriterCommitMessage[] messages) {
+            discard(settings, job + "-" + epochId, messages);
+        }
+    }
+
+    static final class Factory implements DataWriterFactory, StreamingDataWriterFactory {
+        private static final long serialVersionUID = 1L;
+        private final Settings settings;
+        private final String job;
+
+        Factory(Settings settings, String job) {
+            this.settings = settings;
+            this.job = job;
+        }
+
+        @Override
+        public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+            return new Stager(settings, settings.staging(job));
+        }
+
+        @Override
+        public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
+            return new Stager(settings, settings.staging(job + "-" + epochId));
+        }
+    }
+
+    /** A task attempt's rows, in the staged layout, as one Arrow IPC file. */
+    static final class Stager implements DataWriter<InternalRow> {
+        private final Settings s;
+        private final File directory;
+        private final UTF8String topic;
+        private final GenericInternalRow out = new GenericInternalRow(6);
+        private File file;
+        private FileOutputStream stream;
+        private ArrowWriter arrow;
+        private ArrowFileWriter writer;
+        private long rows;
+        private int pending;
+
+        Stager(Settings s, File directory) {
+            this.s = s;
+            this.directory = directory;
+            this.topic = s.topic == null ? null : UTF8String.fromString(s.topic);
+        }
+
+        @Override
+        public void write(InternalRow row) throws IOException {
+            if (writer == null) open();
+            UTF8String t = topic != null ? topic : row.isNullAt(s.topicColumn) ? null : row.getUTF8String(s.topicColumn);
+            if (t == null) throw KafkalogError.badWrite("column 'topic'", "holds a null: every row needs a topic");
+            out.update(0, t);
+            out.update(1, s.partition < 0 || row.isNullAt(s.partition) ? null : row.getInt(s.partition));
+            out.update(2, s.key < 0 || row.isNullAt(s.key) ? null : s.keyIsString ? row.getUTF8String(s.key).getBytes() : row.getBinary(s.key));
+            out.update(3, row.isNullAt(s.value) ? null : s.valueIsString ? row.getUTF8String(s.value).getBytes() : row.getBinary(s.value));
+            out.update(4, s.headers < 0 || row.isNullAt(s.headers) ? null : row.getArray(s.headers));
+            out.update(5, s.timestamp < 0 || row.isNullAt(s.timestamp) ? null : row.getLong(s.timestamp) / 1000);
+            arrow.write(out);
+            rows++;
+            if (++pending == ROWS_PER_BATCH) flushBatch();
+        }
+
+        private void open() throws IOException {
+            directory.mkdirs();
+            file = new File(directory, UUID.randomUUID().toString().replace("-", "") + ".arrow");
+            stream = new FileOutputStream(file);
+            arrow = ArrowWriter.create(STAGED, "UTC", true, false);
+            writer = new ArrowFileWriter(arrow.root(), null, stream.getChannel());
+            writer.start();
+        }
+
+        private void flushBatch() throws IOException {
+            arrow.finish();
+            writer.writeBatch();
+            arrow.reset();
+            pending = 0;
+        }
+
+        @Override
+        public WriterCommitMessage commit() throws IOException {
+            if (writer == null) return new Staged(null, 0);
+            if (pending > 0) flushBatch();
+            writer.end();
+            closeFiles();
+            return new Staged(file.getPath(), rows);
+        }
+
+        @Override
+        public void abort() {
+            closeFiles();
+            if (file != null) file.delete();   // a failed attempt leaves nothing for the commit to find
+        }
+
+        private void closeFiles() {
+            try {
+                if (writer != null) writer.close();
+                if (stream != null) stream.close();
+            } catch (IOException ignored) {
+                // the attempt is over either way: abort deletes the file, commit already wrote it whole
+            } finally {
+                if (arrow != null) arrow.root().close();
+                writer = null;
+                stream = null;
+                arrow = null;
+            }
+        }
+
+        @Override
+        public void close() {
+            closeFiles();
+        }
+    }
+
+    private static String request(Settings s, String job, WriterCommitMessage[] messages, Long batchId) {
+        ObjectMapper json = new ObjectMapper();
+        ObjectNode req = json.createObjectNode();
+        req.put("job", job);
+        ArrayNode files = req.putArray("files");
+        for (WriterCommitMessage m : messages) {
+            if (m instanceof Staged && ((Staged) m).file != null) files.add(((Staged) m).file);
+        }
+        req.put("transactional_id", s.transactionalId);
+        req.put("sink_id", s.sinkId);
+        if (batchId == null) req.putNull("batch_id"); else req.put("batch_id", batchId);
+        return req.toString();
+    }
+
+    /** Spark gave up the job (or micro-batch): its staged files go. */
+    static void discard(Settings s, String job, WriterCommitMessage[] messages) {
+        for (WriterCommitMessage m : messages) {
+            if (m instanceof Staged && ((Staged) m).file != null) new File(((Staged) m).file).delete();
+        }
+        File dir = s.staging(job);
+        File[] left = dir.listFiles();
+        if (left != null) for (File f : left) f.delete();
+        dir.delete();
+    }
+
+    /** The driver's side: kafkalog's Python engine applies the committed attempts' files in one transaction. */
+    static void commit(Settings s, String job, WriterCommitMessage[] messages, Long batchId) {
+        String python = SparkEnv.get() == null ? null : SparkEnv.get().conf().get("spark.pyspark.python", null);
+        if (python == null) python = System.getenv("PYSPARK_PYTHON");
+        if (python == null) python = "python3";
+        ProcessBuilder pb = new ProcessBuilder(python, "-m", "engine.staged_writes", s.path, Long.toString(s.commitTimeoutMs));
+        pb.redirectErrorStream(false);
+        try {
+            Process p = pb.start();
+            p.getOutputStream().write(request(s, job, messages, batchId).getBytes(StandardCharsets.UTF_8));
+            p.getOutputStream().close();
+            byte[] err = p.getErrorStream().readAllBytes();
+            p.getInputStream().readAllBytes();
+            if (!p.waitFor(s.commitTimeoutMs + 60_000, TimeUnit.MILLISECONDS)) {
+                p.destroyForcibly();
+                throw KafkalogError.storage("the commit did not finish in " + s.commitTimeoutMs + " ms", s.path, null);
+            }
+            if (p.exitValue() != 0) {
+                String[] lines = new String(err, StandardCharsets.UTF_8).trim().split("\n");
+                String last = lines[lines.length - 1];
+                throw KafkalogError.badWrite("commit", "failed (" + python + " -m engine.staged_writes): " + last);
+            }
+        } catch (IOException e) {
+            throw KafkalogError.storage("cannot run " + python + " -m engine.staged_writes (kafkalog's Python engine applies "
+                    + "the staged rows; set spark.pyspark.python to the Python that has kafkalog installed): " + e, s.path, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw KafkalogError.storage("interrupted while committing", s.path, e);
+        }
+    }
+}

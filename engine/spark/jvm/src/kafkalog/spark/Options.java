@@ -1,0 +1,268 @@
+package kafkalog.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.Serializable;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.regex.PatternSyntaxException;
+
+/**
+ * The validated options of one read, the JVM twin of engine.spark.source.Settings: the same names, defaults and
+ * refusals (each an InvalidConfigurationError naming the option), so a query behaves alike on either path.
+ * Immutable once built; serializable to executors.
+ */
+final class Options implements Serializable {
+    private static final long serialVersionUID = 1L;
+    static final long EARLIEST = -2, LATEST = -1;
+    static final Set<String> KNOWN = new HashSet<>(Arrays.asList(
+            "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
+            "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
+            "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
+            "kafka.isolation.level", "isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
+            "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"));
+    static final String[] STREAMING_ONLY = {"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"};
+    static final String[] BATCH_ONLY = {"endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"};
+    static final Set<String> INTERNAL_TOPICS = new HashSet<>(Arrays.asList(
+            "__consumer_offsets", "__transaction_state", "__cluster_metadata"));
+    private static final Pattern LEGAL_TOPIC = Pattern.compile("[a-zA-Z0-9._-]+");
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    /** One side of the range: kind is earliest, latest, offsets, timestamp or timestamps. */
+    static final class Side implements Serializable {
+        private static final long serialVersionUID = 1L;
+        final String kind;
+        final long timestamp;
+        final Map<String, Long> byPartition;   // "topic-partition" -> offset or timestamp
+
+        Side(String kind, long timestamp, Map<String, Long> byPartition) {
+            this.kind = kind;
+            this.timestamp = timestamp;
+            this.byPartition = byPartition;
+        }
+    }
+
+    final boolean streaming;
+    final String path;
+    final String mode;
+    final String selector;
+    final Set<String> topics = new HashSet<>();
+    final Set<String> assigned = new HashSet<>();
+    final String pattern;
+    final boolean readCommitted;
+    final boolean failOnDataLoss;
+    final boolean includeHeaders;
+    final int minPartitions;
+    final long maxBytesPerPartition;
+    final long maxDecompressedBytes;
+    final boolean strategyLatest;
+    final Side start;
+    final Side end;
+    final Long maxOffsets;
+    final Long minOffsets;
+    final long maxTriggerDelayMs;
+
+    Options(Map<String, String> raw, boolean streaming) {
+        Map<String, String> o = new TreeMap<>();
+        raw.forEach((k, v) -> o.put(k.toLowerCase(Locale.ROOT), v));
+        for (String k : o.keySet()) {
+            if (!KNOWN.contains(k)) {
+                throw KafkalogError.badOption(k, "unknown option (kafkalog reads the log directory given by 'path'; "
+                        + "it takes Spark's Kafka source options for what to read)");
+            }
+        }
+        for (String k : streaming ? BATCH_ONLY : STREAMING_ONLY) {
+            if (o.containsKey(k.toLowerCase(Locale.ROOT))) {
+                throw KafkalogError.badOption(k, "is not valid in " + (streaming ? "streaming" : "batch") + " queries");
+            }
+        }
+        this.streaming = streaming;
+        path = o.get("path");
+        if (path == null || path.isEmpty()) throw KafkalogError.badOption("path", "the log directory is required: .option('path', dir) or .load(dir)");
+        List<String> chosen = new java.util.ArrayList<>();
+        for (String n : new String[] {"subscribe", "subscribePattern", "assign"}) {
+            if (o.containsKey(n.toLowerCase(Locale.ROOT))) chosen.add(n);
+        }
+        if (chosen.size() != 1) {
+            throw KafkalogError.badOption("subscribe", "exactly one of subscribe, subscribePattern, assign is required, got " + chosen);
+        }
+        mode = chosen.get(0);
+        selector = o.get(mode.toLowerCase(Locale.ROOT));
+        String regex = null;
+        if (mode.equals("subscribePattern")) {
+            try {
+                Pattern.compile(selector);
+            } catch (PatternSyntaxException e) {
+                throw KafkalogError.badOption("subscribePattern", "not a regular expression: " + e.getDescription());
+            }
+            regex = selector;
+        } else if (mode.equals("assign")) {
+            try {
+                JsonNode doc = JSON.readTree(selector);
+                if (doc == null || !doc.isObject()) throw new IllegalArgumentException();
+                for (Iterator<Map.Entry<String, JsonNode>> it = doc.fields(); it.hasNext(); ) {
+                    Map.Entry<String, JsonNode> e = it.next();
+                    if (!e.getValue().isArray()) throw new IllegalArgumentException();
+                    for (JsonNode p : e.getValue()) {
+                        if (!p.canConvertToInt()) throw new IllegalArgumentException();
+                        checkName("assign", e.getKey(), p.longValue());
+                        assigned.add(e.getKey() + "-" + p.asInt());
+                    }
+                }
+            } catch (KafkalogError e) {
+                throw e;
+            } catch (Exception e) {
+                throw KafkalogError.badOption("assign", "must be JSON like {\"topic\": [0, 1]}, got '" + selector + "'");
+            }
+        } else {
+            for (String t : selector.split(",")) {
+                if (!t.trim().isEmpty()) topics.add(t.trim());
+            }
+            if (topics.isEmpty()) throw KafkalogError.badOption("subscribe", "names no topic");
+            for (String t : topics) checkName("subscribe", t, 0);
+        }
+        pattern = regex;
+        Map<String, String> levels = new TreeMap<>();
+        for (String n : new String[] {"kafka.isolation.level", "isolation.level"}) {
+            if (o.containsKey(n)) levels.put(n, o.get(n));
+        }
+        if (new HashSet<>(levels.values()).size() > 1) {
+            throw KafkalogError.badOption("kafka.isolation.level", "and isolation.level disagree: " + levels);
+        }
+        String level = levels.isEmpty() ? "read_uncommitted" : levels.values().iterator().next();
+        if (!level.equals("read_uncommitted") && !level.equals("read_committed")) {
+            throw KafkalogError.badOption(levels.keySet().iterator().next(), "must be read_uncommitted or read_committed, got '" + level + "'");
+        }
+        readCommitted = level.equals("read_committed");
+        failOnDataLoss = bool(o, "failOnDataLoss", true);
+        includeHeaders = bool(o, "includeHeaders", false);
+        minPartitions = (int) integer(o, "minPartitions", 1, 1, Integer.MAX_VALUE);
+        maxBytesPerPartition = integer(o, "maxBytesPerPartition", 128L << 20, 1, Long.MAX_VALUE);
+        maxDecompressedBytes = integer(o, "maxDecompressedBytes", 128L << 20, 1, Integer.MAX_VALUE - 16);
+        String strategy = o.getOrDefault("startingoffsetsbytimestampstrategy", "error").toLowerCase(Locale.ROOT);
+        if (!strategy.equals("error") && !strategy.equals("latest")) {
+            throw KafkalogError.badOption("startingOffsetsByTimestampStrategy", "must be 'error' or 'latest', got '" + strategy + "'");
+        }
+        strategyLatest = strategy.equals("latest");
+        start = side(o, "starting");
+        end = side(o, "ending");
+        if (!streaming && (start.kind.equals("latest") || (start.kind.equals("offsets") && start.byPartition.containsValue(LATEST)))) {
+            throw KafkalogError.badOption("startingOffsets", "cannot be latest (or -1) in a batch query: there would be nothing to read");
+        }
+        maxOffsets = o.containsKey("maxoffsetspertrigger") ? integer(o, "maxOffsetsPerTrigger", 0, 1, Long.MAX_VALUE) : null;
+        minOffsets = o.containsKey("minoffsetspertrigger") ? integer(o, "minOffsetsPerTrigger", 0, 1, Long.MAX_VALUE) : null;
+        maxTriggerDelayMs = duration(o.getOrDefault("maxtriggerdelay", "15m"));
+    }
+
+    static void checkName(String option, String topic, long partition) {
+        String why = null;
+        if (topic.isEmpty()) why = "topic name must be a non-empty string, got ''";
+        else if (topic.equals(".") || topic.equals("..")) why = "topic name cannot be '" + topic + "'";
+        else if (topic.length() > 249) why = "topic name is " + topic.length() + " characters, the maximum is 249";
+        else if (!LEGAL_TOPIC.matcher(topic).matches()) why = "topic name '" + topic + "' may only contain ASCII letters, digits, '.', '_' and '-'";
+        else if (partition < 0 || partition > Integer.MAX_VALUE) why = "partition " + partition + " of '" + topic + "' is not in [0, 2**31)";
+        if (why != null) throw KafkalogError.badOption(option, why);
+    }
+
+    private static boolean bool(Map<String, String> o, String name, boolean dflt) {
+        String v = o.getOrDefault(name.toLowerCase(Locale.ROOT), String.valueOf(dflt)).toLowerCase(Locale.ROOT);
+        if (!v.equals("true") && !v.equals("false")) throw KafkalogError.badOption(name, "must be true or false, got '" + v + "'");
+        return v.equals("true");
+    }
+
+    private static long integer(Map<String, String> o, String name, long dflt, long min, long max) {
+        String raw = o.get(name.toLowerCase(Locale.ROOT));
+        long v;
+        try {
+            v = raw == null ? dflt : Long.parseLong(raw.trim());
+        } catch (NumberFormatException e) {
+            throw KafkalogError.badOption(name, "must be an integer, got '" + raw + "'");
+        }
+        if (v < min) throw KafkalogError.badOption(name, "must be >= " + min + ", got " + v);
+        if (v > max) throw KafkalogError.badOption(name, "must be <= " + max + ", got " + v);
+        return v;
+    }
+
+    /** {"topic": {"0": n}} as {"topic-0": n}; null when the option is absent. */
+    private static Map<String, Long> jsonMap(Map<String, String> o, String name) {
+        String raw = o.get(name.toLowerCase(Locale.ROOT));
+        if (raw == null) return null;
+        Map<String, Long> out = new HashMap<>();
+        try {
+            JsonNode doc = JSON.readTree(raw);
+            if (doc == null || !doc.isObject()) throw new IllegalArgumentException();
+            for (Iterator<Map.Entry<String, JsonNode>> it = doc.fields(); it.hasNext(); ) {
+                Map.Entry<String, JsonNode> t = it.next();
+                if (!t.getValue().isObject()) throw new IllegalArgumentException();
+                for (Iterator<Map.Entry<String, JsonNode>> ps = t.getValue().fields(); ps.hasNext(); ) {
+                    Map.Entry<String, JsonNode> p = ps.next();
+                    if (!p.getValue().canConvertToLong()) throw new IllegalArgumentException();
+                    long part = Long.parseLong(p.getKey());
+                    checkName(name, t.getKey(), part);
+                    out.put(t.getKey() + "-" + part, p.getValue().longValue());
+                }
+            }
+        } catch (KafkalogError e) {
+            throw e;
+        } catch (Exception e) {
+            throw KafkalogError.badOption(name, "must be JSON like {\"topic\": {\"0\": 23}}, got '" + raw + "'");
+        }
+        return out;
+    }
+
+    private Side side(Map<String, String> o, String side) {
+        if (o.containsKey(side + "timestamp")) {
+            return new Side("timestamp", integer(o, side + "Timestamp", 0, 0, Long.MAX_VALUE), null);
+        }
+        Map<String, Long> byTs = jsonMap(o, side + "OffsetsByTimestamp");
+        if (byTs != null) return new Side("timestamps", 0, byTs);
+        String name = side + "Offsets";
+        String raw = o.getOrDefault(name.toLowerCase(Locale.ROOT), side.equals("starting") && !streaming ? "earliest" : "latest");
+        if (raw.equals("earliest") || raw.equals("latest")) {
+            if (side.equals("ending") && raw.equals("earliest")) throw KafkalogError.badOption(name, "'earliest' is not allowed for endingOffsets");
+            return new Side(raw, 0, null);
+        }
+        Map<String, Long> offsets = jsonMap(o, name);
+        if (side.equals("ending") && offsets.containsValue(EARLIEST)) throw KafkalogError.badOption(name, "-2 (earliest) is not allowed for endingOffsets");
+        return new Side("offsets", 0, offsets);
+    }
+
+    /** Offsets given per partition must name exactly the partitions read, as Spark requires. */
+    void checkSpecified(Set<String> found) {
+        for (Side s : new Side[] {start, end}) {
+            if (s.kind.equals("offsets") || s.kind.equals("timestamps")) {
+                for (String tp : new java.util.TreeSet<>(s.byPartition.keySet())) {
+                    if (!found.contains(tp)) {
+                        String option = (s == start ? "starting" : "ending") + (s.kind.equals("offsets") ? "Offsets" : "OffsetsByTimestamp");
+                        throw KafkalogError.badOption(option, "names " + tp + ", which is not a partition being read; specify every partition read, and only those");
+                    }
+                }
+            }
+        }
+    }
+
+    boolean wants(String topic, int partition) {
+        switch (mode) {
+            case "subscribe": return topics.contains(topic);
+            case "subscribePattern": return !INTERNAL_TOPICS.contains(topic) && Pattern.compile(pattern).matcher(topic).matches();
+            default: return assigned.contains(topic + "-" + partition);
+        }
+    }
+
+    static long duration(String raw) {
+        Matcher m = Pattern.compile("\\s*(\\d+)\\s*(ms|s|m|min|h|d)?\\s*").matcher(raw);
+        if (!m.matches()) throw KafkalogError.badOption("maxTriggerDelay", "must be a duration like 15m, 30s or 500ms, got '" + raw + "'");
+        String u = m.group(2) == null ? "ms" : m.group(2);
+        long unit = u.equals("ms") ? 1 : u.equals("s") ? 1000 : u.equals("h") ? 3_600_000 : u.equals("d") ? 86_400_000 : 60_000;
+        return Long.parseLong(m.group(1)) * unit;
+    }
+}

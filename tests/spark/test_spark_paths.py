@@ -1,0 +1,106 @@
+"""Which implementation serves `format("kafkalog")` (the JVM source when its jar is built, else the Python source),
+said and enforced; and what both read the same way: a broker's live directory (preallocated indexes) and a
+corrupt batch (one line naming the file, position and offset)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import engine
+from engine.spark import jvm
+from tests import vectors
+from tests.spark.test_spark_source import expected_from_dump, rows
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_session_is_served_by_the_path_make_test_asked_for(spark, capsys):
+    import engine.spark
+
+    asked = os.environ.get("KAFKALOG_SPARK_SOURCE", "auto")
+    got = engine.spark.register(spark)
+    if asked in ("jvm", "python"):
+        assert got == asked  # never a silent fall back to the other path
+    import pyspark
+    assert (got == "jvm") == (asked != "python" and jvm.problem(pyspark.__version__) is None)
+
+
+def test_a_brokers_live_directory_with_preallocated_indexes(spark, tmp_path):
+    """A running broker keeps its active segment's .index and .timeindex preallocated (10 MiB of zeros past the
+    entries): they read as exactly their entries."""
+    import engine.spark
+    engine.spark.register(spark)
+    for case in ("multiseg-0", "codecs-0"):
+        shutil.copytree(vectors.case_dir(case), tmp_path / case)
+        for name in os.listdir(tmp_path / case):
+            if name.endswith((".index", ".timeindex")):
+                with open(tmp_path / case / name, "r+b") as f:
+                    f.truncate(10 << 20)
+        topic = case.rsplit("-", 1)[0]
+        df = spark.read.format("kafkalog").option("subscribe", topic).option("includeHeaders", "true").load(str(tmp_path))
+        assert rows(df) == expected_from_dump(case)
+        late = max(r[5] for r in expected_from_dump(case))
+        got = rows(spark.read.format("kafkalog").option("subscribe", topic).option("startingTimestamp", str(late))
+                   .load(str(tmp_path)))
+        assert got and all(r[5] >= late for r in got) and got[0][2] == min(
+            r[2] for r in expected_from_dump(case) if r[5] >= late)
+
+
+def test_a_corrupt_batch_fails_the_query_in_one_line(spark, tmp_path):
+    import engine.spark
+    path = engine.spark.register(spark)
+    log = tmp_path / "log"
+    with engine.open(str(log)) as e:
+        e.create_topic("t")
+        with e.producer(batch_size=300) as p:
+            for i in range(40):
+                p.send("t", value=b"value-%03d" % i)
+    segment = log / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    batches = list(engine.iter_batches(bytes(data)))
+    victim = batches[2]
+    position = sum(b.size_in_bytes for b in batches[:2])
+    data[position + victim.size_in_bytes - 3] ^= 0xFF  # inside the last record: only the CRC tells
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception) as err:
+        spark.read.format("kafkalog").option("subscribe", "t").load(str(log)).collect()
+    text = str(err.value)
+    named = [line for line in text.splitlines() if "CorruptRecordError" in line and str(segment) in line]
+    assert named and f"position {position}" in named[0] and f"offset {victim.base_offset}" in named[0], text[-2000:]
+    if path == "jvm":
+        assert "at kafkalog.spark." not in text  # the error carries no stack of ours
+
+
+def test_without_javac_the_jar_is_not_built_and_the_python_path_is_said(monkeypatch, tmp_path):
+    import pyspark
+
+    import engine.spark
+    monkeypatch.setattr(jvm, "JAR", str(tmp_path / "kafkalog-spark.jar"))
+    monkeypatch.setattr(jvm, "javac", lambda: None)
+    said = jvm.build()
+    assert "no javac" in said and "Python source" in said and not os.path.exists(jvm.JAR)
+    assert "not built (no javac)" in jvm.problem(pyspark.__version__)
+
+    class Builder:
+        _options: dict = {}
+
+        def config(self, key, value):
+            raise AssertionError(f"configured {key}={value} without a jar")
+    builder = Builder()
+    monkeypatch.setenv("KAFKALOG_SPARK_SOURCE", "auto")
+    assert engine.spark.configure(builder) is builder
+    monkeypatch.setenv("KAFKALOG_SPARK_SOURCE", "jvm")
+    with pytest.raises(RuntimeError, match="JVM source was required"):
+        engine.spark.configure(builder)
+
+
+def test_a_jar_built_for_another_spark_is_not_used():
+    import pyspark
+    if jvm.problem(pyspark.__version__) is not None:  # a machine without javac: no jar to judge
+        assert not jvm.built_for() and "not built" in jvm.problem(pyspark.__version__)
+        return
+    built = jvm.built_for()["spark.version"]
+    assert jvm.problem(built) is None
+    assert f"built for Spark {built}, this is Spark 3.5.1" in jvm.problem("3.5.1")
