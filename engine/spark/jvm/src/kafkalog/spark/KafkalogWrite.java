@@ -163,22 +163,23 @@ final class KafkalogWrite {
             return new Write() {
                 @Override
                 public BatchWrite toBatch() {
-                    return new Batch(settings, job);
+                    return new Committer(settings, job);
                 }
 
                 @Override
                 public StreamingWrite toStreaming() {
-                    return new Streaming(settings, job);
+                    return new Committer(settings, job);
                 }
             };
         }
     }
 
-    static final class Batch implements BatchWrite {
+    /** The driver's side of a write: a batch job, or a stream's micro-batches (each its own job, by epoch). */
+    static final class Committer implements BatchWrite, StreamingWrite {
         private final Settings settings;
         private final String job;
 
-        Batch(Settings settings, String job) {
+        Committer(Settings settings, String job) {
             this.settings = settings;
             this.job = job;
         }
@@ -189,6 +190,16 @@ final class KafkalogWrite {
         }
 
         @Override
+        public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
+            return new Factory(settings, job);
+        }
+
+        @Override
+        public boolean useCommitCoordinator() {
+            return true;
+        }
+
+        @Override
         public void commit(WriterCommitMessage[] messages) {
             KafkalogWrite.commit(settings, job, messages, null);
         }
@@ -196,21 +207,6 @@ final class KafkalogWrite {
         @Override
         public void abort(WriterCommitMessage[] messages) {
             discard(settings, job, messages);
-        }
-    }
-
-    static final class Streaming implements StreamingWrite {
-        private final Settings settings;
-        private final String job;
-
-        Streaming(Settings settings, String job) {
-            this.settings = settings;
-            this.job = job;
-        }
-
-        @Override
-        public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
-            return new Factory(settings, job);
         }
 
         @Override
