@@ -112,7 +112,7 @@ def _create_dirs(partitions: int, scratch: str):
 
 
 def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[float], lower_is_better: bool,
-            target: float | None = None) -> dict:
+            target: float | None = None, ratio_target: float | None = None) -> dict:
     """Repeated paired measurements beside a peer: medians, the ratio (> 1: kafkalog better) and its
     min-max spread over the repetitions."""
     ratios = [(t / o) if lower_is_better else (o / t) for o, t in zip(ours, theirs)]
@@ -120,8 +120,10 @@ def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[flo
     fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value,
            "ratio": (peer_value / value) if lower_is_better else (value / peer_value),
            "spread": [min(ratios), max(ratios)], "samples": [ours, theirs]}
-    if target is not None:
+    if target is not None:  # a value in the figure's unit
         fig["target"] = target
+    if ratio_target is not None:  # a ratio to the peer
+        fig["ratio_target"] = ratio_target
     return fig
 
 

@@ -158,6 +158,8 @@ def markdown(doc: dict) -> str:
         for f in doc["figures"]:
             target = "" if "target" not in f else (
                 f"≥ {f['target']:g} {f['unit']} {'met' if f['value'] >= f['target'] else 'NOT met'}")
+            if "ratio_target" in f:
+                target = f"≥ {f['ratio_target']:g}× {'met' if f['ratio'] >= f['ratio_target'] else 'NOT met'}"
             lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {f['peer']} | "
                          f"{f['peer_value']:.3g} {f['unit']} | **{f['ratio']:.2f}×** "
                          f"({f['spread'][0]:.2f}–{f['spread'][1]:.2f}) | {target} |")

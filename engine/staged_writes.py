@@ -84,7 +84,9 @@ def apply(e, request: dict) -> int:
             done = e.committed(request["sink_id"], marker)
             if done is not None and done.offset > batch_id:
                 return 0  # Spark re-ran a micro-batch whose commit had landed
-        producer = e.producer(transactional_id=request["transactional_id"], linger_ms=0)
+        # one request is a bulk append: batches as large as the topic takes (the accumulator caps them by its
+        # max.message.bytes), not the 16 KiB a latency-bound producer uses
+        producer = e.producer(transactional_id=request["transactional_id"], linger_ms=0, batch_size=1 << 20)
         try:
             producer.init_transactions()
             producer.begin_transaction()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -57,14 +59,15 @@ if pyspark is not None:
     import engine.spark
     engine.spark.use_this_python()
     from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    s = (engine.spark.configure(SparkSession.builder).master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
-    engine.spark.register(s)
+    path = engine.spark.register(s)
+    assert path == ("jvm" if os.path.exists(engine.spark.jvm.JAR) else "python"), path
     rows = s.read.format("kafkalog").option("subscribe", "t").load(data).count()
     assert rows == 100, rows
     s.stop()
-    spark = "Spark read 100 rows"
+    spark = f"Spark read 100 rows through the {path} source"
 print(json.dumps({"engine": engine.__file__, "spark": spark}))
 '''
 
@@ -100,12 +103,14 @@ def check_wheel(wheel: Path) -> None:
         assert f"engine/{layer}/__init__.py" in names, f"engine.{layer} is missing"
     assert any(n.startswith("engine/_native/_core.") and n.endswith(".so") for n in names), "no native core"
     assert not any(n.startswith(("bench/", "tests/")) for n in names)
+    if shutil.which("javac") or os.environ.get("JAVA_HOME"):  # setup built the JVM source: the wheel carries it
+        assert "engine/spark/jvm/kafkalog-spark.jar" in names, "the wheel lacks kafkalog-spark.jar"
 
 
 def check_sdist(sdist: Path) -> None:
     names = tarfile.open(sdist).getnames()
     for path in ("setup.py", "pyproject.toml", "engine/_native/_core.pyx", "segments/local_log.py",
-                 "txn/unified_log.py", "replication/partition.py"):
+                 "txn/unified_log.py", "replication/partition.py", "engine/spark/jvm/src/kafkalog/spark/KafkalogTable.java"):
         assert any(n.split("/", 1)[-1] == path for n in names), f"the sdist lacks {path}"
 
 

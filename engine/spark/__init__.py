@@ -43,8 +43,11 @@ def configure(builder, require: bool | None = None):
         return builder
     why = jvm.problem(pyspark.__version__)
     if why is not None and jvm.javac() is not None:
-        jvm.build()
-        why = jvm.problem(pyspark.__version__)
+        try:
+            jvm.build()
+            why = jvm.problem(pyspark.__version__)
+        except RuntimeError as exc:  # javac refused the sources: the Python source serves, unless required
+            why = str(exc).splitlines()[0]
     if why is not None:
         if require or mode == "jvm":
             raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but {why}")

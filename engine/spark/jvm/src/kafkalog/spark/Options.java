@@ -57,7 +57,7 @@ final class Options implements Serializable {
     final String selector;
     final Set<String> topics = new HashSet<>();
     final Set<String> assigned = new HashSet<>();
-    final String pattern;
+    final Pattern pattern;
     final boolean readCommitted;
     final boolean failOnDataLoss;
     final boolean includeHeaders;
@@ -97,14 +97,13 @@ final class Options implements Serializable {
         }
         mode = chosen.get(0);
         selector = o.get(mode.toLowerCase(Locale.ROOT));
-        String regex = null;
+        Pattern regex = null;
         if (mode.equals("subscribePattern")) {
             try {
-                Pattern.compile(selector);
+                regex = Pattern.compile(selector);
             } catch (PatternSyntaxException e) {
                 throw KafkalogError.badOption("subscribePattern", "not a regular expression: " + e.getDescription());
             }
-            regex = selector;
         } else if (mode.equals("assign")) {
             try {
                 JsonNode doc = JSON.readTree(selector);
@@ -253,7 +252,7 @@ final class Options implements Serializable {
     boolean wants(String topic, int partition) {
         switch (mode) {
             case "subscribe": return topics.contains(topic);
-            case "subscribePattern": return !INTERNAL_TOPICS.contains(topic) && Pattern.compile(pattern).matcher(topic).matches();
+            case "subscribePattern": return !INTERNAL_TOPICS.contains(topic) && pattern.matcher(topic).matches();
             default: return assigned.contains(topic + "-" + partition);
         }
     }

@@ -276,7 +276,13 @@ final class PartitionLog {
             long[] entry = indexLookup(offset);
             if (entry[1] > 0) {
                 Walker w = walker(new long[] {entry[1], -1}, RecordBatch.HEADER);
-                if (w.next() && w.batch.lastOffset() == entry[0]) return new long[] {entry[1], w.batch.baseOffset() - 1};
+                try {
+                    if (w.next() && w.batch.lastOffset() == entry[0]) return new long[] {entry[1], w.batch.baseOffset() - 1};
+                } catch (KafkalogError notABatch) {
+                    // the entry points into the middle of a batch: scan instead
+                } finally {
+                    w.close();
+                }
             }
             return new long[] {0, base - 1};
         }
@@ -311,9 +317,6 @@ final class PartitionLog {
                 this.winStart = position;
                 this.prevLast = prevLast;
             }
-
-            /** The window holding the current batch (file position of its first byte: windowStart()). */
-            byte[] window() { return win; }
 
             boolean next() {
                 int n = RecordBatch.entrySize(win, i, winLen);

@@ -4,7 +4,6 @@ import java.io.File;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -222,9 +221,5 @@ final class Planner implements Serializable {
                     overlapping(widest.aborted, mid, widest.end)));
         }
         return out;
-    }
-
-    static Set<String> keys(Map<String, ?> m) {
-        return new HashSet<>(m.keySet());
     }
 }
