@@ -128,3 +128,17 @@ def test_an_index_entry_that_points_at_the_wrong_batch_only_costs_a_scan(spark, 
         df = (spark.read.format("kafkalog").option("subscribe", "multiseg").option("includeHeaders", "true")
               .option("startingOffsets", f'{{"multiseg": {{"0": {start}}}}}').load(str(tmp_path)))
         assert rows(df) == [r for r in expect if r[2] >= start], start
+
+
+def test_the_jvm_source_reads_only_the_columns_a_query_uses(spark, tmp_path):
+    import engine.spark
+    path = engine.spark.register(spark)
+    case = "codecs-0"
+    shutil.copytree(vectors.case_dir(case), tmp_path / case)
+    df = spark.read.format("kafkalog").option("subscribe", "codecs").load(str(tmp_path)).select("partition", "value")
+    got = sorted(((r.partition, None if r.value is None else bytes(r.value)) for r in df.collect()), key=repr)
+    assert got == sorted(((r[1], r[4]) for r in expected_from_dump(case)), key=repr)
+    scan = [line for line in df._jdf.queryExecution().executedPlan().toString().splitlines() if "BatchScan" in line]
+    if path == "jvm":  # Spark's Python data sources cannot prune: only the JVM source is asked to
+        assert scan and "partition#" in scan[0] and "value#" in scan[0], scan
+        assert not any(f"{c}#" in scan[0] for c in ("key", "offset", "timestamp", "topic")), scan

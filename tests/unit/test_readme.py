@@ -48,7 +48,7 @@ def test_no_link_leaves_the_repository():
         assert not target.startswith(("http", "/", "..")), target
         assert (ROOT / target.split("#")[0]).exists(), target
     assert "../" not in text and "shared/" not in text
-    for doc in ("architecture.md", "compatibility.md", "durability.md"):
+    for doc in ("architecture.md", "compatibility.md", "durability.md", "spark.md"):
         assert f"(docs/{doc})" in text and (ROOT / "docs" / doc).exists()
 
 

@@ -13,6 +13,7 @@ import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -21,7 +22,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * A task's read of one offset range into Spark's column vectors (no object per row): whole batches from the
  * segments (PartitionLog), each CRC-checked and inflated, records parsed straight into the vectors, topic and
- * partition as constant vectors. Control batches are never rows; at read_committed a batch of a producer whose
+ * partition as constant vectors, only the columns the query reads (Spark prunes the rest). Control batches are never rows; at read_committed a batch of a producer whose
  * aborted transaction the range overlaps is skipped until that producer's ABORT marker (Kafka's consumer rule,
  * as engine.txn.read_committed.AbortedFilter applies it). Offset gaps (compaction, markers) are not data loss.
  * Not thread-safe: Spark calls a reader from its task's thread.
@@ -35,11 +36,13 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         final boolean includeHeaders;
         final boolean readCommitted;
         final long maxDecompressedBytes;
+        final StructType readSchema;   // the columns the query reads (Spark prunes the others)
 
-        Factory(Options o) {
+        Factory(Options o, StructType readSchema) {
             includeHeaders = o.includeHeaders;
             readCommitted = o.readCommitted;
             maxDecompressedBytes = o.maxDecompressedBytes;
+            this.readSchema = readSchema;
         }
 
         @Override
@@ -76,20 +79,29 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     ColumnarReader(Planner.OffsetRange range, Factory settings) {
         this.range = range;
         this.settings = settings;
-        StructType schema = KafkalogTable.schema(settings.includeHeaders);
-        key = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
-        value = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
-        offset = new OnHeapColumnVector(ROWS, DataTypes.LongType);
-        timestamp = new OnHeapColumnVector(ROWS, DataTypes.TimestampType);
-        timestampType = new OnHeapColumnVector(ROWS, DataTypes.IntegerType);
-        ConstantColumnVector topic = new ConstantColumnVector(ROWS, DataTypes.StringType);
-        topic.setUtf8String(UTF8String.fromString(range.topic));
-        ConstantColumnVector partition = new ConstantColumnVector(ROWS, DataTypes.IntegerType);
-        partition.setInt(range.partition);
-        headers = settings.includeHeaders ? new OnHeapColumnVector(ROWS, schema.apply("headers").dataType()) : null;
-        ColumnVector[] columns = settings.includeHeaders
-                ? new ColumnVector[] {key, value, topic, partition, offset, timestamp, timestampType, headers}
-                : new ColumnVector[] {key, value, topic, partition, offset, timestamp, timestampType};
+        StructType schema = settings.readSchema;
+        key = vector(schema, "key");
+        value = vector(schema, "value");
+        offset = vector(schema, "offset");
+        timestamp = vector(schema, "timestamp");
+        timestampType = vector(schema, "timestampType");
+        headers = vector(schema, "headers");
+        ColumnVector[] columns = new ColumnVector[schema.size()];
+        for (int i = 0; i < columns.length; i++) {
+            String name = schema.fields()[i].name();
+            if (name.equals("topic")) {
+                ConstantColumnVector topic = new ConstantColumnVector(ROWS, DataTypes.StringType);
+                topic.setUtf8String(UTF8String.fromString(range.topic));
+                columns[i] = topic;
+            } else if (name.equals("partition")) {
+                ConstantColumnVector partition = new ConstantColumnVector(ROWS, DataTypes.IntegerType);
+                partition.setInt(range.partition);
+                columns[i] = partition;
+            } else {
+                columns[i] = name.equals("key") ? key : name.equals("value") ? value : name.equals("offset") ? offset
+                        : name.equals("timestamp") ? timestamp : name.equals("timestampType") ? timestampType : headers;
+            }
+        }
         batch = new ColumnarBatch(columns);
         for (PartitionLog.Aborted a : range.aborted) pending.add(a);
         if (range.start >= range.end) {
@@ -101,11 +113,20 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
+    /** A vector for `name` when the query reads that column, else null (nothing is put there). */
+    private static WritableColumnVector vector(StructType schema, String name) {
+        for (StructField f : schema.fields()) {
+            if (f.name().equals(name)) return new OnHeapColumnVector(ROWS, f.dataType());
+        }
+        return null;
+    }
+
     @Override
     public boolean next() {
         if (done) return false;
-        for (WritableColumnVector v : new WritableColumnVector[] {key, value, offset, timestamp, timestampType}) v.reset();
-        if (headers != null) headers.reset();
+        for (WritableColumnVector v : new WritableColumnVector[] {key, value, offset, timestamp, timestampType, headers}) {
+            if (v != null) v.reset();
+        }
         int rows = 0;
         while (rows < ROWS) {
             if (!inBatch || !cursor.hasNext()) {
@@ -128,11 +149,15 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     private void put(int row) {
         byte[] d = cursor.data;
-        if (cursor.keyLength < 0) key.putNull(row); else key.putByteArray(row, d, cursor.keyStart, cursor.keyLength);
-        if (cursor.valueLength < 0) value.putNull(row); else value.putByteArray(row, d, cursor.valueStart, cursor.valueLength);
-        offset.putLong(row, cursor.offset);
-        timestamp.putLong(row, cursor.timestamp * 1000);
-        timestampType.putInt(row, logAppendTime ? 1 : 0);
+        if (key != null) {
+            if (cursor.keyLength < 0) key.putNull(row); else key.putByteArray(row, d, cursor.keyStart, cursor.keyLength);
+        }
+        if (value != null) {
+            if (cursor.valueLength < 0) value.putNull(row); else value.putByteArray(row, d, cursor.valueStart, cursor.valueLength);
+        }
+        if (offset != null) offset.putLong(row, cursor.offset);
+        if (timestamp != null) timestamp.putLong(row, cursor.timestamp * 1000);
+        if (timestampType != null) timestampType.putInt(row, logAppendTime ? 1 : 0);
         if (headers == null) return;
         if (cursor.headerCount == 0) {
             headers.putNull(row);

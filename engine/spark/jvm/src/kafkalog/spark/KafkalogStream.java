@@ -20,6 +20,7 @@ import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * `readStream.format("kafkalog")` on the JVM, the twin of engine.spark.stream: offsets are Spark's Kafka source
@@ -35,12 +36,14 @@ final class KafkalogStream implements MicroBatchStream, SupportsTriggerAvailable
     private static final ObjectMapper JSON = new ObjectMapper();
     private final Planner planner;
     private final Options options;
+    private final StructType readSchema;
     private Map<String, Long> target;          // Trigger.AvailableNow: what was there when the query started
     private long lastTriggerMs = System.currentTimeMillis();
 
-    KafkalogStream(Planner planner) {
+    KafkalogStream(Planner planner, StructType readSchema) {
         this.planner = planner;
         this.options = planner.options;
+        this.readSchema = readSchema;
     }
 
     /** Spark's Kafka offsets: {"topic": {"partition": offset}}, by "topic-partition". */
@@ -246,7 +249,7 @@ final class KafkalogStream implements MicroBatchStream, SupportsTriggerAvailable
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new ColumnarReader.Factory(options);
+        return new ColumnarReader.Factory(options, readSchema);
     }
 
     @Override

@@ -19,6 +19,7 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
@@ -38,7 +39,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * `format("kafkalog")` on the JVM: a log directory as a table with the schema of Spark's Kafka source, read in
- * batches (KafkalogTable.Reading), as a micro-batch stream (KafkalogStream) and written (KafkalogWrite), with the
+ * batches (KafkalogTable.Reading: filters pushed down, only the columns the query uses), as a micro-batch stream (KafkalogStream) and written (KafkalogWrite), with the
  * options, errors and results of the Python source in engine.spark. Found by Spark through
  * META-INF/services/org.apache.spark.sql.sources.DataSourceRegister in kafkalog-spark.jar.
  * Stateless; Spark builds one table per query.
@@ -114,12 +115,13 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
     }
 
     /** A batch scan with partition/topic/offset/timestamp filters pushed down, or a stream. */
-    static final class Reading implements ScanBuilder, SupportsPushDownFilters, Scan, Batch {
+    static final class Reading implements ScanBuilder, SupportsPushDownFilters, SupportsPushDownRequiredColumns, Scan, Batch {
         private final Map<String, String> raw;
         private final boolean includeHeaders;
         private final List<Filter> pushed = new ArrayList<>();
         private final List<Filter> accepted = new ArrayList<>();
         private Planner planner;
+        private StructType required;   // what the query reads, when Spark pruned the schema
 
         Reading(Map<String, String> raw) {
             this.raw = raw;
@@ -199,8 +201,18 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
         }
 
         @Override
+        public void pruneColumns(StructType requiredSchema) {
+            required = requiredSchema;
+        }
+
+        @Override
         public StructType readSchema() {
-            return schema(includeHeaders);
+            if (required == null) return schema(includeHeaders);
+            List<StructField> kept = new ArrayList<>();
+            for (StructField f : schema(includeHeaders).fields()) {
+                if (Arrays.asList(required.fieldNames()).contains(f.name())) kept.add(f);
+            }
+            return DataTypes.createStructType(kept);
         }
 
         @Override
@@ -261,12 +273,12 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            return new ColumnarReader.Factory(planner().options);
+            return new ColumnarReader.Factory(planner().options, readSchema());
         }
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return new KafkalogStream(new Planner(new Options(raw, true)));
+            return new KafkalogStream(new Planner(new Options(raw, true)), readSchema());
         }
     }
 }
