@@ -32,7 +32,7 @@ JVM_PROVIDER = "kafkalog.spark.KafkalogTable$Provider"
 _said: set = set()
 
 
-def configure(builder, require: bool | None = None):
+def configure(builder, require: bool = False):
     """A SparkSession builder with kafkalog's JVM source on its classpath (spark.jars), when the jar is built and
     fits this pyspark (building it first if javac is there); returns the builder. Unless the JVM path is forced
     (`require`, or KAFKALOG_SPARK_SOURCE=jvm), a jar that cannot serve leaves the builder as it was."""
@@ -46,8 +46,8 @@ def configure(builder, require: bool | None = None):
         try:
             jvm.build()
             why = jvm.problem(pyspark.__version__)
-        except RuntimeError as exc:  # javac refused the sources: the Python source serves, unless required
-            why = str(exc).splitlines()[0]
+        except (RuntimeError, OSError) as exc:  # javac refused, or the package is read-only: the Python source
+            why = str(exc).splitlines()[0]       # serves, unless required
     if why is not None:
         if require or mode == "jvm":
             raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but {why}")

@@ -142,7 +142,7 @@ final class PartitionLog {
                 RecordBatch b = w.batch;
                 if (b.isControl() || b.maxTimestamp() < ts || b.lastOffset() < logStartOffset) continue;
                 b.checkCrc();
-                records.reset(b, Integer.MAX_VALUE - 16);
+                records.reset(b, 128L << 20);   // the default maxDecompressedBytes, as the Python reader's lookup
                 while (records.hasNext()) {
                     records.next();
                     if (records.offset >= logStartOffset && records.timestamp >= ts) {

@@ -83,6 +83,7 @@ final class Planner implements Serializable {
         if (!root.isDirectory()) throw KafkalogError.badOption("path", "'" + options.path + "' is not a directory");
         Map<String, File> out = new TreeMap<>();
         String[] entries = root.list();
+        if (entries == null) throw KafkalogError.storage("cannot list the log directory", options.path, null);
         Arrays.sort(entries);
         for (String name : entries) {
             int dash = name.lastIndexOf('-');
