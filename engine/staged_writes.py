@@ -12,6 +12,8 @@ Byte layout, under `<dir>/.kafkalog-staging/`:
 Applying a request appends all its rows through one transactional producer and commits the transaction (with a
 streaming micro-batch's id as the offset of the sink's group, in the same transaction), so a reader at
 read_committed sees a commit whole or not at all; a micro-batch whose id the group already passed is skipped.
+`commit` is a sink's driver side (the Python sink's, and, run as `python -m engine.staged_writes <path> <timeout ms>`
+with the request on stdin, the JVM sink's): it opens the engine, or asks the owner when the directory is locked.
 Crash policy: a crash mid-apply leaves an open transaction that the next `init_transactions` of that id aborts; the
 requester then times out and Spark fails the job (or retries the micro-batch), which stages and requests again.
 Thread-safety: `apply_pending` runs on the engine's background thread (task `staged-writes`), one request at a time.
