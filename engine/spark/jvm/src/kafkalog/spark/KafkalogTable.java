@@ -169,11 +169,16 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
             return timestampFrom(f) != Long.MIN_VALUE;
         }
 
-        /** {lo, hi} (one may be null) of an offset comparison with a whole-number value, else null. */
-        private static Long[] offsetBound(Filter f) {
-            Object v = f instanceof EqualTo ? ((EqualTo) f).value() : f instanceof GreaterThan ? ((GreaterThan) f).value()
+        /** The value a comparison filter (=, >, >=, <, <=) compares its column with; null for other filters. */
+        private static Object compared(Filter f) {
+            return f instanceof EqualTo ? ((EqualTo) f).value() : f instanceof GreaterThan ? ((GreaterThan) f).value()
                     : f instanceof GreaterThanOrEqual ? ((GreaterThanOrEqual) f).value() : f instanceof LessThan ? ((LessThan) f).value()
                     : f instanceof LessThanOrEqual ? ((LessThanOrEqual) f).value() : null;
+        }
+
+        /** {lo, hi} (one may be null) of an offset comparison with a whole-number value, else null. */
+        private static Long[] offsetBound(Filter f) {
+            Object v = compared(f);
             if (!(v instanceof Long || v instanceof Integer)) return null;
             long n = ((Number) v).longValue();
             if (n == Long.MAX_VALUE || n == Long.MIN_VALUE) return null;
@@ -188,8 +193,7 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
         private static long timestampFrom(Filter f) {
             String[] refs = f.references();
             if (refs.length != 1 || !refs[0].equals("timestamp")) return Long.MIN_VALUE;
-            Object v = f instanceof EqualTo ? ((EqualTo) f).value() : f instanceof GreaterThan ? ((GreaterThan) f).value()
-                    : f instanceof GreaterThanOrEqual ? ((GreaterThanOrEqual) f).value() : null;
+            Object v = f instanceof LessThan || f instanceof LessThanOrEqual ? null : compared(f);
             if (v instanceof java.sql.Timestamp) return ((java.sql.Timestamp) v).getTime();   // whole ms, rounded down
             if (v instanceof java.time.Instant) return ((java.time.Instant) v).toEpochMilli();
             return Long.MIN_VALUE;
