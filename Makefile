@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm
+.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm interop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ run: setup
 	$(PY) -m engine demo --data $(DATA)
 
 test: setup
-	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q -p no:randomly tests
+	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q -p no:randomly --ignore=tests/broker tests
 	KAFKALOG_SPARK_SOURCE=python $(PY) -m pytest -q -p no:randomly tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
 		tests/spark/test_spark_paths.py
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
@@ -62,7 +62,7 @@ dist: setup
 	$(PY) -m tests.dist_smoke dist
 
 test-fast: setup
-	$(PY) -m pytest -q -x -m "not spark" tests
+	$(PY) -m pytest -q -x -m "not spark" --ignore=tests/broker tests
 
 # 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts,
 # random group membership changes and compaction against its model
@@ -95,6 +95,16 @@ stress: $(STAMP)
 SANITIZE_SCALE ?= 10
 sanitize: $(STAMP)
 	SANITIZE_SCALE=$(SANITIZE_SCALE) bash tests/sanitize.sh
+
+# against a real Kafka broker (KAFKA_HOME: a Kafka installation, or a broker build folder): one KRaft node on
+# 127.0.0.1 with a fresh data directory; mirroring INTEROP_RECORDS records each way with INTEROP_KILLS kill -9s,
+# handing a directory to the broker and the broker's directory back to kafkalog (tests/broker)
+INTEROP_RECORDS ?= 1000000
+INTEROP_KILLS ?= 5
+interop: setup
+	@[ -n "$(KAFKA_HOME)" ] || { echo "make interop: set KAFKA_HOME to a Kafka installation or a broker build folder" >&2; exit 2; }
+	KAFKA_HOME=$(KAFKA_HOME) KAFKALOG_INTEROP_RECORDS=$(INTEROP_RECORDS) KAFKALOG_INTEROP_KILLS=$(INTEROP_KILLS) \
+		$(PY) -m pytest -q -p no:randomly tests/broker
 
 bench: setup
 	$(PY) -m bench

@@ -365,6 +365,29 @@ class CleaningAbortedError(KafkaError):
     retriable = True
 
 
+# --- a Kafka cluster (engine.mirror) -----------------------------------------------------------
+class BrokerNotAvailableError(KafkaError):
+    """No broker of the cluster answered (unreachable, refused, or the bootstrap list names none)."""
+
+    code, retriable = 8, True
+
+
+class TopicAuthorizationFailedError(KafkaError):
+    code = 29
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    code = 30
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    code = 31
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code = 53
+
+
 def not_supported_yet(feature: str) -> UnsupportedVersionError:
     """The error for an option that a later kafkalog release implements."""
     return UnsupportedVersionError(f"{feature} is not supported yet by kafkalog")

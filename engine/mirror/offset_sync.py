@@ -1,0 +1,116 @@
+"""A mirror's progress record: where it is in each source partition and which destination offsets its records got.
+
+The mirror writes one progress record per source partition into the destination in the same transaction as the
+records it copied (in the progress topic, default `kafkalog-mirror-progress`: one partition, `cleanup.policy=compact`),
+so the destination's own transactions make copying and progress exactly once together (Kafka's MirrorMaker 2 keeps
+its source offsets the same way). Byte layout, both UTF-8 JSON so any Kafka client can read them:
+
+    key   = ["<mirror name>", "<source topic>", <partition>, <slot>]
+    value = {"from": F, "next": N, "dnext": DN, "runs": [[u, d, n], ...]}
+
+A record covers the source offsets [F, N) that one transaction read: every record copied from it is in a run
+(source offsets u..u+n-1 became destination offsets d..d+n-1), everything else in [F, N) (control batches, aborted
+transactions, offsets compaction removed) was not copied. DN is the destination offset after the last record copied
+so far (the destination's log end when nothing was copied yet). `slot` counts a partition's transactions modulo
+HISTORY, so compaction keeps the last HISTORY records per partition: the offset syncs group offsets are translated
+with (MirrorMaker 2's offset-sync/checkpoint role, exact here because every copied record is in a run).
+Crash policy: none of its own; a record is only visible (read_committed) once its transaction committed.
+Thread-safety: `Progress` is owned by one mirror thread.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+
+HISTORY = 256  # progress records kept per partition (slots); older syncs are compacted away
+PROGRESS_TOPIC = "kafkalog-mirror-progress"
+
+
+def encode_key(name: str, topic: str, partition: int, slot: int) -> bytes:
+    return json.dumps([name, topic, partition, slot], separators=(",", ":")).encode()
+
+
+def decode_key(key: bytes | None) -> tuple[str, str, int, int] | None:
+    """(name, topic, partition, slot), or None for a record that is not a progress record."""
+    try:
+        name, topic, partition, slot = json.loads(key)
+    except (TypeError, ValueError):
+        return None
+    if not (isinstance(name, str) and isinstance(topic, str) and type(partition) is int and type(slot) is int):
+        return None
+    return name, topic, partition, slot
+
+
+@dataclass
+class Sync:
+    """One transaction's progress in one partition."""
+
+    start: int                  # F: the first source offset it read
+    next: int                   # N: the source offset after the last it read
+    dest_next: int              # DN
+    runs: list = field(default_factory=list)  # [(u, d, n)], in source order
+
+    def encode(self) -> bytes:
+        return json.dumps({"from": self.start, "next": self.next, "dnext": self.dest_next,
+                           "runs": [list(r) for r in self.runs]}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> "Sync":
+        doc = json.loads(value)
+        return cls(int(doc["from"]), int(doc["next"]), int(doc["dnext"]), [tuple(r) for r in doc["runs"]])
+
+
+def runs_of(source_offsets: list[int], dest_offsets: list[int]) -> list[tuple[int, int, int]]:
+    """Pair the source offsets of copied records with the destination offsets they got, as maximal runs."""
+    runs: list[tuple[int, int, int]] = []
+    for u, d in zip(source_offsets, dest_offsets):
+        if runs:
+            ru, rd, rn = runs[-1]
+            if u == ru + rn and d == rd + rn:
+                runs[-1] = (ru, rd, rn + 1)
+                continue
+        runs.append((u, d, 1))
+    return runs
+
+
+class PartitionProgress:
+    """What the destination says about one source partition: the syncs compaction kept, by slot."""
+
+    def __init__(self) -> None:
+        self.by_slot: dict[int, Sync] = {}
+        self.seq = -1            # the slot sequence of the latest sync
+
+    def add(self, slot: int, sync: Sync) -> None:
+        self.by_slot[slot] = sync
+        latest = self.latest
+        if latest is None or sync.next >= latest.next:
+            self.seq = slot
+
+    @property
+    def latest(self) -> Sync | None:
+        return self.by_slot.get(self.seq)
+
+    def next_slot(self) -> int:
+        self.seq = (self.seq + 1) % HISTORY
+        return self.seq
+
+    def translate(self, upstream: int) -> tuple[int, bool] | None:
+        """The destination offset a group committed at source offset `upstream` resumes from, and whether it is
+        exact; None while the mirror has not read up to `upstream`. Exact when the kept syncs cover `upstream`:
+        the destination offset of the first copied record at or after it (the log end when there is none). Below
+        the oldest kept sync it is the oldest run's start, which may deliver some records again (never loses one)."""
+        latest = self.latest
+        if latest is None or upstream > latest.next:
+            return None
+        syncs = sorted(self.by_slot.values(), key=lambda s: s.start)
+        runs = [r for s in syncs for r in s.runs]
+        exact = upstream >= syncs[0].start
+        i = bisect.bisect_right(runs, (upstream, float("inf"), 0)) - 1
+        if i >= 0:
+            u, d, n = runs[i]
+            if upstream < u + n:
+                return d + (upstream - u), exact
+        if i + 1 < len(runs):
+            return runs[i + 1][1], exact
+        return latest.dest_next, exact

@@ -1,0 +1,387 @@
+"""Mirroring against librdkafka's mock cluster: fidelity both ways, exactly once across kill -9, group offsets
+translated exactly, follow mode, typed errors. The expected records come from a model of what was produced (which
+sends committed, which aborted); the cluster side is read with confluent-kafka's own consumer."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import engine
+from engine import mirror  # noqa: E402
+from engine.common import errors
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+from tests.mirror import kafka_cluster as kc
+
+ck = pytest.importorskip("confluent_kafka")  # a test dependency (kafkalog[test]): present in CI
+
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture
+def cluster():
+    mock = kc.MockCluster()
+    yield mock
+    mock.close()
+
+
+def _record(p: int, i: int, size: int = 0) -> tuple:
+    """(key, value, headers, timestamp) of the i-th record of partition p: some keys and values null, headers
+    of zero to two entries (one with a null value)."""
+    key = None if i % 7 == 3 else b"k%d-%d" % (p, i)
+    value = None if i % 11 == 5 else b"v%d-%d." % (p, i) + b"x" * size
+    headers = [[], [("h", b"%d" % i)], [("a", b"1"), ("n", None)]][i % 3]
+    return key, value, headers, BASE_TS + i * 10 + p
+
+
+def fill_kafkalog(path: str, topic: str, partitions: int, per_partition: int, size: int = 0,
+                  txn_every: int = 50) -> dict[int, list]:
+    """A topic with plain records and, every `txn_every` records, an aborted transaction then a committed one;
+    returns the model: {partition: [records a read_committed reader sees, in order]}."""
+    model: dict[int, list] = {p: [] for p in range(partitions)}
+    with engine.open(path) as eng:
+        eng.create_topic(topic, partitions, config={"retention.ms": 86_400_000, "segment.bytes": 1 << 20})
+        plain = eng.producer(linger_ms=5)
+        txn = eng.producer(transactional_id="filler")
+        txn.init_transactions()
+        for i in range(per_partition):
+            for p in range(partitions):
+                rec = _record(p, i, size)
+                if i % txn_every == 10:  # an aborted transaction of three records, then a committed one
+                    txn.begin_transaction()
+                    for j in range(3):
+                        txn.send(topic, value=b"aborted", key=rec[0], headers=rec[2], partition=p,
+                                 timestamp_ms=rec[3])
+                    txn.abort_transaction()
+                    txn.begin_transaction()
+                    txn.send(topic, value=rec[1], key=rec[0], headers=rec[2], partition=p, timestamp_ms=rec[3])
+                    txn.commit_transaction()
+                else:
+                    plain.send(topic, value=rec[1], key=rec[0], headers=rec[2], partition=p, timestamp_ms=rec[3])
+                model[p].append(rec)
+            plain.flush()
+        plain.close()
+        txn.close()
+    return model
+
+
+def fill_kafka(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int = 0,
+               txn_every: int = 50) -> dict[int, list]:
+    """As fill_kafkalog, produced into the cluster with confluent-kafka."""
+    model: dict[int, list] = {p: [] for p in range(partitions)}
+    plain = ck.Producer(kc.config(bootstrap, **{"linger.ms": 5}))
+    txn = ck.Producer(kc.config(bootstrap, **{"transactional.id": "filler"}))
+    txn.init_transactions(30)
+    for i in range(per_partition):
+        for p in range(partitions):
+            key, value, headers, ts = rec = _record(p, i, size)
+            if i % txn_every == 10:
+                assert plain.flush(30) == 0
+                txn.begin_transaction()
+                for _ in range(3):
+                    txn.produce(topic, b"aborted", key, p, timestamp=ts, headers=headers)
+                txn.abort_transaction(30)
+                txn.begin_transaction()
+                txn.produce(topic, value, key, p, timestamp=ts, headers=headers)
+                txn.commit_transaction(30)
+            else:
+                while True:
+                    try:
+                        plain.produce(topic, value, key, p, timestamp=ts, headers=headers)
+                        break
+                    except BufferError:
+                        plain.poll(0.05)
+            model[p].append(rec)
+        plain.poll(0)
+    assert plain.flush(30) == 0
+    return model
+
+
+def kafka_records(bootstrap: str, topic: str, partitions: int) -> dict[int, list]:
+    got = kc.read_all(bootstrap, topic, partitions)
+    for recs in got.values():
+        for _, _, _, _, (ts_type, _) in recs:
+            assert ts_type == ck.TIMESTAMP_CREATE_TIME
+    return {p: [(k, v, [tuple(h) for h in hs], ts) for _, k, v, hs, (_, ts) in recs] for p, recs in got.items()}
+
+
+def kafkalog_records(path: str, topic: str) -> dict[int, list]:
+    out: dict[int, list] = {}
+    with engine.open(path) as eng:
+        n = eng.partitions_for(topic)
+        with eng.consumer(isolation_level="read_committed", enable_auto_commit=False) as c:
+            tps = [TopicPartition(topic, p) for p in range(n)]
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            ends = c.end_offsets(tps)
+            while any(c.position(tp) < ends[tp] for tp in tps):
+                for tp, recs in c.poll(0, max_records=10_000).items():
+                    out.setdefault(tp.partition, []).extend(
+                        (r.key, r.value, [tuple(h) for h in r.headers], r.timestamp) for r in recs)
+    return {p: out.get(p, []) for p in range(n)}
+
+
+def _mock_config(bootstrap: str) -> dict:
+    return kc.config(bootstrap)
+
+
+# --- fidelity ---------------------------------------------------------------------------------------------
+def test_to_kafka_copies_committed_records_with_every_field(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    model = fill_kafkalog(src, "events", 3, 120)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", timeout_s=10)
+    assert summary.records == 360
+    got = kafka_records(cluster.bootstrap, "events", 3)
+    assert got == model
+    again = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", timeout_s=10)
+    assert again.records == 0  # resumed from its progress: nothing twice
+    assert kafka_records(cluster.bootstrap, "events", 3) == model
+
+
+def test_from_kafka_copies_committed_records_with_every_field(tmp_path, cluster):
+    model = fill_kafka(cluster.bootstrap, "events", 3, 120)
+    dst = str(tmp_path / "dst")
+    summary = mirror.from_kafka(_mock_config(cluster.bootstrap), dst, name="m", topics=["events"], timeout_s=10)
+    assert summary.records == 360
+    got = kafkalog_records(dst, "events")
+    assert {p: got[p] for p in range(3)} == model
+    source_partitions = len(ck.admin.AdminClient(_mock_config(cluster.bootstrap)).list_topics(
+        "events", timeout=10).topics["events"].partitions)
+    with engine.open(dst) as eng:  # the destination's partition count is the source's
+        assert eng.partitions_for("events") == source_partitions
+    kc.produce(cluster.bootstrap, "events", [(1, b"late", b"late", [], BASE_TS)])
+    more = mirror.from_kafka(_mock_config(cluster.bootstrap), dst, name="m", topics=["events"], timeout_s=10)
+    assert more.records == 1
+    assert kafkalog_records(dst, "events")[1] == model[1] + [(b"late", b"late", [], BASE_TS)]
+
+
+def test_topic_configs_are_copied_where_the_destination_takes_them(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 1, 3)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", timeout_s=10)
+    assert "events" in summary.notes and "controller" in summary.notes["events"]  # the mock cannot CreateTopics
+    from engine.mirror.kafkalog_side import _supported
+    kept, dropped = _supported({"retention.ms": "1000", "cleanup.policy": "compact", "min.insync.replicas": "2",
+                                "remote.storage.enable": "true", "message.timestamp.type": "LogAppendTime"})
+    assert kept == {"retention.ms": "1000", "cleanup.policy": "compact"}
+    assert len(dropped) == 1 and dropped[0].startswith("remote.storage.enable=true")
+
+
+# --- exactly once across kill -9 ---------------------------------------------------------------------------
+def _mirror_cmd(data: str, way: str, bootstrap: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "engine", "mirror", "--data", data, way, bootstrap, "--name", "killme",
+            "--max-records", "700", "--timeout", "10", "--json", *extra]
+
+
+def _kill_trials(cmd: list[str], trials: int, seed: int) -> int:
+    """Run `cmd` `trials` times, each killed with SIGKILL after a random delay; returns how many were killed
+    while running (not already finished)."""
+    rng = random.Random(seed)
+    killed = 0
+    for _ in range(trials):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.8, 2.5))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    return killed
+
+
+def _run_to_end(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+KILLS = int(os.environ.get("KAFKALOG_MIRROR_KILLS", "4"))
+
+
+def test_to_kafka_is_exactly_once_across_kill_9(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    model = fill_kafkalog(src, "events", 3, 4000, size=200)
+    cmd = _mirror_cmd(src, "--to-kafka", cluster.bootstrap)
+    killed = _kill_trials(cmd, KILLS, seed=36)
+    assert killed >= 1
+    _run_to_end(cmd)
+    got = kafka_records(cluster.bootstrap, "events", 3)
+    assert [len(got[p]) for p in range(3)] == [len(model[p]) for p in range(3)]  # 0 lost, 0 duplicated
+    assert got == model
+
+
+def test_from_kafka_is_exactly_once_across_kill_9(tmp_path, cluster):
+    model = fill_kafka(cluster.bootstrap, "events", 3, 4000, size=200)
+    dst = str(tmp_path / "dst")
+    cmd = _mirror_cmd(dst, "--from-kafka", cluster.bootstrap, "--topic", "events")
+    killed = _kill_trials(cmd, KILLS, seed=37)
+    assert killed >= 1
+    _run_to_end(cmd)
+    got = kafkalog_records(dst, "events")
+    assert [len(got[p]) for p in range(3)] == [len(model[p]) for p in range(3)]
+    assert {p: got[p] for p in range(3)} == model
+
+
+# --- group offsets ----------------------------------------------------------------------------------------
+def _values_from(consumer, tp: TopicPartition, offset: int) -> list:
+    """The values a read_committed consumer reads from `offset` to the partition's end."""
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    end = consumer.end_offsets([tp])[tp]
+    out = []
+    while consumer.position(tp) < end:
+        out.extend(r.value for r in consumer.poll(0, max_records=100_000).get(tp, []))
+    return out
+
+
+def _source_offsets(path: str, topic: str, partition: int) -> list[int]:
+    """Every offset of the partition's log (records, aborted records and control batches alike) and its end."""
+    with engine.open(path) as eng:
+        return list(range(eng.describe_topic(topic).partitions[partition].log_end_offset + 1))
+
+
+def test_group_offsets_translate_exactly_to_kafka(tmp_path, cluster):
+    """For every source offset U a group may commit (on a record, an aborted record, a control batch, the end),
+    the destination group resumes at D such that the records from D there are the records from U here."""
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 1, 160)
+    offsets = _source_offsets(src, "events", 0)
+    groups = [f"g{u}" for u in offsets]
+    with engine.open(src) as eng:
+        for u in offsets:
+            eng.groups.commit_offsets(f"g{u}", {TopicPartition("events", 0): OffsetAndMetadata(u)})
+        visible = {}
+        with eng.consumer(isolation_level="read_committed", enable_auto_commit=False) as c:
+            for u in offsets:
+                visible[u] = _values_from(c, TopicPartition("events", 0), u)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", groups=groups, max_records=37,
+                              timeout_s=10)
+    dest = kc.read_all(cluster.bootstrap, "events", 1)[0]
+    for u in offsets:
+        report = summary.groups[f"g{u}"]
+        assert report["status"] == "synced", report
+        d = report["events-0"]["destination"]
+        assert report["events-0"]["exact"]
+        assert [v for off, _, v, _, _ in dest if off >= d] == visible[u], u
+    consumer = ck.Consumer(kc.config(cluster.bootstrap, **{"group.id": "g100"}))
+    try:
+        found = consumer.committed([ck.TopicPartition("events", 0)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+    assert found == summary.groups["g100"]["events-0"]["destination"]
+
+
+def test_group_offsets_translate_exactly_from_kafka(tmp_path, cluster):
+    fill_kafka(cluster.bootstrap, "events", 1, 120)
+    source = kc.read_all(cluster.bootstrap, "events", 1, isolation="read_uncommitted")[0]
+    end = kc.read_all(cluster.bootstrap, "events", 1)[0][-1][0] + 1
+    offsets = sorted({o for o, *_ in source} | {0, end})
+    for u in offsets:
+        consumer = ck.Consumer(kc.config(cluster.bootstrap, **{"group.id": f"g{u}"}))
+        consumer.commit(offsets=[ck.TopicPartition("events", 0, u)], asynchronous=False)
+        consumer.close()
+    committed_records = kc.read_all(cluster.bootstrap, "events", 1)[0]
+    dst = str(tmp_path / "dst")
+    summary = mirror.from_kafka(_mock_config(cluster.bootstrap), dst, name="m", topics=["events"],
+                                groups=[f"g{u}" for u in offsets], max_records=29, timeout_s=10)
+    with engine.open(dst) as eng:
+        with eng.consumer(isolation_level="read_committed", enable_auto_commit=False) as c:
+            tp = TopicPartition("events", 0)
+            for u in offsets:
+                d = eng.committed(f"g{u}", tp).offset
+                assert summary.groups[f"g{u}"]["events-0"]["destination"] == d
+                got = _values_from(c, tp, d)
+                assert got == [v for o, _, v, _, _ in committed_records if o >= u], u
+
+
+def test_a_group_active_on_the_destination_is_left_alone(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 1, 10)
+    dst = str(tmp_path / "dst")
+    mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="up", timeout_s=10)
+    ck.Consumer(kc.config(cluster.bootstrap, **{"group.id": "busy"})).commit(
+        offsets=[ck.TopicPartition("events", 0, 4)], asynchronous=False)
+    with engine.open(dst) as eng:
+        eng.create_topic("events", 4)
+        member = eng.consumer("events", group_id="busy")
+        member.poll(0)
+        summary = mirror.from_kafka(_mock_config(cluster.bootstrap), eng, name="down", topics=["events"],
+                                    groups=["busy"], timeout_s=10)
+        assert summary.groups["busy"]["status"] == "active on the destination: offsets not moved"
+        assert eng.committed("busy", TopicPartition("events", 0)) is None
+        member.close()
+
+
+# --- follow mode, progress, errors ---------------------------------------------------------------------------
+def test_follow_mode_copies_new_records_until_stopped(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 2, 5)
+    with engine.open(src) as eng:
+        seen = []
+        m = mirror.Mirror(mirror.KafkalogSource(eng, "f"), mirror.KafkaSink(mirror.Cluster(
+            _mock_config(cluster.bootstrap), 10), "f", mirror.PROGRESS_TOPIC), name="f", follow=True,
+            commit_interval_s=0.1, on_progress=lambda s: seen.append(s.records))
+        runner = threading.Thread(target=m.run)
+        runner.start()
+        try:
+            with eng.producer() as p:
+                for i in range(20):
+                    p.send("events", value=b"new%d" % i, partition=i % 2)
+            deadline = time.monotonic() + 30
+            while (not seen or seen[-1] < 30) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            m.stop()
+            runner.join(30)
+        assert not runner.is_alive()
+        assert seen[-1] == 30
+    values = [r[1] for recs in kafka_records(cluster.bootstrap, "events", 2).values() for r in recs]
+    assert sorted(v for v in values if v and v.startswith(b"new")) == sorted(b"new%d" % i for i in range(20))
+
+
+def test_cli_summary_is_json_with_every_partition(tmp_path, cluster):
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 2, 4)
+    out = subprocess.run([sys.executable, "-m", "engine", "mirror", "--data", src, "--to-kafka", cluster.bootstrap,
+                          "--name", "cli", "--json", "--timeout", "10"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["records"] == 8 and sorted(doc["partitions"]) == ["events-0", "events-1"]
+    assert all(p["lag"] == 0 and p["records"] == 4 for p in doc["partitions"].values())
+
+
+def test_unreachable_cluster_is_one_typed_line(tmp_path):
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 1, 1)
+    with pytest.raises(errors.BrokerNotAvailableError) as exc:
+        mirror.to_kafka(src, {"bootstrap.servers": "127.0.0.1:1", "logger": kc.QUIET}, name="x", timeout_s=2)
+    assert exc.value.retriable and exc.value.code == 8 and "127.0.0.1:1" in str(exc.value)
+    out = subprocess.run([sys.executable, "-m", "engine", "mirror", "--data", src, "--from-kafka", "127.0.0.1:1",
+                          "--name", "x", "--timeout", "2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith("kafkalog mirror: BrokerNotAvailableError:")
+
+
+def test_missing_topic_is_a_typed_error(tmp_path, cluster):
+    """(From a cluster, a missing topic is checked against a real broker in tests/mirror/test_interop.py: the mock
+    cluster creates any topic a metadata request names.)"""
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 1, 1)
+    with pytest.raises(errors.UnknownTopicOrPartitionError, match="nope"):
+        mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="x", topics=["nope"], timeout_s=5)
+
+
+def test_bad_options_are_refused(tmp_path, cluster):
+    with pytest.raises(errors.InvalidConfigurationError, match="bootstrap.servers"):
+        mirror.to_kafka(str(tmp_path), {}, name="x")
+    with pytest.raises(errors.InvalidConfigurationError, match="max_records"):
+        mirror.to_kafka(str(tmp_path), _mock_config(cluster.bootstrap), name="x", max_records=0)
+    out = subprocess.run([sys.executable, "-m", "engine", "mirror", "--data", str(tmp_path), "--to-kafka", "h:1",
+                          "--name", "x", "--config", "novalue"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "KEY=VALUE" in out.stderr
