@@ -6,7 +6,7 @@ Thread-safety: each object is used by the one mirror thread that made it.
 from __future__ import annotations
 
 from engine.common import errors
-from engine.mirror import offset_sync
+import engine.mirror.offset_sync as offset_sync
 from engine.mirror.cluster import Cluster, kafka, typed
 
 FETCH_CONFIG = {"enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",

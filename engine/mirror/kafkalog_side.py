@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from engine.common import errors
 from engine.common.structs import OffsetAndMetadata, TopicPartition
-from engine.mirror import offset_sync
+import engine.mirror.offset_sync as offset_sync
 from engine.segments.log_config import LogConfig
 
 CHUNK_FETCH_BYTES = 16 << 20

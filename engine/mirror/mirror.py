@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from engine.common import errors
-from engine.mirror import offset_sync
+import engine.mirror.offset_sync as offset_sync
 
 log = logging.getLogger("kafkalog.mirror")
 GROUP_SYNC_INTERVAL_S = 5.0
