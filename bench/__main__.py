@@ -12,6 +12,7 @@ from bench import (
     clients,
     codec,
     compaction,
+    kafka,
     curves,
     groups,
     log,
@@ -76,6 +77,9 @@ def main(argv=None) -> int:
         # other workloads write between repetitions neither evict that log nor load the disk while it is read
         os.sync()
         doc["rows"] += runner.run([lambda: spark.workloads(q, scratch)], reps=reps, min_time=min_time)["rows"]
+        with kafka.session(scratch) as (broker, local):  # a real broker when KAFKA_HOME is given
+            doc["rows"] += runner.run([lambda: kafka.workloads(q, broker, local)], reps=reps,
+                                      min_time=min_time)["rows"]
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
                           + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
                           + spark_stream.figures(args.quick, scratch))

@@ -62,9 +62,12 @@ def typed(exc_or_error, what: str) -> errors.KafkaError:
     }
     cls = table.get(code)
     if cls is not None:
-        return cls(f"{what}: {err.str()}")
-    out = ClusterError(f"{what}: {err.str()} ({err.name()})")
-    out.code, out.retriable = (code if code >= 0 else -1), bool(err.retriable())
+        out = cls(f"{what}: {err.str()}")
+    else:
+        out = ClusterError(f"{what}: {err.str()} ({err.name()})")
+        out.code = code if code >= 0 else -1
+    if err.retriable() or err.txn_requires_abort():  # an abortable transaction: the mirror restarts from progress
+        out.retriable = True
     return out
 
 

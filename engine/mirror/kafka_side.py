@@ -124,7 +124,7 @@ class KafkaSink:
     def _read_progress(self) -> dict[tuple[str, int], offset_sync.PartitionProgress]:
         ck = kafka()
         consumer = ck.Consumer(self.cluster.client_config(**{"group.id": f"kafkalog-mirror.{self.name}",
-                                                             **FETCH_CONFIG}))
+                                                             **FETCH_CONFIG, "fetch.wait.max.ms": 10}))
         out: dict[tuple[str, int], offset_sync.PartitionProgress] = {}
         try:
             consumer.assign([ck.TopicPartition(self.progress_topic, 0, ck.OFFSET_BEGINNING)])
@@ -155,46 +155,64 @@ class KafkaSink:
         finally:
             consumer.close()
 
-    def write(self, chunk: dict, syncs: dict[tuple[str, int], tuple[int, offset_sync.Sync]]) -> dict:
+    def write(self, chunk: dict, syncs: dict[tuple[str, int], tuple[int, offset_sync.Sync]]) -> None:
         """Copy `chunk` ({(topic, partition): (source offsets, records)}) and the progress records `syncs`
-        ({(topic, partition): (slot, Sync without runs)}) in one transaction; returns {(topic, partition): the
-        destination offsets of the chunk's records, in order}."""
+        ({(topic, partition): (slot, Sync)}, whose runs and dest_next this fills in) in one transaction."""
         ck = kafka()
         producer = self._producer
-        placed: dict[tuple[str, int], list] = {tp: [] for tp in chunk}
+        try:
+            spans = self._copy(chunk, every=False)
+            if spans is None:  # another producer wrote into a partition meanwhile: learn each record's offset
+                producer.abort_transaction(self.cluster.timeout_s)
+                spans = self._copy(chunk, every=True)
+            for tp, (slot, sync) in syncs.items():
+                if tp in spans:
+                    sync.place(chunk[tp][0], spans[tp])
+                producer.produce(self.progress_topic, sync.encode(), offset_sync.encode_key(self.name, *tp, slot), 0)
+            producer.commit_transaction(self.cluster.timeout_s)
+        except ck.KafkaException as exc:
+            raise typed(exc, f"writing to {self.cluster.servers}") from None
+
+    def _copy(self, chunk: dict, every: bool) -> dict | None:
+        """Begin a transaction and produce the chunk; {(topic, partition): [(first destination offset, count)]},
+        or None when a partition's records did not land on consecutive offsets. Only the first and last record
+        of a partition report their offset unless `every` (a per-record report costs as much as the send)."""
+        ck = kafka()
+        producer = self._producer
+        landed: dict[tuple[str, int], list] = {tp: [] for tp in chunk}
         failed: list = []
 
         def delivered(err, msg) -> None:
             if err is not None:
                 failed.append(err)
             else:
-                placed[(msg.topic(), msg.partition())].append(msg.offset())
-        try:
-            producer.begin_transaction()
-            for (topic, partition), (_, records) in chunk.items():
-                for key, value, headers, ts in records:
-                    while True:
-                        try:
-                            producer.produce(topic, value, key, partition, on_delivery=delivered, timestamp=ts,
-                                             headers=headers)
-                            break
-                        except BufferError:  # the client's queue is full: let it send
-                            producer.poll(0.05)
-                producer.poll(0)
-            producer.flush(self.cluster.timeout_s)
-            if failed:
-                raise ck.KafkaException(failed[0])
-            for (topic, partition), (slot, sync) in syncs.items():
-                got = placed.get((topic, partition))
-                if got:
-                    sync.runs = offset_sync.runs_of(chunk[(topic, partition)][0], got)
-                    sync.dest_next = got[-1] + 1
-                producer.produce(self.progress_topic, sync.encode(),
-                                 offset_sync.encode_key(self.name, topic, partition, slot), 0)
-            producer.commit_transaction(self.cluster.timeout_s)
-        except ck.KafkaException as exc:
-            raise typed(exc, f"writing to {self.cluster.servers}") from None
-        return placed
+                landed[(msg.topic(), msg.partition())].append(msg.offset())
+        producer.begin_transaction()
+        for (topic, partition), (_, records) in chunk.items():
+            last = len(records) - 1
+            for i, (key, value, headers, ts) in enumerate(records):
+                report = delivered if every or i == 0 or i == last else None
+                while True:
+                    try:
+                        producer.produce(topic, value, key, partition, on_delivery=report, timestamp=ts,
+                                         headers=headers)
+                        break
+                    except BufferError:  # the client's queue is full: let it send
+                        producer.poll(0.05)
+            producer.poll(0)
+        producer.flush(self.cluster.timeout_s)
+        if failed:
+            raise ck.KafkaException(failed[0])
+        spans = {}
+        for tp, offsets in landed.items():
+            n = len(chunk[tp][0])
+            if every:
+                spans[tp] = [(o, 1) for o in offsets]
+            elif offsets[-1] - offsets[0] == n - 1:
+                spans[tp] = [(offsets[0], n)]
+            else:
+                return None
+        return spans
 
     def committed(self, group: str, tps) -> dict[tuple[str, int], int]:
         return self.cluster.committed(group, list(tps))

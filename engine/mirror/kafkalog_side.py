@@ -125,23 +125,17 @@ class KafkalogSink:
     def end_offset(self, topic: str, partition: int) -> int:
         return self.engine.describe_topic(topic).partitions[partition].high_watermark
 
-    def write(self, chunk: dict, syncs: dict) -> dict:
+    def write(self, chunk: dict, syncs: dict) -> None:
         """As KafkaSink.write, in one kafkalog transaction."""
         producer = self._producer
-        placed = {}
         try:
             producer.begin_transaction()
-            for (topic, partition), (offsets, records) in chunk.items():
-                dest = placed[(topic, partition)] = []
-                for span in producer.send_batch(topic, records, partition):
-                    dest.extend(range(span.base_offset, span.base_offset + span.record_count))
-            for (topic, partition), (slot, sync) in syncs.items():
-                got = placed.get((topic, partition))
-                if got:
-                    sync.runs = offset_sync.runs_of(chunk[(topic, partition)][0], got)
-                    sync.dest_next = got[-1] + 1
-                producer.send(self.progress_topic, sync.encode(),
-                              offset_sync.encode_key(self.name, topic, partition, slot), partition=0)
+            for tp, (slot, sync) in syncs.items():
+                if tp in chunk:
+                    spans = producer.send_batch(tp[0], chunk[tp][1], tp[1])
+                    sync.place(chunk[tp][0], [(s.base_offset, s.record_count) for s in spans])
+                producer.send(self.progress_topic, sync.encode(), offset_sync.encode_key(self.name, *tp, slot),
+                              partition=0)
             producer.commit_transaction()
         except errors.KafkaError:
             try:
@@ -149,7 +143,6 @@ class KafkalogSink:
             except errors.KafkaError:
                 pass  # the next begin() fences and aborts it
             raise
-        return placed
 
     def committed(self, group: str, tps) -> dict[tuple[str, int], int]:
         out = {}

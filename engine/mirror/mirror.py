@@ -126,18 +126,20 @@ class Mirror:
     def _copy(self) -> None:
         synced = time.monotonic()
         while not self._stop.is_set():
-            chunk, ends = self._read_chunk()
+            chunk, ends, sizes = self._read_chunk()
             if chunk or self._advanced(ends):
-                self._write(chunk, ends)
+                self._write(chunk, ends, sizes)
             elif not self.follow and self.source.at_end(self._tps):
                 return
             if self.groups and time.monotonic() - synced > GROUP_SYNC_INTERVAL_S:
                 self._sync_groups()
                 synced = time.monotonic()
 
-    def _read_chunk(self) -> tuple[dict, dict]:
+    def _read_chunk(self) -> tuple[dict, dict, dict]:
+        """(records by partition, positions reached by partition, key and value bytes by partition)."""
         chunk: dict = {}
         ends: dict = {}
+        sizes: dict = {}
         count = size = 0
         deadline = time.monotonic() + self.commit_interval_s
         while count < self.max_records and size < self.max_bytes and not self._stop.is_set():
@@ -151,10 +153,12 @@ class Mirror:
                     have[0].extend(offsets)
                     have[1].extend(records)
                 count += len(offsets)
-                size += sum(len(k or b"") + len(v or b"") for k, v, _, _ in records)
+                nbytes = sum([len(k) for k, _, _, _ in records if k] + [len(v) for _, v, _, _ in records if v])
+                sizes[tp] = sizes.get(tp, 0) + nbytes
+                size += nbytes
             if not got and (count or time.monotonic() > deadline or not self.follow):
                 break
-        return chunk, ends
+        return chunk, ends, sizes
 
     def _advanced(self, ends: dict) -> bool:
         """Whether a partition's position moved past its progress with nothing copied (control batches, aborted
@@ -166,13 +170,13 @@ class Mirror:
         latest = prog.latest if prog is not None else None
         return latest.next if latest is not None else 0
 
-    def _write(self, chunk: dict, ends: dict) -> None:
+    def _write(self, chunk: dict, ends: dict, sizes: dict) -> None:
         syncs = {}
         for tp in set(chunk) | {tp for tp, pos in ends.items() if pos > self._next(tp)}:
             prog = self._progress.setdefault(tp, offset_sync.PartitionProgress())
             latest = prog.latest
             offsets = chunk[tp][0] if tp in chunk else []
-            start = latest.next if latest is not None else (offsets[0] if offsets else 0)
+            start = latest.next if latest is not None else 0  # a first run reads from the log start
             nxt = max(ends.get(tp, 0), offsets[-1] + 1 if offsets else 0, start)
             dest_next = latest.dest_next if latest is not None else self.sink.end_offset(*tp)
             syncs[tp] = (prog.next_slot(), offset_sync.Sync(start, nxt, dest_next))
@@ -183,9 +187,9 @@ class Mirror:
             self._progress[tp].add(slot, sync)
             stats = self.summary.partitions.setdefault(f"{tp[0]}-{tp[1]}", PartitionStats())
             stats.next = sync.next
-        for tp, (offsets, records) in chunk.items():
+        for tp, (offsets, _) in chunk.items():
             stats = self.summary.partitions[f"{tp[0]}-{tp[1]}"]
-            size = sum(len(k or b"") + len(v or b"") for k, v, _, _ in records)
+            size = sizes[tp]
             stats.records += len(offsets)
             stats.bytes += size
             self.summary.records += len(offsets)
@@ -209,13 +213,12 @@ class Mirror:
                 continue
             for tp, upstream in source.items():
                 prog = self._progress.get(tp)
-                found = prog.translate(upstream) if prog is not None else None
+                dest = prog.translate(upstream) if prog is not None else offset_sync.NOT_YET
                 name = f"{tp[0]}-{tp[1]}"
-                if found is None:
-                    report[name] = {"source": upstream, "status": "not mirrored yet"}
+                if isinstance(dest, str):
+                    report[name] = {"source": upstream, "status": dest}
                     continue
-                dest, exact = found
-                report[name] = {"source": upstream, "destination": dest, "exact": exact}
+                report[name] = {"source": upstream, "destination": dest}
                 if dest > current.get(tp, -1):
                     done[tp] = dest
             if done:

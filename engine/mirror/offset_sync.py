@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 HISTORY = 256  # progress records kept per partition (slots); older syncs are compacted away
 PROGRESS_TOPIC = "kafkalog-mirror-progress"
+NOT_YET = "not mirrored yet"
+TOO_OLD = "older than the offset syncs kept"
 
 
 def encode_key(name: str, topic: str, partition: int, slot: int) -> bytes:
@@ -55,23 +57,31 @@ class Sync:
         return json.dumps({"from": self.start, "next": self.next, "dnext": self.dest_next,
                            "runs": [list(r) for r in self.runs]}, separators=(",", ":")).encode()
 
+    def place(self, source_offsets: list[int], spans: list[tuple[int, int]]) -> None:
+        """The copied records (their source offsets, in order) landed in `spans` ([(first destination offset,
+        count)], in order): record them as runs, and the destination offset after the last."""
+        runs: list[tuple[int, int, int]] = []
+        i = 0
+        for first, count in spans:
+            part = source_offsets[i:i + count]
+            i += count
+            if part[-1] - part[0] == count - 1:  # no gap in the source either: one run
+                pieces = [(part[0], first, count)]
+            else:
+                pieces = [(u, first + j, 1) for j, u in enumerate(part)]
+            for u, d, n in pieces:
+                if runs and u == runs[-1][0] + runs[-1][2] and d == runs[-1][1] + runs[-1][2]:
+                    runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + n)
+                else:
+                    runs.append((u, d, n))
+        self.runs = runs
+        if spans:
+            self.dest_next = spans[-1][0] + spans[-1][1]
+
     @classmethod
     def decode(cls, value: bytes) -> "Sync":
         doc = json.loads(value)
         return cls(int(doc["from"]), int(doc["next"]), int(doc["dnext"]), [tuple(r) for r in doc["runs"]])
-
-
-def runs_of(source_offsets: list[int], dest_offsets: list[int]) -> list[tuple[int, int, int]]:
-    """Pair the source offsets of copied records with the destination offsets they got, as maximal runs."""
-    runs: list[tuple[int, int, int]] = []
-    for u, d in zip(source_offsets, dest_offsets):
-        if runs:
-            ru, rd, rn = runs[-1]
-            if u == ru + rn and d == rd + rn:
-                runs[-1] = (ru, rd, rn + 1)
-                continue
-        runs.append((u, d, 1))
-    return runs
 
 
 class PartitionProgress:
@@ -95,22 +105,23 @@ class PartitionProgress:
         self.seq = (self.seq + 1) % HISTORY
         return self.seq
 
-    def translate(self, upstream: int) -> tuple[int, bool] | None:
-        """The destination offset a group committed at source offset `upstream` resumes from, and whether it is
-        exact; None while the mirror has not read up to `upstream`. Exact when the kept syncs cover `upstream`:
-        the destination offset of the first copied record at or after it (the log end when there is none). Below
-        the oldest kept sync it is the oldest run's start, which may deliver some records again (never loses one)."""
+    def translate(self, upstream: int) -> int | str:
+        """The destination offset a group committed at source offset `upstream` resumes from: the destination offset
+        of the first copied record at or after it (the destination's log end when none is), so the group reads there
+        exactly what it had not read here. A string says why there is none: the mirror has not read up to `upstream`
+        yet, or `upstream` is older than the syncs compaction kept (MirrorMaker 2 leaves such a group alone too)."""
         latest = self.latest
         if latest is None or upstream > latest.next:
-            return None
+            return NOT_YET
         syncs = sorted(self.by_slot.values(), key=lambda s: s.start)
+        if upstream < syncs[0].start:
+            return TOO_OLD
         runs = [r for s in syncs for r in s.runs]
-        exact = upstream >= syncs[0].start
         i = bisect.bisect_right(runs, (upstream, float("inf"), 0)) - 1
         if i >= 0:
             u, d, n = runs[i]
             if upstream < u + n:
-                return d + (upstream - u), exact
+                return d + (upstream - u)
         if i + 1 < len(runs):
-            return runs[i + 1][1], exact
-        return latest.dest_next, exact
+            return runs[i + 1][1]
+        return latest.dest_next

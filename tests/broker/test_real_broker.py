@@ -17,8 +17,8 @@ from bench.kafka_broker import KafkaBroker
 from engine import mirror
 from engine.common import errors
 from tests.mirror import kafka_cluster as kc
-from tests.mirror.test_mirror import (_kill_trials, _mirror_cmd, _run_to_end, fill_kafka, fill_kafkalog,
-                                      kafka_records, kafkalog_records)
+from tests.mirror.test_mirror import (_count, _high_watermarks, _kill_trials, _log_bytes, _mirror_cmd, _run_to_end,
+                                      fill_kafka, fill_kafkalog, kafka_records, kafkalog_records)
 
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
@@ -56,13 +56,14 @@ def test_a_million_records_to_kafka_exactly_once_across_kill_9(tmp_path, broker)
     with engine.open(src) as eng:
         eng.alter_topic_config("to-kafka", {"retention.ms": 123456789, "min.insync.replicas": 1})
     cmd = _mirror_cmd(src, "--to-kafka", broker.bootstrap) + ["--max-records", "50000"]
-    assert _kill_trials(cmd, KILLS, seed=1) >= 1
+    _kill_trials(cmd, KILLS, 1, lambda: _high_watermarks(broker.bootstrap, "to-kafka", PARTITIONS),
+                 lambda: _count(kafka_records(broker.bootstrap, "to-kafka", PARTITIONS, True)), _count(model))
     _run_to_end(cmd)
     assert _partitions(broker, "to-kafka") == PARTITIONS
     resource = ConfigResource("topic", "to-kafka")
     configs = _admin(broker).describe_configs([resource])[resource].result()
     assert configs["retention.ms"].value == "123456789"
-    got = kafka_records(broker.bootstrap, "to-kafka", PARTITIONS)
+    got = kafka_records(broker.bootstrap, "to-kafka", PARTITIONS, real_broker=True)
     assert [len(got[p]) for p in range(PARTITIONS)] == [len(model[p]) for p in range(PARTITIONS)]
     assert got == model
 
@@ -71,10 +72,11 @@ def test_a_million_records_from_kafka_exactly_once_across_kill_9(tmp_path, broke
     _admin(broker).create_topics([NewTopic("from-kafka", PARTITIONS, 1, config={"retention.ms": "987654321"})])[
         "from-kafka"].result()
     model = fill_kafka(broker.bootstrap, "from-kafka", PARTITIONS, RECORDS // PARTITIONS, size=100,
-                       txn_every=2000)
+                       txn_every=2000, aborted_in_log=True)
     dst = str(tmp_path / "dst")
     cmd = _mirror_cmd(dst, "--from-kafka", broker.bootstrap, "--topic", "from-kafka") + ["--max-records", "50000"]
-    assert _kill_trials(cmd, KILLS, seed=2) >= 1
+    _kill_trials(cmd, KILLS, 2, lambda: _log_bytes(dst, "from-kafka"),
+                 lambda: _count(kafkalog_records(dst, "from-kafka")) if os.path.exists(dst) else 0, _count(model))
     _run_to_end(cmd)
     with engine.open(dst) as eng:
         desc = eng.describe_topic("from-kafka")
@@ -107,7 +109,7 @@ def test_group_offsets_move_to_the_broker_and_resume_exactly(tmp_path, broker):
             break
         rest.append(m.value())
     consumer.close()
-    everything = [r[1] for r in kafka_records(broker.bootstrap, "groups", 1)[0]]
+    everything = [r[1] for r in kafka_records(broker.bootstrap, "groups", 1, real_broker=True)[0]]
     assert read + rest == everything and len(rest) == 200 - 77
 
 
@@ -127,7 +129,7 @@ def test_a_directory_handed_to_the_broker_is_served_and_the_broker_directory_sta
                           "--topic", "handed", "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     broker.start()
-    assert kafka_records(broker.bootstrap, "handed", 2) == model
+    assert kafka_records(broker.bootstrap, "handed", 2, real_broker=True) == model
     # the reverse: kafkalog opens the stopped broker's directory, appends, and the broker serves it again
     broker.stop()
     metadata_log = os.path.join(broker.data, "__cluster_metadata-0")
@@ -138,7 +140,7 @@ def test_a_directory_handed_to_the_broker_is_served_and_the_broker_directory_sta
             p.send("handed", key=b"after", value=b"kafkalog appended", partition=1, timestamp_ms=1).get()
     assert {f: os.path.getsize(os.path.join(metadata_log, f)) for f in os.listdir(metadata_log)} == before
     broker.start()
-    got = kafka_records(broker.bootstrap, "handed", 2)
+    got = kafka_records(broker.bootstrap, "handed", 2, real_broker=True)
     assert got[0] == model[0] and got[1] == model[1] + [(b"after", b"kafkalog appended", [], 1)]
     with pytest.raises(errors.LogDirectoryLockedError, match="stop it first"):
         from engine.tools.handoff import handoff

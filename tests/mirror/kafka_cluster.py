@@ -61,3 +61,71 @@ def produce(bootstrap: str, topic: str, records) -> None:
         producer.produce(topic, value, key, partition, timestamp=ts, headers=headers)
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    consumer = ck.Consumer(config(bootstrap, **{"group.id": "tests-reader"}))
+    try:
+        return consumer.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=30)
+    finally:
+        consumer.close()
+
+
+def read_committed_model(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> dict[int, list]:
+    """Every record of `topic` a read_committed reader may see, decided here rather than by the cluster:
+    librdkafka 2.16's mock cluster keeps aborted records visible to read_committed readers (it sends no aborted
+    transactions). kafka-python fetches the raw batches (read_uncommitted; without CRC checks: the mock writes its
+    control batches with a wrong CRC); its record classes decode them; a transactional batch counts when the next
+    control batch of its producer id is a commit (Kafka's rule). The shape of read_all's answer."""
+    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka.consumer import fetcher
+    from kafka.record.memory_records import MemoryRecords
+
+    captured: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}
+    original = fetcher.Fetcher.PartitionRecords.__init__
+
+    def capture(self, fetch_offset, tp, records, *args, **kwargs):
+        if tp.topic == topic:
+            captured[tp.partition][fetch_offset] = bytes(records._buffer)
+        original(self, fetch_offset, tp, records, *args, **kwargs)
+    fetcher.Fetcher.PartitionRecords.__init__ = capture
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None,
+                                 api_version=(2, 0), check_crcs=False,
+                                 isolation_level="read_uncommitted")
+        tps = [KTP(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        ends = {}
+        for tp in tps:  # the mock cluster answers librdkafka's ListOffsets, not kafka-python's: ask librdkafka
+            consumer.seek(tp, 0)
+            ends[tp] = watermarks(bootstrap, topic, tp.partition)[1]
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"the cluster served {topic} up to {[consumer.position(tp) for tp in tps]}"
+            consumer.poll(200)
+        consumer.close()
+    finally:
+        fetcher.Fetcher.PartitionRecords.__init__ = original
+    out = {}
+    for p, buffers in captured.items():
+        batches = {}
+        for buf in buffers.values():
+            records = MemoryRecords(buf)
+            batch = records.next_batch()
+            while batch is not None:
+                batches[batch.base_offset] = batch
+                batch = records.next_batch()
+        ordered = [batches[o] for o in sorted(batches)]
+        fate: dict[int, bool] = {}  # base offset of a transactional batch -> committed
+        open_batches: dict[int, list[int]] = {}
+        for b in ordered:
+            if b.is_control_batch:
+                abort = next(iter(b)).abort
+                for base in open_batches.pop(b.producer_id, []):
+                    fate[base] = not abort
+            elif b.is_transactional:
+                open_batches.setdefault(b.producer_id, []).append(b.base_offset)
+        out[p] = [(r.offset, r.key, r.value, [tuple(h) for h in r.headers], (r.timestamp_type + 1, r.timestamp))
+                  for b in ordered if not b.is_control_batch and fate.get(b.base_offset, not b.is_transactional)
+                  for r in b]
+    return out

@@ -1,0 +1,130 @@
+"""Against a real Kafka broker (KAFKA_HOME given to `make bench`): kafkalog's embedded producer and consumer beside
+confluent-kafka producing to and consuming from a local KRaft broker, and the mirror beside raw confluent-kafka
+produce. The broker runs on 127.0.0.1 with a fresh data directory for the suite (bench.kafka_broker) and is stopped
+after it. Without KAFKA_HOME the rows are listed as not run."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+
+import engine
+from bench.runner import Contender, Workload
+
+VALUE = 100
+PARTITIONS = 3
+QUIET = logging.getLogger("bench.librdkafka")
+QUIET.propagate = False
+QUIET.addHandler(logging.NullHandler())
+
+
+def _rows(n: int) -> list[tuple[str, str, list[str]]]:
+    label = f"{n // 1000}k x {VALUE} B records, keyed, {PARTITIONS} partitions"
+    return [("produce", f"per-record send() of {label}, acks=all, linger 5 ms: embedded vs to a local broker",
+             ["confluent-kafka to a real broker"]),
+            ("consume", f"per-record iteration over {label}: embedded vs from a local broker",
+             ["confluent-kafka from a real broker"]),
+            ("mirror", f"kafkalog mirror of {label} into a local broker (transactions of 50k records) vs "
+             f"producing them with confluent-kafka (idempotent, no transactions)",
+             ["confluent-kafka produce to a real broker"])]
+
+
+@contextlib.contextmanager
+def session(scratch: str):
+    """A started broker (stopped on exit) and an open engine; None for both without KAFKA_HOME."""
+    home = os.environ.get("KAFKA_HOME")
+    if not home:
+        yield None, None
+        return
+    from bench.kafka_broker import KafkaBroker
+
+    with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker, \
+            engine.open(tempfile.mkdtemp(dir=scratch)) as local:
+        yield broker, local
+
+
+def workloads(quick: bool, broker, local) -> list[Workload]:
+    n = 100_000 if quick else 1_000_000
+    if broker is None:
+        return [Workload(g, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
+                         not_yet="needs a broker: make bench KAFKA_HOME=<a Kafka installation or build folder>")
+                for g, name, peers in _rows(n)]
+    import confluent_kafka as ck
+    import confluent_kafka.admin  # noqa: F401
+
+    from engine import mirror
+
+    config = {"bootstrap.servers": broker.bootstrap, "logger": QUIET}
+    admin = ck.admin.AdminClient(config)
+    counter = iter(range(10**9))
+    keys = [b"key-%05d" % i for i in range(1000)]
+    values = [os.urandom(VALUE) for _ in range(1000)]
+
+    def new_topic(prefix: str) -> str:
+        topic = f"{prefix}{next(counter)}"
+        admin.create_topics([ck.admin.NewTopic(topic, PARTITIONS, 1)])[topic].result()
+        return topic
+
+    def kafkalog_send():
+        topic = f"p{next(counter)}"
+        local.create_topic(topic, PARTITIONS)
+        with local.producer(acks="all", linger_ms=5) as p:
+            send = p.send
+            for i in range(n):
+                send(topic, values[i % 1000], keys[i % 1000])
+
+    def rdkafka_produce(topic_of=lambda: new_topic("p")):
+        topic = topic_of()
+        producer = ck.Producer({**config, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+        produce, poll = producer.produce, producer.poll
+        for i in range(n):
+            while True:
+                try:
+                    produce(topic, values[i % 1000], keys[i % 1000])
+                    break
+                except BufferError:
+                    poll(0.01)
+            if i % 10_000 == 0:
+                poll(0)
+        assert producer.flush(120) == 0
+
+    # data to consume: the same records in kafkalog and in the broker
+    local.create_topic("c", PARTITIONS)
+    with local.producer(acks="all", linger_ms=5) as p:
+        for i in range(n):
+            p.send("c", values[i % 1000], keys[i % 1000])
+    consumed = new_topic("c")
+    rdkafka_produce(lambda: consumed)
+
+    def kafkalog_iterate():
+        with local.consumer("c", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+            assert sum(1 for _ in c) == n
+
+    def rdkafka_iterate():
+        c = ck.Consumer({**config, "group.id": f"g{next(counter)}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+        c.subscribe([consumed])
+        got, deadline = 0, time.monotonic() + 300
+        while got < n and time.monotonic() < deadline:
+            msg = c.poll(1)
+            if msg is not None and msg.error() is None:
+                msg.key(), msg.value()
+                got += 1
+        c.close()
+        assert got == n
+
+    def kafkalog_mirror():
+        summary = mirror.to_kafka(local, config, name=f"bench{next(counter)}", topics=["c"],
+                                  progress_topic="bench-progress")
+        assert summary.records == n
+
+    label_rows = _rows(n)
+    rows = [Workload(label_rows[0][0], label_rows[0][1], n, n * VALUE,
+                     [Contender("kafkalog", kafkalog_send), Contender(label_rows[0][2][0], rdkafka_produce)]),
+            Workload(label_rows[1][0], label_rows[1][1], n, n * VALUE,
+                     [Contender("kafkalog", kafkalog_iterate), Contender(label_rows[1][2][0], rdkafka_iterate)]),
+            Workload(label_rows[2][0], label_rows[2][1], n, n * VALUE,
+                     [Contender("kafkalog", kafkalog_mirror), Contender(label_rows[2][2][0], rdkafka_produce)])]
+    return rows
