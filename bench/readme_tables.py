@@ -2,7 +2,7 @@
 `latest.md` of one `make bench` run (`make bench` calls it), so that no figure in them is typed by hand.
 
 The headline table keeps the rows of what users do (encode, decode reading every field, send(), consume, log
-append, Spark); the figures (point reads, recovery, opening) and the peak-RSS tables are copied whole. Every
+append, Spark, mirror); the figures (point reads, recovery, opening) and the peak-RSS tables are copied whole. Every
 other row stays in latest.md.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ LATEST = os.path.join(ROOT, "bench", "results", "latest.md")
 README = os.path.join(ROOT, "README.md")
 START = "<!-- benchmark tables: written by `python -m bench.readme_tables` from bench/results/latest.md -->"
 END = "<!-- end of benchmark tables -->"
-HEADLINE_GROUPS = ("codec encode", "codec decode, read every field", "produce", "consume", "log append", "spark")
+HEADLINE_GROUPS = ("codec encode", "codec decode, read every field", "produce", "consume", "log append", "spark",
+                   "mirror")
 
 
 def _tables(text: str) -> tuple[list[str], list[list[str]]]:
