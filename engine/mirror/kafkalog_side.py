@@ -9,6 +9,7 @@ from __future__ import annotations
 from engine.common import errors
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 import engine.mirror.offset_sync as offset_sync
+from engine.mirror.cluster import NOT_COPIED
 from engine.segments.log_config import LogConfig
 
 CHUNK_FETCH_BYTES = 16 << 20
@@ -65,12 +66,7 @@ class KafkalogSource:
         return self._consumer.end_offsets([tp])[tp]
 
     def committed(self, group: str, tps) -> dict[tuple[str, int], int]:
-        out = {}
-        for t, p in tps:
-            found = self.engine.committed(group, TopicPartition(t, p))
-            if found is not None:
-                out[(t, p)] = found.offset
-        return out
+        return _committed(self.engine, group, tps)
 
     def close(self) -> None:
         self._consumer.close(autocommit=False)
@@ -145,12 +141,7 @@ class KafkalogSink:
             raise
 
     def committed(self, group: str, tps) -> dict[tuple[str, int], int]:
-        out = {}
-        for t, p in tps:
-            found = self.engine.committed(group, TopicPartition(t, p))
-            if found is not None:
-                out[(t, p)] = found.offset
-        return out
+        return _committed(self.engine, group, tps)
 
     def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         self.engine.groups.commit_offsets(group, {TopicPartition(t, p): OffsetAndMetadata(o)
@@ -162,10 +153,18 @@ class KafkalogSink:
             self._producer = None
 
 
+def _committed(eng, group: str, tps) -> dict[tuple[str, int], int]:
+    """The group's committed offsets in the directory (partitions without one left out)."""
+    out = {}
+    for t, p in tps:
+        found = eng.committed(group, TopicPartition(t, p))
+        if found is not None:
+            out[(t, p)] = found.offset
+    return out
+
+
 def _supported(configs: dict) -> tuple[dict, list[str]]:
     """The source's topic configs kafkalog takes, and why each other one is left out."""
-    from engine.mirror.cluster import NOT_COPIED
-
     kept, dropped = {}, []
     for name, value in configs.items():
         if name in NOT_COPIED:

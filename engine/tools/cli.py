@@ -1,11 +1,10 @@
 """The `kafkalog` command (also `python -m engine`): Kafka's tools over a log directory.
 
 Subcommands: demo, dump-log, topics, console-producer, console-consumer, get-offsets, delete-records,
-transactions, groups, compact, verify, recover, health, mirror,
-handoff. Every one takes the log directory as `--data DIR` (default
-./data; verify and recover also take it as their positional argument), prints human text or, with `--json`,
-JSON, and reports an error as one line on stderr: exit status 2 for bad arguments or values, 1 for anything
-else that failed.
+transactions, groups, compact, verify, recover, health, mirror, handoff. Every one takes the log directory as
+`--data DIR` (default ./data; verify and recover also take it as their positional argument), prints human text or,
+with `--json`, JSON, and reports an error as one line on stderr: exit status 2 for bad arguments or values, 1 for
+anything else that failed.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.common.errors import InvalidConfigurationError
+from engine.tools import admin
 from engine.tools.output import Output
 
 
@@ -34,16 +34,6 @@ def add_mirror(sub) -> None:
     p.set_defaults(func=mirror)
 
 
-def _client_config(servers: str, pairs: list[str]) -> dict:
-    config = {"bootstrap.servers": servers}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidConfigurationError(f"--config takes KEY=VALUE, got {pair!r}")
-        config[key] = value
-    return config
-
-
 def _status_line(summary) -> str:
     lags = " ".join(f"{name}:{stats.lag}" for name, stats in sorted(summary.partitions.items()))
     return f"\r{summary.records:,} records, {summary.bytes:,} bytes; lag {lags}"[:200]
@@ -52,7 +42,7 @@ def _status_line(summary) -> str:
 def mirror(args: argparse.Namespace, out: Output) -> int:
     from engine import mirror as mirroring
 
-    config = _client_config(args.to_kafka or args.from_kafka, args.config)
+    config = {"bootstrap.servers": args.to_kafka or args.from_kafka, **admin.parse_configs(args.config)}
     tty = sys.stderr.isatty()
     options = dict(name=args.name, topics=args.topic, groups=args.group, follow=args.follow,
                    max_records=args.max_records, timeout_s=args.timeout,

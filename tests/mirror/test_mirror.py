@@ -417,7 +417,7 @@ def test_bad_options_are_refused(tmp_path, cluster):
         mirror.to_kafka(str(tmp_path), _mock_config(cluster.bootstrap), name="x", max_records=0)
     out = subprocess.run([sys.executable, "-m", "engine", "mirror", "--data", str(tmp_path), "--to-kafka", "h:1",
                           "--name", "x", "--config", "novalue"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "KEY=VALUE" in out.stderr
+    assert out.returncode == 2 and "takes key=value" in out.stderr
 
 
 def test_offsets_learnt_one_by_one_when_another_producer_interleaved(tmp_path, cluster, monkeypatch):
@@ -498,3 +498,28 @@ def test_translation_model():
                 k = bisect.bisect_left(src_offsets, u)
                 assert got == (mapping[src_offsets[k]] if k < len(src_offsets) else d - 1), u
         assert oldest > 0  # the kept history did not reach back to the start
+
+
+def test_cluster_errors_are_kafkalogs_typed_errors():
+    """librdkafka's error codes (Kafka's protocol codes and its local ones) become kafkalog's typed errors, with
+    Kafka's code and retriable flag; an abortable transaction is retried from progress, a fenced one is not."""
+    from engine.mirror.cluster import ClusterError, typed
+
+    E = ck.KafkaError
+    cases = {E.TOPIC_AUTHORIZATION_FAILED: (errors.TopicAuthorizationFailedError, 29, False),
+             E.GROUP_AUTHORIZATION_FAILED: (errors.GroupAuthorizationFailedError, 30, False),
+             E.CLUSTER_AUTHORIZATION_FAILED: (errors.ClusterAuthorizationFailedError, 31, False),
+             E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (errors.TransactionalIdAuthorizationFailedError, 53, False),
+             E._ALL_BROKERS_DOWN: (errors.BrokerNotAvailableError, 8, True),
+             E._TRANSPORT: (errors.BrokerNotAvailableError, 8, True),
+             E.UNKNOWN_TOPIC_OR_PART: (errors.UnknownTopicOrPartitionError, 3, True),
+             E._TIMED_OUT: (errors.KafkaTimeoutError, 7, True),
+             E.PRODUCER_FENCED: (errors.ProducerFencedError, 90, False)}
+    for code, (cls, kafka_code, retriable) in cases.items():
+        err = typed(ck.KafkaException(E(code)), "doing it")
+        assert type(err) is cls and err.code == kafka_code and err.retriable is retriable, code
+        assert str(err).startswith("doing it: ")
+    other = typed(E(E.POLICY_VIOLATION), "creating")
+    assert isinstance(other, ClusterError) and other.code == E.POLICY_VIOLATION and "POLICY_VIOLATION" in str(other)
+    abortable = typed(E(E._STATE, txn_requires_abort=True), "committing")
+    assert abortable.retriable
