@@ -21,7 +21,6 @@ class KafkaSource:
         self.cluster = cluster
         ck = kafka()
         self._consumer = ck.Consumer(cluster.client_config(**{"group.id": f"kafkalog-mirror.{name}", **FETCH_CONFIG}))
-        self._ends: dict[tuple[str, int], int] = {}
         self._eof: set[tuple[str, int]] = set()
 
     def topics(self, wanted: list[str] | None) -> dict[str, int]:

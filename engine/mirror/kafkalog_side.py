@@ -18,9 +18,10 @@ CHUNK_FETCH_BYTES = 16 << 20
 class KafkalogSource:
     def __init__(self, eng, name: str) -> None:
         self.engine = eng
+        # from the log start when the progress points below it (retention removed records before they were copied)
         self._consumer = eng.consumer(isolation_level="read_committed", enable_auto_commit=False,
-                                      fetch_max_bytes=CHUNK_FETCH_BYTES, max_partition_fetch_bytes=CHUNK_FETCH_BYTES,
-                                      client_id=f"kafkalog-mirror.{name}")
+                                      auto_offset_reset="earliest", fetch_max_bytes=CHUNK_FETCH_BYTES,
+                                      max_partition_fetch_bytes=CHUNK_FETCH_BYTES, client_id=f"kafkalog-mirror.{name}")
         self._ends: dict[tuple[str, int], int] = {}
 
     def topics(self, wanted: list[str] | None) -> dict[str, int]:

@@ -523,3 +523,24 @@ def test_cluster_errors_are_kafkalogs_typed_errors():
     assert isinstance(other, ClusterError) and other.code == E.POLICY_VIOLATION and "POLICY_VIOLATION" in str(other)
     abortable = typed(E(E._STATE, txn_requires_abort=True), "committing")
     assert abortable.retriable
+
+
+def test_records_removed_before_they_were_copied_are_skipped_from_the_log_start(tmp_path, cluster):
+    """Retention (here DeleteRecords) moved the log start past the mirror's progress: the next run copies from the
+    log start, as MirrorMaker 2's consumers reset to earliest, rather than failing or jumping to the end."""
+    src = str(tmp_path / "src")
+    with engine.open(src) as eng:
+        eng.create_topic("events", 1)
+        with eng.producer() as p:
+            for i in range(10):
+                p.send("events", value=b"a%d" % i, partition=0, timestamp_ms=BASE_TS + i)
+    mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", timeout_s=10)
+    with engine.open(src) as eng:
+        with eng.producer() as p:
+            for i in range(10):
+                p.send("events", value=b"b%d" % i, partition=0, timestamp_ms=BASE_TS + i)
+        eng.partition("events", 0).delete_records(15)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", timeout_s=10)
+    assert summary.records == 5
+    got = [r[1] for r in kafka_records(cluster.bootstrap, "events", 1)[0]]
+    assert got == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(5, 10)]
