@@ -15,7 +15,7 @@ so far (the destination's log end when nothing was copied yet). `slot` counts a 
 HISTORY, so compaction keeps the last HISTORY records per partition: the offset syncs group offsets are translated
 with (MirrorMaker 2's offset-sync/checkpoint role, exact here because every copied record is in a run).
 Crash policy: none of its own; a record is only visible (read_committed) once its transaction committed.
-Thread-safety: `Progress` is owned by one mirror thread.
+Thread-safety: a `PartitionProgress` is owned by one mirror thread.
 """
 from __future__ import annotations
 

@@ -58,7 +58,12 @@ def handoff(data: str, broker_dir: str, topics: list[str]) -> list[dict]:
         raise errors.InvalidLogDirectoryError("not a Kafka broker's log directory (no meta.properties)", file=broker_dir)
     with engine.open(data) as eng:  # recovered and closed cleanly: indexes trimmed, everything flushed
         shapes = {t: eng.describe_topic(t) for t in topics}
-    ours, theirs = _lock(fs, data, "the kafkalog directory"), _lock(fs, broker_dir, "the broker's log directory")
+    ours = _lock(fs, data, "the kafkalog directory")
+    try:
+        theirs = _lock(fs, broker_dir, "the broker's log directory")
+    except errors.KafkaError:
+        ours.close()
+        raise
     try:
         plans = [(t, p) for t, d in shapes.items() for p in d.partitions]
         for topic, part in plans:  # every check first: nothing changes unless all partitions can be handed over
