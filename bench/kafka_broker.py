@@ -67,9 +67,9 @@ class KafkaBroker:
     def start(self) -> "KafkaBroker":
         if not os.path.exists(os.path.join(self.data, "meta.properties")):
             self.format()
-        out = open(self.log_path, "ab")
-        self._proc = subprocess.Popen([self.start_cmd, self.properties], stdout=out, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        with open(self.log_path, "ab") as out:  # the broker keeps its own copy of the descriptor
+            self._proc = subprocess.Popen([self.start_cmd, self.properties], stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -124,7 +124,7 @@ class KafkaSink:
         ck = kafka()
         consumer = ck.Consumer(self.cluster.client_config(**{"group.id": f"kafkalog-mirror.{self.name}",
                                                              **FETCH_CONFIG, "fetch.wait.max.ms": 10}))
-        out: dict[tuple[str, int], offset_sync.PartitionProgress] = {}
+        pairs = []
         try:
             consumer.assign([ck.TopicPartition(self.progress_topic, 0, ck.OFFSET_BEGINNING)])
             while True:
@@ -135,14 +135,10 @@ class KafkaSink:
                     if m.error().code() == ck.KafkaError._PARTITION_EOF:
                         break
                     raise typed(m.error(), f"reading {self.progress_topic}-0")
-                key = offset_sync.decode_key(m.key())
-                if key is None or key[0] != self.name or m.value() is None:
-                    continue
-                out.setdefault((key[1], key[2]), offset_sync.PartitionProgress()).add(
-                    key[3], offset_sync.Sync.decode(m.value()))
+                pairs.append((m.key(), m.value()))
         finally:
             consumer.close()
-        return out
+        return offset_sync.load(self.name, pairs)
 
     def end_offset(self, topic: str, partition: int) -> int:
         """The destination partition's high watermark (where the first record copied into it will land, or after)."""

@@ -104,20 +104,15 @@ class KafkalogSink:
         self._producer = self.engine.producer(transactional_id=f"kafkalog-mirror.{self.name}", batch_size=1 << 20,
                                               linger_ms=0, client_id=f"kafkalog-mirror.{self.name}")
         self._producer.init_transactions()
-        out: dict[tuple[str, int], offset_sync.PartitionProgress] = {}
+        pairs = []
         with self.engine.consumer(isolation_level="read_committed", enable_auto_commit=False) as consumer:
             tp = TopicPartition(self.progress_topic, 0)
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
             end = consumer.end_offsets([tp])[tp]
             while consumer.position(tp) < end:
-                for rec in consumer.poll(0, max_records=10_000).get(tp, ()):
-                    key = offset_sync.decode_key(rec.key)
-                    if key is None or key[0] != self.name or rec.value is None:
-                        continue
-                    out.setdefault((key[1], key[2]), offset_sync.PartitionProgress()).add(
-                        key[3], offset_sync.Sync.decode(rec.value))
-        return out
+                pairs += [(r.key, r.value) for r in consumer.poll(0, max_records=10_000).get(tp, ())]
+        return offset_sync.load(self.name, pairs)
 
     def end_offset(self, topic: str, partition: int) -> int:
         return self.engine.describe_topic(topic).partitions[partition].high_watermark

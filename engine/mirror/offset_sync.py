@@ -33,7 +33,7 @@ def encode_key(name: str, topic: str, partition: int, slot: int) -> bytes:
     return json.dumps([name, topic, partition, slot], separators=(",", ":")).encode()
 
 
-def decode_key(key: bytes | None) -> tuple[str, str, int, int] | None:
+def _decode_key(key: bytes | None) -> tuple[str, str, int, int] | None:
     """(name, topic, partition, slot), or None for a record that is not a progress record."""
     try:
         name, topic, partition, slot = json.loads(key)
@@ -42,6 +42,17 @@ def decode_key(key: bytes | None) -> tuple[str, str, int, int] | None:
     if not (isinstance(name, str) and isinstance(topic, str) and type(partition) is int and type(slot) is int):
         return None
     return name, topic, partition, slot
+
+
+def load(name: str, records) -> dict[tuple[str, int], "PartitionProgress"]:
+    """Mirror `name`'s progress from the progress topic's (key, value) pairs, in offset order."""
+    out: dict[tuple[str, int], PartitionProgress] = {}
+    for key, value in records:
+        found = _decode_key(key)
+        if found is None or found[0] != name or value is None:
+            continue
+        out.setdefault((found[1], found[2]), PartitionProgress()).add(found[3], Sync.decode(value))
+    return out
 
 
 @dataclass
