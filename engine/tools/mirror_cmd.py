@@ -31,12 +31,14 @@ def add_mirror(sub) -> None:
                    help="for topics created on the cluster (default: the broker's)")
     p.add_argument("--max-records", type=int, default=50_000, help="records per transaction at most")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster per request")
+    p.add_argument("--progress", action="store_true",
+                   help="a status line on stderr after each transaction, one per line (on a terminal: always, in place)")
     p.set_defaults(func=mirror)
 
 
 def _status_line(summary) -> str:
     lags = " ".join(f"{name}:{stats.lag}" for name, stats in sorted(summary.partitions.items()))
-    return f"\r{summary.records:,} records, {summary.bytes:,} bytes; lag {lags}"[:200]
+    return f"{summary.records:,} records, {summary.bytes:,} bytes; lag {lags}"[:200]
 
 
 def mirror(args: argparse.Namespace, out: Output) -> int:
@@ -44,9 +46,13 @@ def mirror(args: argparse.Namespace, out: Output) -> int:
 
     config = {"bootstrap.servers": args.to_kafka or args.from_kafka, **admin.parse_configs(args.config)}
     tty = sys.stderr.isatty()
+    on_progress = None
+    if tty:
+        on_progress = lambda s: sys.stderr.write("\r" + _status_line(s))  # noqa: E731
+    elif args.progress:
+        on_progress = lambda s: print(_status_line(s), file=sys.stderr, flush=True)  # noqa: E731
     options = dict(name=args.name, topics=args.topic, groups=args.group, follow=args.follow,
-                   max_records=args.max_records, timeout_s=args.timeout,
-                   on_progress=(lambda s: sys.stderr.write(_status_line(s))) if tty else None)
+                   max_records=args.max_records, timeout_s=args.timeout, on_progress=on_progress)
     if args.progress_topic:
         options["progress_topic"] = args.progress_topic
     if args.to_kafka:

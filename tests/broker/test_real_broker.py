@@ -17,7 +17,7 @@ from bench.kafka_broker import KafkaBroker
 from engine import mirror
 from engine.common import errors
 from tests.mirror import kafka_cluster as kc
-from tests.mirror.test_mirror import (_count, _high_watermarks, _kill_trials, _log_bytes, _mirror_cmd, _run_to_end,
+from tests.mirror.test_mirror import (_count, _kill_trials, _mirror_cmd, _run_to_end,
                                       fill_kafka, fill_kafkalog, kafka_records, kafkalog_records)
 
 import confluent_kafka as ck  # noqa: E402
@@ -56,7 +56,7 @@ def test_a_million_records_to_kafka_exactly_once_across_kill_9(tmp_path, broker)
     with engine.open(src) as eng:
         eng.alter_topic_config("to-kafka", {"retention.ms": 123456789, "min.insync.replicas": 1})
     cmd = _mirror_cmd(src, "--to-kafka", broker.bootstrap) + ["--max-records", "50000"]
-    _kill_trials(cmd, KILLS, 1, lambda: _high_watermarks(broker.bootstrap, "to-kafka", PARTITIONS),
+    _kill_trials(cmd, KILLS, 1, RECORDS // 50000,
                  lambda: _count(kafka_records(broker.bootstrap, "to-kafka", PARTITIONS, True)), _count(model))
     _run_to_end(cmd)
     assert _partitions(broker, "to-kafka") == PARTITIONS
@@ -75,7 +75,7 @@ def test_a_million_records_from_kafka_exactly_once_across_kill_9(tmp_path, broke
                        txn_every=2000, aborted_in_log=True)
     dst = str(tmp_path / "dst")
     cmd = _mirror_cmd(dst, "--from-kafka", broker.bootstrap, "--topic", "from-kafka") + ["--max-records", "50000"]
-    _kill_trials(cmd, KILLS, 2, lambda: _log_bytes(dst, "from-kafka"),
+    _kill_trials(cmd, KILLS, 2, RECORDS // 50000,
                  lambda: _count(kafkalog_records(dst, "from-kafka")) if os.path.exists(dst) else 0, _count(model))
     _run_to_end(cmd)
     with engine.open(dst) as eng:

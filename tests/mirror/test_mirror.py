@@ -186,43 +186,30 @@ def _mirror_cmd(data: str, way: str, bootstrap: str, *extra: str) -> list[str]:
             "--max-records", "700", "--timeout", "10", "--json", *extra]
 
 
-def _kill_trials(cmd: list[str], trials: int, seed: int, landed, copied, total: int) -> list[int]:
-    """Run `cmd` `trials` times, each killed with SIGKILL at a random moment soon after it started writing (once
-    `landed()`, a number that grows as bytes reach the destination, has grown); returns how many records a
-    read_committed reader of the destination saw after each kill (`copied()`), and fails unless some kill left
-    the copy part way done."""
+def _kill_trials(cmd: list[str], trials: int, seed: int, chunks: int, copied, total: int) -> list[int]:
+    """Run `cmd` (a mirror printing a line per committed transaction) `trials` times, each killed with SIGKILL a
+    random 0-20 ms after its k-th transaction, k random in the first third of the `chunks` transactions a whole
+    copy takes; returns how many records a read_committed reader of the destination saw after each kill
+    (`copied()`), and fails unless some kill left the copy part way done. Counting transactions rather than
+    waiting a while keeps the kills inside the copy however fast the machine is."""
     rng = random.Random(seed)
     after = []
     for _ in range(trials):
-        before = landed()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120
-        while landed() <= before and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.4))
+        proc = subprocess.Popen(cmd + ["--progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        lines = []
+        for _ in range(rng.randint(1, max(1, chunks // 3))):
+            lines.append(proc.stderr.readline())
+            if not lines[-1]:
+                break
+        time.sleep(rng.uniform(0, 0.02))
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read().decode()
+        assert proc.returncode in (0, -signal.SIGKILL), b"".join(lines).decode() + proc.stderr.read().decode()
+        proc.stderr.close()
         after.append(copied())
     assert any(0 < n < total for n in after), f"no kill landed while records were being copied: {after}"
     return after
-
-
-def _log_bytes(path: str, topic: str) -> int:
-    """The size of a kafkalog topic's segment files (read without opening the directory, which the mirror holds)."""
-    if not os.path.isdir(path):
-        return 0
-    return sum(os.path.getsize(os.path.join(path, d, f)) for d in os.listdir(path) if d.startswith(topic + "-")
-               for f in os.listdir(os.path.join(path, d)) if f.endswith(".log"))
-
-
-def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
-    """The sum of the topic's high watermarks (0 while the topic does not exist)."""
-    try:
-        return sum(kc.watermarks(bootstrap, topic, p)[1] for p in range(partitions))
-    except ck.KafkaException:
-        return 0
 
 
 def _run_to_end(cmd: list[str]) -> dict:
@@ -242,8 +229,8 @@ def test_to_kafka_is_exactly_once_across_kill_9(tmp_path, cluster):
     src = str(tmp_path / "src")
     model = fill_kafkalog(src, "events", 3, 8000, size=200, txn_every=400)
     cmd = _mirror_cmd(src, "--to-kafka", cluster.bootstrap)
-    _kill_trials(cmd, KILLS, 36, lambda: _high_watermarks(cluster.bootstrap, "events", 3),
-                 lambda: _count(kafka_records(cluster.bootstrap, "events", 3)), _count(model))
+    _kill_trials(cmd, KILLS, 36, _count(model) // 700, lambda: _count(kafka_records(cluster.bootstrap, "events", 3)),
+                 _count(model))
     _run_to_end(cmd)
     got = kafka_records(cluster.bootstrap, "events", 3)
     assert [len(got[p]) for p in range(3)] == [len(model[p]) for p in range(3)]  # 0 lost, 0 duplicated
@@ -254,7 +241,7 @@ def test_from_kafka_is_exactly_once_across_kill_9(tmp_path, cluster):
     model = fill_kafka(cluster.bootstrap, "events", 3, 8000, size=200, txn_every=400)
     dst = str(tmp_path / "dst")
     cmd = _mirror_cmd(dst, "--from-kafka", cluster.bootstrap, "--topic", "events")
-    _kill_trials(cmd, KILLS, 37, lambda: _log_bytes(dst, "events"),
+    _kill_trials(cmd, KILLS, 37, _count(model) // 700,
                  lambda: _count(kafkalog_records(dst, "events")) if os.path.exists(dst) else 0, _count(model))
     _run_to_end(cmd)
     got = kafkalog_records(dst, "events")
