@@ -122,7 +122,7 @@ _CLIENT_MEMORY_CHILD = r"""
 import json, sys
 import engine
 from bench.curves import peak_kib
-path, count = sys.argv[1], int(sys.argv[2])
+path, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 with engine.open(path) as eng:
     eng.create_topic("mem", partitions=3)
     with eng.producer(linger_ms=5) as p:
@@ -130,8 +130,24 @@ with engine.open(path) as eng:
         for i in range(count):
             send("mem", b"v" * 100, b"%016d" % i)
     after_send = peak_kib()
-    with eng.consumer("mem", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
-        assert sum(1 for _ in c) == count
+    if mode == "group":  # three members, a partition each once the group is stable; each reads key and value
+        members = [eng.consumer("mem", group_id="mem", auto_offset_reset="earliest") for _ in range(3)]
+        while any(len(m.assignment()) != 1 for m in members):
+            for m in members:
+                m.poll(10, max_records=1)
+                m.seek_to_beginning()
+        seen = 0
+        while seen < count:
+            for m in members:
+                for recs in m.poll(0, max_records=500).values():
+                    seen += sum(1 for r in recs if r.key is not None and r.value is not None)
+        assert seen == count
+        for m in members:
+            m.close()
+    else:
+        isolation = "read_committed" if mode == "read_committed" else "read_uncommitted"
+        with eng.consumer("mem", auto_offset_reset="earliest", consumer_timeout_ms=0, isolation_level=isolation) as c:
+            assert sum(1 for r in c if r.key is not None and r.value is not None) == count
 print(json.dumps({"append_kib": after_send, "read_kib": peak_kib()}))
 """
 
@@ -144,19 +160,23 @@ def peak_kib() -> int:
 
 def memory_curve(quick: bool, scratch: str) -> dict:
     """Peak RSS (MiB) of a process that appends N records to a log then reads them all back, and of one that
-    sends them with a Producer then iterates them with a Consumer."""
+    sends them with a Producer then reads them with a Consumer (one, read_committed, or three in a group)."""
     points = [100_000, 1_000_000] if quick else [1_000_000, 10_000_000]
-    children = {"log": (_MEMORY_CHILD, "log append path", "log append + read path"),
-                "clients": (_CLIENT_MEMORY_CHILD, "Producer.send() path", "Producer + Consumer path")}
-    curve = {"records": points, "series": {name: [] for _, *names in children.values() for name in names}}
+    series = ["log append path", "log append + read path", "Producer.send() path", "Producer + Consumer path",
+              "Producer + Consumer path, read_committed", "Producer + 3 Consumers in a group"]
+    runs = [(_MEMORY_CHILD, [str(records_per_batch(16 << 10))], series[0], series[1]),
+            (_CLIENT_MEMORY_CHILD, ["one"], series[2], series[3]),
+            (_CLIENT_MEMORY_CHILD, ["read_committed"], None, series[4]),
+            (_CLIENT_MEMORY_CHILD, ["group"], None, series[5])]
+    curve = {"records": points, "series": {name: [] for name in series}}
     for n in points:
-        for kind, (child, sent, read) in children.items():
+        for child, args, sent, read in runs:
             d = tempfile.mkdtemp(dir=scratch)
-            args = [str(records_per_batch(16 << 10))] if kind == "log" else []
             out = subprocess.run([sys.executable, "-c", child, os.path.join(d, "mem-0"), str(n), *args],
                                  capture_output=True, text=True, check=True)
             peak = json.loads(out.stdout)
-            curve["series"][sent].append(peak["append_kib"] / 1024)
+            if sent is not None:
+                curve["series"][sent].append(peak["append_kib"] / 1024)
             curve["series"][read].append(peak["read_kib"] / 1024)
             shutil.rmtree(d)
     return curve

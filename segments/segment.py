@@ -10,6 +10,11 @@ the segment owns the files, the lock and the indexes. Reads are zero-copy memory
 `.log`; a read-only segment (a reader beside a writer it does not control: another engine, a Kafka broker, Spark's
 executors) reads with pread() instead, since a writer in another process may truncate a mapped file (follower
 truncation, a failed append cut), and touching a mapped page past the end of its file is SIGBUS.
+Resident pages: readers report what they read through the shared mapping (`note_read`); a reader moving on through
+a segment has the pages it passed released every RELEASE_BYTES (madvise MADV_DONTNEED: the page table entries go, the
+page cache keeps the bytes), so a consumer scanning a large segment keeps about that much of it resident, not the whole
+segment; a view of released pages reads them again from the page cache. Random reads release nothing (a release costs
+more than such a read).
 Lifetime of mappings: a mapping is closed only when no view of it is alive (Python's mmap refuses to close with
 exported buffers, and every view is taken under the segment's lock before anything else may look for mappings to
 drop), so a reader always finishes on the bytes it started on, whatever rolls, truncates, deletes or cleans.
@@ -27,6 +32,7 @@ import logging
 import mmap
 import os
 import random
+from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -47,6 +53,10 @@ from engine.segments.txn_index import TxnIndex
 
 INT32_MAX = 2**31 - 1
 WINDOW_BYTES = 1 << 20
+RELEASE_BYTES = 8 << 20
+READERS = 8  # ranges remembered: as many sequential readers of one segment as are followed at once
+FAULT_AROUND = 64 << 10  # a read fault maps up to this much of the page cache around it (Linux's fault_around_bytes)
+_PAGE = mmap.PAGESIZE
 log = logging.getLogger("kafkalog.segment")
 
 
@@ -89,6 +99,7 @@ class LogSegment:
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
+        self._read_ranges: deque[tuple[int, int]] = deque()  # the latest [start, end) read on through the mapping
         self._lock = new_lock()  # never replaced: the appender keeps it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
 
@@ -156,6 +167,30 @@ class LogSegment:
                 whole = memoryview(self._map)  # taken before the pool may look for mappings to drop
                 self.fs.track_map(self)
             return whole[start:end]
+
+    def note_read(self, position: int, nbytes: int) -> None:
+        """Count `nbytes` read at `position` through the shared mapping (by a reader that has let go of the segment's
+        lock). A read that continues one of the last READERS ranges read extends it, and once a range was read on for
+        RELEASE_BYTES its pages are released; any other read starts a range (see Resident pages above)."""
+        end = position + nbytes + FAULT_AROUND
+        with self._lock:
+            ranges = self._read_ranges
+            lo, hi = position, end
+            for i, (start, stop) in enumerate(ranges):
+                if start <= position <= stop:
+                    del ranges[i]
+                    lo, hi = start, max(stop, end)
+                    break
+            else:
+                if len(ranges) == READERS:
+                    ranges.popleft()
+            if hi - lo >= RELEASE_BYTES and self._map is not None:
+                top = min(hi, len(self._map))
+                top -= top % _PAGE
+                if top > lo - lo % _PAGE:
+                    self._map.madvise(mmap.MADV_DONTNEED, lo - lo % _PAGE, top - (lo - lo % _PAGE))
+                lo = position
+            ranges.append((lo, hi))
 
     def read_bytes(self, start: int, end: int) -> bytes:
         """A copy of the `.log` bytes [start, end), read through the append handle: for the bytes just appended
@@ -300,7 +335,8 @@ class LogSegment:
             return start.position, memoryview(b"")
         want = max(max_size, start.size) if min_one_message else max_size
         stop = min(limit, start.position + want)
-        if stop - start.position < WINDOW_BYTES and stop - scanned_from <= len(scanned):  # the scan's view holds it
+        shared = stop - start.position < WINDOW_BYTES and stop - scanned_from <= len(scanned)  # the scan's view
+        if shared:
             data = scanned[start.position - scanned_from:stop - scanned_from]
         else:
             data = self.window(start.position, stop)
@@ -316,6 +352,8 @@ class LogSegment:
                     self.check_epoch(batch, epochs)
                 prev_last = batch.last_offset
                 end += batch.size_in_bytes
+        if self.writable:  # the headers scanned, and the batches returned when they came from the scan's view
+            self.note_read(scanned_from, start.position - scanned_from + (end if shared else 0))
         return start.position, data[:end]
 
     def locate(self, offset: int, upper: int | None, use_index: bool = True) -> tuple[OffsetPosition, int] | None:
@@ -381,9 +419,11 @@ class LogSegment:
         position = self.offset_index.lookup(max(index_offset, starting_offset))[1]
         for batch in self.batches(position):
             if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
-                for rec in batch.records():
-                    if rec.timestamp >= timestamp and rec.offset >= starting_offset:  # markers count, as in Kafka
-                        return rec.timestamp, rec.offset
+                found = batch.first_at_or_after(timestamp, starting_offset)  # markers count, as in Kafka
+                if found is not None:
+                    if self.writable:
+                        self.note_read(position, batch.position + batch.size_in_bytes - position)
+                    return found
         return None
 
     # --- timestamps ---------------------------------------------------------------------------

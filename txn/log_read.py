@@ -55,7 +55,10 @@ class LogReader:
             return None
         data = view[at - position:stop - position]
         end = codec.take_span(data, max_bytes, min_one_message, before, upper, log.leader_epochs.entries)
-        return None if end is None else self.fetch(start_offset, seg.base_offset, at, data[:end])
+        if end is None:
+            return None
+        seg.note_read(position, at + end - position)  # the headers scanned and the batches returned
+        return self.fetch(start_offset, seg.base_offset, at, data[:end])
 
 
 def load(impl: str) -> type:

@@ -772,6 +772,29 @@ cdef class RecordBatch:
         self._check_end(p, end)
         return found
 
+    def first_at_or_after(self, int64_t timestamp, int64_t start_offset):
+        """(timestamp, offset) of the first record (control records count, as in Kafka's ListOffsets) whose
+        timestamp >= `timestamp` and offset >= `start_offset`, or None; reads record headers only (CRC checked)."""
+        cdef object owner
+        cdef const uint8_t *p
+        cdef const uint8_t *end
+        cdef RecView rv
+        cdef int rc
+        cdef int32_t i
+        cdef int64_t offset, ts
+        cdef bint log_append = self.attributes & 0x08
+        owner = self._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+        for i in range(self.records_count):
+            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
+            if rc:
+                self._framing_error(rc)
+            offset = self.base_offset + rv.off_delta
+            ts = self.max_timestamp if log_append else rv.ts
+            if ts >= timestamp and offset >= start_offset:
+                return ts, offset
+        self._check_end(p, end)
+        return None
+
     def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """Decode every record (control records included, with control_type set)."""
         cdef object owner

@@ -153,6 +153,7 @@ cdef class LogReader:
                 return None
         finally:
             PyBuffer_Release(&buf)
+        seg.segment.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
         return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], mapping[found[1]:found[1] + end]))
 
     cdef object _holding(self, int64_t offset, int64_t *next_base):
@@ -220,10 +221,10 @@ cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *p
 
 
 cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
-    """A view of the segment's shared mapping, made again when it does not reach the segment's size
-    (LogSegment.view), with that size in `size`; None when there are no bytes at `position`. The view is taken
-    under the segment's lock: from then on the mapping refuses to close (the pool, a roll, retention or the cleaner
-    keep it until the view is gone), so the reader finishes on the bytes it started on."""
+    """A view of the segment's shared mapping, made again when it does not reach the segment's size (LogSegment.view),
+    with that size in `size`; None when there are no bytes at `position`. The view is taken under the segment's lock:
+    from then on the mapping refuses to close (the pool, a roll, retention or the cleaner keep it until the view is
+    gone), so the reader finishes on the bytes it started on."""
     cdef object segment = seg.segment, mapping
     seg.segment_lock.take()
     try:
@@ -232,9 +233,10 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
             return None
         mapping = segment._map
         if mapping is None or len(mapping) < size[0]:
-            return segment._remap()
-        mapping = memoryview(mapping)
-        seg.pool.track(segment, seg.segment_key)
+            mapping = segment._remap()
+        else:
+            mapping = memoryview(mapping)
+            seg.pool.track(segment, seg.segment_key)
         return mapping
     finally:
         seg.segment_lock.give()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import threading
 from concurrent.futures import Future
 
 from engine.clients.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
@@ -124,6 +125,7 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._next = 0
         self._closed = False
+        self._waiting: threading.Event | None = None  # the event a poll() waiting for records sleeps on
         if topics:
             self.subscribe(list(topics))
 
@@ -408,20 +410,27 @@ class Consumer:
         got = self._fetch(limit)
         if got or timeout_ms <= 0:
             return got
-        event = self._engine.watch()
+        event = self._waiting = self._engine.watch()
         try:
             while True:
                 got = self._fetch(limit)
                 left = deadline - clock.time_ms()
                 if got or left <= 0 or self._closed:
                     return got
-                # wake at the heartbeat interval so a rebalance the heartbeat thread flagged is joined promptly
+                # wake at the heartbeat interval so what the heartbeat thread flagged (a lost membership) is acted on
                 self._engine.wait_for_data(event, left if self._group is None else
                                            min(left, self._group.heartbeat_interval_ms))
                 event.clear()
                 self._membership(deadline)
         finally:
+            self._waiting = None
             self._engine.unwatch(event)
+
+    def _wake(self) -> None:
+        """Wake a poll() waiting for records (the group coordinator's word that a rebalance began)."""
+        event = self._waiting
+        if event is not None:
+            event.set()
 
     def __iter__(self):
         """Every record in order per partition; stops after consumer_timeout_ms without one (kafka-python)."""

@@ -9,9 +9,11 @@ the member keeps consuming, revokes only what the new assignment takes away, and
 partition can move in the next round. A member that lost its membership (session expiry, fencing) calls
 `on_partitions_lost` instead of `on_partitions_revoked`, and does not commit.
 A join or sync in flight is waited on for at most the poll's timeout and resumed by the next poll, as the Java
-consumer does. A heartbeat thread (one per consumer, started at the first join, stopped by close()) sends a
-heartbeat every heartbeat_interval_ms; it flags a rebalance for the next poll, and leaves the group when poll()
-was not called for max_poll_interval_ms (a static member does not leave: its session timeout decides).
+consumer does. The coordinator tells the member the moment a rebalance begins (in one process it can): the flag is
+set and a poll waiting for records wakes, so no heartbeat paces a rebalance. A heartbeat thread (one per consumer,
+started at the first join, stopped by close()) sends a heartbeat every heartbeat_interval_ms for liveness; it flags
+a rebalance or a lost membership for the next poll, and leaves the group when poll() was not called for
+max_poll_interval_ms (a static member does not leave: its session timeout decides).
 Thread-safety: the consumer's thread and the heartbeat thread share the member's identity under one lock.
 """
 from __future__ import annotations
@@ -89,6 +91,13 @@ class ConsumerCoordinator:
         with self._lock:
             self._rejoin = True
 
+    def _rebalance_began(self) -> None:
+        """The coordinator's word that a rebalance began (any thread): rejoin at the next poll, and wake a poll that
+        is waiting for records."""
+        with self._lock:
+            self._rejoin = True
+        self._consumer._wake()
+
     def poll(self, deadline_ms: int) -> bool:
         """Keep membership current (join, sync) until `deadline_ms` at most; True when stable."""
         if self._fatal is not None:
@@ -160,7 +169,7 @@ class ConsumerCoordinator:
         try:
             pending = self._groups.join_group(self.group_id, member_id, self.client_id, cp.PROTOCOL_TYPE, protocols,
                                               self.session_timeout_ms, self.rebalance_timeout_ms,
-                                              self.group_instance_id)
+                                              self.group_instance_id, notify=self._rebalance_began)
         except UnknownMemberIdError:
             self._reset(member=True)
             return self._send_join()

@@ -15,6 +15,8 @@ a sync it counts as alive, bounded by the rebalance timeout); a rebalance comple
 or at the rebalance timeout without those that did not (static members stay). Static members
 (group.instance.id) that rejoin with a new member id take over their old assignment without a rebalance, and
 fence the old member id.
+A member that joined with a `notify` callback (every in-process consumer does) is told the moment a rebalance
+begins, so it rejoins at its next poll rather than at its next heartbeat; heartbeats still carry liveness.
 Time: the coordinator never sleeps; `tick()` (called by every request, by waiting clients and by the engine's
 background thread) applies every deadline that has passed on the injected clock.
 Storage: group records (engine.groups.group_metadata) and offset commits (engine.groups.offsets) are appended to
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from engine.common.errors import (
     CoordinatorNotAvailableError,
@@ -189,7 +191,10 @@ class GroupCoordinator:
     # --- JoinGroup ------------------------------------------------------------------------------
     def join_group(self, group_id: str, member_id: str, client_id: str, protocol_type: str,
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
-                   group_instance_id: str | None = None) -> Pending:
+                   group_instance_id: str | None = None, notify: Callable[[], None] | None = None) -> Pending:
+        """JoinGroup: a Pending completed with the JoinResult once the rebalance moves on. `notify`, called from any
+        thread with no lock of the member's held, tells this member when a later rebalance begins, so it rejoins
+        without waiting for its next heartbeat to say so (it must only flag the rejoin)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError(f"group id must be a non-empty str, got {group_id!r}")
         cfg = self.config
@@ -212,11 +217,12 @@ class GroupCoordinator:
                 existing = g.static_members.get(group_instance_id) if group_instance_id is not None else None
                 if existing is not None:
                     self._replace_static(g, existing, client_id, protocols, session_timeout_ms, rebalance_timeout_ms,
-                                         pending, now)
+                                         pending, now, notify)
                 else:
                     member = MemberMetadata(f"{client_id}-{uuid.uuid4()}", group_instance_id, client_id, CLIENT_HOST,
                                             rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, now)
                     member.is_new = True
+                    member.notify = notify
                     member.awaiting_join = pending
                     pending.member_id = member.member_id
                     g.add(member)
@@ -227,6 +233,7 @@ class GroupCoordinator:
             if g.state == EMPTY:
                 raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
             pending.member_id = member_id
+            member.notify = notify
             changed = member.protocols != protocols
             member.protocols, member.last_heartbeat = protocols, now
             member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
@@ -246,7 +253,8 @@ class GroupCoordinator:
             return pending
 
     def _replace_static(self, g: GroupMetadata, old_id: str, client_id: str, protocols, session_timeout_ms: int,
-                        rebalance_timeout_ms: int, pending: Pending, now: int) -> None:
+                        rebalance_timeout_ms: int, pending: Pending, now: int,
+                        notify: Callable[[], None] | None) -> None:
         """A static member rejoined with no member id: a new id takes over its membership and assignment."""
         old = g.members[old_id]
         fenced = FencedInstanceIdError(f"group.instance.id {old.group_instance_id!r} rejoined group "
@@ -258,7 +266,7 @@ class GroupCoordinator:
         g.remove(old_id)
         member = MemberMetadata(f"{client_id}-{uuid.uuid4()}", old.group_instance_id, client_id, CLIENT_HOST,
                                 rebalance_timeout_ms, session_timeout_ms, old.protocol_type, protocols, now)
-        member.assignment = old.assignment
+        member.assignment, member.notify = old.assignment, notify
         pending.member_id = member.member_id
         g.add(member)
         if was_leader:
@@ -292,6 +300,9 @@ class GroupCoordinator:
         g.pending_sync.clear()
         log.info("group %s prepares rebalance (generation %d): %s", g.group_id, g.generation, reason)
         g.transition(PREPARING_REBALANCE, now)
+        for m in g.members.values():  # in one process the members hear it now, not at their next heartbeat
+            if m.awaiting_join is None and m.notify is not None:
+                m.notify()
 
     def _maybe_complete_join(self, g: GroupMetadata, now: int) -> None:
         if g.state != PREPARING_REBALANCE:

@@ -15,7 +15,7 @@ Thread-safety: GroupMetadata is guarded by the coordinator's lock.
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from engine.common.errors import KafkaError
 from engine.record.schema import Reader, Writer
@@ -97,6 +97,7 @@ class MemberMetadata:
         self.awaiting_sync: Pending | None = None
         self.is_new = False
         self.last_heartbeat = now
+        self.notify: Callable[[], None] | None = None  # tells an in-process member at once that a rebalance began
 
     def metadata(self, protocol: str) -> bytes:
         for name, data in self.protocols:

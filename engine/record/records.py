@@ -393,6 +393,14 @@ class RecordBatch:
         self.walk(lambda offset, ts, key, *rest: found.append(offset) if key is None and not found else None)
         return found[0] if found else None
 
+    def first_at_or_after(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record (control records count, as in Kafka's ListOffsets) whose
+        timestamp >= `timestamp` and offset >= `start_offset`, or None (CRC checked)."""
+        for rec in self.records():
+            if rec.timestamp >= timestamp and rec.offset >= start_offset:
+                return rec.timestamp, rec.offset
+        return None
+
     def _records_section(self, max_decompressed_bytes: int):
         codec = self.attributes & bf.COMPRESSION_MASK
         raw = self.buffer[bf.HEADER_SIZE:]

@@ -233,3 +233,21 @@ def test_engine_facade_exports_the_selected_codec():
     assert engine.crc32c(b"123456789") == 0xE3069283
     assert engine.encode_batch([(b"k", b"v", None, 1700000000000), (None, b"vv", [("h", b"x")], 1700000000005)]) \
         == TWO_RECORDS
+
+
+@pytest.mark.parametrize("label,path,lines", LOGS, ids=[label for label, _, _ in LOGS])
+def test_first_record_at_or_after_a_time_matches_kafkas_dump(codec, label, path, lines):
+    """RecordBatch.first_at_or_after (ListOffsets by timestamp inside a batch) against the records Kafka's dump
+    lists, for probes at, between and beyond each record's timestamp and offset (control records count)."""
+    expected = vectors.segments(lines)[path.name]
+    for batch, (_, rlines) in zip(codec.iter_batches(path.read_bytes()), expected["batches"]):
+        if not rlines:  # compaction emptied it
+            assert batch.first_at_or_after(-1, 0) is None
+            continue
+        stamps = sorted({r["timestamp"] for r in rlines} | {-1, max(r["timestamp"] for r in rlines) + 1})
+        offsets = [r["offset"] for r in rlines]
+        for ts in stamps + [t + 1 for t in stamps]:
+            for start in [offsets[0] - 1, offsets[len(offsets) // 2], offsets[-1], offsets[-1] + 1]:
+                want = next(((r["timestamp"], r["offset"]) for r in rlines
+                             if r["timestamp"] >= ts and r["offset"] >= start), None)
+                assert batch.first_at_or_after(ts, start) == want, (ts, start)

@@ -985,3 +985,46 @@ def test_a_commit_of_consumed_positions_stores_the_last_records_leader_epoch(tmp
         c.close()
         assert e.partition("t", 0).leader_epoch == 1
         assert _committed_epoch_in_log(e, "g", "t") == [(2, 1), (1, -1), (0, -1)]
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_rebalance_needs_no_heartbeat_to_start(tmp_path, strategy):
+    """The clock never moves and no heartbeat reaches the coordinator: the members hear of each rebalance from the
+    coordinator itself. One member waits in poll() for records the whole time (woken to rejoin, twice); the others
+    are polled with no wait."""
+    clock = ManualClock()
+    start = clock.time_ms()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        e.create_topic("t", partitions=6)
+        heartbeats = []
+        beat = e.groups.heartbeat
+        e.groups.heartbeat = lambda *args: heartbeats.append(args) or beat(*args)
+        cfg = dict(group_id="g", partition_assignment_strategy=strategy, heartbeat_interval_ms=10_000,
+                   session_timeout_ms=30_000, enable_auto_commit=False, auto_offset_reset="earliest")
+        first, second = e.consumer("t", **cfg), e.consumer("t", **cfg)
+        first.poll(0)
+        got = []
+        waiting = threading.Thread(target=lambda: got.append(first.poll(3_600_000)))
+        waiting.start()  # holds generation 1; waits for records, and rejoins from inside the wait when woken
+        third = None
+        end = time.monotonic() + 30
+        while True:
+            group = e.groups.describe_group("g")
+            members = [c for c in (first, second, third) if c is not None]
+            if group.state == STABLE and len(group.members) == len(members) and \
+                    sorted(len(c.assignment()) for c in members) == [6 // len(members)] * len(members):
+                if third is not None:
+                    break
+                third = e.consumer("t", **cfg)  # a second rebalance, with `first` still waiting
+            assert time.monotonic() < end, f"the group did not settle without heartbeats: {group}"
+            for c in (second, third):
+                if c is not None:
+                    c.poll(0)
+            time.sleep(0.001)
+        assert set().union(*(c.assignment() for c in members)) == {TP("t", p) for p in range(6)}
+        assert waiting.is_alive() and not heartbeats and clock.time_ms() == start
+        produce(e, "t", 12)  # records end the wait
+        waiting.join(30)
+        assert got and got[0]
+        for c in members:
+            c.close()

@@ -15,7 +15,7 @@ from engine.common.errors import OffsetOutOfRangeError
 from engine.segments.fs import FileSystem
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
-from engine.segments.segment import WINDOW_BYTES
+from engine.segments.segment import RELEASE_BYTES, WINDOW_BYTES
 from tests.conftest import IMPLEMENTATIONS
 from engine.txn import log_read
 from engine.txn.unified_log import UnifiedLog as Log
@@ -171,4 +171,48 @@ def test_arguments_beyond_int64_are_answered_as_the_layers_answer_them(tmp_path,
         assert got is None or isinstance(want, FetchData) and _same(got, want), impl
     got = lg.read(*args) if isinstance(want, FetchData) else pytest.raises(want, lg.read, *args).type
     assert got is want or _same(got, want)
+    lg.close()
+
+
+def _resident_kib(path: str) -> int:
+    """How much of `path` this process has resident through its mappings (the Rss of each, from /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if not head[0].endswith(":"):  # a mapping's first line: range, perms, offset, device, inode, path
+                inside = head[-1] == path
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.parametrize("impl", [*IMPLEMENTATIONS, "layers"])
+def test_a_reader_moving_through_a_segment_keeps_a_bounded_part_of_it_resident(tmp_path, impl):
+    """Reading a 32 MiB segment 64 KiB at a time leaves no more than RELEASE_BYTES (and a read's span) of its
+    mapping resident, and every byte read, including through a view taken before the pages were released, is the
+    file's."""
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig(), ManualClock(T0))
+    batch = engine.encode_batch([(b"k", b"v" * 1000, None, T0)] * 60)
+    while lg.size_in_bytes() < 4 * RELEASE_BYTES:
+        lg.append_as_leader(batch)
+    path = lg.local.active_segment.log_path
+    with open(path, "rb") as f:
+        expected = f.read()
+    reader = _readers(lg).get(impl)
+
+    def read(offset: int) -> FetchData:
+        return _layers(lg, offset, 64 << 10) if reader is None else reader.read(offset, 64 << 10, None, True)
+
+    first = read(0)  # kept while the pages under it are released
+    offset, got, peak = 0, [], 0
+    while offset < lg.log_end_offset:
+        records = read(offset).records
+        got.append(bytes(records))
+        offset += 60 * (len(records) // len(batch))
+        if len(got) % 16 == 0:
+            peak = max(peak, _resident_kib(path))
+    assert b"".join(got) == expected
+    assert bytes(first.records) == expected[:len(first.records)]
+    assert 0 < peak <= (RELEASE_BYTES + (1 << 20)) >> 10, f"{peak} KiB resident"
     lg.close()
