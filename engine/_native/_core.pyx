@@ -755,26 +755,17 @@ cdef class RecordBatch:
 
     def first_keyless_offset(self):
         """The offset of the first record without a key, or None (a compacted topic refuses such records)."""
-        cdef object owner
-        cdef const uint8_t *p
-        cdef const uint8_t *end
-        cdef RecView rv
-        cdef int rc
-        cdef int32_t i
-        found = None
-        owner = self._open(False, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
-        for i in range(self.records_count):
-            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
-            if rc:
-                self._framing_error(rc)
-            if rv.klen < 0 and found is None:
-                found = self.base_offset + rv.off_delta
-        self._check_end(p, end)
-        return found
+        found = self._first(True, 0, 0)
+        return None if found is None else found[1]
 
     def first_at_or_after(self, int64_t timestamp, int64_t start_offset):
         """(timestamp, offset) of the first record (control records count, as in Kafka's ListOffsets) whose
         timestamp >= `timestamp` and offset >= `start_offset`, or None; reads record headers only (CRC checked)."""
+        return self._first(False, timestamp, start_offset)
+
+    cdef object _first(self, bint keyless, int64_t timestamp, int64_t start_offset):
+        """(timestamp, offset) of the first record without a key (`keyless`: every record's framing is checked, the
+        CRC is not) or else of the first at or after `timestamp` and `start_offset` (CRC checked); None if none."""
         cdef object owner
         cdef const uint8_t *p
         cdef const uint8_t *end
@@ -783,17 +774,20 @@ cdef class RecordBatch:
         cdef int32_t i
         cdef int64_t offset, ts
         cdef bint log_append = self.attributes & 0x08
-        owner = self._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+        found = None
+        owner = self._open(not keyless, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
         for i in range(self.records_count):
             rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
             if rc:
                 self._framing_error(rc)
             offset = self.base_offset + rv.off_delta
             ts = self.max_timestamp if log_append else rv.ts
-            if ts >= timestamp and offset >= start_offset:
-                return ts, offset
+            if found is None and (rv.klen < 0 if keyless else ts >= timestamp and offset >= start_offset):
+                found = (ts, offset)
+                if not keyless:
+                    return found
         self._check_end(p, end)
-        return None
+        return found
 
     def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """Decode every record (control records included, with control_type set)."""
