@@ -335,8 +335,7 @@ class LogSegment:
             return start.position, memoryview(b"")
         want = max(max_size, start.size) if min_one_message else max_size
         stop = min(limit, start.position + want)
-        shared = stop - start.position < WINDOW_BYTES and stop - scanned_from <= len(scanned)  # the scan's view
-        if shared:
+        if stop - start.position < WINDOW_BYTES and stop - scanned_from <= len(scanned):  # the scan's view holds it
             data = scanned[start.position - scanned_from:stop - scanned_from]
         else:
             data = self.window(start.position, stop)
@@ -352,8 +351,8 @@ class LogSegment:
                     self.check_epoch(batch, epochs)
                 prev_last = batch.last_offset
                 end += batch.size_in_bytes
-        if self.writable:  # the headers scanned, and the batches returned when they came from the scan's view
-            self.note_read(scanned_from, start.position - scanned_from + (end if shared else 0))
+        if self.writable:  # the headers scanned and the batches returned (read through a window or not: the reader
+            self.note_read(scanned_from, start.position + end - scanned_from)  # moves on from there either way)
         return start.position, data[:end]
 
     def locate(self, offset: int, upper: int | None, use_index: bool = True) -> tuple[OffsetPosition, int] | None:
