@@ -102,9 +102,10 @@ def figures(quick: bool, scratch: str) -> list[dict]:
             eager = [kafkalog_rebalance(scratch, partitions, members, "range") * 1000 for _ in range(reps)]
             coop = [kafkalog_rebalance(scratch, partitions, members, "cooperative-sticky") * 1000
                     for _ in range(reps)]
-            out.append(_figure(f"rebalance as member {members + 1} joins, {partitions} partitions: cooperative-sticky "
-                               f"(two rounds)", coop, "ms", "kafkalog, eager range (one round, all revoke)", eager,
-                               True))
+            fig = _figure(f"rebalance as member {members + 1} joins, {partitions} partitions: cooperative-sticky "
+                          f"(two rounds)", coop, "ms", "kafkalog, eager range (one round, all revoke)", eager, True)
+            fig["ceilings"] = [["cooperative", fig["value"], 10], ["eager", fig["peer_value"], 5]]
+            out.append(fig)
     mock = _MockCluster()
     mock.producer.produce("rebalance", b"x")
     mock.producer.flush(10)

@@ -160,6 +160,9 @@ def markdown(doc: dict) -> str:
                 f"≥ {f['target']:g} {f['unit']} {'met' if f['value'] >= f['target'] else 'NOT met'}")
             if "ratio_target" in f:
                 target = f"≥ {f['ratio_target']:g}× {'met' if f['ratio'] >= f['ratio_target'] else 'NOT met'}"
+            if "ceilings" in f:  # [what, value, limit]: values (in the figure's unit) wanted at most `limit`
+                target = "; ".join(f"{what} ≤ {limit:g} {f['unit']} {'met' if value <= limit else 'NOT met'}"
+                                   for what, value, limit in f["ceilings"])
             lines.append(f"| {f['name']} | {f['value']:.3g} {f['unit']} | {f['peer']} | "
                          f"{f['peer_value']:.3g} {f['unit']} | **{f['ratio']:.2f}×** "
                          f"({f['spread'][0]:.2f}–{f['spread'][1]:.2f}) | {target} |")

@@ -83,6 +83,7 @@ cdef enum:
     ATTRS_OFFSET = 21
     MIN_RECORD_SIZE = 7
     NOGIL_CRC_BYTES = 65536
+    CRC_STEP = 16384  # an encoder's CRC follows its writing this far behind, reading bytes still in the cache
 
 cdef uint8_t _EMPTY[1]
 
@@ -1331,12 +1332,19 @@ cdef uint8_t *_put_field(uint8_t *p, const uint8_t *src, Py_ssize_t n) noexcept:
     return p + n
 
 
-cdef void _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, int64_t base_ts):
+cdef uint32_t _write_records(uint8_t *p, RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, int64_t base_ts,
+                             uint32_t crc) noexcept:
+    """Write the records at p; returns `crc` (CRC-32C) extended over the bytes written."""
     cdef Py_ssize_t i
     cdef RecInfo *r
+    cdef uint8_t *done = p
     for i in range(n):
         r = &infos[i]
         p = _put_record(p, r.body, r.ts - base_ts, r.off_delta, &r.key, &r.value, hrefs + r.hfirst, r.hcount)
+        if p - done >= CRC_STEP:
+            crc = kl_crc32c(crc, done, p - done)
+            done = p
+    return kl_crc32c(crc, done, p - done)
 
 
 cdef bytes _finish(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, Params *pr, object level,
@@ -1357,16 +1365,19 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, Params 
     last = infos[n - 1].off_delta if last_offset_delta is None else bf.last_offset_delta(infos[n - 1].off_delta,
                                                                                          last_offset_delta)
     section = _sizes(infos, n, hrefs, base_ts)
-    if pr.codec == 0:
+    if pr.codec == 0:  # the header first, then the records, the CRC following them
         out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + section)
         h = <uint8_t *>PyBytes_AS_STRING(out)
-        _write_records(h + HEADER_SIZE, infos, n, hrefs, base_ts)
+        _put_header_fields(h, len(out), pr, last, base_ts, max_ts, <int32_t>n)
+        kl_put32(h + 17, _write_records(h + HEADER_SIZE, infos, n, hrefs, base_ts,
+                                        kl_crc32c(0, h + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET)))
+        return out
     else:
         tmp = <uint8_t *>malloc(section if section else 1)
         if tmp == NULL:
             raise MemoryError()
         try:
-            _write_records(tmp, infos, n, hrefs, base_ts)
+            _write_records(tmp, infos, n, hrefs, base_ts, 0)
             payload = comp.compress(pr.codec, (<char *>tmp)[:section], level)
         finally:
             free(tmp)
@@ -1382,6 +1393,13 @@ cdef bytes _finish(RecInfo *infos, Py_ssize_t n, const HeaderRef *hrefs, Params 
 cdef void _put_header(uint8_t *h, Py_ssize_t size, Params *pr, int32_t last, int64_t base_ts, int64_t max_ts,
                       int32_t count) noexcept:
     """Fill the 61-byte header of the `size`-byte batch at h (records already in place), CRC last."""
+    _put_header_fields(h, size, pr, last, base_ts, max_ts, count)
+    kl_put32(h + 17, kl_crc32c(0, h + ATTRS_OFFSET, size - ATTRS_OFFSET))
+
+
+cdef void _put_header_fields(uint8_t *h, Py_ssize_t size, Params *pr, int32_t last, int64_t base_ts,
+                             int64_t max_ts, int32_t count) noexcept:
+    """Every field of the 61-byte header of the `size`-byte batch at h but its CRC."""
     kl_put64(h, <uint64_t>pr.base_offset)
     kl_put32(h + 8, <uint32_t>(size - LOG_OVERHEAD))
     kl_put32(h + 12, <uint32_t>pr.ple)
@@ -1394,7 +1412,6 @@ cdef void _put_header(uint8_t *h, Py_ssize_t size, Params *pr, int32_t last, int
     kl_put16(h + 51, <uint16_t>pr.epoch)
     kl_put32(h + 53, <uint32_t>pr.seq)
     kl_put32(h + 57, <uint32_t>count)
-    kl_put32(h + 17, kl_crc32c(0, h + ATTRS_OFFSET, size - ATTRS_OFFSET))
 
 
 cdef RecInfo *_alloc_infos(Py_ssize_t n) except NULL:
