@@ -419,10 +419,8 @@ class LogSegment:
         for batch in self.batches(position):
             if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
                 found = batch.first_at_or_after(timestamp, starting_offset)  # markers count, as in Kafka
-                if found is not None:
-                    if self.writable:
-                        self.note_read(position, batch.position + batch.size_in_bytes - position)
-                    return found
+                if found is not None:  # (not reported to note_read: a lookup is a random read, releasing nothing,
+                    return found       # and a reported one would push a moving reader's range out)
         return None
 
     # --- timestamps ---------------------------------------------------------------------------
