@@ -90,7 +90,8 @@ def _peer_list(memory_cls, log):
 
 
 def _ours_read(log):
-    return lambda: sum(read_fields(b.records()) for b in engine.iter_batches(log))
+    """Iterate each batch, as the peer's side does: records are decoded as the loop reaches them."""
+    return lambda: sum(read_fields(b) for b in engine.iter_batches(log))
 
 
 def _ours_list(log):

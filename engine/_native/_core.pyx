@@ -34,12 +34,12 @@ from cpython.exc cimport PyErr_Clear
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
-from cpython.ref cimport Py_INCREF, PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from engine.record import batch_format as bf
 from engine.record import compression as comp
@@ -54,6 +54,11 @@ from engine.common.errors import (
 )
 
 cdef object _NO_HEADERS = bf.NO_HEADERS
+
+cdef extern from "Python.h":
+    void *PyUnicode_DATA(object unicode)
+    bint PyUnicode_IS_COMPACT_ASCII(object unicode)
+    void PyObject_GC_UnTrack(void *obj)
 
 cdef extern from "crc32c_impl.h":
     void kl_crc32c_init()
@@ -490,9 +495,38 @@ cdef inline object _field(const uint8_t *p, int32_t n):
     return None if n < 0 else PyBytes_FromStringAndSize(<const char *>p, n)
 
 
-cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count):
-    """Headers of a record that _parse_record already validated."""
-    cdef list out = []
+@cython.final
+cdef class _HeaderKeys:
+    """The header keys one decoding call has made: a key repeated across its records (the usual case) is decoded once
+    and shared (str is immutable). Eight slots, chosen by length and first and last byte; ASCII keys only, whose bytes
+    are the str's data."""
+
+    cdef PyObject *keys[8]
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(8):
+            Py_XDECREF(self.keys[i])
+
+    cdef object key(self, const uint8_t *p, int32_t n):
+        cdef int slot = (n + (p[0] + p[n - 1] if n else 0)) & 7
+        cdef PyObject *k = self.keys[slot]
+        if (k != NULL and PyUnicode_GET_LENGTH(<object>k) == n
+                and memcmp(PyUnicode_DATA(<object>k), p, n) == 0):
+            return <object>k
+        s = PyUnicode_DecodeUTF8(<const char *>p, n, "surrogateescape")
+        if n <= 64 and PyUnicode_IS_COMPACT_ASCII(s):
+            Py_XDECREF(k)
+            Py_INCREF(s)
+            self.keys[slot] = <PyObject *>s
+        return s
+
+
+cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count, _HeaderKeys keys):
+    """Headers of a record that _parse_record already validated. Each (key, value) tuple holds only a str and bytes or
+    None, so it can never be part of a reference cycle: it is taken out of the cyclic GC at once (CPython untracks
+    such tuples itself, but only when a collection reaches them)."""
+    cdef list out = PyList_New(count)
     cdef int32_t i, klen = 0, vlen = 0
     cdef const uint8_t *kp
     cdef const uint8_t *vp
@@ -504,7 +538,10 @@ cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count):
         vp = p
         if vlen > 0:
             p += vlen
-        out.append((PyUnicode_DecodeUTF8(<const char *>kp, klen, "surrogateescape"), _field(vp, vlen)))
+        pair = (keys.key(kp, klen), _field(vp, vlen))
+        PyObject_GC_UnTrack(<PyObject *>pair)
+        Py_INCREF(pair)
+        PyList_SET_ITEM(out, i, pair)
     return out
 
 
@@ -722,6 +759,7 @@ cdef class RecordBatch:
         cdef bint log_append = self.attributes & 0x08
         cdef list out = []
         cdef object epoch = self.partition_leader_epoch if self.partition_leader_epoch >= 0 else None
+        cdef _HeaderKeys keys = _HeaderKeys.__new__(_HeaderKeys)
         if self.attributes & 0x20 or max_records <= 0:
             return out, self.base_offset + self.last_offset_delta + 1 if self.attributes & 0x20 else start_offset
         owner = self._open(True, max_decompressed_bytes, &p, &end)
@@ -748,7 +786,7 @@ cdef class RecordBatch:
             r.serialized_header_size = -1
             r.headers = _NO_HEADERS
             if rv.hcount:
-                r.headers = _headers_list(rv.headers, rv.end, rv.hcount)
+                r.headers = _headers_list(rv.headers, rv.end, rv.hcount, keys)
                 r.serialized_header_size = _header_bytes(rv.headers, rv.end, rv.hcount)
             out.append(r)
         self._check_end(p, end)
@@ -792,37 +830,71 @@ cdef class RecordBatch:
 
     def records(self, *, verify_crc=True, max_decompressed_bytes=comp.DEFAULT_MAX_DECOMPRESSED):
         """Decode every record (control records included, with control_type set)."""
-        cdef object owner
-        cdef const uint8_t *p
-        cdef const uint8_t *end
-        cdef RecView rv
-        cdef Record r
-        cdef int rc
+        cdef _RecordIterator it = self._iterate(verify_crc, max_decompressed_bytes)
+        cdef list out = PyList_New(self.records_count)  # _open bounded the count by the section's size
         cdef int32_t i
-        cdef bint log_append = self.attributes & 0x08
-        cdef bint control = self.attributes & 0x20
-        cdef list out
-        owner = self._open(verify_crc, max_decompressed_bytes, &p, &end)
-        out = PyList_New(self.records_count)  # _open bounded the count by the section's size
         for i in range(self.records_count):
-            rc = _parse_record(&p, end, &rv, self.last_offset_delta, self.base_timestamp)
-            if rc:
-                self._framing_error(rc)
-            r = Record.__new__(Record)
-            r.offset = self.base_offset + rv.off_delta
-            r.timestamp = self.max_timestamp if log_append else rv.ts
-            r.key = _field(rv.key, rv.klen)
-            r.value = _field(rv.value, rv.vlen)
-            r.headers = _headers_list(rv.headers, rv.end, rv.hcount) if rv.hcount else _NO_HEADERS
-            if control:
-                try:
-                    r.control_type, r.coordinator_epoch = bf.control_fields(r.key, r.value)
-                except InvalidRecordError as exc:
-                    raise self._error(InvalidRecordError, exc.message) from None
+            r = it.next_record()
             Py_INCREF(r)
             PyList_SET_ITEM(out, i, r)
-        self._check_end(p, end)
+        it.finish()
         return out
+
+    def __iter__(self):
+        """The records one at a time (CRC checked first; a record's framing is checked as it is reached): a loop that
+        does not keep them decodes a batch of any size in the memory of one record."""
+        return self._iterate(True, comp.DEFAULT_MAX_DECOMPRESSED)
+
+    cdef _RecordIterator _iterate(self, bint verify_crc, Py_ssize_t max_decompressed_bytes):
+        cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+        it.batch = self
+        it.owner = self._open(verify_crc, max_decompressed_bytes, &it.p, &it.end)
+        it.keys = _HeaderKeys.__new__(_HeaderKeys)
+        return it
+
+
+@cython.final
+cdef class _RecordIterator:
+    """Decodes a batch's records in order; holds the batch and the section's owner, so `p`/`end` stay valid."""
+
+    cdef RecordBatch batch
+    cdef object owner
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef int32_t done
+    cdef _HeaderKeys keys
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done == self.batch.records_count:
+            self.finish()
+            raise StopIteration
+        return self.next_record()
+
+    cdef int finish(self) except -1:
+        return self.batch._check_end(self.p, self.end)
+
+    cdef Record next_record(self):
+        cdef RecordBatch b = self.batch
+        cdef RecView rv
+        cdef int rc = _parse_record(&self.p, self.end, &rv, b.last_offset_delta, b.base_timestamp)
+        if rc:
+            b._framing_error(rc)
+        self.done += 1
+        cdef Record r = Record.__new__(Record)
+        r.offset = b.base_offset + rv.off_delta
+        r.timestamp = b.max_timestamp if b.attributes & 0x08 else rv.ts
+        r.key = _field(rv.key, rv.klen)
+        r.value = _field(rv.value, rv.vlen)
+        r.headers = _headers_list(rv.headers, rv.end, rv.hcount, self.keys) if rv.hcount else _NO_HEADERS
+        if b.attributes & 0x20:
+            try:
+                r.control_type, r.coordinator_epoch = bf.control_fields(r.key, r.value)
+            except InvalidRecordError as exc:
+                raise b._error(InvalidRecordError, exc.message) from None
+        return r
 
 
 cdef inline (const uint8_t *, const uint8_t *) _section_bounds(RecordBatch b, object owner):

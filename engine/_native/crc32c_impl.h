@@ -48,6 +48,9 @@ static inline int kl_read_uvarint(const uint8_t **pp, const uint8_t *end, int ma
     const uint8_t *p = *pp;
     uint64_t v = 0;
     int shift = 0;
+    if (p < end && !(*p & 0x80)) {  /* one byte: most lengths and deltas */
+        *pp = p + 1; *out = *p; return 0;
+    }
     for (int i = 0; i < max_bytes; i++) {
         if (p >= end) return -1;
         uint8_t b = *p++;

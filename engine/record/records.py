@@ -420,6 +420,11 @@ class RecordBatch:
         self.walk(lambda *fields: out.append(Record(*fields[:7])), max_decompressed_bytes)
         return out
 
+    def __iter__(self) -> Iterator[Record]:
+        """The records in order, CRC checked (this twin decodes them all first, so a bad record raises before any
+        is returned; the native core decodes one per step and raises when it reaches it)."""
+        return iter(self.records())
+
     def consumer_records(self, topic: str, partition: int, start_offset: int, max_records: int,
                          max_decompressed_bytes: int = comp.DEFAULT_MAX_DECOMPRESSED) -> tuple[list, int]:
         """The batch's records at or after `start_offset` as ConsumerRecords, at most `max_records`

@@ -127,6 +127,10 @@ def test_crc_mismatch_is_corrupt_with_offset():
     buf[-1] ^= 0x01
     err = _same_error(lambda impl: _decode_all(impl, bytes(buf), source="f.log"), E.CorruptRecordError)
     assert (err.offset, err.position, err.file) == (77, 0, "f.log")
+    for impl in IMPLS:  # iterating checks the CRC before the first record
+        (batch,) = impl.iter_batches(bytes(buf))
+        with pytest.raises(E.CorruptRecordError):
+            iter(batch)
     for impl in IMPLS:
         (batch,) = impl.iter_batches(bytes(buf))
         assert not batch.is_valid()
@@ -148,6 +152,7 @@ def test_crc_valid_but_broken_batches(mutate, cls):
     mutate(buf)
     data = _fix_crc(buf)
     _same_error(lambda impl: _decode_all(impl, data), cls)
+    _same_error(lambda impl: [list(b) for b in impl.iter_batches(data)], cls)
     _same_error(lambda impl: impl.decode_columnar(data), cls)
 
 

@@ -70,10 +70,10 @@ def test_round_trip_in_every_implementation(case):
         assert batch.max_timestamp == max(r[3] for r in recs)
         assert batch.producer_id == kwargs.get("producer_id", -1)
         assert batch.is_transactional == kwargs.get("transactional", False)
-        got = batch.records()
-        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
-            (kwargs["base_offset"] + i, ts, k, v, _expected_headers(h)) for i, (k, v, h, ts) in enumerate(recs)
-        ]
+        for got in (batch.records(), list(batch)):
+            assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
+                (kwargs["base_offset"] + i, ts, k, v, _expected_headers(h)) for i, (k, v, h, ts) in enumerate(recs)
+            ]
         cols = impl.decode_columnar(encoded[0], include_headers=True)
         assert [(d["offset"], d["key"], d["value"], d["headers"] or []) for d in cols.to_pylist()] == [
             (kwargs["base_offset"] + i, k, v, _expected_headers(h)) for i, (k, v, h, ts) in enumerate(recs)
@@ -102,3 +102,24 @@ def test_columnar_encode_equals_row_encode(pairs, ts, compression):
         tss = pa.array([ts] * len(pairs), type=pa.int64()).buffers()[1]
         assert impl.encode_columnar(values=(vb[2] or b"", vb[1], vb[0]) if values.null_count else (vb[2] or b"", vb[1]),
                                     keys=keys, timestamps=tss, compression=compression) == want
+
+
+def test_header_keys_shared_within_a_batch_keep_their_own_text():
+    """The native decoder shares one str per repeated header key: keys that meet in its cache (same length, same
+    first and last bytes), non-ASCII, empty, long and invalid UTF-8 keys all come back as written, in both decoders;
+    the (key, value) pairs it builds are out of the cyclic GC."""
+    import gc
+
+    keys = ["ab", "ba", "aab", "abb", "", "é", "ключ", "k" * 65, "k" * 64, "a\udcff"]
+    recs = [(b"k", b"v", [(keys[(i + j) % len(keys)], b"%d" % j) for j in range(3)], 1_000 + i) for i in range(40)]
+    data = IMPLS[0].encode_batch(recs)
+    for impl in IMPLS:
+        (batch,) = impl.iter_batches(data)
+        for got in (batch.records(), list(batch)):
+            assert [r.headers for r in got] == [h for _, _, h, _ in recs]
+    for impl in [impl for name, impl in zip(IMPLEMENTATIONS, IMPLS) if name == "cython"]:
+        (batch,) = impl.iter_batches(data)
+        pairs = [pair for r in batch for pair in r.headers]
+        assert not any(gc.is_tracked(pair) for pair in pairs)
+        (batch,) = impl.iter_batches(impl.encode_batch([(None, b"v", [("trace-id", b"%d" % i)], 0) for i in range(9)]))
+        assert len({id(k) for r in batch for k, _ in r.headers}) == 1  # one str for a key every record repeats

@@ -154,10 +154,10 @@ def test_kafka_written_segments_decode_exactly(codec, label, path, lines):
     assert sum(b.size_in_bytes for b in batches) == expected["segment"]["sizeInBytes"]
     for batch, (bline, rlines) in zip(batches, expected["batches"]):
         _check_batch(batch, bline)
-        records = batch.records()
-        assert len(records) == len(rlines) == batch.records_count
-        for rec, rline in zip(records, rlines):
-            _check_record(rec, rline, batch)
+        for records in (batch.records(), list(batch)):  # the list, and one record per step
+            assert len(records) == len(rlines) == batch.records_count
+            for rec, rline in zip(records, rlines):
+                _check_record(rec, rline, batch)
 
 
 @pytest.mark.parametrize("label,path,lines", LOGS, ids=[label for label, _, _ in LOGS])
