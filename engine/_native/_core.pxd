@@ -62,3 +62,10 @@ cdef int check_epochs(object epochs) except -1
 cdef bint as_int64(object value, int64_t *out) noexcept
 cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,
                         int64_t up, object epochs) except -2
+
+
+# the log cleaner's passes over a batch's records (see _core.pyx, "the log cleaner's record passes"): `check` is told
+# each record (its offset, key and whether it is a tombstone) and returns 1 to stop the visit, or to keep the record
+ctypedef int (*record_check)(void *ctx, int64_t offset, const uint8_t *key, int32_t klen, bint tombstone) except -1
+cdef int visit_records(object batch, record_check visit, void *ctx) except -1
+cdef object retain_records(object batch, record_check keep, void *ctx)

@@ -1587,6 +1587,96 @@ def encode_batch(records, *, base_offset=0, compression="none", compression_leve
     return _encode_items(items, &pr, compression_level, last_offset_delta)
 
 
+# --- the log cleaner's record passes (the per-record loops of engine._native._offset_map) ------------------------
+cdef int visit_records(object batch, record_check visit, void *ctx) except -1:
+    """Tell `visit` each record of a batch (CRC and framing checked, as records() does), until it returns 1; returns
+    1 if it stopped the visit, else 0."""
+    cdef RecordBatch b = <RecordBatch?>batch
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef RecView rv
+    cdef int rc
+    cdef int32_t i
+    owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)  # noqa: F841 (keeps the section alive)
+    for i in range(b.records_count):
+        rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
+        if rc:
+            b._framing_error(rc)
+        if visit(ctx, b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0):
+            return 1
+    b._check_end(p, end)
+    return 0
+
+
+@cython.final
+cdef class RetainedRecords:
+    """The records of one batch a clean keeps: pointers into the batch's bytes (or its decompressed section), which
+    it holds, so rebuild_batch writes them out with no Python object per record. len() is the number kept."""
+
+    cdef RecordBatch batch
+    cdef object owner
+    cdef Grow infos  # RecInfo per kept record
+    cdef Grow hrefs  # their headers' HeaderRefs
+    cdef Py_ssize_t count
+    cdef readonly bint all_kept
+    cdef readonly bint tombstones
+
+    def __dealloc__(self):
+        free(self.infos.data)
+        free(self.hrefs.data)
+
+    def __len__(self):
+        return self.count
+
+
+cdef object retain_records(object batch, record_check keep, void *ctx):
+    """The records of a batch (CRC and framing checked) that `keep` returns 1 for, with their timestamps as
+    records() reports them (a LogAppendTime batch's max timestamp)."""
+    cdef RecordBatch b = <RecordBatch?>batch
+    cdef RetainedRecords out = RetainedRecords.__new__(RetainedRecords)
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef const uint8_t *h
+    cdef RecView rv
+    cdef RecInfo info
+    cdef HeaderRef ref
+    cdef int32_t i, j, n = 0
+    cdef int rc
+    cdef int64_t offset
+    cdef bint log_append = b.attributes & 0x08
+    out.batch = b
+    out.owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+    for i in range(b.records_count):
+        rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
+        if rc:
+            b._framing_error(rc)
+        offset = b.base_offset + rv.off_delta
+        if not keep(ctx, offset, rv.key, rv.klen, rv.vlen < 0):
+            continue
+        info.key.p, info.key.n = rv.key, rv.klen
+        info.value.p, info.value.n = rv.value, rv.vlen
+        info.ts = b.max_timestamp if log_append else rv.ts
+        info.off_delta = rv.off_delta
+        info.hfirst = out.hrefs.len // sizeof(HeaderRef)
+        info.hcount = rv.hcount
+        h = rv.headers
+        for j in range(rv.hcount):  # framing already checked by _parse_record
+            kl_read_varint(&h, rv.end, &n)
+            ref.key.p, ref.key.n = h, n
+            h += n
+            kl_read_varint(&h, rv.end, &n)
+            ref.value.p, ref.value.n = h, n
+            if n > 0:
+                h += n
+            grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
+        grow_put(&out.infos, &info, sizeof(RecInfo))
+        out.count += 1
+        out.tombstones |= rv.vlen < 0
+    b._check_end(p, end)
+    out.all_kept = out.count == b.records_count
+    return out
+
+
 def rebuild_batch(RecordBatch batch, records, delete_horizon_ms=None):
     """The log cleaner's rewrite of `batch` keeping only `records` (Records, at their own offsets): the same base
     offset, last offset, compression, timestamp type, producer fields, transactional and control flags and leader
@@ -1594,7 +1684,10 @@ def rebuild_batch(RecordBatch batch, records, delete_horizon_ms=None):
     empty batch Kafka keeps for a producer's sequence: uncompressed, base timestamp -1, the original max timestamp."""
     cdef Params pr
     cdef bytes out
-    items = records if type(records) is list else list(records)
+    cdef RetainedRecords kept = records if type(records) is RetainedRecords else None
+    cdef RecInfo *infos
+    cdef Py_ssize_t i
+    items = records if type(records) is list or kept is not None else list(records)
     pr.base_offset = batch.base_offset
     pr.ple = batch.partition_leader_epoch
     pr.pid = batch.producer_id
@@ -1613,7 +1706,16 @@ def rebuild_batch(RecordBatch batch, records, delete_horizon_ms=None):
     pr.codec = batch.attributes & 0x07
     pr.attributes |= pr.codec
     pr.max_ts = batch.max_timestamp if batch.attributes & 0x08 else -2
-    return _encode_items(items, &pr, None, batch.last_offset_delta, delete_horizon_ms)
+    if kept is None:
+        return _encode_items(items, &pr, None, batch.last_offset_delta, delete_horizon_ms)
+    if kept.batch is not batch:
+        raise ValueError("these retained records are another batch's")
+    infos = <RecInfo *>kept.infos.data
+    for i in range(kept.count):
+        if infos[i].ts < -1:
+            bf.check_timestamp(infos[i].ts)  # the error a decoded record with this timestamp gets
+    return _finish(infos, kept.count, <HeaderRef *>kept.hrefs.data, &pr, None, batch.last_offset_delta,
+                   delete_horizon_ms)
 
 
 def encode_control_batch(kind, *, base_offset, producer_id, producer_epoch, coordinator_epoch=0, timestamp_ms,

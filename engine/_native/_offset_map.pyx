@@ -3,11 +3,11 @@
 the twin is segments.offset_map (its docstring has the layout and the probing rule).
 Not thread-safe: one clean owns a map at a time.
 """
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memset
 
+from engine._native._core cimport retain_records, visit_records
 from engine.common.errors import InvalidConfigurationError
 
 cdef extern from "md5_impl.h":
@@ -85,11 +85,9 @@ cdef class SkimpyOffsetMap:
         return <Py_ssize_t>(signed_probe % self.slots) * ENTRY
 
     cdef inline bint _empty(self, Py_ssize_t pos) noexcept:
-        cdef int i
-        for i in range(ENTRY):
-            if self.buf[pos + i]:
-                return False
-        return True
+        cdef uint64_t words[3]
+        memcpy(words, self.buf + pos, ENTRY)
+        return (words[0] | words[1] | words[2]) == 0
 
     cdef int _put(self, const uint8_t *key, Py_ssize_t n, int64_t offset) except -1:
         cdef int attempt = 0
@@ -148,46 +146,50 @@ cdef class SkimpyOffsetMap:
     def add_batch(self, batch, int64_t start_offset) -> bool:
         """Map the keyed records of `batch` at or after `start_offset`; True when the map filled up first (the
         records from there on stay unmapped). The latest offset is the caller's to move (by batch)."""
-        cdef int32_t limit = self.max_entries
-        cdef int64_t offset
-        for rec in batch.records():
-            key = rec.key
-            offset = rec.offset
-            if key is not None and offset >= start_offset:
-                if self.size >= limit:
-                    return True
-                if not PyBytes_CheckExact(key):
-                    key = bytes(key)
-                self._put(<const uint8_t *>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), offset)
-        return False
+        cdef Pass ps
+        ps.map, ps.start, ps.limit = <void *>self, start_offset, self.max_entries
+        return visit_records(batch, _map_record, &ps) == 1
 
     def filter_batch(self, batch, bint discard, int64_t now_ms):
         """The records of `batch` a clean keeps (Kafka's filterBatch with the cleaner's shouldRetainRecord):
-        (kept records, whether all were kept, whether a kept one is a tombstone)."""
-        cdef list kept = []
-        cdef list records = batch.records()
-        cdef bint control = batch.is_control
-        cdef bint tombstones = False, keep
-        cdef int64_t horizon = batch.base_timestamp if batch.has_delete_horizon else -1
-        cdef bint has_horizon = batch.has_delete_horizon
-        cdef int64_t offset
-        for rec in records:
-            offset = rec.offset
-            if discard:
-                keep = False
-            elif control or offset > self.latest_offset:
-                keep = True
-            else:
-                key = rec.key
-                if key is None:
-                    keep = False
-                else:
-                    if not PyBytes_CheckExact(key):
-                        key = bytes(key)
-                    keep = offset >= self._get(<const uint8_t *>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) and (
-                        rec.value is not None or not has_horizon or now_ms < horizon)
-            if keep:
-                kept.append(rec)
-                if rec.value is None:
-                    tombstones = True
-        return kept, len(kept) == len(records), tombstones
+        (kept records, whether all were kept, whether a kept one is a tombstone). The kept records are the core's
+        RetainedRecords, which rebuild_batch writes out."""
+        cdef Pass ps
+        ps.map, ps.discard, ps.control, ps.now = <void *>self, discard, batch.is_control, now_ms
+        ps.has_horizon = batch.has_delete_horizon
+        ps.horizon = batch.base_timestamp
+        kept = retain_records(batch, _keep_record, &ps)
+        return kept, kept.all_kept, kept.tombstones
+
+
+cdef struct Pass:
+    void *map          # the SkimpyOffsetMap (borrowed for the pass)
+    int64_t start      # add_batch: records before it are not mapped
+    int32_t limit      # add_batch: the map counts as full at this size
+    bint discard       # filter_batch: the whole batch goes
+    bint control
+    bint has_horizon
+    int64_t horizon
+    int64_t now
+
+
+cdef int _map_record(void *ctx, int64_t offset, const uint8_t *key, int32_t klen, bint tombstone) except -1:
+    cdef Pass *ps = <Pass *>ctx
+    cdef SkimpyOffsetMap m = <SkimpyOffsetMap>ps.map
+    if klen >= 0 and offset >= ps.start:
+        if m.size >= ps.limit:
+            return 1
+        m._put(key, klen, offset)
+    return 0
+
+
+cdef int _keep_record(void *ctx, int64_t offset, const uint8_t *key, int32_t klen, bint tombstone) except -1:
+    cdef Pass *ps = <Pass *>ctx
+    cdef SkimpyOffsetMap m = <SkimpyOffsetMap>ps.map
+    if ps.discard:
+        return 0
+    if ps.control or offset > m.latest_offset:
+        return 1
+    if klen < 0 or offset < m._get(key, klen):
+        return 0
+    return not (tombstone and ps.has_horizon and ps.now >= ps.horizon)

@@ -5,11 +5,6 @@
 
 static uint32_t K[64];
 static int k_ready = 0;
-static const uint8_t S[64] = {
-    7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
-    5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20,
-    4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
-    6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
 
 static void init_k(void) {
     /* the RFC's table: floor(|sin(i + 1)| * 2^32) */
@@ -20,34 +15,48 @@ static void init_k(void) {
 
 static inline uint32_t rotl(uint32_t x, int c) { return (x << c) | (x >> (32 - c)); }
 
+/* The four rounds' functions (RFC 1321 section 3.4), F and G in forms with one operation fewer. */
+#define MD5_F(x, y, z) ((z) ^ ((x) & ((y) ^ (z))))
+#define MD5_G(x, y, z) ((y) ^ ((z) & ((x) ^ (y))))
+#define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
+#define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
+/* One step: a = b + rotl(a + fn(b, c, d) + word + K[i], s). The caller passes a, b, c, d in turn, so no values move. */
+#define MD5_STEP(fn, a, b, c, d, word, i, s) (a) = (b) + rotl((a) + fn((b), (c), (d)) + (word) + K[(i)], (s))
+
+/* Four steps of round r (0-3) from step i: the word schedule and shifts of RFC 1321, unrolled so that every index
+   and rotation is a constant. */
+#define MD5_FOUR(fn, i, g0, g1, g2, g3, s0, s1, s2, s3) \
+    MD5_STEP(fn, a, b, c, d, m[g0], (i), s0);              \
+    MD5_STEP(fn, d, a, b, c, m[g1], (i) + 1, s1);          \
+    MD5_STEP(fn, c, d, a, b, m[g2], (i) + 2, s2);          \
+    MD5_STEP(fn, b, c, d, a, m[g3], (i) + 3, s3)
+
 static void block(uint32_t st[4], const uint8_t *p) {
     uint32_t m[16];
     for (int i = 0; i < 16; i++)
         m[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
                ((uint32_t)p[4 * i + 3] << 24);
     uint32_t a = st[0], b = st[1], c = st[2], d = st[3];
-    for (int i = 0; i < 64; i++) {
-        uint32_t f;
-        int g;
-        if (i < 16) {
-            f = (b & c) | (~b & d);
-            g = i;
-        } else if (i < 32) {
-            f = (d & b) | (~d & c);
-            g = (5 * i + 1) & 15;
-        } else if (i < 48) {
-            f = b ^ c ^ d;
-            g = (3 * i + 5) & 15;
-        } else {
-            f = c ^ (b | ~d);
-            g = (7 * i) & 15;
-        }
-        uint32_t t = d;
-        d = c;
-        c = b;
-        b = b + rotl(a + f + K[i] + m[g], S[i]);
-        a = t;
-    }
+    /* round 1: word i */
+    MD5_FOUR(MD5_F, 0, 0, 1, 2, 3, 7, 12, 17, 22);
+    MD5_FOUR(MD5_F, 4, 4, 5, 6, 7, 7, 12, 17, 22);
+    MD5_FOUR(MD5_F, 8, 8, 9, 10, 11, 7, 12, 17, 22);
+    MD5_FOUR(MD5_F, 12, 12, 13, 14, 15, 7, 12, 17, 22);
+    /* round 2: word (5i + 1) mod 16 */
+    MD5_FOUR(MD5_G, 16, 1, 6, 11, 0, 5, 9, 14, 20);
+    MD5_FOUR(MD5_G, 20, 5, 10, 15, 4, 5, 9, 14, 20);
+    MD5_FOUR(MD5_G, 24, 9, 14, 3, 8, 5, 9, 14, 20);
+    MD5_FOUR(MD5_G, 28, 13, 2, 7, 12, 5, 9, 14, 20);
+    /* round 3: word (3i + 5) mod 16 */
+    MD5_FOUR(MD5_H, 32, 5, 8, 11, 14, 4, 11, 16, 23);
+    MD5_FOUR(MD5_H, 36, 1, 4, 7, 10, 4, 11, 16, 23);
+    MD5_FOUR(MD5_H, 40, 13, 0, 3, 6, 4, 11, 16, 23);
+    MD5_FOUR(MD5_H, 44, 9, 12, 15, 2, 4, 11, 16, 23);
+    /* round 4: word 7i mod 16 */
+    MD5_FOUR(MD5_I, 48, 0, 7, 14, 5, 6, 10, 15, 21);
+    MD5_FOUR(MD5_I, 52, 12, 3, 10, 1, 6, 10, 15, 21);
+    MD5_FOUR(MD5_I, 56, 8, 15, 6, 13, 6, 10, 15, 21);
+    MD5_FOUR(MD5_I, 60, 4, 11, 2, 9, 6, 10, 15, 21);
     st[0] += a;
     st[1] += b;
     st[2] += c;
@@ -63,11 +72,11 @@ void kl_md5(const uint8_t *data, size_t len, uint8_t out[16]) {
         block(st, data + off);
     uint8_t tail[128];
     size_t rest = len - full;
-    memset(tail, 0, sizeof tail);
+    size_t tail_len = rest < 56 ? 64 : 128;
+    memset(tail, 0, tail_len);
     if (rest)
         memcpy(tail, data + full, rest);
     tail[rest] = 0x80;
-    size_t tail_len = rest < 56 ? 64 : 128;
     uint64_t bits = (uint64_t)len * 8;
     for (int i = 0; i < 8; i++)
         tail[tail_len - 8 + i] = (uint8_t)(bits >> (8 * i));
