@@ -45,6 +45,7 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
+from engine.record.records import first_in_batches
 from engine.segments import names, segment_appender
 from engine.segments.fs import FileSystem, new_lock
 from engine.segments.offset_index import OffsetIndex
@@ -416,12 +417,12 @@ class LogSegment:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` and offset >= starting_offset."""
         _, index_offset = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(index_offset, starting_offset))[1]
-        for batch in self.batches(position):
-            if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
-                found = batch.first_at_or_after(timestamp, starting_offset)  # markers count, as in Kafka
-                if found is not None:  # (not reported to note_read: a lookup is a random read, releasing nothing,
-                    return found       # and a reported one would push a moving reader's range out)
-        return None
+        # markers count, as in Kafka; not reported to note_read: a lookup is a random read, releasing nothing, and a
+        # reported one would push a moving reader's range out
+        if not self.writable:
+            return first_in_batches(self.batches(position), timestamp, starting_offset)
+        return codec.first_at_or_after(self.view(position), timestamp, starting_offset, position=position,
+                                       source=self.log_path)
 
     # --- timestamps ---------------------------------------------------------------------------
     def max_timestamp_and_offset(self) -> tuple[int, int]:

@@ -955,6 +955,34 @@ def iter_batches(buffer, *, position=0, source=None):
     return it
 
 
+def first_at_or_after(buffer, int64_t timestamp, int64_t start_offset, *, position=0, source=None):
+    """(timestamp, offset) of the first record (control records count) with timestamp >= `timestamp` and offset >=
+    `start_offset` in the batches of `buffer` (walked as iter_batches walks them), or None; only a batch whose header
+    says it may hold one is decoded (CRC checked)."""
+    cdef object mv = _byte_view(buffer)
+    cdef Py_buffer buf
+    cdef const uint8_t *p
+    cdef Py_ssize_t pos = 0, end, at = position
+    cdef RecordBatch b
+    PyObject_GetBuffer(mv, &buf, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>buf.buf if buf.len else _EMPTY
+        while True:
+            end = _frame_end(p, buf.len, pos, at, source)
+            if end < 0:
+                return None
+            if (<int64_t>kl_be64(p + pos + 35) >= timestamp  # max timestamp, then last offset
+                    and <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23) >= start_offset):
+                b = RecordBatch.__new__(RecordBatch)
+                b._set(mv[pos:end], p + pos, end - pos, at + pos, source)
+                found = b._first(False, timestamp, start_offset)
+                if found is not None:
+                    return found
+            pos = end
+    finally:
+        PyBuffer_Release(&buf)
+
+
 # --- columnar decode ---------------------------------------------------------------------------
 cdef struct BinCol:
     Grow data

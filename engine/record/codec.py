@@ -18,6 +18,7 @@ API = (
     "encode_columnar",
     "encode_control_batch",
     "iter_batches",
+    "first_at_or_after",
     "decode_columnar",
     "index_search",
     "scan_to_offset",

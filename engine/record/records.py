@@ -555,6 +555,24 @@ def iter_batches(buffer, *, position: int = 0, source: str | None = None) -> Ite
         pos = end
 
 
+def first_at_or_after(buffer, timestamp: int, start_offset: int, *, position: int = 0,
+                      source: str | None = None) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record (control records count) with timestamp >= `timestamp` and offset >=
+    `start_offset` in the batches of `buffer` (walked as iter_batches walks them), or None; only a batch whose header
+    says it may hold one is decoded (CRC checked)."""
+    return first_in_batches(iter_batches(buffer, position=position, source=source), timestamp, start_offset)
+
+
+def first_in_batches(batches: Iterable[RecordBatch], timestamp: int, start_offset: int) -> tuple[int, int] | None:
+    """first_at_or_after over batches given one by one (a read-only segment's, read with pread)."""
+    for batch in batches:
+        if batch.max_timestamp >= timestamp and batch.last_offset >= start_offset:
+            found = batch.first_at_or_after(timestamp, start_offset)
+            if found is not None:
+                return found
+    return None
+
+
 def _bitmap(valid: list[bool]) -> tuple[bytes | None, int]:
     nulls = valid.count(False)
     if not nulls:

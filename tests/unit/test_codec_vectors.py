@@ -251,3 +251,13 @@ def test_first_record_at_or_after_a_time_matches_kafkas_dump(codec, label, path,
                 want = next(((r["timestamp"], r["offset"]) for r in rlines
                              if r["timestamp"] >= ts and r["offset"] >= start), None)
                 assert batch.first_at_or_after(ts, start) == want, (ts, start)
+    # the same over the whole file: the first batch that may hold one is searched, and the ones after it
+    data = path.read_bytes()
+    everything = [r for _, rlines in expected["batches"] for r in rlines]
+    stamps = sorted({r["timestamp"] for r in everything} | {-1})
+    offsets = sorted({r["offset"] for r in everything} | {-1})
+    for ts in stamps[::max(1, len(stamps) // 12)] + [stamps[-1], stamps[-1] + 1]:
+        for start in offsets[::max(1, len(offsets) // 6)] + [offsets[-1], offsets[-1] + 1]:
+            want = next(((r["timestamp"], r["offset"]) for r in everything
+                         if r["timestamp"] >= ts and r["offset"] >= start), None)
+            assert codec.first_at_or_after(data, ts, start, source=str(path)) == want, (ts, start)
