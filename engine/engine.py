@@ -526,8 +526,14 @@ class Engine:
 
     def committed(self, group_id: str, tp) -> OffsetAndMetadata | None:
         """The offset `group_id` committed for `tp` (None when it has none)."""
-        _check_external(tp[0])
-        return self.groups.offsets.committed(group_id, TopicPartition(*tp))
+        return self.committed_offsets(group_id, [tp]).get(TopicPartition(*tp))
+
+    def committed_offsets(self, group_id: str, tps) -> dict[TopicPartition, OffsetAndMetadata]:
+        """committed() of many partitions at once: the ones with a committed offset, mapped to it."""
+        tps = [TopicPartition(*tp) for tp in tps]
+        for topic in {tp.topic for tp in tps}:
+            _check_external(topic)
+        return self.groups.offsets.committed(group_id, tps)
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions (log start, LEO, high watermark, bytes, segments; leader, epoch, replicas, ISR and each

@@ -53,6 +53,7 @@ from engine.txn.read_committed import AbortedFilter
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger("kafkalog.consumer")
 _REVOKED = object()  # a partition no longer in the assignment, as _fetch finds it
+_LOOK_UP = object()  # _reset: the committed offset is still to be looked up
 _CLIENT_IDS = itertools.count(1)
 
 
@@ -209,8 +210,9 @@ class Consumer:
     def _end(self, tp: TopicPartition) -> int:
         return self._partition(tp).fetch_upper_bound(self.isolation_level)
 
-    def _reset(self, tp: TopicPartition) -> int:
-        committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
+    def _reset(self, tp: TopicPartition, committed=_LOOK_UP) -> int:
+        if committed is _LOOK_UP:
+            committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
         if committed is not None and self._positions.get(tp) is None:
             self._move(tp, committed.offset, committed.leader_epoch)
             return committed.offset
@@ -219,6 +221,19 @@ class Consumer:
         pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
         self._move(tp, pos)
         return pos
+
+    def _reset_unset(self, order: list[TopicPartition]) -> None:
+        """_reset for the partitions of `order` without a position (a rebalance just assigned them), their committed
+        offsets looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
+        unset = [tp for tp in order if self._positions.get(tp, _REVOKED) is None and tp not in self._paused]
+        if not unset:
+            return
+        found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
+        for tp in unset:
+            try:
+                self._reset(tp, found.get(tp))
+            except NotLeaderOrFollowerError:
+                continue
 
     def _move(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
         """Set the position of `tp` and the leader epoch that goes with it (Kafka's FetchPosition.offsetEpoch: the
@@ -334,6 +349,7 @@ class Consumer:
             return out
         start = self._next % len(order)
         self._next += 1
+        self._reset_unset(order)
         for tp in order[start:] + order[:start]:
             if remaining <= 0 or budget <= 0:
                 break
@@ -348,11 +364,13 @@ class Consumer:
                 continue
             if pos is None:
                 pos = self._reset(tp)
-            if pos > partition.log_end_offset:  # past the end: out of range, as a broker's fetch says
-                if self.auto_offset_reset == "none":
-                    raise OffsetOutOfRangeError(f"position {pos} of {tp} is past the log end "
-                                                f"{partition.log_end_offset}", offset=pos)
-                self._reset(tp)
+            bound = partition.fetch_upper_bound(self.isolation_level)
+            if pos >= bound:  # nothing to read yet; past the log end, out of range (as a broker's fetch says)
+                if pos > bound and pos > partition.log_end_offset:
+                    if self.auto_offset_reset == "none":
+                        raise OffsetOutOfRangeError(f"position {pos} of {tp} is past the log end "
+                                                    f"{partition.log_end_offset}", offset=pos)
+                    self._reset(tp)
                 continue
             try:
                 data = partition.fetch(pos, min(self.max_partition_fetch_bytes, budget), self.isolation_level)
@@ -361,7 +379,7 @@ class Consumer:
                     raise
                 self._reset(tp)
                 continue
-            if data is None:
+            if data is None:  # the bound moved back since (a truncation)
                 continue
             budget -= data.records.nbytes
             records: list = []

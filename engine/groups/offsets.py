@@ -172,10 +172,11 @@ class OffsetStore:
         with self._lock:
             self._complete(log_partition, producer_id, commit)
 
-    def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
+    def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The committed offsets of `tps` that the group has (one lock for all)."""
         with self._lock:
-            found = self._committed.get(group_id, {}).get(tp)
-            return None if found is None else found.value
+            mine = self._committed.get(group_id, {})
+            return {tp: found.value for tp in tps if (found := mine.get(tp)) is not None}
 
     def offsets(self, group_id: str) -> dict[TopicPartition, CommitRecord]:
         """Every committed offset of the group."""
