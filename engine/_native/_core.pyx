@@ -522,23 +522,28 @@ cdef class _HeaderKeys:
         return s
 
 
+cdef inline void _next_header(const uint8_t **p, const uint8_t *end, HeaderRef *h) noexcept nogil:
+    """Point h at the header at *p of a record that _parse_record already validated, and move past it."""
+    cdef int32_t n = 0
+    kl_read_varint(p, end, &n)
+    h.key.p, h.key.n = p[0], n
+    p[0] += n
+    kl_read_varint(p, end, &n)
+    h.value.p, h.value.n = p[0], n
+    if n > 0:
+        p[0] += n
+
+
 cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count, _HeaderKeys keys):
     """Headers of a record that _parse_record already validated. Each (key, value) tuple holds only a str and bytes or
     None, so it can never be part of a reference cycle: it is taken out of the cyclic GC at once (CPython untracks
     such tuples itself, but only when a collection reaches them)."""
     cdef list out = PyList_New(count)
-    cdef int32_t i, klen = 0, vlen = 0
-    cdef const uint8_t *kp
-    cdef const uint8_t *vp
+    cdef int32_t i
+    cdef HeaderRef h
     for i in range(count):
-        kl_read_varint(&p, end, &klen)
-        kp = p
-        p += klen
-        kl_read_varint(&p, end, &vlen)
-        vp = p
-        if vlen > 0:
-            p += vlen
-        pair = (keys.key(kp, klen), _field(vp, vlen))
+        _next_header(&p, end, &h)
+        pair = (keys.key(h.key.p, <int32_t>h.key.n), _field(h.value.p, <int32_t>h.value.n))
         PyObject_GC_UnTrack(<PyObject *>pair)
         Py_INCREF(pair)
         PyList_SET_ITEM(out, i, pair)
@@ -547,15 +552,11 @@ cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count, _He
 
 cdef int32_t _header_bytes(const uint8_t *p, const uint8_t *end, int32_t count) noexcept nogil:
     """Key plus value bytes of a validated record's headers (kafka-python's serialized_header_size)."""
-    cdef int32_t i, klen = 0, vlen = 0, total = 0
+    cdef int32_t i, total = 0
+    cdef HeaderRef h
     for i in range(count):
-        kl_read_varint(&p, end, &klen)
-        p += klen
-        kl_read_varint(&p, end, &vlen)
-        if vlen > 0:
-            p += vlen
-            total += vlen
-        total += klen
+        _next_header(&p, end, &h)
+        total += <int32_t>(h.key.n + (h.value.n if h.value.n > 0 else 0))
     return total
 
 
@@ -1035,15 +1036,12 @@ cdef struct ColState:
 
 cdef int _add_headers(ColState *s, const uint8_t *p, const uint8_t *end, int32_t count) except -1:
     """Append the headers of a record that _parse_record already validated."""
-    cdef int32_t i, klen = 0, vlen = 0
+    cdef int32_t i
+    cdef HeaderRef h
     for i in range(count):
-        kl_read_varint(&p, end, &klen)
-        bincol_add(&s.hkeys, s.nheaders, p, klen)
-        p += klen
-        kl_read_varint(&p, end, &vlen)
-        bincol_add(&s.hvalues, s.nheaders, p, vlen)
-        if vlen > 0:
-            p += vlen
+        _next_header(&p, end, &h)
+        bincol_add(&s.hkeys, s.nheaders, h.key.p, <int32_t>h.key.n)
+        bincol_add(&s.hvalues, s.nheaders, h.value.p, <int32_t>h.value.n)
         s.nheaders += 1
     grow_bit(&s.list_bits, s.rows, count > 0)
     if count == 0:
@@ -1668,7 +1666,7 @@ cdef object retain_records(object batch, record_check keep, void *ctx):
     cdef RecView rv
     cdef RecInfo info
     cdef HeaderRef ref
-    cdef int32_t i, j, n = 0
+    cdef int32_t i, j
     cdef int rc
     cdef int64_t offset
     cdef bint log_append = b.attributes & 0x08
@@ -1688,14 +1686,8 @@ cdef object retain_records(object batch, record_check keep, void *ctx):
         info.hfirst = out.hrefs.len // sizeof(HeaderRef)
         info.hcount = rv.hcount
         h = rv.headers
-        for j in range(rv.hcount):  # framing already checked by _parse_record
-            kl_read_varint(&h, rv.end, &n)
-            ref.key.p, ref.key.n = h, n
-            h += n
-            kl_read_varint(&h, rv.end, &n)
-            ref.value.p, ref.value.n = h, n
-            if n > 0:
-                h += n
+        for j in range(rv.hcount):
+            _next_header(&h, rv.end, &ref)
             grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
         grow_put(&out.infos, &info, sizeof(RecInfo))
         out.count += 1
