@@ -6,6 +6,10 @@ else returns None with nothing read (an offset outside the log, a bound below th
 batch at or after the offset, a check that fails, a read of a window's size or more) and the layers serve the
 read, raising the precise error or repairing an index as they do.
 
+A lookup by timestamp (UnifiedLog.offset_for_timestamp) is the other call: the native reader searches the time and
+offset indexes and walks the batch headers from the indexed position in one call; this twin leaves it to the layers
+(segments.log_segments.LogSegments.offset_for_timestamp), whose steps it repeats.
+
 This module is the pure-Python twin; the native one (engine._native._log_read.LogReader) takes the same steps
 with no Python frame between the call and the answer. `load` picks the one that matches the segments' locks.
 Byte layout: none of its own (the segment's `.log` and `.index`).
@@ -59,6 +63,12 @@ class LogReader:
             return None
         seg.note_read(position, at + end - position)  # the headers scanned and the batches returned
         return self.fetch(start_offset, seg.base_offset, at, data[:end])
+
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None | bool:
+        """UnifiedLog.offset_for_timestamp for a timestamp other than -1 and -2, or False when the layers must answer
+        (the native twin answers in one call; this one always leaves it to the layers)."""
+        return False
 
 
 def load(impl: str) -> type:

@@ -463,7 +463,8 @@ class UnifiedLog:
             return -1, self.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return -1, self.log_end_offset
-        return self.local.segments.offset_for_timestamp(timestamp, self.log_start_offset)
+        found = self._reader.offset_for_timestamp(timestamp)  # the one-call lookup
+        return self.local.segments.offset_for_timestamp(timestamp, self.log_start_offset) if found is False else found
 
     # --- truncation (replication needs both) -------------------------------------------------
     def truncate_to(self, offset: int) -> bool:

@@ -54,12 +54,15 @@ cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n, int64_t producer
                                 int32_t base_sequence, bint transactional) noexcept
 
 
-# a read's index search and batch-header walks on raw bytes (see _core.pyx, "index search", scan_to_offset, take_span)
+# a read's index search and batch-header walks on raw bytes (see _core.pyx, "index search", first_at_or_after,
+# scan_to_offset, take_span)
 cdef Py_ssize_t index_floor(const uint8_t *p, Py_ssize_t entries, int entry_size, int64_t target) noexcept nogil
 cdef bint scan_headers(const uint8_t *p, Py_ssize_t n, int64_t position, int64_t offset, int64_t entry_offset,
                        int64_t prev_last, int64_t up, int64_t found[4]) noexcept nogil
 cdef int check_epochs(object epochs) except -1
 cdef bint as_int64(object value, int64_t *out) noexcept
+cdef object first_in(object mv, const uint8_t *p, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t position,
+                     int64_t timestamp, int64_t start_offset, object source)
 cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,
                         int64_t up, object epochs) except -2
 

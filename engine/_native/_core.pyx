@@ -962,26 +962,31 @@ def first_at_or_after(buffer, int64_t timestamp, int64_t start_offset, *, positi
     says it may hold one is decoded (CRC checked)."""
     cdef object mv = _byte_view(buffer)
     cdef Py_buffer buf
-    cdef const uint8_t *p
-    cdef Py_ssize_t pos = 0, end, at = position
-    cdef RecordBatch b
     PyObject_GetBuffer(mv, &buf, PyBUF_SIMPLE)
     try:
-        p = <const uint8_t *>buf.buf if buf.len else _EMPTY
-        while True:
-            end = _frame_end(p, buf.len, pos, at, source)
-            if end < 0:
-                return None
-            if (<int64_t>kl_be64(p + pos + 35) >= timestamp  # max timestamp, then last offset
-                    and <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23) >= start_offset):
-                b = RecordBatch.__new__(RecordBatch)
-                b._set(mv[pos:end], p + pos, end - pos, at + pos, source)
-                found = b._first(False, timestamp, start_offset)
-                if found is not None:
-                    return found
-            pos = end
+        return first_in(mv, <const uint8_t *>buf.buf if buf.len else _EMPTY, 0, buf.len, position, timestamp,
+                        start_offset, source)
     finally:
         PyBuffer_Release(&buf)
+
+
+cdef object first_in(object mv, const uint8_t *p, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t position,
+                     int64_t timestamp, int64_t start_offset, object source):
+    """first_at_or_after on the batches of mv[pos:n] (`p` its buffer, `position` the file position of `pos`)."""
+    cdef Py_ssize_t end, at = position - pos
+    cdef RecordBatch b
+    while True:
+        end = _frame_end(p, n, pos, at, source)
+        if end < 0:
+            return None
+        if (<int64_t>kl_be64(p + pos + 35) >= timestamp  # max timestamp, then last offset
+                and <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23) >= start_offset):
+            b = RecordBatch.__new__(RecordBatch)
+            b._set(mv[pos:end], p + pos, end - pos, at + pos, source)
+            found = b._first(False, timestamp, start_offset)
+            if found is not None:
+                return found
+        pos = end
 
 
 # --- columnar decode ---------------------------------------------------------------------------

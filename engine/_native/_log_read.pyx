@@ -11,9 +11,9 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
-from engine._native._core cimport as_int64, check_epochs, index_floor, scan_headers, span_of
+from engine._native._core cimport as_int64, check_epochs, first_in, index_floor, scan_headers, span_of
 from engine._native._lock cimport Lock
 
 cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
@@ -23,6 +23,7 @@ cdef object _EMPTY = memoryview(b"")
 
 cdef enum:
     ENTRY_SIZE = 8  # an `.index` entry: int32 offset relative to the segment's base, int32 position
+    TIME_ENTRY_SIZE = 12  # a `.timeindex` entry: int64 timestamp, int32 offset relative to the segment's base
 
 
 @cython.final
@@ -54,6 +55,8 @@ cdef class _Segment:
     cdef Lock segment_lock, index_lock
     cdef _Pool pool
     cdef int64_t base
+    cdef object time_index, time_key    # the time index, taken on its first lookup (a read never opens it)
+    cdef Lock time_lock
 
     def __init__(self, segment, _Pool pool):
         index = segment.offset_index
@@ -75,6 +78,7 @@ cdef class LogReader:
     cdef Py_ssize_t _window
     cdef _Segment _active                       # the active segment when last seen
     cdef _Segment _last                         # the segment last read
+    cdef _Segment _looked_up                    # the segment last searched by time
 
     def __init__(self, log, fetch_type, Py_ssize_t window_bytes):
         segments = log.local.segments
@@ -82,7 +86,7 @@ cdef class LogReader:
         self.fetch, self.new_tuple, self._window = fetch_type, tuple.__new__, window_bytes
         self._lock, self._list_lock = log._lock, segments._lock
         self._bases, self._by_base = segments._bases, segments._segments
-        self._active = self._last = None
+        self._active = self._last = self._looked_up = None
 
     def read(self, offset, max_size, upper_bound, bint min_one_message):
         """UnifiedLog.read's FetchData, or None with nothing read when the layers must serve the read (also for
@@ -156,6 +160,50 @@ cdef class LogReader:
         seg.segment.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
         return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], mapping[found[1]:found[1] + end]))
 
+    def offset_for_timestamp(self, timestamp):
+        """UnifiedLog.offset_for_timestamp for a timestamp other than -1 and -2 (LogSegments.offset_for_timestamp, then
+        LogSegment.find_offset_by_timestamp, in one call), or False when the layers must answer (a timestamp that is
+        not an int within int64, a read-only segment, an index with no mapping to search)."""
+        cdef int64_t ts, start, index_offset, entry_offset, position
+        cdef Py_ssize_t size
+        cdef _Segment seg
+        cdef Py_buffer buf
+        cdef object mapping, max_ts, found
+        if not (as_int64(timestamp, &ts) and as_int64(self.log.log_start_offset, &start)):
+            return False
+        self._list_lock.take()  # LogSegments.all
+        try:
+            segments = [self._by_base[base] for base in self._bases]
+        finally:
+            self._list_lock.give()
+        for segment in segments:
+            if not segment.appender.size:
+                continue
+            max_ts = segment.appender.max_ts  # LogSegment.max_timestamp_and_offset, once loaded
+            if <int64_t>(segment.max_timestamp_and_offset() if max_ts is None else max_ts)[0] < ts:
+                continue
+            if not segment.writable:
+                return False
+            seg = self._looked_up
+            if seg is None or seg.segment is not segment:
+                seg = self._looked_up = _Segment(segment, None if self._last is None else self._last.pool)
+            if not _time_floor(seg, ts, &index_offset):
+                return False
+            if not _floor(seg, max(index_offset, start), &entry_offset, &position):
+                return False
+            mapping = _mapping(seg, position, &size)
+            if mapping is None:  # no bytes at the indexed position: no batch to look in
+                continue
+            PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
+            try:  # markers count, as in Kafka; a lookup is a random read, not reported to note_read
+                found = first_in(mapping, <const uint8_t *>buf.buf, position, min(size, buf.len), position, ts, start,
+                                 segment.log_path)
+            finally:
+                PyBuffer_Release(&buf)
+            if found is not None:
+                return found
+        return None
+
     cdef object _holding(self, int64_t offset, int64_t *next_base):
         """LogSegments.holding: the segment with the greatest base <= offset (else the first), the next base in
         `next_base` (-1 for the last); None with no segments."""
@@ -184,40 +232,71 @@ cdef class LogReader:
 cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *position) except -1:
     """OffsetIndex.lookup: the (offset, position) of the largest entry at or below `offset`, (base, 0) if none;
     False when the index has no mapping to search."""
-    cdef object index = seg.index, mapping
+    cdef int64_t entry[2]
+    cdef int found
+    entry_offset[0], position[0] = seg.base, 0
+    if offset - seg.base < 0:
+        return True
+    found = _search(seg.index, seg.index_lock, seg.pool, seg.index_key, ENTRY_SIZE,
+                    min(offset - seg.base, <int64_t>INT32_MAX), entry)
+    if found > 0:
+        entry_offset[0], position[0] = seg.base + entry[0], entry[1]
+    return found >= 0
+
+
+cdef bint _time_floor(_Segment seg, int64_t timestamp, int64_t *offset) except -1:
+    """TimeIndex.lookup's offset: that of the largest entry whose timestamp <= `timestamp`, the base if none; False
+    when the index has no mapping to search."""
+    cdef int64_t entry[2]
+    cdef int found
+    if seg.time_index is None:
+        index = seg.segment.time_index  # opens it
+        seg.time_lock, seg.time_key, seg.time_index = index._lock, ("map", id(index)), index
+    found = _search(seg.time_index, seg.time_lock, seg.pool, seg.time_key, TIME_ENTRY_SIZE, timestamp, entry)
+    offset[0] = seg.base + entry[1] if found > 0 else seg.base
+    return found >= 0
+
+
+cdef int _search(object index, Lock lock, _Pool pool, object pool_key, int entry_size, int64_t target,
+                 int64_t entry[2]) except -2:
+    """MmapIndex._floor under the index's lock: 1 with the largest entry whose key <= `target` in `entry` (an `.index`
+    entry's relative offset and position, a `.timeindex` entry's timestamp and relative offset), 0 when there is
+    none, -1 when the index has no mapping to search."""
+    cdef object mapping
     cdef Py_buffer buf
     cdef Py_ssize_t entries, slot
-    cdef int64_t rel = min(offset - seg.base, <int64_t>INT32_MAX)
-    entry_offset[0], position[0] = seg.base, 0
-    if rel < 0:
-        return True
-    seg.index_lock.take()
+    cdef const uint8_t *p
+    lock.take()
     try:
         if index._pending:
             index._write_pending()
         entries = index.entries
         if not entries:
-            return True
-        mapping = index._map  # OffsetIndex._mapped
+            return 0
+        mapping = index._map  # MmapIndex._mapped
         if mapping is None:
             mapping = index._mapped()
             if mapping is None:
-                return False
+                return -1
         else:
-            seg.pool.track(index, seg.index_key)
+            pool.track(index, pool_key)
         PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
         try:
-            if entries * ENTRY_SIZE > buf.len:
-                return False
-            slot = index_floor(<const uint8_t *>buf.buf, entries, ENTRY_SIZE, rel)
-            if slot >= 0:
-                entry_offset[0] = seg.base + <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * ENTRY_SIZE)
-                position[0] = <int32_t>kl_be32(<const uint8_t *>buf.buf + slot * ENTRY_SIZE + 4)
-            return True
+            if entries * entry_size > buf.len:
+                return -1
+            slot = index_floor(<const uint8_t *>buf.buf, entries, entry_size, target)
+            if slot < 0:
+                return 0
+            p = <const uint8_t *>buf.buf + slot * entry_size
+            if entry_size == TIME_ENTRY_SIZE:
+                entry[0], entry[1] = <int64_t>((<uint64_t>kl_be32(p) << 32) | kl_be32(p + 4)), <int32_t>kl_be32(p + 8)
+            else:
+                entry[0], entry[1] = <int32_t>kl_be32(p), <int32_t>kl_be32(p + 4)
+            return 1
         finally:
             PyBuffer_Release(&buf)
     finally:
-        seg.index_lock.give()
+        lock.give()
 
 
 cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):

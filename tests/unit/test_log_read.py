@@ -90,6 +90,50 @@ def test_the_one_call_read_answers_as_the_layers_do(tmp_path_factory, first, ste
     lg.close()
 
 
+# one step: ("append", records, timestamp jump), ("start", offset shift) or ("find", timestamp shift)
+LOOKUPS = st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 6), st.integers(-30, 40)),
+                             st.tuples(st.just("start"), st.integers(0, 4)),
+                             st.tuples(st.just("find"), st.integers(-3, 60))),
+                   min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(LOOKUPS, st.sampled_from([1, 150, 4096]), st.sampled_from([3000, 9000, 1 << 20]), st.booleans())
+def test_the_one_call_lookup_by_time_answers_as_the_layers_and_a_model_do(tmp_path_factory, steps, interval,
+                                                                          segment_bytes, log_append_time):
+    """Records in and out of time order, segments rolled, the log start raised: the native lookup answers what the
+    layers (LogSegments.offset_for_timestamp) answer and what a list of the records says; the twin defers."""
+    directory = tmp_path_factory.mktemp("log")
+    config = LogConfig.from_dict({"segment.bytes": segment_bytes, "index.interval.bytes": interval,
+                                  "message.timestamp.type": "LogAppendTime" if log_append_time else "CreateTime"})
+    clock = ManualClock(T0)
+    lg = Log(FileSystem(), str(directory / "t-0"), config, clock)
+    readers = _readers(lg)
+    model: list[tuple[int, int]] = []  # (timestamp, offset) of every record, as stored
+    ts = T0
+    for step in steps:
+        if step[0] == "append":
+            ts += step[2]
+            clock.advance(1)
+            first = lg.log_end_offset
+            lg.append_as_leader(engine.encode_batch([(b"k", b"v" * 90, None, ts + j) for j in range(step[1])]))
+            stored = [clock.time_ms()] * step[1] if log_append_time else [ts + j for j in range(step[1])]
+            model += [(t, first + j) for j, t in enumerate(stored)]
+        elif step[0] == "start":
+            lg.update_high_watermark(lg.log_end_offset)
+            lg.delete_records(min(lg.log_start_offset + step[1], lg.log_end_offset))
+        else:
+            target = min((t for t, _ in model), default=T0) + step[1] * 3 - 10
+            late = [(t, o) for t, o in model if t >= target and o >= lg.log_start_offset]
+            want = late[0] if late else None
+            assert lg.local.segments.offset_for_timestamp(target, lg.log_start_offset) == want, (step, want)
+            assert lg.offset_for_timestamp(target) == want
+            for impl, reader in readers.items():
+                assert reader.offset_for_timestamp(target) == (want if impl == "cython" else False), impl
+    lg.close()
+
+
 def test_reads_take_the_one_call(tmp_path, monkeypatch):
     lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.bytes": 3000}), ManualClock(T0))
     for i in range(40):
