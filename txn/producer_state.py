@@ -189,30 +189,43 @@ class ProducerStateManager:
                marker: tuple[int, int | None] | None = None) -> CompletedTxn | None:
         """Record a batch appended at [first_offset, first_offset + lastOffsetDelta]; a control batch's
         `marker` is its (control type, coordinator epoch). Returns the transaction a marker closed."""
-        entry = self.producers.get(batch.producer_id)
-        if entry is None:
-            entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
-        if batch.producer_epoch != entry.epoch:
-            entry.batches.clear()
-            entry.epoch = batch.producer_epoch
-        delta = batch.last_offset_delta
+        if not batch.is_control:
+            self.update_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, first_offset,
+                             batch.last_offset_delta, timestamp, batch.is_transactional)
+            return None
+        entry = self._entry(batch.producer_id, batch.producer_epoch)
         completed = None
-        if batch.is_control:
-            ctype, coordinator_epoch = marker if marker is not None else (-1, None)
-            if ctype in (bf.ABORT, bf.COMMIT):
-                if coordinator_epoch is not None:
-                    entry.coordinator_epoch = coordinator_epoch
-                if entry.txn_first_offset >= 0:
-                    completed = CompletedTxn(batch.producer_id, entry.txn_first_offset, first_offset,
-                                             ctype == bf.ABORT)
-                    self.unreplicated.append(completed)
-                entry.txn_first_offset = -1
-        else:
-            entry.batches.append(BatchMetadata(batch.last_sequence, first_offset + delta, delta, timestamp))
-            if batch.is_transactional and entry.txn_first_offset < 0:
-                entry.txn_first_offset = first_offset
+        ctype, coordinator_epoch = marker if marker is not None else (-1, None)
+        if ctype in (bf.ABORT, bf.COMMIT):
+            if coordinator_epoch is not None:
+                entry.coordinator_epoch = coordinator_epoch
+            if entry.txn_first_offset >= 0:
+                completed = CompletedTxn(batch.producer_id, entry.txn_first_offset, first_offset, ctype == bf.ABORT)
+                self.unreplicated.append(completed)
+            entry.txn_first_offset = -1
         entry.last_timestamp = timestamp
         return completed
+
+    def update_data(self, producer_id: int, producer_epoch: int, base_sequence: int, first_offset: int, delta: int,
+                    timestamp: int, transactional: bool) -> None:
+        """`update` for a data batch (not a control batch) of these header fields (a follower's native append
+        calls this)."""
+        entry = self._entry(producer_id, producer_epoch)
+        entry.batches.append(BatchMetadata(bf.increment_sequence(base_sequence, delta), first_offset + delta, delta,
+                                           timestamp))
+        if transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+        entry.last_timestamp = timestamp
+
+    def _entry(self, producer_id: int, producer_epoch: int) -> ProducerStateEntry:
+        """The producer's entry (made when new), its retained batches dropped when `producer_epoch` is a new one."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if producer_epoch != entry.epoch:
+            entry.batches.clear()
+            entry.epoch = producer_epoch
+        return entry
 
     # --- stability ----------------------------------------------------------------------------------
     def first_unstable_offset(self) -> int | None:

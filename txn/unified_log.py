@@ -51,7 +51,7 @@ from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
 from engine.segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
 from engine.segments.txn_index import AbortedTxn
-from engine.txn import leader_append, log_read
+from engine.txn import follower_append, leader_append, log_read
 from engine.txn.producer_state import CompletedTxn, ProducerStateManager
 from engine.txn.read_committed import marker_of
 
@@ -120,6 +120,7 @@ class UnifiedLog:
         self._rebuild_producer_state(self.recovery.clean_shutdown)
         self._reindexed = set()
         self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
+        self._follower_append = follower_append.load(segment_appender.selected)(self, AppendInfo)
         self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
 
     def _check_leader_epochs(self) -> None:
@@ -312,6 +313,9 @@ class UnifiedLog:
 
     def append_as_follower(self, data) -> AppendInfo:
         """Append a replica's batches with their offsets and epochs as they are, keeping producer state in step."""
+        info = self._follower_append.append(data)  # the one-call append
+        if info is not None:
+            return info
         batches = self._validate(data)
         with self._lock:
             leo = self.log_end_offset

@@ -592,6 +592,26 @@ cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py
     return pos + LOG_OVERHEAD + size
 
 
+cdef Py_ssize_t replica_batch(const uint8_t *p, Py_ssize_t n) noexcept:
+    """The size of the batch at `p` (`n` bytes available) when iter_batches walks it whole without an error and its
+    CRC matches (what a follower's append checks of a batch, besides its size); -1 otherwise, for the general path
+    to raise the precise error."""
+    cdef int32_t size, last_delta
+    cdef int64_t base_offset
+    if n < HEADER_SIZE:
+        return -1
+    base_offset = <int64_t>kl_be64(p)
+    size = <int32_t>kl_be32(p + 8)
+    if size < HEADER_SIZE - LOG_OVERHEAD or size > n - LOG_OVERHEAD or p[16] != 2:
+        return -1
+    last_delta = <int32_t>kl_be32(p + 23)
+    if base_offset < 0 or last_delta < 0 or base_offset >= INT64_MAX - last_delta:
+        return -1
+    if kl_crc32c(0, p + ATTRS_OFFSET, size + LOG_OVERHEAD - ATTRS_OFFSET) != kl_be32(p + 17):
+        return -1
+    return size + LOG_OVERHEAD
+
+
 cdef class RecordBatch:
     """A view of one RecordBatch v2 in a buffer; header fields are parsed, records decode on demand."""
 

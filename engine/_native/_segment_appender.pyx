@@ -20,12 +20,12 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_CheckExact, Py
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact
 from libc.errno cimport EINTR, errno
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
 
-from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size
+from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size, replica_batch
 from engine._native._lock cimport Lock
 
 import logging
@@ -34,6 +34,7 @@ import os
 from engine.common.errors import KafkaStorageError
 
 cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
+    uint16_t kl_be16(const uint8_t *p) nogil
     uint32_t kl_be32(const uint8_t *p) nogil
     uint64_t kl_be64(const uint8_t *p) nogil
     void kl_put32(uint8_t *p, uint32_t v) nogil
@@ -415,12 +416,9 @@ cdef class SegmentAppender:
         return True
 
 
-@cython.final
-cdef class LeaderAppender:
-    """The native twin of txn.leader_append.LeaderAppender (see that module for what the one-call append changes,
-    its crash policy and its thread-safety): the same answers, with the log's state read and written from here.
-    The log's config is re-read when the LocalLog's config object is replaced, the segment's appender when the
-    active segment is."""
+cdef class _OneCallAppend:
+    """What the one-call appends of one UnifiedLog share: the log's state, its config as last read (re-read when the
+    LocalLog's config object is replaced) and the active segment's appender (re-read when the active segment is)."""
 
     cdef object log, local, ps, epochs, clock, source, info, new_tuple
     cdef Lock _lock                             # the log's
@@ -447,9 +445,39 @@ cdef class LeaderAppender:
         self._config = config
         return 0
 
+    cdef SegmentAppender _active(self):
+        """The active segment's appender (log's lock held), None when it is not this module's."""
+        segment = self.local.active_segment
+        if segment is not self._segment:
+            appender = segment.appender
+            self._appender = appender if type(appender) is SegmentAppender else None
+            self._segment = segment
+        return self._appender
+
+    cdef int _appended(self, int64_t end) except -1:
+        """LocalLog._appended: the LEO moved to `end`, and the flush that `flush.messages` asks for."""
+        self.local.log_end_offset = end
+        if end >= self._flush_messages and end - <int64_t>self.local.recovery_point >= self._flush_messages:
+            self.local.flush()
+        return 0
+
+    cdef int _epoch_starts(self, int32_t leader_epoch, int64_t offset) except -1:
+        """LeaderEpochCache.assign, whose common case (the latest epoch again, at or after its start) is a no-op."""
+        entries = self.epochs.entries
+        latest = entries[len(entries) - 1] if entries else None
+        if latest is None or latest[0] != leader_epoch or latest[1] > offset:
+            self.epochs.assign(leader_epoch, offset)
+        return 0
+
+
+@cython.final
+cdef class LeaderAppender(_OneCallAppend):
+    """The native twin of txn.leader_append.LeaderAppender (see that module for what the one-call append changes,
+    its crash policy and its thread-safety): the same answers, with the log's state read and written from here."""
+
     def append(self, data, int32_t leader_epoch, bint client):
         """The append's AppendInfo, or None with nothing done when the general path must append `data`."""
-        cdef object local = self.local, config = local.config, producer = None, segment, entries, latest
+        cdef object local = self.local, config = local.config, producer = None
         cdef Py_buffer buf
         cdef const uint8_t *p
         cdef int64_t first, end, append_time = -1, producer_id = -1
@@ -480,12 +508,7 @@ cdef class LeaderAppender:
                     if producer is None:
                         return None
                     producer_id, epoch, sequence, transactional = producer
-                segment = local.active_segment
-                if segment is not self._segment:
-                    appender = segment.appender
-                    self._appender = appender if type(appender) is SegmentAppender else None
-                    self._segment = segment
-                if self._appender is None:
+                if self._active() is None:
                     return None
                 try:
                     if not self._appender._append_lone(data, p, buf.len, first, leader_epoch, append_time,
@@ -493,15 +516,10 @@ cdef class LeaderAppender:
                                                        self.clock, producer_id, epoch, sequence, transactional, out):
                         return None
                     end = out[0] + 1
-                    local.log_end_offset = end  # LocalLog._appended
-                    if end >= self._flush_messages and end - <int64_t>local.recovery_point >= self._flush_messages:
-                        local.flush()
+                    self._appended(end)
                 except OSError as exc:
                     raise self.log._storage_error("append", exc) from exc
-                entries = self.epochs.entries  # LeaderEpochCache.assign, whose common case is a no-op
-                latest = entries[len(entries) - 1] if entries else None
-                if latest is None or latest[0] != leader_epoch or latest[1] > first:
-                    self.epochs.assign(leader_epoch, first)
+                self._epoch_starts(leader_epoch, first)
                 if producer is not None:
                     self.ps.append_next(producer, first, out[0], out[1])
                 self.ps.map_end_offset = end
@@ -511,3 +529,74 @@ cdef class LeaderAppender:
                 self._lock.give()
         finally:
             PyBuffer_Release(&buf)
+
+
+@cython.final
+cdef class FollowerAppender(_OneCallAppend):
+    """The native twin of txn.follower_append.FollowerAppender (see that module for what the one-call append changes,
+    its crash policy and its thread-safety): a replica's batches checked, written and accounted for from here."""
+
+    def append(self, data):
+        """UnifiedLog.append_as_follower's AppendInfo, or None with nothing done when the general path must append."""
+        cdef object extents
+        cdef Py_buffer buf
+        cdef const uint8_t *p
+        cdef Py_ssize_t n, pos, size, count = 0
+        cdef int64_t first, last = -1, max_ts = -1, offset_of_max, ts
+        if self.local.config is not self._config:
+            self._configure(self.local.config)
+        if not PyObject_CheckBuffer(data):
+            return None
+        PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        try:
+            p, n = <const uint8_t *>buf.buf, buf.len
+            if n == 0 or n > self._segment_bytes:
+                return None
+            first = offset_of_max = <int64_t>kl_be64(p) if n >= 8 else -1
+            extents = []
+            pos = 0
+            while pos < n:  # UnifiedLog._validate and the order check, on the batch headers
+                size = replica_batch(p + pos, n - pos)
+                if size < 0 or size > self._max_batch_bytes or p[pos + 22] & 0x20:  # a marker: the general path
+                    return None
+                if pos and <int64_t>kl_be64(p + pos) <= last:
+                    return None
+                last = <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23)
+                ts = <int64_t>kl_be64(p + pos + 35)
+                if ts > max_ts:
+                    max_ts, offset_of_max = ts, last
+                extents.append((last, size))
+                count += 1
+                pos += size
+            self._lock.take()
+            try:
+                if first < <int64_t>self.local.log_end_offset or self._active() is None:
+                    return None
+                try:
+                    if self._appender._must_roll(n, max_ts, last, self.clock, 0, self._segment_bytes):
+                        return None
+                    self._appender._append(last, max_ts, offset_of_max, data, n, extents, NULL, 0)
+                    self._appended(last + 1)
+                except OSError as exc:
+                    raise self.log._storage_error("append", exc) from exc
+                self._account(p, n)
+                self.ps.map_end_offset = last + 1
+                return self.new_tuple(self.info, (first, last, max_ts, offset_of_max, -1, count, n, False, -1))
+            finally:
+                self._lock.give()
+        finally:
+            PyBuffer_Release(&buf)
+
+    cdef int _account(self, const uint8_t *p, Py_ssize_t n) except -1:
+        """Each appended batch in turn: its leader epoch, and its producer's state when it has a producer id."""
+        cdef Py_ssize_t pos = 0
+        cdef int64_t base
+        while pos < n:
+            base = <int64_t>kl_be64(p + pos)
+            self._epoch_starts(<int32_t>kl_be32(p + pos + 12), base)
+            if <int64_t>kl_be64(p + pos + 43) >= 0:
+                self.ps.update_data(<int64_t>kl_be64(p + pos + 43), <int16_t>kl_be16(p + pos + 51),
+                                    <int32_t>kl_be32(p + pos + 53), base, <int32_t>kl_be32(p + pos + 23),
+                                    <int64_t>kl_be64(p + pos + 35), bool(p[pos + 22] & 0x10))
+            pos += 12 + <int32_t>kl_be32(p + pos + 8)  # the offset and size fields, then the batch
+        return 0

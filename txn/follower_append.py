@@ -1,0 +1,39 @@
+"""A follower's append of a replica's batches in one call (the common case of UnifiedLog.append_as_follower): whole,
+CRC-valid data batches (no marker) above the log end, in increasing offset order, that fit the active segment with
+no roll due. Everything that case changes is changed in the call, under the log's lock: the segment write with its
+index entries (segments.segment_appender), the LEO and the flush that `flush.messages` asks for (segments.local_log),
+the leader-epoch cache, the producer state (txn.producer_state.ProducerStateManager.update_data). Anything else
+returns None with nothing done, and the log's general path appends, raising the precise error where there is one.
+
+The native twin (engine._native._segment_appender.FollowerAppender) does this with no Python frame between the call
+and the segment's write, beyond one producer-state call per batch that has a producer id. This pure-Python twin
+always leaves the append to the general path, which is that path in Python; `load` picks the one that drives the
+log's segment appenders.
+Byte layout: none of its own (the segment's `.log` and indexes, the leader-epoch checkpoint when an epoch starts).
+Crash policy: the segment appender's: a failed write is cut back; an OSError becomes KafkaStorageError naming the
+log, as the general path's does.
+Thread-safety: the log's lock is held from the LEO read to the producer-state update.
+"""
+from __future__ import annotations
+
+from engine.segments import segment_appender
+
+
+class FollowerAppender:
+    """The one-call follower append of one UnifiedLog (this twin: always the general path)."""
+
+    def __init__(self, log, info_type: type) -> None:
+        self.log = log
+        self.info = info_type
+
+    def append(self, data):
+        """The append's AppendInfo, or None with nothing done when the general path must append `data`."""
+        return None
+
+
+def load(appender: type) -> type:
+    """The follower appender that drives segments whose appender class is `appender`."""
+    if appender is segment_appender.SegmentAppender:
+        return FollowerAppender
+    from engine._native import _segment_appender
+    return _segment_appender.FollowerAppender
