@@ -235,7 +235,8 @@ class GroupCoordinator:
             pending.member_id = member_id
             member.notify = notify
             changed = member.protocols != protocols
-            member.protocols, member.last_heartbeat = protocols, now
+            g.set_protocols(member, protocols)
+            member.last_heartbeat = now
             member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
             if g.state == PREPARING_REBALANCE:
                 if member.awaiting_join is not None:

@@ -127,6 +127,7 @@ class GroupMetadata:
         self.join_deadline: int | None = None
         self.initial_deadline: int | None = None  # the cap of the initial rebalance delay
         self.sync_deadline: int | None = None
+        self._candidates: frozenset[str] | None = None  # candidate_protocols, until the members or theirs change
 
     def transition(self, state: str, now: int) -> None:
         self.state, self.state_timestamp = state, now
@@ -135,6 +136,7 @@ class GroupMetadata:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        self._candidates = None
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader is None:
@@ -142,6 +144,7 @@ class GroupMetadata:
 
     def remove(self, member_id: str) -> MemberMetadata:
         member = self.members.pop(member_id)
+        self._candidates = None
         if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
         self.pending_sync.discard(member_id)
@@ -149,10 +152,19 @@ class GroupMetadata:
             self.leader = next(iter(self.members), None)
         return member
 
-    def candidate_protocols(self) -> set[str]:
-        """Protocols every member supports."""
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+    def set_protocols(self, member: MemberMetadata, protocols: list[tuple[str, bytes]]) -> None:
+        """A member's protocols as its latest JoinGroup offers them."""
+        if member.protocols != protocols:
+            member.protocols = protocols
+            self._candidates = None
+
+    def candidate_protocols(self) -> frozenset[str]:
+        """Protocols every member supports (kept until a member joins, leaves or offers others: a rebalance of M
+        members asks M times)."""
+        if self._candidates is None:
+            sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+            self._candidates = frozenset(set.intersection(*sets) if sets else ())
+        return self._candidates
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         if not self.members:
