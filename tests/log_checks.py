@@ -1,10 +1,18 @@
-"""Invariant checks for an open or closed log, shared by the log, crash and property tests."""
+"""Invariant checks for an open or closed log, shared by the log, crash and property tests, and the log the
+one-call append model tests run their appends on."""
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
+
+import pytest
 
 import engine
+from engine.segments import segment_appender
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 from engine.tools import dump_log
+from engine.txn.unified_log import UnifiedLog
 
 
 def verify_index_files(directory) -> None:
@@ -87,3 +95,28 @@ def read_log(e, topic: str, isolation: str = "read_committed", partition: int = 
         for r in c.poll(timeout_ms=0, max_records=100_000).get(tp, []):
             out.append((r.offset, r.key, r.value))
     raise AssertionError(f"{topic}-{partition}: the consumer did not reach the end offset {end}")
+
+
+@contextmanager
+def model_log(directory, impl: str, config: dict, clock):
+    """A fresh UnifiedLog at `directory` whose segments use `impl`'s segment appender (a one-call append and the
+    general path then run on the same implementation), closed on exit."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(segment_appender, "selected", segment_appender.load(impl))
+        lg = UnifiedLog(FileSystem(), str(directory), LogConfig.from_dict(config), clock)
+        try:
+            yield lg
+        finally:
+            lg.close()
+
+
+def appended_state(lg) -> dict:
+    """What an append leaves besides the files: the producer state, the LEO, the leader epochs, the recovery point."""
+    return {"producers": {pid: (e.epoch, list(e.batches), e.coordinator_epoch, e.last_timestamp, e.txn_first_offset)
+                          for pid, e in lg.producer_state.producers.items()},
+            "leo": lg.log_end_offset, "map_end": lg.producer_state.map_end_offset,
+            "epochs": list(lg.leader_epochs.entries), "recovery_point": lg.local.recovery_point}
+
+
+def files_of(directory) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}

@@ -9,10 +9,9 @@ The native twin (engine._native._segment_appender.FollowerAppender) does this wi
 and the segment's write, beyond one producer-state call per batch that has a producer id. This pure-Python twin
 always leaves the append to the general path, which is that path in Python; `load` picks the one that drives the
 log's segment appenders.
-Byte layout: none of its own (the segment's `.log` and indexes, the leader-epoch checkpoint when an epoch starts).
-Crash policy: the segment appender's: a failed write is cut back; an OSError becomes KafkaStorageError naming the
-log, as the general path's does.
-Thread-safety: the log's lock is held from the LEO read to the producer-state update.
+Byte layout, crash policy and thread-safety: those of txn.leader_append, whose segment write this one shares (no
+bytes of its own; a failed write cut back, an OSError raised as KafkaStorageError naming the log; the log's lock held
+from the LEO read to the producer-state update).
 """
 from __future__ import annotations
 

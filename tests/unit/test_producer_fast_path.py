@@ -18,6 +18,7 @@ from engine.segments.fs import FileSystem
 from engine.segments.local_log import LocalLog
 from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
+from tests.log_checks import appended_state, files_of, model_log
 from engine.txn import producer_state
 from engine.txn.unified_log import CLIENT, COORDINATOR
 from engine.txn.unified_log import UnifiedLog as Log
@@ -49,10 +50,8 @@ class _Never:
 
 def _run(directory, impl: str, fast: bool, config: dict, steps: list) -> dict:
     """The steps on a fresh log: each step's answer (or error), the files and the producer state."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(segment_appender, "selected", segment_appender.load(impl))
-        clock = ManualClock(T0)
-        lg = Log(FileSystem(), str(directory), LogConfig.from_dict(config), clock)
+    clock = ManualClock(T0)
+    with model_log(directory, impl, config, clock) as lg:
         if not fast:
             lg._leader_append = _Never()
         state = {pid: {"epoch": 1, "seq": 0, "sent": []} for pid in PRODUCERS}
@@ -64,14 +63,8 @@ def _run(directory, impl: str, fast: bool, config: dict, steps: list) -> dict:
             else:
                 answers.append(_step(lg, state[pid], pid, what, n, clock, leader["epoch"]))
         answers = [(a[0], a[1].replace(str(directory), "<log>")) if isinstance(a[0], str) else a for a in answers]
-        got = {"answers": answers,
-               "producers": {pid: (e.epoch, list(e.batches), e.coordinator_epoch, e.last_timestamp,
-                                   e.txn_first_offset) for pid, e in lg.producer_state.producers.items()},
-               "leo": lg.log_end_offset, "map_end": lg.producer_state.map_end_offset,
-               "epochs": list(lg.leader_epochs.entries), "recovery_point": lg.local.recovery_point}
-        lg.close()
-    got["files"] = {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
-    return got
+        got = {"answers": answers, **appended_state(lg)}
+    return {**got, "files": files_of(directory)}
 
 
 def _step(lg: Log, s: dict, pid: int, what: str, n: int, clock: ManualClock, leader_epoch: int):
