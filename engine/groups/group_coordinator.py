@@ -29,6 +29,7 @@ Thread-safety: one lock serialises every request; callers wait on their Pending 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import uuid
 from typing import Callable, NamedTuple
@@ -130,6 +131,7 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self._lock = threading.RLock()
         self.groups: dict[str, GroupMetadata] = {}
+        self._quiet_until: float = 0  # no deadline passes before this time (0: unknown, `tick` looks at every group)
         self.offsets = OffsetStore(on_group=self._load_group)
         storage.on_created = self.load
 
@@ -157,6 +159,7 @@ class GroupCoordinator:
             g.add(member)
         g.leader = rec.leader if rec.leader in g.members else g.leader
         self.groups[group_id] = g
+        self._wake()
 
     # --- helpers --------------------------------------------------------------------------------
     def _store(self, g: GroupMetadata, now: int, tombstone: bool = False) -> None:
@@ -226,6 +229,7 @@ class GroupCoordinator:
                     member.awaiting_join = pending
                     pending.member_id = member.member_id
                     g.add(member)
+                    self._wake()
                     self._prepare_rebalance(g, now, f"{member.member_id} joined")
                     self._maybe_complete_join(g, now)
                 return pending
@@ -237,6 +241,8 @@ class GroupCoordinator:
             changed = member.protocols != protocols
             g.set_protocols(member, protocols)
             member.last_heartbeat = now
+            if session_timeout_ms < member.session_timeout_ms:
+                self._wake()
             member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
             if g.state == PREPARING_REBALANCE:
                 if member.awaiting_join is not None:
@@ -257,6 +263,7 @@ class GroupCoordinator:
                         rebalance_timeout_ms: int, pending: Pending, now: int,
                         notify: Callable[[], None] | None) -> None:
         """A static member rejoined with no member id: a new id takes over its membership and assignment."""
+        self._wake()
         old = g.members[old_id]
         fenced = FencedInstanceIdError(f"group.instance.id {old.group_instance_id!r} rejoined group "
                                        f"{g.group_id!r} as a new member; {old_id} is fenced")
@@ -281,6 +288,7 @@ class GroupCoordinator:
         self._maybe_complete_join(g, now)
 
     def _prepare_rebalance(self, g: GroupMetadata, now: int, reason: str) -> None:
+        self._wake()  # a join deadline is set; members waiting for their sync answer become mortal again
         if g.state == PREPARING_REBALANCE:
             if g.initial_deadline is not None:  # the initial delay grows with each new member, up to its cap
                 g.join_deadline = min(now + self.config.group_initial_rebalance_delay_ms, g.initial_deadline)
@@ -315,6 +323,7 @@ class GroupCoordinator:
             self._complete_join(g, now)
 
     def _complete_join(self, g: GroupMetadata, now: int) -> None:
+        self._wake()  # a join or sync deadline is set; the joined members become mortal again
         for m in list(g.members.values()):
             if m.awaiting_join is None and m.group_instance_id is None:
                 self._remove(g, m.member_id, "did not rejoin before the rebalance timeout", now, rebalance=False)
@@ -377,6 +386,7 @@ class GroupCoordinator:
                 self._store(g, now)
                 g.transition(STABLE, now)
                 g.sync_deadline = None
+                self._wake()  # the members that waited for their assignment become mortal again
                 for m in g.members.values():
                     if m.awaiting_sync is not None:
                         m.awaiting_sync.complete(m.assignment)
@@ -423,12 +433,15 @@ class GroupCoordinator:
 
     # --- time -----------------------------------------------------------------------------------
     def tick(self) -> int:
-        """Apply every deadline that has passed: session expiries, rebalance and sync timeouts. The time."""
+        """Apply every deadline that has passed: session expiries, rebalance and sync timeouts. The time. Before the
+        earliest deadline it looks at nothing: a rebalance of M members then costs O(M), not O(M) per request."""
         with self._lock:
             now = self.clock.time_ms()
+            if now < self._quiet_until:
+                return now
             for g in list(self.groups.values()):
-                for m in list(g.members.values()):
-                    if not self._alive(m, now):
+                for m in list(g.members.values()):  # (an earlier removal's rebalance may remove a later one)
+                    if not self._alive(m, now) and m.member_id in g.members:
                         self._remove(g, m.member_id, f"missed heartbeats for session_timeout_ms="
                                                      f"{m.session_timeout_ms}", now)
                 if g.state == PREPARING_REBALANCE and g.join_deadline is not None and now >= g.join_deadline:
@@ -438,25 +451,41 @@ class GroupCoordinator:
                         self._remove(g, member_id, "did not sync before the rebalance timeout", now, rebalance=False)
                     self._prepare_rebalance(g, now, "members did not sync in time")
                     self._maybe_complete_join(g, now)
+            self._quiet_until = self._earliest_deadline()
             return now
 
+    def _wake(self) -> None:
+        """A deadline may now come before `_quiet_until` (a member joined, or stopped waiting for a join or sync
+        answer; a join or sync deadline was set; a session timeout shrank; groups were loaded): look again."""
+        self._quiet_until = 0
+
     @staticmethod
-    def _alive(m: MemberMetadata, now: int) -> bool:
+    def _expiry(m: MemberMetadata) -> int | None:
+        """When `m` stops being alive: a new member's join timeout while it waits to join, never while a known
+        member waits for its join or sync answer, else its session timeout after its last heartbeat."""
         if m.awaiting_join is not None:
-            return not m.is_new or m.last_heartbeat + NEW_MEMBER_JOIN_TIMEOUT_MS > now
+            return m.last_heartbeat + NEW_MEMBER_JOIN_TIMEOUT_MS if m.is_new else None
         if m.awaiting_sync is not None:
-            return True
-        return m.last_heartbeat + m.session_timeout_ms > now
+            return None
+        return m.last_heartbeat + m.session_timeout_ms
+
+    @classmethod
+    def _alive(cls, m: MemberMetadata, now: int) -> bool:
+        expiry = cls._expiry(m)
+        return expiry is None or now < expiry
+
+    def _earliest_deadline(self) -> float:
+        """The earliest join, sync or member deadline of any group (inf: none)."""
+        times = [t for g in self.groups.values() for t in (g.join_deadline, g.sync_deadline) if t is not None]
+        times += [t for g in self.groups.values() for t in map(self._expiry, g.members.values()) if t is not None]
+        return min(times, default=math.inf)
 
     def next_deadline(self) -> int | None:
         """The earliest time at which `tick()` has something to do (None: nothing scheduled)."""
         with self._lock:
-            times = []
-            for g in self.groups.values():
-                times += [t for t in (g.join_deadline, g.sync_deadline) if t is not None]
-                times += [m.last_heartbeat + m.session_timeout_ms for m in g.members.values()
-                          if m.awaiting_join is None and m.awaiting_sync is None]
-            return min(times, default=None)
+            if not self._quiet_until:
+                self._quiet_until = self._earliest_deadline()
+            return None if self._quiet_until == math.inf else int(self._quiet_until)
 
     # --- offsets --------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata], member_id: str = "",

@@ -15,6 +15,7 @@ from engine.clients.consumer_coordinator import ConsumerRebalanceListener
 from engine.common.clock import ManualClock
 from engine.common.errors import (
     CommitFailedError,
+    KafkaError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -31,7 +32,8 @@ from engine.common.structs import TopicPartition as TP
 from engine.groups import assignors as asg
 from engine.groups import consumer_protocol as cp
 from engine.groups import group_metadata, offsets
-from engine.groups.group_metadata import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE
+from engine.groups.group_coordinator import GroupCoordinator
+from engine.groups.group_metadata import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE, Pending
 from engine.record.schema import partition_for
 
 FAST = {"group_min_session_timeout_ms": 50}
@@ -1028,3 +1030,89 @@ def test_a_rebalance_needs_no_heartbeat_to_start(tmp_path, strategy):
         assert got and got[0]
         for c in members:
             c.close()
+
+
+def _coordinator_outcome(call):
+    """A request's answer: a Pending, or the error raised (type and message)."""
+    try:
+        return call()
+    except KafkaError as exc:
+        return "raised", type(exc).__name__, str(exc)
+
+
+def _answer_view(answer, ids: dict[str, int]):
+    """An answer (a Pending's state, an error raised, None), member ids replaced by the order the test made them in."""
+    def named(text: str) -> str:
+        for member_id, j in ids.items():
+            text = text.replace(member_id, f"<member {j}>")
+        return text
+
+    if not isinstance(answer, Pending):
+        return answer and (*answer[:2], named(answer[2]))
+    value = answer.value
+    if hasattr(value, "generation_id"):  # a JoinResult
+        value = (ids.get(value.member_id), value.generation_id, ids.get(value.leader_id), len(value.members))
+    return answer.done, value, answer.error and named(str(answer.error))
+
+
+def _group_view(coordinator, ids: dict[str, int]) -> tuple:
+    """What a group's deadlines decide, member ids replaced by the order the test made them in."""
+    g = coordinator.groups.get("g")
+    if g is None:
+        return ()
+    members = sorted((ids[m.member_id], m.awaiting_join is not None, m.awaiting_sync is not None, m.is_new,
+                      m.last_heartbeat, m.session_timeout_ms, m.assignment) for m in g.members.values())
+    return (g.state, g.generation, ids.get(g.leader), g.join_deadline, g.sync_deadline,
+            sorted(map(ids.get, g.pending_sync)), members)
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("KAFKALOG_GROUP_MODEL_RUNS", "6")) * 4))
+def test_deadlines_apply_as_a_coordinator_that_looks_at_every_group_on_every_request(tmp_path, seed):
+    """The coordinator skips its scan of members and groups until the earliest deadline; the model is the same
+    coordinator made to scan on every request. Members join, rejoin with other session timeouts, sync, heartbeat,
+    leave and go silent while time moves on: every answer, held or not, and the group's state stay the same."""
+    rng = random.Random(seed)
+    clock = ManualClock()
+    cfg = {"group_min_session_timeout_ms": 50, "group_initial_rebalance_delay_ms": rng.choice([0, 300])}
+    with engine.open(tmp_path / "a", clock=clock, background=False, group_config=cfg) as a, \
+            engine.open(tmp_path / "b", clock=clock, background=False, group_config=cfg) as b:
+        model = b.groups  # the model: it forgets the earliest deadline before every tick
+        model.tick = lambda: (model._wake(), GroupCoordinator.tick(model))[1]
+        coordinators = (a.groups, b.groups)
+        members: list[list[str]] = [[], []]  # each coordinator's member ids, in the order they were made
+        answers: list[list] = [[], []]  # every answer each coordinator gave, held ones included
+        for step in range(150):
+            clock.advance(rng.choice([0, 1, 5, 20, 60, 90, 150, 400, 2_000]))
+            action = rng.choice(["join", "rejoin", "rejoin", "sync", "heartbeat", "heartbeat", "leave", "tick"])
+            who = rng.randrange(max(1, len(members[0])))
+            session = rng.choice([60, 100, 500, 3_000])
+            views = []
+            for i, co in enumerate(coordinators):
+                known = members[i][who] if who < len(members[i]) else ""
+                ids = {m: j for j, m in enumerate(members[i])}
+                joined = [v for p in answers[i] if isinstance(p, Pending) and p.done
+                          and getattr(v := p.value, "member_id", None) == known]
+                gen = joined[-1].generation_id if joined else -1  # what its last join answer said
+                if action == "join" or (action == "rejoin" and not known):
+                    got = _coordinator_outcome(lambda: co.join_group("g", "", "c", "consumer", [("range", b"")],
+                                                                     session, 1_000))
+                    if isinstance(got, Pending):
+                        members[i].append(got.member_id)
+                elif action == "rejoin":
+                    got = _coordinator_outcome(lambda: co.join_group("g", known, "c", "consumer", [("range", b"")],
+                                                                     session, 1_000))
+                elif action == "sync" and known:
+                    given = {m: b"x%d" % j for j, m in enumerate(members[i])}
+                    got = _coordinator_outcome(lambda: co.sync_group("g", gen, known, "consumer", "range", given))
+                elif action == "heartbeat" and known:
+                    got = _coordinator_outcome(lambda: co.heartbeat("g", known, gen))
+                elif action == "leave" and known:
+                    got = _coordinator_outcome(lambda: co.leave_group("g", known))
+                else:
+                    got = co.tick() and None
+                answers[i].append(got)
+                ids = {m: j for j, m in enumerate(members[i])}
+                views.append(([_answer_view(p, ids) for p in answers[i]], _group_view(co, ids)))
+            assert views[0] == views[1], (seed, step, action)
+            soon, truth = (co.next_deadline() for co in coordinators)  # a deadline may be told early, never late
+            assert (soon is None) == (truth is None) and (soon is None or soon <= truth), (seed, step, soon, truth)
