@@ -153,10 +153,11 @@ class GroupMetadata:
         return member
 
     def set_protocols(self, member: MemberMetadata, protocols: list[tuple[str, bytes]]) -> None:
-        """A member's protocols as its latest JoinGroup offers them."""
-        if member.protocols != protocols:
-            member.protocols = protocols
+        """A member's protocols as its latest JoinGroup offers them (their metadata changes with each assignment;
+        the candidates only when the names do)."""
+        if [name for name, _ in member.protocols] != [name for name, _ in protocols]:
             self._candidates = None
+        member.protocols = protocols
 
     def candidate_protocols(self) -> frozenset[str]:
         """Protocols every member supports (kept until a member joins, leaves or offers others: a rebalance of M

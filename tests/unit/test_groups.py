@@ -1116,3 +1116,21 @@ def test_deadlines_apply_as_a_coordinator_that_looks_at_every_group_on_every_req
             assert views[0] == views[1], (seed, step, action)
             soon, truth = (co.next_deadline() for co in coordinators)  # a deadline may be told early, never late
             assert (soon is None) == (truth is None) and (soon is None or soon <= truth), (seed, step, soon, truth)
+
+
+def test_a_member_rejoining_with_other_protocols_changes_what_the_group_accepts(tmp_path):
+    """The group's candidate protocols are kept between joins: a rejoin that drops one must drop it for the next
+    member too, and a rejoin that only changes its metadata (each assignment does) changes nothing."""
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        co = e.groups
+        first = co.join_group("g", "", "c", "consumer", [("range", b"a"), ("roundrobin", b"a")], 3000, 1000)
+        second = co.join_group("g", "", "c", "consumer", [("range", b"b"), ("roundrobin", b"b")], 3000, 1000)
+        assert co.groups["g"].state == PREPARING_REBALANCE  # the initial delay: both may rejoin meanwhile
+        co.join_group("g", first.member_id, "c", "consumer", [("range", b"a2"), ("roundrobin", b"a2")], 3000, 1000)
+        assert co.groups["g"].candidate_protocols() == {"range", "roundrobin"}
+        co.join_group("g", second.member_id, "c", "consumer", [("roundrobin", b"b2")], 3000, 1000)
+        assert co.groups["g"].candidate_protocols() == {"roundrobin"}
+        with pytest.raises(InconsistentGroupProtocolError):
+            co.join_group("g", "", "c", "consumer", [("range", b"c")], 3000, 1000)
+        co.join_group("g", "", "c", "consumer", [("roundrobin", b"c")], 3000, 1000)
