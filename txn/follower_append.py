@@ -22,8 +22,7 @@ class FollowerAppender:
     """The one-call follower append of one UnifiedLog (this twin: always the general path)."""
 
     def __init__(self, log, info_type: type) -> None:
-        self.log = log
-        self.info = info_type
+        """Made as the native twin is (the log, its AppendInfo type); this one needs neither."""
 
     def append(self, data):
         """The append's AppendInfo, or None with nothing done when the general path must append `data`."""

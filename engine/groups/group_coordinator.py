@@ -229,7 +229,6 @@ class GroupCoordinator:
                     member.awaiting_join = pending
                     pending.member_id = member.member_id
                     g.add(member)
-                    self._wake()
                     self._prepare_rebalance(g, now, f"{member.member_id} joined")
                     self._maybe_complete_join(g, now)
                 return pending
