@@ -68,8 +68,16 @@ cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bin
                         int64_t up, object epochs) except -2
 
 
-# the log cleaner's passes over a batch's records (see _core.pyx, "the log cleaner's record passes"): `check` is told
-# each record (its offset, key and whether it is a tombstone) and returns 1 to stop the visit, or to keep the record
-ctypedef int (*record_check)(void *ctx, int64_t offset, const uint8_t *key, int32_t klen, bint tombstone) except -1
-cdef int visit_records(object batch, record_check visit, void *ctx) except -1
-cdef object retain_records(object batch, record_check keep, void *ctx)
+# the log cleaner's passes over a batch's records (see _core.pyx, "the log cleaner's record passes"): the framing of
+# every record is checked first; `prepare` is then told all of them at once (so their keys can be hashed side by side
+# and their map slots fetched ahead), and `check` each in turn by its index, returning 1 to stop the visit, or to
+# keep the record
+cdef struct KeyRef:
+    int64_t offset
+    const uint8_t *key
+    int32_t klen          # -1 for a null key
+    bint tombstone
+ctypedef int (*records_prepare)(void *ctx, const KeyRef *refs, int32_t n) except -1
+ctypedef int (*record_check)(void *ctx, int32_t i, const KeyRef *ref) except -1
+cdef int visit_records(object batch, records_prepare prepare, record_check visit, void *ctx) except -1
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx)

@@ -1639,24 +1639,44 @@ def encode_batch(records, *, base_offset=0, compression="none", compression_leve
 
 
 # --- the log cleaner's record passes (the per-record loops of engine._native._offset_map) ------------------------
-cdef int visit_records(object batch, record_check visit, void *ctx) except -1:
-    """Tell `visit` each record of a batch (CRC and framing checked, as records() does), until it returns 1; returns
-    1 if it stopped the visit, else 0."""
-    cdef RecordBatch b = <RecordBatch?>batch
-    cdef const uint8_t *p
-    cdef const uint8_t *end
+cdef int _key_refs(RecordBatch b, const uint8_t *p, const uint8_t *end, Grow *refs, Grow *views) except -1:
+    """Parse every record of the section [p, end) of `b` (framing checked, as records() does) into `refs` and, unless
+    `views` is NULL, its RecView into `views`."""
     cdef RecView rv
+    cdef KeyRef ref
     cdef int rc
     cdef int32_t i
-    owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)  # noqa: F841 (keeps the section alive)
+    grow_reserve(refs, b.records_count * <Py_ssize_t>sizeof(KeyRef))  # _open bounded the count by the section
     for i in range(b.records_count):
         rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
         if rc:
             b._framing_error(rc)
-        if visit(ctx, b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0):
-            return 1
-    b._check_end(p, end)
-    return 0
+        ref.offset, ref.key, ref.klen, ref.tombstone = b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0
+        grow_put(refs, &ref, sizeof(KeyRef))
+        if views != NULL:
+            grow_put(views, &rv, sizeof(RecView))
+    return b._check_end(p, end)
+
+
+cdef int visit_records(object batch, records_prepare prepare, record_check visit, void *ctx) except -1:
+    """Tell `prepare` every record of a batch (CRC and framing checked, as records() does), then `visit` each until it
+    returns 1; returns 1 if it stopped the visit, else 0."""
+    cdef RecordBatch b = <RecordBatch?>batch
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef Grow refs = Grow(NULL, 0, 0)
+    cdef int32_t i, n
+    owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)  # noqa: F841 (keeps the section alive)
+    try:
+        _key_refs(b, p, end, &refs, NULL)
+        n = <int32_t>(refs.len // sizeof(KeyRef))
+        prepare(ctx, <const KeyRef *>refs.data, n)
+        for i in range(n):
+            if visit(ctx, i, <const KeyRef *>refs.data + i):
+                return 1
+        return 0
+    finally:
+        free(refs.data)
 
 
 @cython.final
@@ -1680,45 +1700,48 @@ cdef class RetainedRecords:
         return self.count
 
 
-cdef object retain_records(object batch, record_check keep, void *ctx):
-    """The records of a batch (CRC and framing checked) that `keep` returns 1 for, with their timestamps as
-    records() reports them (a LogAppendTime batch's max timestamp)."""
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx):
+    """The records of a batch (CRC and framing checked) that `keep` returns 1 for, after `prepare` was told them all,
+    with their timestamps as records() reports them (a LogAppendTime batch's max timestamp)."""
     cdef RecordBatch b = <RecordBatch?>batch
     cdef RetainedRecords out = RetainedRecords.__new__(RetainedRecords)
     cdef const uint8_t *p
     cdef const uint8_t *end
     cdef const uint8_t *h
-    cdef RecView rv
+    cdef const RecView *rv
     cdef RecInfo info
     cdef HeaderRef ref
-    cdef int32_t i, j
-    cdef int rc
-    cdef int64_t offset
+    cdef Grow refs = Grow(NULL, 0, 0)
+    cdef Grow views = Grow(NULL, 0, 0)
+    cdef int32_t i, j, n
     cdef bint log_append = b.attributes & 0x08
     out.batch = b
     out.owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
-    for i in range(b.records_count):
-        rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
-        if rc:
-            b._framing_error(rc)
-        offset = b.base_offset + rv.off_delta
-        if not keep(ctx, offset, rv.key, rv.klen, rv.vlen < 0):
-            continue
-        info.key.p, info.key.n = rv.key, rv.klen
-        info.value.p, info.value.n = rv.value, rv.vlen
-        info.ts = b.max_timestamp if log_append else rv.ts
-        info.off_delta = rv.off_delta
-        info.hfirst = out.hrefs.len // sizeof(HeaderRef)
-        info.hcount = rv.hcount
-        h = rv.headers
-        for j in range(rv.hcount):
-            _next_header(&h, rv.end, &ref)
-            grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
-        grow_put(&out.infos, &info, sizeof(RecInfo))
-        out.count += 1
-        out.tombstones |= rv.vlen < 0
-    b._check_end(p, end)
-    out.all_kept = out.count == b.records_count
+    try:
+        _key_refs(b, p, end, &refs, &views)
+        n = <int32_t>(refs.len // sizeof(KeyRef))
+        prepare(ctx, <const KeyRef *>refs.data, n)
+        for i in range(n):
+            if not keep(ctx, i, <const KeyRef *>refs.data + i):
+                continue
+            rv = <const RecView *>views.data + i
+            info.key.p, info.key.n = rv.key, rv.klen
+            info.value.p, info.value.n = rv.value, rv.vlen
+            info.ts = b.max_timestamp if log_append else rv.ts
+            info.off_delta = rv.off_delta
+            info.hfirst = out.hrefs.len // sizeof(HeaderRef)
+            info.hcount = rv.hcount
+            h = rv.headers
+            for j in range(rv.hcount):
+                _next_header(&h, rv.end, &ref)
+                grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
+            grow_put(&out.infos, &info, sizeof(RecInfo))
+            out.count += 1
+            out.tombstones |= rv.vlen < 0
+    finally:
+        free(refs.data)
+        free(views.data)
+    out.all_kept = out.count == n
     return out
 
 

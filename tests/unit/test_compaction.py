@@ -38,19 +38,19 @@ def latest(records) -> dict:
 
 # --- the offset map --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def _model_table(keys: list[bytes], slots: int) -> bytes:
-    """The slots Kafka's SkimpyOffsetMap fills for `keys` (offsets 1000, 1001, ...), built here from its rules:
+def _model_table(entries: list[tuple[bytes, int]], slots: int) -> bytes:
+    """The slots Kafka's SkimpyOffsetMap fills for `entries` ((key, offset), put in turn), built here from its rules:
     the n-th probe is |big-endian int32 of the digest at byte min(n, 12)| + max(0, n - 12) (Java int arithmetic,
     abs(MIN_VALUE) = 0) modulo the slot count; the first empty slot (or the key's own) takes it."""
     table = bytearray(slots * 24)
-    for i, key in enumerate(keys):
+    for key, offset in entries:
         digest = hashlib.md5(key).digest()
         for attempt in range(slots + 12):
             probe = int.from_bytes(digest[min(attempt, 12):min(attempt, 12) + 4], "big", signed=True)
             probe = (probe + max(0, attempt - 12) + 2**31) % 2**32 - 2**31
             slot = (0 if probe == -2**31 else abs(probe)) % slots
             if table[slot * 24:slot * 24 + 24] == bytes(24) or table[slot * 24:slot * 24 + 16] == digest:
-                table[slot * 24:slot * 24 + 24] = digest + (1000 + i).to_bytes(8, "big")
+                table[slot * 24:slot * 24 + 24] = digest + offset.to_bytes(8, "big")
                 break
     return bytes(table)
 
@@ -65,7 +65,7 @@ def test_offset_map_lays_out_md5_slots_as_kafkas_skimpy_offset_map(impl, slots, 
     keys = [rng.randbytes(rng.randrange(0, 120)) for _ in range(count)]  # MD5 tails of one and two blocks
     for i, key in enumerate(keys):
         m.put(key, 1000 + i)
-    assert m.table() == _model_table(keys, slots)
+    assert m.table() == _model_table([(key, 1000 + i) for i, key in enumerate(keys)], slots)
     latest = {key: 1000 + i for i, key in enumerate(keys)}  # a repeated key keeps its last offset
     assert all(m.get(key) == offset for key, offset in latest.items())
     assert m.get(b"absent") == -1 and m.size == len(latest) and m.latest_offset == 1000 + count - 1
@@ -111,6 +111,65 @@ def test_a_maps_kept_records_rebuild_their_batch_and_no_other(impl):
     if impl == "cython":
         with pytest.raises(ValueError):
             codec.rebuild_batch(other, kept)
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_the_side_by_side_md5_gives_each_keys_digest(portable):
+    """Up to 16 keys of one MD5 block (0 to 55 bytes) hashed together, with the CPU's vector code or the code every
+    CPU runs: each lane's digest is hashlib's; more keys, or a longer one, are refused."""
+    try:
+        from engine._native._offset_map import md5_lanes
+    except ImportError:
+        pytest.fail("the native core must be built for this test (make test builds it)")
+    rng = random.Random(4)
+    for count in [*range(1, 17), *(rng.randrange(1, 17) for _ in range(200))]:
+        keys = [rng.randbytes(rng.choice([0, 1, 3, 4, 16, 31, 32, 54, 55])) for _ in range(count)]
+        assert md5_lanes(keys, portable) == [hashlib.md5(k).digest() for k in keys]
+    for keys in ([b"k"] * 17, [bytes(56)]):
+        with pytest.raises(ValueError):
+            md5_lanes(keys, portable)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("slots,seed", [(97, 1), (40, 2), (61, 3)])
+def test_a_batchs_keys_mapped_and_filtered_together_agree_with_the_model(impl, slots, seed):
+    """add_batch and filter_batch hash a batch's keys together (side by side when a key fits one MD5 block, alone
+    when not) and fetch slots ahead: the slots, where the map fills, and the records kept are the model's."""
+    from engine.record import codec as selector
+
+    codec = selector.load(impl)
+    rng = random.Random(seed)
+    pool = [rng.randbytes(rng.choice([0, 1, 16, 54, 55, 56, 64, 120])) for _ in range(60)]
+    records = [(None if rng.random() < 0.05 else rng.choice(pool), None if rng.random() < 0.1 else b"v", None, 1)
+               for _ in range(300)]
+    data = b"".join(codec.encode_batch(records[lo:hi], base_offset=lo) for lo, hi in ((0, 7), (7, 200), (200, 300)))
+    batches = list(codec.iter_batches(data))
+    m = offset_map.load(impl)(24 * slots)
+    start, limit = 3, int(slots * 0.9)
+    model: dict = {}
+    mapped = []
+    full = False
+    for batch in batches:
+        filled = m.add_batch(batch, start)
+        for offset, (key, _, _, _) in enumerate(records[batch.base_offset:batch.next_offset], batch.base_offset):
+            if full or key is None or offset < start:
+                continue
+            if len(model) >= limit:
+                full = True  # the records from here on wait for the next pass
+                continue
+            model[key] = offset
+            mapped.append((key, offset))
+        assert filled == full
+        if full:
+            break
+    assert m.table() == _model_table(mapped, slots) and m.size == len(model) and m.latest_offset == mapped[-1][1]
+    for batch in batches:
+        kept, all_kept, tombstones = m.filter_batch(batch, False, 0)
+        want = [r for r in batch.records() if r.offset > mapped[-1][1]
+                or (r.key is not None and r.offset >= model.get(r.key, -1))]
+        assert (len(kept), all_kept, tombstones) == (len(want), len(want) == batch.records_count,
+                                                     any(r.value is None for r in want))
+        assert codec.rebuild_batch(batch, kept) == codec.rebuild_batch(batch, want)
 
 
 # --- the rewrite of a batch -----------------------------------------------------------------------------------
