@@ -37,7 +37,6 @@ def latest(records) -> dict:
 
 
 # --- the offset map --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def _model_table(entries: list[tuple[bytes, int]], slots: int) -> bytes:
     """The slots Kafka's SkimpyOffsetMap fills for `entries` ((key, offset), put in turn), built here from its rules:
     the n-th probe is |big-endian int32 of the digest at byte min(n, 12)| + max(0, n - 12) (Java int arithmetic,
