@@ -221,5 +221,5 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         Workload("consume", f"bulk poll of {m // 1000}k records", m, m * VALUE,
                  [Contender("kafkalog", kafkalog_poll_bulk),
                   Contender("confluent-kafka mock cluster", rdkafka_read(True))],
-                 targets={"confluent-kafka mock cluster": 2.0}),
+                 targets={"confluent-kafka mock cluster": 2.0}, close=lambda: (target.close(), eng.close())),
     ]

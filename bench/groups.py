@@ -165,7 +165,11 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                           asynchronous=False)
 
     assert parts == 4, f"the mock cluster made {parts} partitions"
+    def close() -> None:
+        ours.close()
+        e.close()
+        _close_within([theirs], 30)
     return [Workload("groups", f"commit() of 4 partitions' offsets, synchronous, {n} in a row (OffsetCommit)",
                      n, 0, [Contender("kafkalog", kafkalog_commit),
-                            Contender("confluent-kafka mock cluster", rdkafka_commit)])]
+                            Contender("confluent-kafka mock cluster", rdkafka_commit)], close=close)]
 

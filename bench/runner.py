@@ -44,6 +44,7 @@ class Workload:
     contenders: list[Contender]
     targets: dict[str, float] = field(default_factory=dict)   # peer name -> wanted ratio
     not_yet: str | None = None                                 # why it cannot run yet
+    close: Callable[[], None] | None = None                    # what its suite left open, closed after the suite
 
 
 def _time_call(call: Callable[[], object], min_time: float) -> float:
@@ -64,7 +65,12 @@ def run(suites: list[Suite | list[Workload]], *, reps: int, min_time: float) -> 
     rows: list[dict] = []
     for suite in suites:
         workloads = suite() if callable(suite) else suite
-        rows += _run_suite(workloads, reps, min_time)
+        try:
+            rows += _run_suite(workloads, reps, min_time)
+        finally:  # an engine left open would keep its threads (a group member's heartbeats) running into later suites
+            for w in workloads:
+                if w.close is not None:
+                    w.close()
         del workloads
         gc.collect()
     return {"machine": machine(), "reps": reps, "min_time_s": min_time, "rows": rows}

@@ -43,6 +43,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                      [Contender("kafkalog", transactional(per)),
                       Contender("kafkalog, idempotent producer without transactions", idempotent)])
             for per in (100, 10_000)]
+    rows[-1].close = e.close
     return rows + [_consume(n, values, scratch)]
 
 
@@ -73,4 +74,4 @@ def _consume(n: int, values: list[bytes], scratch: str) -> Workload:
     return Workload("transactions", f"iterate a {n // 1000}k-record log of 1,000-record transactions (half aborted), "
                                     f"reading each value", n, n * VALUE,
                     [Contender("kafkalog, read_committed", read("read_committed", committed)),
-                     Contender("kafkalog, read_uncommitted", read("read_uncommitted", n))])
+                     Contender("kafkalog, read_uncommitted", read("read_uncommitted", n))], close=e.close)
