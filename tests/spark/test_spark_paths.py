@@ -48,6 +48,35 @@ def test_a_brokers_live_directory_with_preallocated_indexes(spark, tmp_path):
             r[2] for r in expected_from_dump(case) if r[5] >= late)
 
 
+def test_a_malformed_checkpoint_fails_the_query_as_a_storage_error_naming_it(spark, tmp_path):
+    """A high-watermark checkpoint that is not one: the query fails with KafkaStorageError (code 56) naming the file,
+    on either path (the JVM path once failed to attach the parse error as the cause and threw another error)."""
+    import engine.spark
+    path = engine.spark.register(spark)
+    log = tmp_path / "log"
+    with engine.open(str(log)) as e:
+        e.create_topic("t")
+        with e.producer() as p:
+            p.send("t", value=b"v")
+    checkpoint = log / "replication-offset-checkpoint"
+    checkpoint.write_text("0\nnot a count\n")
+    with pytest.raises(Exception) as err:
+        spark.read.format("kafkalog").option("subscribe", "t").load(str(log)).collect()
+    text = str(err.value)
+    assert any("KafkaStorageError" in line and str(checkpoint) in line for line in text.splitlines()), text[-2000:]
+    assert "overwrite cause" not in text
+    if path == "jvm":  # a failed read keeps its cause; an interrupted one (a stopped query) stays an interruption
+        from py4j.java_gateway import get_field
+
+        jvm = spark.sparkContext._jvm
+        failed = jvm.kafkalog.spark.KafkalogError.readFailed("f", jvm.java.io.IOException("disk"))
+        assert (get_field(failed, "kind"), get_field(failed, "code")) == ("KafkaStorageError", 56)
+        assert failed.getCause().getMessage() == "disk" and "(file f)" in failed.getMessage()
+        stopped = jvm.kafkalog.spark.KafkalogError.readFailed("f", jvm.java.nio.channels.ClosedByInterruptException())
+        assert stopped.getClass().getName() == "java.io.UncheckedIOException"
+        assert stopped.getCause().getClass().getName() == "java.nio.channels.ClosedByInterruptException"
+
+
 def test_a_corrupt_batch_fails_the_query_in_one_line(spark, tmp_path):
     import engine.spark
     path = engine.spark.register(spark)

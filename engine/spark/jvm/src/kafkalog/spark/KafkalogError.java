@@ -1,5 +1,10 @@
 package kafkalog.spark;
 
+import java.io.IOException;
+import java.io.InterruptedIOException;
+import java.io.UncheckedIOException;
+import java.nio.channels.ClosedByInterruptException;
+
 /**
  * kafkalog's typed errors on the JVM, named and coded as Kafka's (and as engine.common.errors names them), each
  * naming where it happened. The message is the whole report: no stack trace is kept, so a failed Spark task says
@@ -13,7 +18,11 @@ public final class KafkalogError extends RuntimeException {
     public final boolean retriable;
 
     private KafkalogError(String kind, int code, boolean retriable, String message) {
-        super(kind + ": " + message, null, false, false);
+        this(kind, code, retriable, message, null);
+    }
+
+    private KafkalogError(String kind, int code, boolean retriable, String message, Throwable cause) {
+        super(kind + ": " + message, cause, false, false);
         this.kind = kind;
         this.code = code;
         this.retriable = retriable;
@@ -54,8 +63,17 @@ public final class KafkalogError extends RuntimeException {
 
     /** KAFKA_STORAGE_ERROR (56): a file that cannot be read. */
     public static KafkalogError storage(String message, String file, Throwable cause) {
-        KafkalogError e = new KafkalogError("KafkaStorageError", 56, true, where(message, file, -1, -1));
-        if (cause != null) e.initCause(cause);
-        return e;
+        return new KafkalogError("KafkaStorageError", 56, true, where(message, file, -1, -1), cause);
+    }
+
+    /**
+     * A read of `file` that failed: KAFKA_STORAGE_ERROR (56), unless the reading thread was interrupted (a stopped
+     * query, a cancelled task). That stays an interruption, which Spark recognizes and does not report as a failure.
+     */
+    public static RuntimeException readFailed(String file, IOException cause) {
+        if (cause instanceof ClosedByInterruptException || cause instanceof InterruptedIOException) {
+            return new UncheckedIOException(cause);
+        }
+        return storage("cannot read: " + cause, file, cause);
     }
 }

@@ -222,7 +222,7 @@ final class PartitionLog {
             } catch (NoSuchFileException e) {
                 return new byte[0];   // no index: the walk starts at the segment's start
             } catch (IOException e) {
-                throw KafkalogError.storage("cannot read: " + e, f.getPath(), e);
+                throw KafkalogError.readFailed(f.getPath(), e);
             }
         }
 
@@ -363,7 +363,7 @@ final class PartitionLog {
                     winLen = bb.position();
                     i = 0;
                 } catch (IOException e) {
-                    throw KafkalogError.storage("cannot read: " + e, seg.log.getPath(), e);
+                    throw KafkalogError.readFailed(seg.log.getPath(), e);
                 }
             }
 
