@@ -319,7 +319,7 @@ cdef int _prepare(void *ctx, const KeyRef *refs, int32_t n) except -1:
 cdef int _map_record(void *ctx, int32_t i, const KeyRef *ref) except -1:
     cdef Pass *ps = <Pass *>ctx
     cdef SkimpyOffsetMap m = <SkimpyOffsetMap>ps.map
-    if ref.klen >= 0 and ref.offset >= ps.start:
+    if _probed(ps, m, ref):
         if m.size >= ps.limit:
             return 1
         if i + AHEAD < ps.n:
