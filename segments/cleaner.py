@@ -40,7 +40,6 @@ from engine.segments.segment import INT32_MAX, LogSegment
 from engine.segments.txn_index import AbortedTxn
 
 log = logging.getLogger("kafkalog.cleaner")
-MAX_TIMESTAMP = 8  # the header field (engine.record.batch_format.HEADER)
 NO_HORIZON = 2**63 - 1  # earliest_delete_horizon when no batch has one
 WRITE_BYTES = 1 << 20  # kept batches are written out in pieces of about this size (Kafka's I/O buffer is 512 KiB)
 
@@ -128,10 +127,11 @@ class _TxnTracker:
         return False
 
     def on_data_batch(self, batch) -> bool:
-        """True when the batch belongs to an aborted transaction."""
-        self._consume_up_to(batch.last_offset)
+        """True when the batch belongs to an aborted transaction. (Only a transactional batch or a marker reads what
+        _consume_up_to moves, and each consumes up to itself first, so a non-transactional batch need not.)"""
         if not batch.is_transactional:
             return False
+        self._consume_up_to(batch.last_offset)
         ongoing = self._ongoing_aborted.get(batch.producer_id)
         if ongoing is not None:
             ongoing[1] = batch.last_offset
@@ -315,16 +315,16 @@ class Cleaner:
         extents: list[tuple[int, int]] = []
         size = 0
         max_ts, offset_of_max = -1, source.base_offset
+        read = records_read = records_written = 0
         for batch in source.batches():
-            stats.bytes_read += batch.size_in_bytes
-            stats.records_read += batch.records_count
+            read += batch.size_in_bytes
+            records_read += batch.records_count
             out = self._filter(batch, txns, producers, config, now, round_end)
             if out is None:
                 continue
             data, kept = out
-            stats.bytes_written += len(data)
-            stats.records_written += kept
-            written_max_ts = bf.HEADER.unpack_from(data)[MAX_TIMESTAMP]
+            records_written += kept
+            written_max_ts = bf.MAX_TIMESTAMP.unpack_from(data, bf.MAX_TIMESTAMP_OFFSET)[0]
             if written_max_ts > max_ts:
                 max_ts, offset_of_max = written_max_ts, batch.last_offset
             pieces.append(data)
@@ -332,9 +332,14 @@ class Cleaner:
             size += len(data)
             if len(pieces) >= 1024 or size >= WRITE_BYTES:
                 dest.append(extents[-1][0], max_ts, offset_of_max, pieces, size, extents)
+                stats.bytes_written += size
                 pieces, extents, size = [], [], 0
         if pieces:
             dest.append(extents[-1][0], max_ts, offset_of_max, pieces, size, extents)
+        stats.bytes_read += read
+        stats.bytes_written += size
+        stats.records_read += records_read
+        stats.records_written += records_written
 
     def _filter(self, batch, txns: _TxnTracker, producers: dict[int, ActiveProducer], config: LogConfig, now: int,
                 round_end: int):

@@ -3,8 +3,15 @@
 the twin is segments.offset_map (its docstring has the layout and the probing rule).
 A batch's keys are hashed together (up to KL_MD5_LANES side by side) before any is probed, and each probe fetches
 the first slots of the key AHEAD records on, so the slots' cache misses overlap instead of following one another.
+Superseded offsets: while a pass maps a batch's records in offset order from the `start_offset` of an empty map, each
+put that replaces a key's offset sets that older offset's bit in a bitset from `start_offset`. The filter pass then
+answers a record the bitset covers from its bit (superseded: dropped) and neither hashes its key nor probes: the
+answer is the map's, as an offset is superseded exactly when a later put of its digest replaced it. The bitset grows
+as puts arrive, to at most memory / 2 bits (a sixteenth of the map's bytes more: 12 offsets a slot); records beyond
+it, or before its start, are looked up; a put out of offset order stops it for the pass.
 Not thread-safe: one clean owns a map at a time.
 """
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -16,7 +23,9 @@ cdef extern from "md5_impl.h":
     void kl_md5_init() nogil
     void kl_md5(const uint8_t *data, size_t len, uint8_t *out) nogil
     void kl_md5_lanes(const uint8_t * const *keys, const size_t *lens, int count, uint8_t (*out)[16]) nogil
-    void kl_md5_lanes_portable(const uint8_t * const *keys, const size_t *lens, int count, uint8_t (*out)[16]) nogil
+    int kl_md5_lanes_with(int code, const uint8_t * const *keys, const size_t *lens, int count,
+                          uint8_t (*out)[16]) nogil
+    int kl_md5_lanes_selected() nogil
     enum: KL_MD5_LANES
     enum: KL_MD5_ONE_BLOCK
 
@@ -75,6 +84,7 @@ cdef inline void _put64(uint8_t *p, int64_t value) noexcept:
 kl_md5_init()
 
 
+@cython.final
 cdef class SkimpyOffsetMap:
     cdef uint8_t *buf
     cdef readonly Py_ssize_t memory
@@ -87,6 +97,9 @@ cdef class SkimpyOffsetMap:
     cdef uint8_t (*digests)[HASH]  # the current batch's: record i's key digest (when it is probed)
     cdef Py_ssize_t *probes        # and at [i * PROBES] the positions of its first probes ([i * PROBES] = -1: none)
     cdef int32_t scratch           # records the two arrays hold
+    cdef uint8_t *dead             # the superseded bitset: bit (o - dead_base) of offset o
+    cdef int64_t dead_base         # its first offset; -1: none this pass (stopped or not begun)
+    cdef int64_t dead_bits         # the offsets it covers from dead_base (its bytes x 8)
 
     def __cinit__(self, memory, double load_factor=0.9):
         if type(memory) is not int or not ENTRY <= memory <= 2**31 - 1:
@@ -103,15 +116,22 @@ cdef class SkimpyOffsetMap:
             raise MemoryError()
         self.size = 0
         self.latest_offset = -1
+        self.dead_base = -1
 
     def __dealloc__(self):
         free(self.buf)
+        free(self.dead)
         free(self.digests)
         free(self.probes)
 
     @property
     def utilization(self) -> float:
         return self.size / self.slots
+
+    @property
+    def superseded_span(self) -> int:
+        """How many offsets from the pass's start the superseded bitset covers (0: none)."""
+        return self.dead_bits
 
     @property
     def max_entries(self) -> int:
@@ -149,10 +169,21 @@ cdef class SkimpyOffsetMap:
         """Map `digest` (its first probes located at `probes`) to `offset`."""
         cdef int attempt = 0
         cdef Py_ssize_t pos = probes[0]
+        cdef int64_t rel
         if self.size >= self.slots:
             raise ValueError(f"the offset map is full ({self.size} entries in {self.slots} slots)")
+        if self.dead_base >= 0:
+            rel = offset - self.dead_base
+            if offset <= self.latest_offset:
+                self._stop_tracking()
+            elif rel >= self.dead_bits and rel < self.memory // 2:
+                self._cover(rel)
         while not self._empty(pos):
             if memcmp(self.buf + pos, digest, HASH) == 0:
+                if self.dead_base >= 0:
+                    rel = _be64(self.buf + pos + HASH) - self.dead_base
+                    if 0 <= rel < self.dead_bits:
+                        self.dead[rel >> 3] |= <uint8_t>(1 << (rel & 7))
                 _put64(self.buf + pos + HASH, offset)
                 self.latest_offset = offset
                 return 0
@@ -163,6 +194,27 @@ cdef class SkimpyOffsetMap:
         self.latest_offset = offset
         self.size += 1
         return 0
+
+    cdef int _cover(self, int64_t rel) except -1:
+        """Grow the bitset (doubling, zero-filled, to at most memory / 2 bits) to cover offset dead_base + rel."""
+        cdef int64_t nbytes = max(self.dead_bits // 4, (rel >> 3) + 1, 4096)
+        nbytes = min(nbytes, (self.memory // 2 + 7) // 8)
+        _grow(<void **>&self.dead, <size_t>nbytes)
+        memset(self.dead + self.dead_bits // 8, 0, <size_t>(nbytes - self.dead_bits // 8))
+        self.dead_bits = nbytes * 8
+        return 0
+
+    cdef void _stop_tracking(self) noexcept:
+        free(self.dead)
+        self.dead, self.dead_base, self.dead_bits = NULL, -1, 0
+
+    cdef inline bint _covered(self, int64_t offset) noexcept:
+        """Whether the bitset answers for `offset` (a record at or before the latest offset)."""
+        return self.dead_base >= 0 and 0 <= offset - self.dead_base < self.dead_bits
+
+    cdef inline bint _superseded(self, int64_t offset) noexcept:
+        cdef int64_t rel = offset - self.dead_base
+        return (self.dead[rel >> 3] >> (rel & 7)) & 1
 
     cdef int64_t _get(self, const uint8_t *digest, const Py_ssize_t *probes) noexcept:
         """The offset mapped to `digest` (its first probes located at `probes`), or -1."""
@@ -244,11 +296,15 @@ cdef class SkimpyOffsetMap:
         memset(self.buf, 0, <size_t>self.slots * ENTRY)
         self.size = 0
         self.latest_offset = -1
+        self._stop_tracking()
 
     def add_batch(self, batch, int64_t start_offset) -> bool:
         """Map the keyed records of `batch` at or after `start_offset`; True when the map filled up first (the
         records from there on stay unmapped). The latest offset is the caller's to move (by batch)."""
         cdef Pass ps
+        if self.size == 0:  # the pass begins: it tracks superseded offsets from its start (none is set yet)
+            self._stop_tracking()
+            self.dead_base = max(start_offset, 0)
         ps.map, ps.start, ps.limit, ps.filtering = <void *>self, start_offset, self.max_entries, False
         return visit_records(batch, _prepare, _map_record, &ps) == 1
 
@@ -264,20 +320,31 @@ cdef class SkimpyOffsetMap:
         return kept, kept.all_kept, kept.tombstones
 
 
-def md5_lanes(keys, bint portable=False) -> list:
-    """The MD5 digests of `keys` (each at most KL_MD5_ONE_BLOCK bytes, at most KL_MD5_LANES of them) as the map
-    computes them, side by side; `portable` takes the code every CPU runs instead of the CPU-specific one."""
+MD5_CODES = ("portable", "avx2", "avx512")  # the side-by-side codes, in md5_impl.h's order
+
+
+def md5_lanes(keys, code=None) -> list:
+    """The MD5 digests of `keys` (each at most KL_MD5_ONE_BLOCK bytes, at most KL_MD5_LANES of them) computed side
+    by side as the map does, with the code named (one of MD5_CODES; None: the one the map uses on this CPU); a code
+    this CPU cannot run is refused (OSError)."""
     cdef const uint8_t *ptrs[KL_MD5_LANES]
     cdef size_t lens[KL_MD5_LANES]
     cdef uint8_t out[KL_MD5_LANES][16]
     cdef int i
+    cdef int which = kl_md5_lanes_selected() if code is None else MD5_CODES.index(code)
     if len(keys) > KL_MD5_LANES or any(len(k) > KL_MD5_ONE_BLOCK for k in keys):
         raise ValueError(f"at most {KL_MD5_LANES} keys of at most {KL_MD5_ONE_BLOCK} bytes")
     held = [bytes(k) for k in keys]
     for i in range(len(held)):
         ptrs[i], lens[i] = <const uint8_t *>(<bytes>held[i]), len(held[i])
-    (kl_md5_lanes_portable if portable else kl_md5_lanes)(ptrs, lens, len(held), out)
+    if kl_md5_lanes_with(which, ptrs, lens, len(held), out):
+        raise OSError(f"this CPU does not run the {MD5_CODES[which]} MD5 code")
     return [(<char *>out[i])[:16] for i in range(len(held))]
+
+
+def md5_code() -> str:
+    """The side-by-side MD5 code the map uses on this CPU."""
+    return MD5_CODES[kl_md5_lanes_selected()]
 
 
 cdef struct Pass:
@@ -306,7 +373,7 @@ cdef inline bint _probed(Pass *ps, SkimpyOffsetMap m, const KeyRef *ref) noexcep
     if ref.klen < 0:
         return False
     if ps.filtering:
-        return not ps.discard and not ps.control and ref.offset <= m.latest_offset
+        return not ps.discard and not ps.control and ref.offset <= m.latest_offset and not m._covered(ref.offset)
     return ref.offset >= ps.start
 
 
@@ -339,6 +406,9 @@ cdef int _keep_record(void *ctx, int32_t i, const KeyRef *ref) except -1:
         return 0
     if i + AHEAD < ps.n:
         KL_FETCH(m.buf, m.probes + (i + AHEAD) * PROBES, PROBES)
-    if ref.offset < m._get(m.digests[i], m.probes + i * PROBES):
+    if m._covered(ref.offset):
+        if m._superseded(ref.offset):
+            return 0
+    elif ref.offset < m._get(m.digests[i], m.probes + i * PROBES):
         return 0
     return not (ref.tombstone and ps.has_horizon and ps.now >= ps.horizon)

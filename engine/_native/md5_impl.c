@@ -2,6 +2,9 @@
 #include <math.h>
 #include <string.h>
 #include "md5_impl.h"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 static uint32_t K[64];
 
@@ -91,11 +94,15 @@ static size_t pad(uint8_t tail[128], const uint8_t *rest_data, size_t rest, size
     return tail_len;
 }
 
-static void put_le32(uint8_t *out, uint32_t v) {
+static inline void put_le32(uint8_t *out, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out, &v, 4);
+#else
     out[0] = (uint8_t)v;
     out[1] = (uint8_t)(v >> 8);
     out[2] = (uint8_t)(v >> 16);
     out[3] = (uint8_t)(v >> 24);
+#endif
 }
 
 void kl_md5(const uint8_t *data, size_t len, uint8_t out[16]) {
@@ -120,37 +127,101 @@ void kl_md5(const uint8_t *data, size_t len, uint8_t out[16]) {
 #if defined(__GNUC__) || defined(__clang__)
 typedef uint32_t lanes_t __attribute__((vector_size(4 * KL_MD5_LANES)));
 
-static inline __attribute__((always_inline)) void lanes_md5(const uint8_t *const keys[], const size_t lens[],
-                                                            int count, uint8_t out[][16]) {
-    uint32_t words[16][KL_MD5_LANES] __attribute__((aligned(64)));
-    uint8_t tail[128];
-    for (int l = 0; l < KL_MD5_LANES; l++) {
-        size_t n = l < count ? lens[l] : 0;
-        pad(tail, l < count ? keys[l] : NULL, n, n);
-        for (int j = 0; j < 16; j++)
-            words[j][l] = le32(tail + 4 * j);
+/* dst[0..n) = src[0..n) for n <= 64, as two fixed-size copies that overlap (each compiles to plain moves; a copy of
+   a variable length is a call), reading no byte outside src[0..n). */
+static inline void copy_short(uint8_t *dst, const uint8_t *src, size_t n) {
+    if (n >= 32) {
+        memcpy(dst, src, 32);
+        memcpy(dst + n - 32, src + n - 32, 32);
+    } else if (n >= 16) {
+        memcpy(dst, src, 16);
+        memcpy(dst + n - 16, src + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(dst, src, 8);
+        memcpy(dst + n - 8, src + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(dst, src, 4);
+        memcpy(dst + n - 4, src + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = src[i];
     }
-    lanes_t m[16];
-    memcpy(m, words, sizeof m);
+}
+
+/* A message of at most 55 bytes as its one padded block of words: the key, 0x80, zeros and the bit length. The
+   padding is added to the words, not stored as bytes under a word that is then loaded (a load the CPU cannot
+   forward from the smaller stores before it waits for them to retire). */
+static inline void lane_block(uint32_t w[16], const uint8_t *key, size_t n) {
+    uint8_t buf[64] __attribute__((aligned(16)));
+    memset(buf, 0, sizeof buf);
+    copy_short(buf, key, n);
+    for (int j = 0; j < 14; j++)
+        w[j] = le32(buf + 4 * j);
+    w[n >> 2] |= (uint32_t)0x80 << (8 * (n & 3));
+    w[14] = (uint32_t)(n << 3);
+    w[15] = 0;
+}
+
+/* The 64 steps over the words m of KL_MD5_LANES blocks side by side; the first `count` digests go to out. */
+static inline __attribute__((always_inline)) void lanes_rounds(const lanes_t m[16], int count, uint8_t out[][16]) {
     const lanes_t zero = {0};
     lanes_t a = zero + INIT[0], b = zero + INIT[1], c = zero + INIT[2], d = zero + INIT[3];
     MD5_ROUNDS;
+    uint32_t st[4][KL_MD5_LANES] __attribute__((aligned(64)));
     a += INIT[0];
     b += INIT[1];
     c += INIT[2];
     d += INIT[3];
-    for (int l = 0; l < count; l++) {
-        put_le32(out[l], a[l]);
-        put_le32(out[l] + 4, b[l]);
-        put_le32(out[l] + 8, c[l]);
-        put_le32(out[l] + 12, d[l]);
+    memcpy(st[0], &a, sizeof a);
+    memcpy(st[1], &b, sizeof b);
+    memcpy(st[2], &c, sizeof c);
+    memcpy(st[3], &d, sizeof d);
+    for (int l = 0; l < count; l++)
+        for (int i = 0; i < 4; i++)
+            put_le32(out[l] + 4 * i, st[i][l]);
+}
+
+static inline __attribute__((always_inline)) void lanes_md5(const uint8_t *const keys[], const size_t lens[],
+                                                            int count, uint8_t out[][16]) {
+    union {
+        lanes_t m[16];
+        uint32_t words[16][KL_MD5_LANES];
+    } msg;
+    uint32_t w[16];
+    for (int l = 0; l < KL_MD5_LANES; l++) {
+        lane_block(w, l < count ? keys[l] : NULL, l < count ? lens[l] : 0);
+        for (int j = 0; j < 16; j++)
+            msg.words[j][l] = w[j];
     }
+    lanes_rounds(msg.m, count, out);
 }
 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) static void lanes_avx2(const uint8_t *const keys[], const size_t lens[], int count,
                                                        uint8_t out[][16]) {
     lanes_md5(keys, lens, count, out);
+}
+
+/* With AVX-512 (BW for byte masks): each lane's padded block is one masked load (bytes past the key are neither
+   read nor faulted on) with the 0x80 and the bit length merged in, and a word of all lanes is one gather of the
+   blocks; the steps rotate in one instruction. */
+__attribute__((target("avx512f,avx512bw"))) static void lanes_avx512(const uint8_t *const keys[], const size_t lens[],
+                                                                     int count, uint8_t out[][16]) {
+    static const uint8_t none[1];
+    uint32_t blocks[KL_MD5_LANES][16] __attribute__((aligned(64)));
+    lanes_t m[16];
+    for (int l = 0; l < KL_MD5_LANES; l++) {
+        size_t n = l < count ? lens[l] : 0;
+        __m512i v = _mm512_maskz_loadu_epi8(n ? ~(__mmask64)0 >> (64 - n) : 0, l < count ? keys[l] : none);
+        v = _mm512_mask_mov_epi8(v, (__mmask64)1 << n, _mm512_set1_epi8((char)0x80));
+        v = _mm512_mask_mov_epi32(v, (__mmask16)1 << 14, _mm512_set1_epi32((int)(n << 3)));
+        _mm512_store_si512((void *)blocks[l], v);
+    }
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(16));
+    for (int j = 0; j < 16; j++)
+        m[j] = (lanes_t)_mm512_i32gather_epi32(_mm512_add_epi32(rows, _mm512_set1_epi32(j)), blocks, 4);
+    lanes_rounds(m, count, out);
 }
 #endif
 
@@ -164,22 +235,35 @@ static void lanes_base(const uint8_t *const keys[], const size_t lens[], int cou
 }
 #endif
 
-static void (*lanes)(const uint8_t *const[], const size_t[], int, uint8_t[][16]) = NULL;
+typedef void (*lanes_fn)(const uint8_t *const[], const size_t[], int, uint8_t[][16]);
+
+/* The code of each KL_MD5_CODE_* that this CPU runs (NULL: not this CPU's), filled by kl_md5_init. */
+static lanes_fn codes[KL_MD5_CODES];
+static int selected = KL_MD5_PORTABLE;
 
 void kl_md5_init(void) {
     init_k();
+    codes[KL_MD5_PORTABLE] = lanes_base;
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
     __builtin_cpu_init();
-    lanes = __builtin_cpu_supports("avx2") ? lanes_avx2 : lanes_base;
-#else
-    lanes = lanes_base;
+    if (__builtin_cpu_supports("avx2"))
+        codes[selected = KL_MD5_AVX2] = lanes_avx2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        codes[selected = KL_MD5_AVX512] = lanes_avx512;
 #endif
 }
 
-void kl_md5_lanes_portable(const uint8_t *const keys[], const size_t lens[], int count, uint8_t out[][16]) {
-    lanes_base(keys, lens, count, out);
+int kl_md5_lanes_selected(void) {
+    return selected;
+}
+
+int kl_md5_lanes_with(int code, const uint8_t *const keys[], const size_t lens[], int count, uint8_t out[][16]) {
+    if (code < 0 || code >= KL_MD5_CODES || codes[code] == NULL)
+        return -1;
+    codes[code](keys, lens, count, out);
+    return 0;
 }
 
 void kl_md5_lanes(const uint8_t *const keys[], const size_t lens[], int count, uint8_t out[][16]) {
-    lanes(keys, lens, count, out);
+    codes[selected](keys, lens, count, out);
 }

@@ -112,21 +112,37 @@ def test_a_maps_kept_records_rebuild_their_batch_and_no_other(impl):
             codec.rebuild_batch(other, kept)
 
 
-@pytest.mark.parametrize("portable", [False, True])
-def test_the_side_by_side_md5_gives_each_keys_digest(portable):
-    """Up to 16 keys of one MD5 block (0 to 55 bytes) hashed together, with the CPU's vector code or the code every
-    CPU runs: each lane's digest is hashlib's; more keys, or a longer one, are refused."""
+def _cpu_runs(code: str) -> bool:
+    """Whether this CPU runs the side-by-side MD5 code named, from the kernel's CPU flags (not the core's check)."""
+    flags = set()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    need = {"portable": set(), "avx2": {"avx2"}, "avx512": {"avx512f", "avx512bw"}}[code]
+    return need <= flags
+
+
+@pytest.mark.parametrize("code", ["portable", "avx2", "avx512"])
+def test_the_side_by_side_md5_gives_each_keys_digest(code):
+    """Up to 16 keys of one MD5 block (0 to 55 bytes) hashed together with each code the core has (the one every CPU
+    runs, AVX2, AVX-512): each lane's digest is hashlib's where this CPU runs the code, which is refused elsewhere;
+    more keys, or a longer one, are refused; the map uses the last code this CPU runs."""
     try:
-        from engine._native._offset_map import md5_lanes
+        from engine._native._offset_map import md5_code, md5_lanes
     except ImportError:
         pytest.fail("the native core must be built for this test (make test builds it)")
+    assert md5_code() == [c for c in ("portable", "avx2", "avx512") if _cpu_runs(c)][-1]
     rng = random.Random(4)
     for count in [*range(1, 17), *(rng.randrange(1, 17) for _ in range(200))]:
         keys = [rng.randbytes(rng.choice([0, 1, 3, 4, 16, 31, 32, 54, 55])) for _ in range(count)]
-        assert md5_lanes(keys, portable) == [hashlib.md5(k).digest() for k in keys]
+        if not _cpu_runs(code):
+            with pytest.raises(OSError, match=code):
+                md5_lanes(keys, code)
+            break
+        assert md5_lanes(keys, code) == md5_lanes(keys) == [hashlib.md5(k).digest() for k in keys]
     for keys in ([b"k"] * 17, [bytes(56)]):
         with pytest.raises(ValueError):
-            md5_lanes(keys, portable)
+            md5_lanes(keys, code)
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
@@ -169,6 +185,49 @@ def test_a_batchs_keys_mapped_and_filtered_together_agree_with_the_model(impl, s
         assert (len(kept), all_kept, tombstones) == (len(want), len(want) == batch.records_count,
                                                      any(r.value is None for r in want))
         assert codec.rebuild_batch(batch, kept) == codec.rebuild_batch(batch, want)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("slots,count,starts", [(100, 3000, (0, 1700)), (61, 400, (3, 0)), (400, 2500, (900, 10))])
+def test_a_pass_keeps_the_records_a_lookup_of_their_keys_finds_latest(impl, slots, count, starts):
+    """The native map answers the filter pass from the offsets its map pass saw superseded, not by looking keys up,
+    for the records from the pass's start up to memory / 2 of them: before, within and beyond that, after a clear()
+    and for another start, and after a put out of offset order, a record is kept exactly when a lookup of its key
+    (and a model) finds it latest."""
+    from engine.record import codec as selector
+
+    codec = selector.load(impl)
+    rng = random.Random(slots)
+    pool = [b"k%d" % i for i in range(int(slots * 0.6))] + [rng.randbytes(60) for _ in range(3)]
+    records = [(None if rng.random() < 0.03 else rng.choice(pool), None if rng.random() < 0.1 else b"v", None, 1)
+               for _ in range(count)]
+    bounds = sorted({0, count, *rng.sample(range(1, count), count // 50)})
+    data = b"".join(codec.encode_batch(records[lo:hi], base_offset=lo) for lo, hi in zip(bounds, bounds[1:]))
+    batches = list(codec.iter_batches(data))
+    m = offset_map.load(impl)(24 * slots)
+    for start in (*starts, None):
+        if start is None:  # a put out of offset order: the record put becomes its key's latest again
+            offset, key = next((o, r[0]) for o, r in enumerate(records) if r[0] and o > starts[-1] and model[r[0]] > o)
+            m.put(key, offset)
+            model[key] = latest = offset
+        else:
+            m.clear()
+            for batch in batches:
+                assert not m.add_batch(batch, start)
+                m.update_latest_offset(batch.last_offset)
+            if impl == "cython":  # the bitset covers what the pass put, within its bound
+                assert min(count - start, 24 * slots // 2) <= m.superseded_span <= 24 * slots // 2 + 7
+            model = {k: o for o, (k, _, _, _) in enumerate(records) if o >= start and k is not None}
+            latest = count - 1
+        assert all(m.get(key) == model.get(key, -1) for key in pool)
+        for batch in batches:
+            kept, all_kept, _ = m.filter_batch(batch, False, 0)
+            want = [r for r in batch.records() if r.offset > m.latest_offset
+                    or (r.key is not None and r.offset >= m.get(r.key))]
+            assert want == [r for r in batch.records() if r.offset > latest
+                            or (r.key is not None and r.offset >= model.get(r.key, -1))]
+            assert (len(kept), all_kept) == (len(want), len(want) == batch.records_count)
+            assert codec.rebuild_batch(batch, kept) == codec.rebuild_batch(batch, want)
 
 
 # --- the rewrite of a batch -----------------------------------------------------------------------------------
