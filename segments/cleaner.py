@@ -259,8 +259,7 @@ class Cleaner:
     # --- the offset map -----------------------------------------------------------------------------
     def _build_offset_map(self, target: CleanableLog, dirty: list[LogSegment], start: int, end: int,
                           total: int) -> None:
-        if self.map.size or self.map.latest_offset >= 0:
-            self.map.clear()
+        self.map.clear()
         txns = _TxnTracker()
         txns.add_aborted(target.collect_aborted(start, end))
         done = 0

@@ -94,7 +94,8 @@ class SkimpyOffsetMap:
         self.latest_offset = offset
 
     def clear(self) -> None:
-        self._buf[:] = bytes(len(self._buf))
+        if self.size:
+            self._buf[:] = bytes(len(self._buf))
         self.size = 0
         self.latest_offset = -1
 

@@ -80,4 +80,4 @@ cdef struct KeyRef:
 ctypedef int (*records_prepare)(void *ctx, const KeyRef *refs, int32_t n) except -1
 ctypedef int (*record_check)(void *ctx, int32_t i, const KeyRef *ref) except -1
 cdef int visit_records(object batch, records_prepare prepare, record_check visit, void *ctx) except -1
-cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx)
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc)

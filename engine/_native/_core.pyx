@@ -1700,9 +1700,10 @@ cdef class RetainedRecords:
         return self.count
 
 
-cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx):
-    """The records of a batch (CRC and framing checked) that `keep` returns 1 for, after `prepare` was told them all,
-    with their timestamps as records() reports them (a LogAppendTime batch's max timestamp)."""
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc):
+    """The records of a batch (framing checked, and the CRC if `verify_crc`) that `keep` returns 1 for, after
+    `prepare` was told them all, with their timestamps as records() reports them (a LogAppendTime batch's max
+    timestamp)."""
     cdef RecordBatch b = <RecordBatch?>batch
     cdef RetainedRecords out = RetainedRecords.__new__(RetainedRecords)
     cdef const uint8_t *p
@@ -1716,7 +1717,7 @@ cdef object retain_records(object batch, records_prepare prepare, record_check k
     cdef int32_t i, j, n
     cdef bint log_append = b.attributes & 0x08
     out.batch = b
-    out.owner = b._open(True, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
+    out.owner = b._open(verify_crc, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
     try:
         _key_refs(b, p, end, &refs, &views)
         n = <int32_t>(refs.len // sizeof(KeyRef))

@@ -9,6 +9,9 @@ answers a record the bitset covers from its bit (superseded: dropped) and neithe
 answer is the map's, as an offset is superseded exactly when a later put of its digest replaced it. The bitset grows
 as puts arrive, to at most memory / 2 bits (a sixteenth of the map's bytes more: 12 offsets a slot); records beyond
 it, or before its start, are looked up; a put out of offset order stops it for the pass.
+Checked batches: add_batch checks each batch's CRC, and the map keeps the offsets of the run of consecutive batches it
+has checked since clear(); filter_batch checks a batch's CRC only outside that run (the filter pass reads the same
+immutable segment bytes moments later; a batch it rewrites gets a new CRC, so it must have been checked once).
 Not thread-safe: one clean owns a map at a time.
 """
 cimport cython
@@ -100,6 +103,8 @@ cdef class SkimpyOffsetMap:
     cdef uint8_t *dead             # the superseded bitset: bit (o - dead_base) of offset o
     cdef int64_t dead_base         # its first offset; -1: none this pass (stopped or not begun)
     cdef int64_t dead_bits         # the offsets it covers from dead_base (its bytes x 8)
+    cdef int64_t checked_lo        # the offsets of the run of consecutive batches add_batch checked (lo -1: none)
+    cdef int64_t checked_hi
 
     def __cinit__(self, memory, double load_factor=0.9):
         if type(memory) is not int or not ENTRY <= memory <= 2**31 - 1:
@@ -116,7 +121,7 @@ cdef class SkimpyOffsetMap:
             raise MemoryError()
         self.size = 0
         self.latest_offset = -1
-        self.dead_base = -1
+        self.dead_base = self.checked_lo = self.checked_hi = -1
 
     def __dealloc__(self):
         free(self.buf)
@@ -293,9 +298,12 @@ cdef class SkimpyOffsetMap:
         self.latest_offset = offset
 
     def clear(self) -> None:
-        memset(self.buf, 0, <size_t>self.slots * ENTRY)
+        """Empty the map and forget what its passes saw (the slots are zeroed only when some were filled)."""
+        if self.size:
+            memset(self.buf, 0, <size_t>self.slots * ENTRY)
         self.size = 0
         self.latest_offset = -1
+        self.checked_lo = self.checked_hi = -1
         self._stop_tracking()
 
     def add_batch(self, batch, int64_t start_offset) -> bool:
@@ -306,7 +314,11 @@ cdef class SkimpyOffsetMap:
             self._stop_tracking()
             self.dead_base = max(start_offset, 0)
         ps.map, ps.start, ps.limit, ps.filtering = <void *>self, start_offset, self.max_entries, False
-        return visit_records(batch, _prepare, _map_record, &ps) == 1
+        filled = visit_records(batch, _prepare, _map_record, &ps) == 1
+        if self.checked_lo < 0 or batch.base_offset != self.checked_hi + 1:
+            self.checked_lo = batch.base_offset
+        self.checked_hi = batch.last_offset
+        return filled
 
     def filter_batch(self, batch, bint discard, int64_t now_ms):
         """The records of `batch` a clean keeps (Kafka's filterBatch with the cleaner's shouldRetainRecord):
@@ -316,7 +328,8 @@ cdef class SkimpyOffsetMap:
         ps.map, ps.discard, ps.control, ps.now, ps.filtering = <void *>self, discard, batch.is_control, now_ms, True
         ps.has_horizon = batch.has_delete_horizon
         ps.horizon = batch.base_timestamp
-        kept = retain_records(batch, _prepare, _keep_record, &ps)
+        kept = retain_records(batch, _prepare, _keep_record, &ps,
+                              not 0 <= self.checked_lo <= batch.base_offset <= batch.last_offset <= self.checked_hi)
         return kept, kept.all_kept, kept.tombstones
 
 

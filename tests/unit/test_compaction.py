@@ -15,7 +15,8 @@ import time
 import pytest
 
 import engine
-from engine import CleaningAbortedError, InvalidConfigurationError, InvalidRecordError, ManualClock, TopicPartition
+from engine import (CleaningAbortedError, CorruptRecordError, InvalidConfigurationError, InvalidRecordError, ManualClock,
+                    TopicPartition)
 from engine.record import batch_format as bf
 from engine.tools import cli, dump_log
 from engine.segments import offset_map
@@ -552,6 +553,41 @@ def test_a_clean_is_abandoned_when_the_log_changes_under_it(tmp_path):
         assert read_log(e, "t") == [r for r in before if r[0] < 50]
         e.compact("t")
         assert latest(read_log(e, "t")) == latest([r for r in before if r[0] < 50])
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("where", ["clean section", "dirty section"])
+def test_a_clean_refuses_a_batch_whose_crc_fails_and_changes_nothing(tmp_path, monkeypatch, impl, where):
+    """A batch whose bytes no longer match its CRC (one value byte changed), in the section an earlier clean left
+    (which this clean's map pass does not read) or in the dirty section: the clean raises CorruptRecordError naming
+    the segment and leaves every file as it was; it never writes the batch out with a CRC of its own."""
+    monkeypatch.setattr(offset_map, "selected", offset_map.load(impl))
+    with engine.open(tmp_path, clock=ManualClock(T0), background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 600})
+        with e.producer(linger_ms=0, batch_size=200) as p:
+            for i in range(120):
+                p.send("t", key=b"k%d" % (i % 9), value=b"value-%04d" % i)
+                if i == 59:
+                    p.flush()
+                    e.log("t", 0).roll()
+                    e.compact("t")  # the records so far become the clean section
+        e.log("t", 0).roll()
+        first_dirty = e.log("t", 0).cleaner_checkpoint
+        assert 0 < first_dirty < 120
+    part = tmp_path / "t-0"
+    logs = {f: f.read_bytes() for f in sorted(part.iterdir()) if f.suffix == ".log"}
+    target = next(f for f, data in logs.items() if (int(f.stem) < first_dirty) == (where == "clean section")
+                  and b"value-" in data)
+    data = bytearray(logs[target])
+    at = data.index(b"value-") + 6
+    data[at] ^= 0x01  # a digit becomes another: the framing holds, the CRC does not
+    target.write_bytes(bytes(data))
+    before = {f.name: f.read_bytes() for f in part.iterdir()}
+    with engine.open(tmp_path, clock=ManualClock(T0), background=False) as e:
+        with pytest.raises(CorruptRecordError) as info:
+            e.compact("t")
+        assert target.name in str(info.value)
+    assert {f.name: f.read_bytes() for f in part.iterdir()} == before
 
 
 @pytest.mark.parametrize("config", [{}, {"compression.type": "zstd"}, {"message.timestamp.type": "LogAppendTime"}])
