@@ -6,7 +6,9 @@ thread-safe. Imports only engine.common.errors.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from functools import partial
+from itertools import repeat
+from typing import Iterable, NamedTuple
 
 from engine.common.errors import InvalidConfigurationError
 
@@ -14,6 +16,15 @@ from engine.common.errors import InvalidConfigurationError
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartition]:
+    """`[TopicPartition(topic, p) for p in partitions]`, built without a Python call per partition (a group's
+    assignment of thousands of partitions is decoded, assigned and encoded on every rebalance)."""
+    return list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), partitions)))
+
+
+_NEW_TOPIC_PARTITION = partial(tuple.__new__, TopicPartition)  # what the named tuple's __new__ does, in C
 
 
 class OffsetAndMetadata(NamedTuple):

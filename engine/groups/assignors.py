@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import abc
 import inspect
+import operator
 import random
 from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from engine.common.errors import CorruptRecordError, InvalidConfigurationError
-from engine.common.structs import ConsumerGroupMetadata, TopicPartition
+from engine.common.structs import ConsumerGroupMetadata, TopicPartition, topic_partitions
 from engine.groups.consumer_protocol import Assignment, Subscription, read_partitions, write_partitions
 from engine.record.schema import Reader, Writer
 
@@ -78,8 +79,8 @@ def subscribed_topics(subscriptions: dict[str, Subscription]) -> set[str]:
 
 def sorted_partitions(partitions_per_topic: dict[str, int], topics: Iterable[str]) -> list[TopicPartition]:
     """Every partition of the known `topics`, by topic name then partition."""
-    return [TopicPartition(t, p) for t in sorted(set(topics)) if t in partitions_per_topic
-            for p in range(partitions_per_topic[t])]
+    return [tp for t in sorted(set(topics)) if t in partitions_per_topic
+            for tp in topic_partitions(t, range(partitions_per_topic[t]))]
 
 
 class RangeAssignor(ConsumerPartitionAssignor):
@@ -96,7 +97,7 @@ class RangeAssignor(ConsumerPartitionAssignor):
             per, extra = divmod(n, len(members))
             for i, member in enumerate(members):
                 start = per * i + min(i, extra)
-                out[member] += [TopicPartition(topic, p) for p in range(start, start + per + (i < extra))]
+                out[member] += topic_partitions(topic, range(start, start + per + (i < extra)))
         return out
 
 
@@ -156,30 +157,34 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
         max_generation = DEFAULT_GENERATION
         owner_of: dict[TopicPartition, str] = {}
         generations: dict[str, int] = {}
+        held: dict[str, dict[TopicPartition, None]] = {}  # each member's claims so far, in order (a list's order,
+        # a set's membership test: a member's claims are looked up once per claim, which a list makes quadratic)
         for member in sorted(subscriptions, key=java_order):
             data = self.member_data(subscriptions[member])
             generation = DEFAULT_GENERATION if data.generation is None else data.generation
             generations[member] = generation
             max_generation = max(max_generation, generation)
-            mine = owned[member] = []
+            mine = held[member] = {}
             for tp in data.partitions:
                 if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0) or tp in mine:
                     continue
                 other = owner_of.get(tp)
                 if other is None:
-                    mine.append(tp)
+                    mine[tp] = None
                     owner_of[tp] = member
                 elif generation == generations[other]:
                     doubly_claimed.add(tp)
-                    if tp in owned[other]:
-                        owned[other].remove(tp)
+                    held[other].pop(tp, None)
                     owner_of[tp] = member
                 elif generation > generations[other]:
-                    mine.append(tp)
-                    if tp in owned[other]:
-                        owned[other].remove(tp)
+                    mine[tp] = None
+                    held[other].pop(tp, None)
                     owner_of[tp] = member
+        owned.update((member, list(claims)) for member, claims in held.items())
         return len(topic_sets) <= 1, max_generation
+
+
+_BY_PARTITION_THEN_TOPIC = operator.itemgetter(1, 0)  # a TopicPartition's (partition, topic): Kafka's order here
 
 
 class _Constrained:
@@ -210,7 +215,7 @@ class _Constrained:
         assigned: set[TopicPartition] = set()
         for member in sorted(self.owned, key=java_order):
             mine = sorted((tp for tp in self.owned[member] if tp not in self.doubly_claimed),
-                          key=lambda tp: (tp.partition, tp.topic))
+                          key=_BY_PARTITION_THEN_TOPIC)
             if len(mine) < self.min_quota:
                 keep = mine
                 self.under_min.append(member)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from engine.common.structs import TopicPartition
+from engine.common.structs import TopicPartition, topic_partitions
 from engine.record.schema import Reader, Writer
 
 PROTOCOL_TYPE = "consumer"
@@ -39,20 +39,18 @@ class Assignment(NamedTuple):
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
     """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
     by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
     w.count(len(by_topic))
     for topic, ps in by_topic.items():
-        w.string(topic).count(len(ps))
-        for p in ps:
-            w.int(32, p)
+        w.string(topic).int32s(ps)
 
 
 def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
     out = []
     for _ in range(r.count(what) or 0):
         topic = r.string("topic")
-        out += [TopicPartition(topic, r.int(32, "partition")) for _ in range(r.count("partitions") or 0)]
+        out += topic_partitions(topic, r.int32s("partitions") or ())
     return out
 
 

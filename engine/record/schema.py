@@ -43,6 +43,12 @@ class Writer:
         """An array's length (None: a null array)."""
         return self.int(32, -1 if n is None else n)
 
+    def int32s(self, values: list[int]) -> "Writer":
+        """An array of int32: its length, then the values (one pack for them all)."""
+        self.count(len(values))
+        self.out += struct.pack(f">{len(values)}i", *values)
+        return self
+
     def done(self) -> bytes:
         return bytes(self.out)
 
@@ -108,6 +114,11 @@ class Reader:
 
     def count(self, field: str = "array", compact: bool = False) -> int | None:
         return self._length(compact, 32, field)
+
+    def int32s(self, field: str = "array") -> tuple[int, ...] | None:
+        """A non-flexible array of int32 (None: a null array), read with one unpack."""
+        n = self.count(field)
+        return None if n is None else struct.unpack(f">{n}i", self._take(4 * n, field))
 
     def tagged(self) -> dict[int, bytes]:
         out = {}

@@ -15,6 +15,7 @@ from engine.clients.consumer_coordinator import ConsumerRebalanceListener
 from engine.common.clock import ManualClock
 from engine.common.errors import (
     CommitFailedError,
+    CorruptRecordError,
     KafkaError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -160,6 +161,48 @@ def _java_hash_by_hand(s: str) -> int:
     for u in units:
         h = (h * 31 + u) % (1 << 32)
     return h - (1 << 32) if h >= 1 << 31 else h
+
+
+PROTOCOL_CASES = [
+    ([TP("t", 0), TP("u", 2), TP("t", 5), TP("t", 2**31 - 1)], b"ud", ["t", "u"], 7, "rack-1"),
+    ([], None, ["t"], -1, None),
+    ([TP("topic-%d" % (i % 3), i) for i in range(1000)], b"", ["topic-0", "topic-1", "topic-2"], 2, None),
+]
+
+
+@pytest.mark.parametrize("owned, user_data, topics, generation, rack", PROTOCOL_CASES)
+def test_the_consumer_protocols_bytes_are_kafkas_schemas_as_kafka_python_reads_them(owned, user_data, topics,
+                                                                                    generation, rack):
+    """kafka-python generates its ConsumerProtocol types from Kafka's published schemas: our v3 Subscription and
+    Assignment are its bytes after the int16 version, each side decodes the other's, and every strict prefix of
+    ours is refused as corrupt (never read short)."""
+    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KA
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KS
+    grouped: dict[str, list[int]] = {}
+    for tp in owned:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    version = struct.pack(">h", cp.VERSION)
+    theirs = {
+        "assignment": version + KA(assigned_partitions=[KA.TopicPartition(topic=t, partitions=ps)
+                                                        for t, ps in grouped.items()],
+                                   user_data=user_data).encode(version=cp.VERSION, header=False),
+        "subscription": version + KS(topics=topics, user_data=user_data, generation_id=generation, rack_id=rack,
+                                     owned_partitions=[KS.TopicPartition(topic=t, partitions=ps)
+                                                       for t, ps in grouped.items()]).encode(version=cp.VERSION,
+                                                                                            header=False),
+    }
+    ours = {"assignment": cp.encode_assignment(cp.Assignment(owned, user_data)),
+            "subscription": cp.encode_subscription(cp.Subscription(topics, user_data, owned, generation, rack))}
+    assert ours == theirs
+    assert cp.decode_assignment(theirs["assignment"]) == cp.Assignment(
+        [TP(t, p) for t, ps in grouped.items() for p in ps], user_data)
+    assert cp.decode_subscription(theirs["subscription"]) == cp.Subscription(
+        topics, user_data, [TP(t, p) for t, ps in grouped.items() for p in ps], generation, rack)
+    decode = {"assignment": cp.decode_assignment, "subscription": cp.decode_subscription}
+    for what, data in ours.items():
+        for end in sorted({*range(0, len(data), max(1, len(data) // 200)), len(data) - 1}):
+            with pytest.raises(CorruptRecordError):
+                decode[what](data[:end])
 
 
 def test_group_partition_is_abs_java_hash_mod_50():
