@@ -75,9 +75,7 @@ def encode_value(v: TxnLogValue) -> bytes:
     parts = None if v.partitions is None else sorted(v.partitions.items())
     w.count(None if parts is None else len(parts))
     for topic, ids in parts or ():
-        w.string(topic).count(len(ids))
-        for i in sorted(ids):
-            w.int(32, i)
+        w.string(topic).int32s(sorted(ids))
     return w.int(64, v.last_update_ms).int(64, v.start_ms).done()
 
 

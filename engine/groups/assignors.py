@@ -322,7 +322,7 @@ class _General:
             self.current.setdefault(member, [])
         self.owner = {tp: m for m, tps in self.current.items() for tp in tps}
         topics = sorted(self.topic_members, key=lambda t: (len(self.topic_members[t]), t))
-        self.all_partitions = [TopicPartition(t, p) for t in topics for p in range(partitions_per_topic[t])]
+        self.all_partitions = [tp for t in topics for tp in topic_partitions(t, range(partitions_per_topic[t]))]
         self.revocation_required = False
         self.movements = _Movements()
 
