@@ -654,12 +654,6 @@ class Engine:
         """The log of one partition (for tools and tests; clients go through `partition()`)."""
         return self.partition(topic, partition).log
 
-    def partitions_of(self, tps: list[TopicPartition]) -> list[Partition | None]:
-        """`partition()` of many partitions at once (a consumer's poll over its assignment): None where it would
-        raise, which a call of `partition()` then explains."""
-        found = self._partitions.get
-        return [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
-
     def partition(self, topic: str, partition: int) -> Partition:
         """The partition every read and write of `topic`-`partition` goes through."""
         found = self._partitions.get((topic, partition)) if topic not in INTERNAL_TOPICS else None

@@ -210,8 +210,7 @@ class Consumer:
     def _end(self, tp: TopicPartition) -> int:
         return self._partition(tp).fetch_upper_bound(self.isolation_level)
 
-    def _reset(self, tp: TopicPartition, committed=_LOOK_UP, partition: Partition | None = None) -> int:
-        """Position `tp` at its committed offset, else by auto_offset_reset (`partition`: its leader, if known)."""
+    def _reset(self, tp: TopicPartition, committed=_LOOK_UP) -> int:
         if committed is _LOOK_UP:
             committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
         if committed is not None and self._positions.get(tp) is None:
@@ -219,25 +218,20 @@ class Consumer:
             return committed.offset
         if self.auto_offset_reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
-        if partition is None:
-            partition = self._partition(tp)
-        pos = partition.log_start_offset if self.auto_offset_reset == "earliest" else \
-            partition.fetch_upper_bound(self.isolation_level)
+        pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
         self._move(tp, pos)
         return pos
 
     def _reset_unset(self, order: list[TopicPartition]) -> None:
         """_reset for the partitions of `order` without a position (a rebalance just assigned them), their committed
         offsets looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
-        if None not in self._positions.values():  # (the common case, checked at C speed)
-            return
         unset = [tp for tp in order if self._positions.get(tp, _REVOKED) is None and tp not in self._paused]
         if not unset:
             return
         found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
-        for tp, partition in zip(unset, self._engine.partitions_of(unset)):
+        for tp in unset:
             try:
-                self._reset(tp, found.get(tp), partition)
+                self._reset(tp, found.get(tp))
             except NotLeaderOrFollowerError:
                 continue
 
@@ -356,9 +350,21 @@ class Consumer:
         start = self._next % len(order)
         self._next += 1
         self._reset_unset(order)
-        for tp, partition, pos, bound in self._readable(order[start:] + order[:start]):
+        for tp in order[start:] + order[:start]:
             if remaining <= 0 or budget <= 0:
                 break
+            if tp in self._paused:
+                continue
+            try:
+                partition = self._partition(tp)
+            except NotLeaderOrFollowerError:
+                continue  # no leader for now (a failover): nothing to read from it this time
+            pos = self._positions.get(tp, _REVOKED)
+            if pos is _REVOKED:  # close() or a rebalance on another thread took it away since `order` was read
+                continue
+            if pos is None:
+                pos = self._reset(tp)
+            bound = partition.fetch_upper_bound(self.isolation_level)
             if pos >= bound:  # nothing to read yet; past the log end, out of range (as a broker's fetch says)
                 if pos > bound and pos > partition.log_end_offset:
                     if self.auto_offset_reset == "none":
@@ -396,28 +402,6 @@ class Consumer:
                 out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
                 remaining -= len(records)
         return out
-
-    def _readable(self, order: list[TopicPartition]):
-        """(tp, its partition, position, fetch bound) for each partition of `order` that is not paused, has a
-        leader and may have something to say: records below the bound, or a position past it. The scan of a
-        poll that finds nothing new is this loop alone, one dict lookup and one read of the bound per partition."""
-        bound_of = Partition.bound_reader(self.isolation_level)
-        for tp, partition in zip(order, self._engine.partitions_of(order)):
-            if self._paused and tp in self._paused:
-                continue
-            if partition is None:
-                try:
-                    partition = self._partition(tp)  # raises what a missing partition means
-                except NotLeaderOrFollowerError:
-                    continue  # no leader for now (a failover): nothing to read from it this time
-            pos = self._positions.get(tp, _REVOKED)  # (the map of now: close() replaces it)
-            if pos is _REVOKED:  # close() or a rebalance on another thread took it away since `order` was read
-                continue
-            if pos is None:
-                pos = self._reset(tp, partition=partition)
-            bound = bound_of(partition)
-            if pos != bound:
-                yield tp, partition, pos, bound
 
     def _deserialize(self, records: list) -> list:
         kd, vd = self._key_de, self._value_de
