@@ -22,6 +22,7 @@ several runs a replica fetcher thread; all stop on close().
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import weakref
@@ -69,6 +70,7 @@ from engine.txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_C
 from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 log = logging.getLogger("kafkalog.engine")
+_TOPIC = operator.itemgetter(0)  # a TopicPartition's topic
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 MAX_BROKERS = 64
@@ -653,6 +655,14 @@ class Engine:
     def log(self, topic: str, partition: int) -> UnifiedLog:
         """The log of one partition (for tools and tests; clients go through `partition()`)."""
         return self.partition(topic, partition).log
+
+    def partitions_of(self, tps: list[TopicPartition]) -> list[Partition | None]:
+        """`partition()` of many partitions at once (a consumer's poll over its assignment): None where it would
+        raise, which a call of `partition()` then explains."""
+        found = self._partitions.get
+        if INTERNAL_TOPICS.isdisjoint(map(_TOPIC, tps)):  # (the common case, looked up at C speed)
+            return list(map(found, tps))
+        return [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
 
     def partition(self, topic: str, partition: int) -> Partition:
         """The partition every read and write of `topic`-`partition` goes through."""

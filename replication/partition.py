@@ -23,6 +23,7 @@ Thread-safety: a partition's state changes under its lock; appends are serialise
 """
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Callable, NamedTuple, Protocol
 
@@ -66,6 +67,9 @@ def check_isolation(level: str) -> str:
     return level
 
 
+_HIGH_WATERMARK, _LAST_STABLE = operator.attrgetter("log.high_watermark"), operator.attrgetter("log.last_stable_offset")
+
+
 class PartitionView:
     def __init__(self, topic: str, index: int, log: ReadableLog) -> None:
         self.topic, self.index, self.log = topic, index, log
@@ -80,9 +84,12 @@ class PartitionView:
 
     def fetch_upper_bound(self, isolation: str = READ_UNCOMMITTED) -> int:
         """The offset after the last record a reader at `isolation` may see."""
-        if check_isolation(isolation) == READ_COMMITTED:
-            return self.log.last_stable_offset
-        return self.log.high_watermark
+        return self.bound_reader(isolation)(self)
+
+    @staticmethod
+    def bound_reader(isolation: str) -> Callable[[PartitionView], int]:
+        """A function of a view giving its fetch upper bound at `isolation` (for a loop over many partitions)."""
+        return _LAST_STABLE if check_isolation(isolation) == READ_COMMITTED else _HIGH_WATERMARK
 
     def offset_for_timestamp(self, timestamp: int, isolation: str = READ_UNCOMMITTED) -> tuple[int, int] | None:
         """ListOffsets: (timestamp, offset) of the first visible record whose timestamp is >= `timestamp`,

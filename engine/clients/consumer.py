@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 import threading
 from concurrent.futures import Future
 
@@ -106,6 +107,10 @@ class Consumer:
         self._engine = engine
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
+        self._bound_of = Partition.bound_reader(isolation_level)  # a partition's fetch bound at this isolation
+        # where a position without a committed offset starts: the log start, or the fetch bound
+        self._reset_offset = operator.attrgetter("log_start_offset") if auto_offset_reset == "earliest" else \
+            self._bound_of
         self.max_poll_records = _positive("max_poll_records", max_poll_records)
         self.fetch_max_bytes = _positive("fetch_max_bytes", fetch_max_bytes)
         self.max_partition_fetch_bytes = _positive("max_partition_fetch_bytes", max_partition_fetch_bytes)
@@ -208,9 +213,10 @@ class Consumer:
         return self._engine.partition(tp.topic, tp.partition)
 
     def _end(self, tp: TopicPartition) -> int:
-        return self._partition(tp).fetch_upper_bound(self.isolation_level)
+        return self._bound_of(self._partition(tp))
 
-    def _reset(self, tp: TopicPartition, committed=_LOOK_UP) -> int:
+    def _reset(self, tp: TopicPartition, committed=_LOOK_UP, partition: Partition | None = None) -> int:
+        """Position `tp` at its committed offset, else by auto_offset_reset (`partition`: its leader, if known)."""
         if committed is _LOOK_UP:
             committed = self._engine.committed(self.group_id, tp) if self.group_id is not None else None
         if committed is not None and self._positions.get(tp) is None:
@@ -218,20 +224,22 @@ class Consumer:
             return committed.offset
         if self.auto_offset_reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset='none'")
-        pos = self._partition(tp).log_start_offset if self.auto_offset_reset == "earliest" else self._end(tp)
+        pos = self._reset_offset(self._partition(tp) if partition is None else partition)
         self._move(tp, pos)
         return pos
 
     def _reset_unset(self, order: list[TopicPartition]) -> None:
         """_reset for the partitions of `order` without a position (a rebalance just assigned them), their committed
         offsets looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
+        if None not in self._positions.values():  # (the common case, checked at C speed)
+            return
         unset = [tp for tp in order if self._positions.get(tp, _REVOKED) is None and tp not in self._paused]
         if not unset:
             return
         found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
-        for tp in unset:
+        for tp, partition in zip(unset, self._engine.partitions_of(unset)):
             try:
-                self._reset(tp, found.get(tp))
+                self._reset(tp, found.get(tp), partition)
             except NotLeaderOrFollowerError:
                 continue
 
@@ -289,8 +297,9 @@ class Consumer:
 
     def _set_assignment(self, partitions) -> None:
         """The group gave this member `partitions`: keep positions of those it already had."""
-        self._positions = {tp: self._positions.get(tp) for tp in sorted(partitions)}
-        self._epochs = {tp: e for tp, e in self._epochs.items() if tp in self._positions}
+        ordered = sorted(partitions)
+        self._positions = dict(zip(ordered, map(self._positions.get, ordered)))
+        self._epochs = dict(zip(ordered, map(self._epochs.get, ordered, itertools.repeat(-1))))  # -1: unknown
         self._paused &= set(self._positions)
 
     def _committable(self) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -350,21 +359,9 @@ class Consumer:
         start = self._next % len(order)
         self._next += 1
         self._reset_unset(order)
-        for tp in order[start:] + order[:start]:
+        for tp, partition, pos, bound in self._readable(order[start:] + order[:start]):
             if remaining <= 0 or budget <= 0:
                 break
-            if tp in self._paused:
-                continue
-            try:
-                partition = self._partition(tp)
-            except NotLeaderOrFollowerError:
-                continue  # no leader for now (a failover): nothing to read from it this time
-            pos = self._positions.get(tp, _REVOKED)
-            if pos is _REVOKED:  # close() or a rebalance on another thread took it away since `order` was read
-                continue
-            if pos is None:
-                pos = self._reset(tp)
-            bound = partition.fetch_upper_bound(self.isolation_level)
             if pos >= bound:  # nothing to read yet; past the log end, out of range (as a broker's fetch says)
                 if pos > bound and pos > partition.log_end_offset:
                     if self.auto_offset_reset == "none":
@@ -402,6 +399,36 @@ class Consumer:
                 out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
                 remaining -= len(records)
         return out
+
+    def _readable(self, order: list[TopicPartition]):
+        """(tp, its partition, position, fetch bound) for each partition of `order` that is not paused, has a
+        leader and may have something to say: records below the bound, or a position past it. A first pass at C
+        speed (positions against bounds) leaves the loop only those whose position is not their bound, or all of
+        them while one has no leader."""
+        bound_of = self._bound_of
+        partitions = self._engine.partitions_of(order)
+        if None in partitions:
+            candidates = range(len(order))
+        else:
+            positions = map(self._positions.get, order, itertools.repeat(_REVOKED))
+            candidates = itertools.compress(range(len(order)), map(operator.ne, positions, map(bound_of, partitions)))
+        for i in candidates:
+            tp, partition = order[i], partitions[i]
+            if self._paused and tp in self._paused:
+                continue
+            if partition is None:
+                try:
+                    partition = self._partition(tp)  # raises what a missing partition means
+                except NotLeaderOrFollowerError:
+                    continue  # no leader for now (a failover): nothing to read from it this time
+            pos = self._positions.get(tp, _REVOKED)  # (the map of now: close() replaces it)
+            if pos is _REVOKED:  # close() or a rebalance on another thread took it away since `order` was read
+                continue
+            if pos is None:
+                pos = self._reset(tp, partition=partition)
+            bound = bound_of(partition)
+            if pos != bound:
+                yield tp, partition, pos, bound
 
     def _deserialize(self, records: list) -> list:
         kd, vd = self._key_de, self._value_de

@@ -225,7 +225,8 @@ class ConsumerCoordinator:
         if self.protocol == asg.EAGER:
             self._revoke(self.owned, lost=False, always=True)
         else:
-            gone = {tp for tp in self.owned if tp.topic not in (self._consumer.subscription() or ())}
+            subscribed = self._consumer.subscription() or ()
+            gone = {tp for tp in self.owned if tp.topic not in subscribed}
             if gone:
                 self._revoke(gone, lost=False)
 

@@ -214,8 +214,10 @@ class _Constrained:
     def _assign_owned(self) -> set[TopicPartition]:
         assigned: set[TopicPartition] = set()
         for member in sorted(self.owned, key=java_order):
-            mine = sorted((tp for tp in self.owned[member] if tp not in self.doubly_claimed),
-                          key=_BY_PARTITION_THEN_TOPIC)
+            claims = self.owned[member]
+            if self.doubly_claimed:
+                claims = [tp for tp in claims if tp not in self.doubly_claimed]
+            mine = sorted(claims, key=_BY_PARTITION_THEN_TOPIC)
             if len(mine) < self.min_quota:
                 keep = mine
                 self.under_min.append(member)

@@ -11,6 +11,7 @@ Pure functions over bytes; thread-safe.
 """
 from __future__ import annotations
 
+import operator
 from typing import Iterable, NamedTuple
 
 from engine.common.structs import TopicPartition, topic_partitions
@@ -36,11 +37,19 @@ class Assignment(NamedTuple):
     user_data: bytes | None = None
 
 
+_TOPIC, _PARTITION = operator.itemgetter(0), operator.itemgetter(1)
+
+
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
     """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, p in partitions:
-        by_topic.setdefault(topic, []).append(p)
+    partitions = list(partitions)
+    topics = dict.fromkeys(map(_TOPIC, partitions))
+    if len(topics) == 1:  # (the common case, grouped at C speed)
+        by_topic = {topic: list(map(_PARTITION, partitions)) for topic in topics}
+    else:
+        by_topic = {}
+        for topic, p in partitions:
+            by_topic.setdefault(topic, []).append(p)
     w.count(len(by_topic))
     for topic, ps in by_topic.items():
         w.string(topic).int32s(ps)

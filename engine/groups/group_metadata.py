@@ -26,28 +26,43 @@ EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
 
 
 class Pending:
-    """A response the coordinator completes later (a JoinGroup or SyncGroup held until the rebalance moves on)."""
+    """A response the coordinator completes later (a JoinGroup or SyncGroup held until the rebalance moves on).
+    Its event is made on first use: most answers are collected by a poll that does not wait for them."""
 
     def __init__(self, member_id: str = "") -> None:
         self.member_id = member_id  # a JoinGroup's member id, known before the join completes (as KIP-394)
         self.sync: Pending | None = None  # a follower's SyncGroup, sent with its JoinGroup's answer
-        self.event = threading.Event()
         self.value = None
         self.error: KafkaError | None = None
+        self.done = False
+        self._event: threading.Event | None = None
 
     def complete(self, value=None, error: KafkaError | None = None) -> None:
-        if not self.event.is_set():
-            self.value, self.error = value, error
-            self.event.set()
+        with _EVENTS:
+            if self.done:
+                return
+            self.value, self.error, self.done = value, error, True
+            event = self._event
+        if event is not None:
+            event.set()
 
     @property
-    def done(self) -> bool:
-        return self.event.is_set()
+    def event(self) -> threading.Event:
+        """Set once the answer is in (for a caller that waits for it)."""
+        with _EVENTS:
+            if self._event is None:
+                self._event = threading.Event()
+                if self.done:
+                    self._event.set()
+            return self._event
 
     def result(self):
         if self.error is not None:
             raise self.error
         return self.value
+
+
+_EVENTS = threading.Lock()  # orders a completion against the first use of an event
 
 
 class JoinResult(NamedTuple):

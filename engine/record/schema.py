@@ -66,7 +66,11 @@ class Reader:
         return out
 
     def int(self, bits: int, field: str = "int") -> int:
-        return _INTS[bits].unpack(self._take(bits // 8, field))[0]
+        pos, n = self.pos, bits >> 3
+        if pos + n > len(self.data):
+            self._take(n, field)  # raises, naming the field
+        self.pos = pos + n
+        return _INTS[bits].unpack_from(self.data, pos)[0]
 
     def version(self, highest: int | None, field: str = "version", lowest: int = 0) -> int:
         """An int16 schema version in [lowest, highest] (no upper limit when `highest` is None), else

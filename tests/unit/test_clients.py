@@ -281,26 +281,46 @@ def test_closed_clients_refuse_work(eng):
         c.poll()
 
 
-def test_a_poll_that_close_interrupts_skips_the_partitions_taken_away(eng):
+@pytest.mark.parametrize("lands", ["scan", "first read"])
+def test_a_poll_that_close_interrupts_skips_the_partitions_taken_away(eng, lands):
     """Engine.close() closes its consumers from its own thread, possibly in the middle of a poll(): a group member's
     close revokes its partitions, and the poll returns what it read before, without a KeyError for a partition gone
-    from the assignment, and never puts one back. Here the close lands while the poll reads its first partition."""
+    from the assignment, and never puts one back. The close lands while the poll looks up its partitions for the
+    scan of their bounds, or while it reads the first partition with records."""
+    c = eng.consumer("events", auto_offset_reset="earliest", group_id="g")
+    c.poll(timeout_ms=0)  # joins: every partition assigned, positioned at its start
+    assert len(c.assignment()) == 3
     with eng.producer() as p:
         for i in range(20):
             p.send("events", value=b"v%d" % i, partition=i % 3)
-    c = eng.consumer("events", auto_offset_reset="earliest", group_id="g")
-    c.poll(timeout_ms=0)  # joins: every partition assigned, no position yet
-    assert len(c.assignment()) == 3
-    real, first = c._partition, []
+    lookups, calls, read = eng.partitions_of, [], []
 
-    def closing(tp):
-        if not first:
-            first.append(tp)
+    def looking_up(tps):
+        found = lookups(tps)
+        calls.append(tps)
+        if len(calls) == 1:
             c.close()  # as Engine.close() would, on another thread
-        return real(tp)
-    c._partition = closing
-    got = c._fetch(500)
-    assert first and c.assignment() == set() and set(got) <= {first[0]}
+        return found
+    patched = []
+    if lands == "first read":
+        for part in {eng.partition("events", i) for i in range(3)}:
+            def reading(offset, max_bytes, isolation, part=part, real=part.fetch):
+                if not read:
+                    read.append(part.index)
+                    c.close()
+                return real(offset, max_bytes, isolation)
+            part.fetch = reading
+            patched.append(part)
+    else:
+        eng.partitions_of = looking_up
+    try:
+        got = c._fetch(500)
+    finally:
+        for part in patched:
+            del part.fetch
+        eng.__dict__.pop("partitions_of", None)
+    assert (read if lands == "first read" else calls) and c.assignment() == set()
+    assert {tp.partition for tp in got} <= ({read[0]} if lands == "first read" else set())
 
 
 def test_sends_from_many_threads(eng):

@@ -166,6 +166,7 @@ def _java_hash_by_hand(s: str) -> int:
 PROTOCOL_CASES = [
     ([TP("t", 0), TP("u", 2), TP("t", 5), TP("t", 2**31 - 1)], b"ud", ["t", "u"], 7, "rack-1"),
     ([], None, ["t"], -1, None),
+    ([TP("t", p) for p in (3, 0, 2**31 - 1, 7)], b"x", ["t"], 1, None),  # one topic, in the order given
     ([TP("topic-%d" % (i % 3), i) for i in range(1000)], b"", ["topic-0", "topic-1", "topic-2"], 2, None),
 ]
 
