@@ -22,7 +22,6 @@ several runs a replica fetcher thread; all stop on close().
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import threading
 import weakref
@@ -45,7 +44,7 @@ from engine.common.errors import (
     not_supported_yet,
 )
 from engine.common.health import TaskFailure
-from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
 from engine.groups import offsets as group_offsets
 from engine.groups.group_coordinator import (
     OFFSETS_RETENTION_CHECK_INTERVAL_MS,
@@ -70,7 +69,6 @@ from engine.txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_C
 from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 log = logging.getLogger("kafkalog.engine")
-_TOPIC = operator.itemgetter(0)  # a TopicPartition's topic
 
 PRODUCER_EXPIRATION_CHECK_MS = 600_000
 MAX_BROKERS = 64
@@ -660,7 +658,7 @@ class Engine:
         """`partition()` of many partitions at once (a consumer's poll over its assignment): None where it would
         raise, which a call of `partition()` then explains."""
         found = self._partitions.get
-        if INTERNAL_TOPICS.isdisjoint(map(_TOPIC, tps)):  # (the common case, looked up at C speed)
+        if INTERNAL_TOPICS.isdisjoint(map(TOPIC_OF, tps)):  # (the common case, looked up at C speed)
             return list(map(found, tps))
         return [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
 

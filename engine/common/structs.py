@@ -6,6 +6,7 @@ thread-safe. Imports only engine.common.errors.
 """
 from __future__ import annotations
 
+import operator
 from functools import partial
 from itertools import repeat
 from typing import Iterable, NamedTuple
@@ -25,6 +26,7 @@ def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartiti
 
 
 _NEW_TOPIC_PARTITION = partial(tuple.__new__, TopicPartition)  # what the named tuple's __new__ does, in C
+TOPIC_OF, PARTITION_OF = operator.itemgetter(0), operator.itemgetter(1)  # a TopicPartition's fields, in C
 
 
 class OffsetAndMetadata(NamedTuple):

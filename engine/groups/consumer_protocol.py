@@ -11,10 +11,9 @@ Pure functions over bytes; thread-safe.
 """
 from __future__ import annotations
 
-import operator
 from typing import Iterable, NamedTuple
 
-from engine.common.structs import TopicPartition, topic_partitions
+from engine.common.structs import PARTITION_OF, TOPIC_OF, TopicPartition, topic_partitions
 from engine.record.schema import Reader, Writer
 
 PROTOCOL_TYPE = "consumer"
@@ -37,15 +36,12 @@ class Assignment(NamedTuple):
     user_data: bytes | None = None
 
 
-_TOPIC, _PARTITION = operator.itemgetter(0), operator.itemgetter(1)
-
-
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
     """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
     partitions = list(partitions)
-    topics = dict.fromkeys(map(_TOPIC, partitions))
+    topics = dict.fromkeys(map(TOPIC_OF, partitions))
     if len(topics) == 1:  # (the common case, grouped at C speed)
-        by_topic = {topic: list(map(_PARTITION, partitions)) for topic in topics}
+        by_topic = {topic: list(map(PARTITION_OF, partitions)) for topic in topics}
     else:
         by_topic = {}
         for topic, p in partitions:

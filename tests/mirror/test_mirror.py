@@ -183,7 +183,8 @@ def test_topic_configs_are_copied_where_the_destination_takes_them(tmp_path, clu
 # --- exactly once across kill -9 ---------------------------------------------------------------------------
 def _mirror_cmd(data: str, way: str, bootstrap: str, *extra: str, on_mock: bool = False) -> list[str]:
     """The mirror CLI; `on_mock` when the destination is the mock cluster (see tests/mirror/mirror_on_mock.py)."""
-    return [sys.executable, "-m", "tests.mirror.mirror_on_mock" if on_mock else "engine", "mirror", "--data", data, way, bootstrap, "--name", "killme",
+    runner = "tests.mirror.mirror_on_mock" if on_mock else "engine"
+    return [sys.executable, "-m", runner, "mirror", "--data", data, way, bootstrap, "--name", "killme",
             "--max-records", "700", "--timeout", "10", "--json", *extra]
 
 
