@@ -530,8 +530,10 @@ class Engine:
 
     def committed_offsets(self, group_id: str, tps) -> dict[TopicPartition, OffsetAndMetadata]:
         """committed() of many partitions at once: the ones with a committed offset, mapped to it."""
-        tps = [TopicPartition(*tp) for tp in tps]
-        for topic in {tp.topic for tp in tps}:
+        tps = list(tps)
+        if set(map(type, tps)) != {TopicPartition}:  # (a consumer's own are TopicPartitions: checked at C speed)
+            tps = [TopicPartition(*tp) for tp in tps]
+        for topic in set(map(TOPIC_OF, tps)):
             _check_external(topic)
         return self.groups.offsets.committed(group_id, tps)
 
@@ -729,8 +731,9 @@ class Engine:
 
     def _drive_followers(self, part: Partition, offset: int, rounds: int = 3) -> bool:
         """Run the followers' fetch rounds for `part` in the waiting thread until the HW passes `offset` (in one
-        process a fetch is a call: no hand-off to the fetcher threads and back). A follower whose own thread is
-        fetching is left to it. True if the HW passed."""
+        process a fetch is a call: no hand-off to the fetcher threads and back); a fetch that appended sends its
+        next request at once, so one round can move the HW. A follower whose own thread is fetching is left to it.
+        True if the HW passed."""
         for _ in range(rounds):
             if part.high_watermark > offset:
                 return True
@@ -740,7 +743,7 @@ class Engine:
                 fetcher = broker.fetcher
                 if follower is not None and fetcher is not None and not follower.is_leader:
                     try:
-                        fetcher.fetch_once(follower, blocking=False)
+                        fetcher.fetch_once(follower, blocking=False, send_next=True)
                     except Exception:  # noqa: BLE001 - its fetcher thread meets (and logs) the same error
                         return False  # the wait below decides
         return part.high_watermark > offset

@@ -272,39 +272,60 @@ class Partition(PartitionView):
         """A follower's fetch from its log end: its state is recorded (ISR expansion, HW), then records from
         `fetch_offset` (past the HW: followers replicate everything), or the epoch to truncate to."""
         with self._lock:
-            self._check_leader(leader_epoch)
-            replica = self.remote.get(replica_id)
-            if replica is None:
-                raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.topic}-{self.index}",
-                                               file=self.log.dir)
             log = self.log
-            if last_fetched_epoch >= 0 and fetch_offset > 0:
-                epoch, end = log.leader_epochs.end_offset_for(last_fetched_epoch, log.log_end_offset)
-                if epoch < last_fetched_epoch or end < fetch_offset:
-                    return FollowerFetch(None, log.high_watermark, log.log_start_offset, (epoch, end))
-            leo = log.log_end_offset
-            if fetch_offset > leo or fetch_offset < log.log_start_offset:
-                raise OffsetOutOfRangeError(f"follower fetch at {fetch_offset} is outside [{log.log_start_offset}, "
-                                            f"{leo}]", file=log.dir, offset=fetch_offset)
-            replica.on_fetch(fetch_offset, leo, self.clock.time_ms())
-            self._maybe_expand_isr(replica)
-            self._maybe_increment_hw()
+            replica, diverging = self._follower_at(replica_id, fetch_offset, last_fetched_epoch, leader_epoch)
+            if diverging is not None:
+                return FollowerFetch(None, log.high_watermark, log.log_start_offset, diverging)
             return FollowerFetch(self._read_for(replica, fetch_offset, max_bytes), log.high_watermark,
                                  log.log_start_offset)
+
+    def follower_log_end(self, replica_id: int, log_end_offset: int, last_fetched_epoch: int,
+                         leader_epoch: int | None = None) -> tuple[int, int] | None:
+        """A follower's next fetch sent the moment it appended, answered before anything is read: the leader
+        records its new log end (ISR expansion, HW) as `fetch_for_follower` does; (HW, log start) for the
+        follower, or None when its log diverged (its next full fetch gets the epoch to truncate to)."""
+        with self._lock:
+            if self._follower_at(replica_id, log_end_offset, last_fetched_epoch, leader_epoch)[1] is not None:
+                return None
+            return self.log.high_watermark, self.log.log_start_offset
+
+    def _follower_at(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+                     leader_epoch: int | None) -> tuple[Replica, tuple[int, int] | None]:
+        """A fetch request's half at the leader: the follower's replica and None once its fetch offset is recorded,
+        or the (epoch, end offset) to truncate to when its log diverged (nothing recorded)."""
+        self._check_leader(leader_epoch)
+        replica = self.remote.get(replica_id)
+        if replica is None:
+            raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.topic}-{self.index}",
+                                           file=self.log.dir)
+        log = self.log
+        leo = log.log_end_offset
+        if last_fetched_epoch >= 0 and fetch_offset > 0:
+            epoch, end = log.leader_epochs.end_offset_for(last_fetched_epoch, leo)
+            if epoch < last_fetched_epoch or end < fetch_offset:
+                return replica, (epoch, end)
+        if fetch_offset > leo or fetch_offset < log.log_start_offset:
+            raise OffsetOutOfRangeError(f"follower fetch at {fetch_offset} is outside [{log.log_start_offset}, "
+                                        f"{leo}]", file=log.dir, offset=fetch_offset)
+        replica.on_fetch(fetch_offset, leo, self.clock.time_ms())
+        self._maybe_expand_isr(replica)
+        self._maybe_increment_hw()
+        return replica, None
 
     def _read_for(self, replica: Replica, fetch_offset: int, max_bytes: int) -> FetchData | None:
         """A follower's records from `fetch_offset`: when it asks from where its last fetch ended, the bytes
         appended since are served straight from the active segment (a fetch session's position, in process)."""
         mark = replica.tail_mark
+        if fetch_offset >= self.log.log_end_offset:  # caught up: nothing to read (a mark at this offset holds)
+            if mark is None or mark[0] != fetch_offset:
+                replica.tail_mark = self.log.tail()
+            return None
         if mark is not None and mark[0] == fetch_offset:
             found = self.log.read_tail(mark, max_bytes)
             if found is not None:
                 replica.tail_mark = found[1]
                 return found[0] if found[1][0] > fetch_offset else None
         replica.tail_mark = None
-        if fetch_offset >= self.log.log_end_offset:
-            replica.tail_mark = self.log.tail()
-            return None
         records = self.log.read(fetch_offset, max_bytes)
         end = records.position + records.records.nbytes
         mark = self.log.tail()
@@ -363,13 +384,23 @@ class Partition(PartitionView):
         """The HW becomes the smallest log end over the ISR and caught-up followers, if that is higher."""
         log = self.log
         candidate = log.log_end_offset
+        if candidate <= log.high_watermark:
+            return False
         if self.remote:
-            if len(self.isr) < self.min_isr:
+            isr = self.isr
+            if len(isr) < self.min_isr:
                 return False
-            now = self.clock.time_ms()
+            now = None
             for b, r in self.remote.items():
-                if b in self.isr or r.caught_up(now, self.lag_max_ms) and r.log_end_offset >= 0:
-                    candidate = min(candidate, r.log_end_offset)
+                leo = r.log_end_offset
+                if leo >= candidate:
+                    continue
+                if b not in isr:
+                    if now is None:
+                        now = self.clock.time_ms()
+                    if leo < 0 or not r.caught_up(now, self.lag_max_ms):
+                        continue
+                candidate = leo
         if candidate <= log.high_watermark:
             return False
         log.update_high_watermark(candidate)

@@ -38,14 +38,23 @@ class ReplicaFetcher:
         self.leader_of = leader_of
         self.max_bytes = max_bytes
 
-    def fetch_once(self, follower: Partition, blocking: bool = True) -> int:
+    def fetch_once(self, follower: Partition, blocking: bool = True, send_next: bool = False) -> int:
         """One fetch round for `follower` (truncating first if its leadership changed); the bytes appended.
-        Rounds for one follower never overlap; with blocking=False a round already running means none here."""
+        Rounds for one follower never overlap; with blocking=False a round already running means none here.
+        With send_next, a round that appended sends its next fetch at once, answered before anything is read
+        (the leader learns the new log end, the follower the HW, with no second read)."""
         if not follower.fetch_lock.acquire(blocking):
             return 0
         try:
             pending = self.send(follower)
-            return self.complete(pending) if pending is not None else 0
+            appended = self.complete(pending) if pending is not None else 0
+            if appended and send_next:
+                latest = follower.log.leader_epochs.latest_epoch
+                got = pending.leader.follower_log_end(self.broker_id, follower.log.log_end_offset,
+                                                      -1 if latest is None else latest, follower.leader_epoch)
+                if got is not None:
+                    self.follow_high_watermark(follower, *got)
+            return appended
         finally:
             follower.fetch_lock.release()
 

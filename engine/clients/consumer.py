@@ -233,15 +233,29 @@ class Consumer:
         offsets looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
         if None not in self._positions.values():  # (the common case, checked at C speed)
             return
-        unset = [tp for tp in order if self._positions.get(tp, _REVOKED) is None and tp not in self._paused]
+        positions, epochs = self._positions, self._epochs
+        unset = list(itertools.compress(order, map(operator.is_, map(positions.get, order, itertools.repeat(_REVOKED)),
+                                                   itertools.repeat(None))))  # (C speed: a rebalance's thousands)
+        if self._paused:
+            unset = [tp for tp in unset if tp not in self._paused]
         if not unset:
             return
         found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
-        for tp, partition in zip(unset, self._engine.partitions_of(unset)):
-            try:
-                self._reset(tp, found.get(tp), partition)
-            except NotLeaderOrFollowerError:
-                continue
+        partitions = self._engine.partitions_of(unset)
+        if found or self.auto_offset_reset == "none" or None in partitions:
+            for tp, partition in zip(unset, partitions):
+                try:
+                    self._reset(tp, found.get(tp), partition)
+                except NotLeaderOrFollowerError:
+                    continue
+            return
+        reset = dict(zip(unset, map(self._reset_offset, partitions)))  # none committed: all by the policy
+        if positions.keys() >= reset.keys():  # (as _move: none taken away meanwhile by another thread)
+            positions.update(reset)
+            epochs.update(dict.fromkeys(reset, -1))
+            return
+        for tp, pos in reset.items():
+            self._move(tp, pos)
 
     def _move(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
         """Set the position of `tp` and the leader epoch that goes with it (Kafka's FetchPosition.offsetEpoch: the

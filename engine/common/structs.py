@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from functools import partial
+from operator import itemgetter
 from itertools import repeat
 from typing import Iterable, NamedTuple
 
@@ -20,12 +21,44 @@ class TopicPartition(NamedTuple):
 
 
 def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartition]:
-    """`[TopicPartition(topic, p) for p in partitions]`, built without a Python call per partition (a group's
-    assignment of thousands of partitions is decoded, assigned and encoded on every rebalance)."""
+    """`[TopicPartition(topic, p) for p in partitions]` (ints), without a Python call per partition: a group's
+    assignment of thousands of partitions is decoded, assigned and encoded on every rebalance. The TopicPartitions
+    of partitions 0 to 65,535 of up to 4,096 topics are made once and shared (they are immutable): a named tuple
+    costs ~0.14 µs to make, a shared one a lookup."""
+    if type(partitions) not in (list, tuple, range):
+        partitions = list(partitions)
+    if not partitions:
+        return []
+    shareable = type(topic) is str
+    shared = _shared.get(topic) if shareable else None
+    if shared is not None:
+        try:
+            return _looked_up(shared, partitions)
+        except KeyError:
+            pass  # a partition not shared yet
+    if shareable and min(partitions) >= 0 and (hi := max(partitions)) < _SHARED_PARTITIONS:
+        return _looked_up(_share(topic, shared or {}, hi), partitions)
     return list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), partitions)))
 
 
+def _looked_up(shared: dict[int, TopicPartition], partitions) -> list[TopicPartition]:
+    return [shared[partitions[0]]] if len(partitions) == 1 else list(itemgetter(*partitions)(shared))
+
+
+def _share(topic: str, shared: dict[int, TopicPartition], hi: int) -> dict[int, TopicPartition]:
+    """`shared` grown to hold partition `hi` of `topic` (a new dict: callers holding the old one keep it)."""
+    size = min(max(hi + 1, 2 * len(shared), 64), _SHARED_PARTITIONS)
+    grown, added = dict(shared), range(len(shared), size)
+    grown.update(zip(added, map(_NEW_TOPIC_PARTITION, zip(repeat(topic), added))))
+    if len(_shared) >= _SHARED_TOPICS and topic not in _shared:
+        _shared.clear()  # (topics come and go: the share starts again)
+    _shared[topic] = grown
+    return grown
+
+
 _NEW_TOPIC_PARTITION = partial(tuple.__new__, TopicPartition)  # what the named tuple's __new__ does, in C
+_SHARED_PARTITIONS, _SHARED_TOPICS = 1 << 16, 1 << 12
+_shared: dict[str, dict[int, TopicPartition]] = {}  # topic -> its TopicPartitions by partition (GIL: one op each)
 TOPIC_OF, PARTITION_OF = operator.itemgetter(0), operator.itemgetter(1)  # a TopicPartition's fields, in C
 
 

@@ -7,14 +7,19 @@ Byte layout (non-flexible message schema, engine.record.schema): `int16 version`
   [int32]] (v1+) | generationId int32 (v2+, -1) | rackId nullable string (v3+)`;
 - Assignment v0-v3: `assignedPartitions [topic string, partitions [int32]] | userData nullable bytes`.
 kafkalog writes version 3 of both. A newer version is read as v3 with its trailing fields ignored, as Kafka does.
+Every member's Subscription and Assignment are encoded and decoded on every rebalance, so both are built with one
+`struct` call per field group; a decode reads well-formed bytes of versions 0-3 on that fast path, and anything else
+(a newer version, a null array, a short or corrupt field) through `engine.record.schema.Reader`, which reads the
+newer versions and names the corrupt field.
 Pure functions over bytes; thread-safe.
 """
 from __future__ import annotations
 
+import struct
 from typing import Iterable, NamedTuple
 
 from engine.common.structs import PARTITION_OF, TOPIC_OF, TopicPartition, topic_partitions
-from engine.record.schema import Reader, Writer
+from engine.record.schema import Reader, Writer, encoded_bytes, encoded_string
 
 PROTOCOL_TYPE = "consumer"
 VERSION = 3
@@ -36,19 +41,28 @@ class Assignment(NamedTuple):
     user_data: bytes | None = None
 
 
-def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
+_I16, _I32, _VERSION_COUNT = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">hi")
+_ONE = _I32.pack(1)
+
+
+def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
     """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
     partitions = list(partitions)
-    topics = dict.fromkeys(map(TOPIC_OF, partitions))
-    if len(topics) == 1:  # (the common case, grouped at C speed)
-        by_topic = {topic: list(map(PARTITION_OF, partitions)) for topic in topics}
-    else:
-        by_topic = {}
-        for topic, p in partitions:
-            by_topic.setdefault(topic, []).append(p)
-    w.count(len(by_topic))
+    topics = set(map(TOPIC_OF, partitions))
+    if len(topics) == 1:  # (the common case, at C speed)
+        ps = list(map(PARTITION_OF, partitions))
+        return b"".join((_ONE, encoded_string(topics.pop()), struct.pack(f">i{len(ps)}i", len(ps), *ps)))
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
+    out = [_I32.pack(len(by_topic))]
     for topic, ps in by_topic.items():
-        w.string(topic).int32s(ps)
+        out += (encoded_string(topic), struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    return b"".join(out)
+
+
+def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
+    w.raw(_partitions(partitions))
 
 
 def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
@@ -60,15 +74,19 @@ def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
 
 
 def encode_subscription(s: Subscription) -> bytes:
-    w = Writer().int(16, VERSION).count(len(s.topics))
-    for t in s.topics:
-        w.string(t)
-    w.bytes(s.user_data)
-    write_partitions(w, s.owned_partitions)
-    return w.int(32, s.generation_id).string(s.rack_id).done()
+    return b"".join((_VERSION_COUNT.pack(VERSION, len(s.topics)), *map(encoded_string, s.topics),
+                     encoded_bytes(s.user_data), _partitions(s.owned_partitions), _I32.pack(s.generation_id),
+                     encoded_string(s.rack_id)))
 
 
 def decode_subscription(data) -> Subscription:
+    try:
+        return _subscription(data)
+    except (_Irregular, struct.error, UnicodeDecodeError):
+        return _read_subscription(data)
+
+
+def _read_subscription(data) -> Subscription:
     r = Reader(data, "consumer protocol subscription")
     version = r.version(None)
     topics = [r.string("topic") for _ in range(r.count("topics") or 0)]
@@ -82,16 +100,103 @@ def decode_subscription(data) -> Subscription:
 
 
 def encode_assignment(a: Assignment) -> bytes:
-    w = Writer().int(16, VERSION)
-    write_partitions(w, a.partitions)
-    return w.bytes(a.user_data).done()
+    return b"".join((_I16.pack(VERSION), _partitions(a.partitions), encoded_bytes(a.user_data)))
 
 
 def decode_assignment(data) -> Assignment:
+    try:
+        return _assignment(data)
+    except (_Irregular, struct.error, UnicodeDecodeError):
+        return _read_assignment(data)
+
+
+def _read_assignment(data) -> Assignment:
     r = Reader(data, "consumer protocol assignment")
     version = r.version(None)
     partitions = read_partitions(r, "assignedPartitions")
     user_data = r.bytes("userData", nullable=True)
     if version <= VERSION:
         r.end()
+    return Assignment(partitions, user_data)
+
+
+# --- the fast path: well-formed bytes of versions 0-3 only; anything else raises _Irregular (or struct.error,
+# UnicodeDecodeError) and the Reader decodes it, or names what is corrupt
+class _Irregular(Exception):
+    pass
+
+
+def _fast_string(data: bytes, pos: int) -> tuple[str, int]:
+    (n,) = _I16.unpack_from(data, pos)
+    end = pos + 2 + n
+    if n < 0 or end > len(data):
+        raise _Irregular
+    return data[pos + 2:end].decode(), end
+
+
+def _fast_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    (n,) = _I32.unpack_from(data, pos)
+    if n == -1:
+        return None, pos + 4
+    end = pos + 4 + n
+    if n < 0 or end > len(data):
+        raise _Irregular
+    return data[pos + 4:end], end
+
+
+def _fast_count(data: bytes, pos: int) -> int:
+    (n,) = _I32.unpack_from(data, pos)
+    if n < 0:
+        raise _Irregular
+    return n
+
+
+def _fast_partitions(data: bytes, pos: int) -> tuple[list[TopicPartition], int]:
+    count, pos, out = _fast_count(data, pos), pos + 4, []
+    for _ in range(count):
+        topic, pos = _fast_string(data, pos)
+        n = _fast_count(data, pos)
+        if pos + 4 + 4 * n > len(data):
+            raise _Irregular
+        out += topic_partitions(topic, struct.unpack_from(f">{n}i", data, pos + 4))
+        pos += 4 + 4 * n
+    return out, pos
+
+
+def _fast_version(data) -> tuple[bytes, int]:
+    if type(data) is not bytes:
+        data = bytes(data)
+    (version,) = _I16.unpack_from(data, 0)
+    if not 0 <= version <= VERSION:
+        raise _Irregular
+    return data, version
+
+
+def _subscription(data) -> Subscription:
+    data, version = _fast_version(data)
+    count, pos, topics = _fast_count(data, 2), 6, []
+    for _ in range(count):
+        topic, pos = _fast_string(data, pos)
+        topics.append(topic)
+    user_data, pos = _fast_bytes(data, pos)
+    owned, generation, rack = [], -1, None
+    if version >= 1:
+        owned, pos = _fast_partitions(data, pos)
+    if version >= 2:
+        (generation,) = _I32.unpack_from(data, pos)
+        pos += 4
+    if version >= 3:
+        (n,) = _I16.unpack_from(data, pos)
+        rack, pos = (None, pos + 2) if n == -1 else _fast_string(data, pos)
+    if pos != len(data):
+        raise _Irregular
+    return Subscription(topics, user_data, owned, generation, rack)
+
+
+def _assignment(data) -> Assignment:
+    data, _ = _fast_version(data)
+    partitions, pos = _fast_partitions(data, 2)
+    user_data, pos = _fast_bytes(data, pos)
+    if pos != len(data):
+        raise _Irregular
     return Assignment(partitions, user_data)

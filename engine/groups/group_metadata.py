@@ -14,11 +14,12 @@ Thread-safety: GroupMetadata is guarded by the coordinator's lock.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Callable, NamedTuple
 
 from engine.common.errors import KafkaError
-from engine.record.schema import Reader, Writer
+from engine.record.schema import Reader, Writer, encoded_bytes, encoded_string
 
 KEY_VERSION, VALUE_VERSION = 2, 3
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
@@ -62,6 +63,7 @@ class Pending:
         return self.value
 
 
+_TIMEOUTS = struct.Struct(">ii")  # a member's rebalance and session timeouts
 _EVENTS = threading.Lock()  # orders a completion against the first use of an event
 
 
@@ -226,9 +228,10 @@ def decode_key(data) -> str | None:
 def encode_value(g: GroupRecord) -> bytes:
     w = (Writer().int(16, VALUE_VERSION).string(g.protocol_type).int(32, g.generation).string(g.protocol)
          .string(g.leader).int(64, g.current_state_timestamp).count(len(g.members)))
-    for m in g.members:
-        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
-         .int(32, m.rebalance_timeout_ms).int(32, m.session_timeout_ms).bytes(m.subscription).bytes(m.assignment))
+    for m in g.members:  # (one join per member: a group of hundreds is stored on every rebalance)
+        w.raw(b"".join((encoded_string(m.member_id), encoded_string(m.group_instance_id), encoded_string(m.client_id),
+                        encoded_string(m.client_host), _TIMEOUTS.pack(m.rebalance_timeout_ms, m.session_timeout_ms),
+                        encoded_bytes(m.subscription), encoded_bytes(m.assignment))))
     return w.done()
 
 

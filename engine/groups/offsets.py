@@ -175,7 +175,9 @@ class OffsetStore:
     def committed(self, group_id: str, tps: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
         """The committed offsets of `tps` that the group has (one lock for all)."""
         with self._lock:
-            mine = self._committed.get(group_id, {})
+            mine = self._committed.get(group_id)
+            if not mine:
+                return {}
             return {tp: found.value for tp in tps if (found := mine.get(tp)) is not None}
 
     def offsets(self, group_id: str) -> dict[TopicPartition, CommitRecord]:

@@ -15,6 +15,20 @@ from engine.common.errors import CorruptRecordError, InvalidRecordError
 from engine.record.records import _read_uvarint
 
 _INTS = {8: struct.Struct(">b"), 16: struct.Struct(">h"), 32: struct.Struct(">i"), 64: struct.Struct(">q")}
+_NULL16, _NULL32 = _INTS[16].pack(-1), _INTS[32].pack(-1)
+
+
+def encoded_string(value: str | None) -> bytes:
+    """A non-flexible string: int16 length + UTF-8 (None: a null string, length -1)."""
+    if value is None:
+        return _NULL16
+    data = value.encode()
+    return _INTS[16].pack(len(data)) + data
+
+
+def encoded_bytes(value) -> bytes:
+    """Non-flexible bytes: int32 length + the bytes (None: a null value, length -1)."""
+    return _NULL32 if value is None else _INTS[32].pack(len(value)) + value
 
 
 class Writer:
@@ -26,17 +40,12 @@ class Writer:
         return self
 
     def string(self, value: str | None) -> "Writer":
-        data = None if value is None else value.encode()
-        self.int(16, -1 if data is None else len(data))
-        if data is not None:
-            self.out += data
+        self.out += encoded_string(value)
         return self
 
     def bytes(self, value) -> "Writer":
         """int32 length + the bytes (None: a null value, length -1)."""
-        self.int(32, -1 if value is None else len(value))
-        if value is not None:
-            self.out += value
+        self.out += encoded_bytes(value)
         return self
 
     def count(self, n: int | None) -> "Writer":
@@ -47,6 +56,11 @@ class Writer:
         """An array of int32: its length, then the values (one pack for them all)."""
         self.count(len(values))
         self.out += struct.pack(f">{len(values)}i", *values)
+        return self
+
+    def raw(self, data: bytes) -> "Writer":
+        """Bytes already encoded (a structure another module lays out)."""
+        self.out += data
         return self
 
     def done(self) -> bytes:

@@ -9,6 +9,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import engine
 from engine.clients.consumer_coordinator import ConsumerRebalanceListener
@@ -204,6 +206,89 @@ def test_the_consumer_protocols_bytes_are_kafkas_schemas_as_kafka_python_reads_t
         for end in sorted({*range(0, len(data), max(1, len(data) // 200)), len(data) - 1}):
             with pytest.raises(CorruptRecordError):
                 decode[what](data[:end])
+
+
+def _outcome(decode, data):
+    try:
+        return decode(data)
+    except CorruptRecordError as exc:
+        return type(exc), str(exc)
+
+
+def _older(version: int, topics, user_data, owned, generation, rack) -> bytes:
+    """A Subscription of `version` (0-3, or newer with a trailing field), laid out here by hand."""
+    def string(t):
+        return struct.pack(">h", len(t.encode())) + t.encode()
+    grouped: dict[str, list[int]] = {}
+    for tp in owned:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    out = struct.pack(">hi", version, len(topics)) + b"".join(map(string, topics))
+    out += struct.pack(">i", -1) if user_data is None else struct.pack(">i", len(user_data)) + user_data
+    if version >= 1:
+        out += struct.pack(">i", len(grouped)) + b"".join(string(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps)
+                                                          for t, ps in grouped.items())
+    if version >= 2:
+        out += struct.pack(">i", generation)
+    if version >= 3:
+        out += struct.pack(">h", -1) if rack is None else string(rack)
+    return out + (b"\x00\x07future" if version > 3 else b"")
+
+
+_topics = st.lists(st.sampled_from(["t", "u", "topic-ü", ""]), max_size=3)
+_owned = st.lists(st.builds(TP, st.sampled_from(["t", "u"]), st.integers(-3, 2**31 - 1)), max_size=6)
+_edits = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255), st.sampled_from(["set", "cut", "put"])),
+                  max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 5), _topics, st.none() | st.binary(max_size=8), _owned, st.integers(-2**31, 2**31 - 1),
+       st.none() | st.sampled_from(["rack-1", ""]), _edits)
+def test_the_fast_protocol_decode_answers_as_the_schema_reader_does(version, topics, user_data, owned, generation,
+                                                                     rack, edits):
+    """Subscriptions of every version and Assignments, whole and with bytes changed, cut or inserted: the decode
+    (its fast path for well-formed v0-v3 bytes) returns what the schema Reader returns, or raises its error."""
+    data = bytearray(_older(version, topics, user_data, owned, generation, rack))
+    assignment = bytearray(cp.encode_assignment(cp.Assignment(owned, user_data)))
+    for at, byte, how in edits:
+        for buf in (data, assignment):
+            i = at % (len(buf) + 1)
+            if how == "set" and i < len(buf):
+                buf[i] = byte
+            elif how == "cut":
+                del buf[i:]
+            else:
+                buf[i:i] = bytes([byte])
+    for buf in (bytes(data), bytearray(data), memoryview(bytes(data))):
+        assert _outcome(cp.decode_subscription, buf) == _outcome(cp._read_subscription, bytes(data))
+    assert _outcome(cp.decode_assignment, bytes(assignment)) == _outcome(cp._read_assignment, bytes(assignment))
+    for buf, decode, read in ((data, cp.decode_subscription, cp._read_subscription),
+                              (assignment, cp.decode_assignment, cp._read_assignment)):
+        for i in range(len(buf)):  # every byte set to each edge of a signed length in turn
+            for byte in (0x00, 0x7F, 0x80, 0xFF):
+                changed = bytes(buf[:i]) + bytes([byte]) + bytes(buf[i + 1:])
+                assert _outcome(decode, changed) == _outcome(read, changed)
+    if not edits:
+        grouped: dict[str, list[int]] = {}
+        for tp in owned:
+            grouped.setdefault(tp.topic, []).append(tp.partition)
+        regrouped = [TP(t, p) for t, ps in grouped.items() for p in ps]
+        assert cp.decode_subscription(bytes(data)) == cp.Subscription(
+            topics, user_data, regrouped if version >= 1 else [], generation if version >= 2 else -1,
+            rack if version >= 3 else None)
+        assert cp.decode_assignment(bytes(assignment)) == cp.Assignment(regrouped, user_data)
+
+
+def test_topic_partitions_are_shared_and_equal_to_new_ones():
+    """structs.topic_partitions shares the TopicPartitions of small non-negative partitions; each list is equal to
+    one made by hand, in the order given, whatever the partitions (negative, huge, repeated, any iterable)."""
+    from engine.common.structs import topic_partitions
+    cases = [("t", range(5)), ("t", (3, 1, 3)), ("t", [700]), ("t", [-1, 2]), ("t", [2**31 - 1, 0]), ("u", iter([9])),
+             ("t", ()), ("t", [1 << 16, 1])]
+    for topic, ps in cases:
+        ps = list(ps)
+        assert topic_partitions(topic, ps) == [TP(topic, p) for p in ps]
+        assert all(type(tp) is TP for tp in topic_partitions(topic, ps))
+    assert topic_partitions("t", [4])[0] is topic_partitions("t", range(5))[4]
 
 
 def test_group_partition_is_abs_java_hash_mod_50():

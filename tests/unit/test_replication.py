@@ -96,6 +96,55 @@ def test_the_seeds_high_watermark_walkthrough(tmp_path):
     assert c.values(1) == c.values(2) == c.values(0) == [b"a", b"b", b"c"]
 
 
+def test_a_fetch_that_sends_its_next_request_moves_the_high_watermark_in_one_round(tmp_path):
+    """The acks='all' waiter's rounds (send_next): a fetch that appended sends its next request at once, answered
+    before anything is read. After one round of both followers the leader knows both log ends (HW 2), the second
+    follower got that HW with its answer, the first still has the HW its own fetch carried; the seed's plain fetches
+    (above) need a second round for the same. Nothing is read twice: a later plain fetch appends nothing."""
+    c = Cluster(tmp_path, 3)
+    c.parts[0].make_leader(0, isr=[0, 1, 2], replicas=[0, 1, 2])
+    for b in (1, 2):
+        c.parts[b].make_follower(0, 0, replicas=[0, 1, 2])
+    f1, f2 = c.fetcher(1), c.fetcher(2)
+    c.produce(b"a", b"b")
+    assert f1.fetch_once(c.parts[1], send_next=True) > 0
+    assert {b: r.log_end_offset for b, r in c.parts[0].remote.items()} == {1: 2, 2: -1}
+    assert c.state() == {0: (2, 0), 1: (2, 0), 2: (0, 0)}
+    assert f2.fetch_once(c.parts[2], send_next=True) > 0
+    assert {b: r.log_end_offset for b, r in c.parts[0].remote.items()} == {1: 2, 2: 2}
+    assert c.state() == {0: (2, 2), 1: (2, 0), 2: (2, 2)}
+    assert f1.fetch_once(c.parts[1]) == 0 and c.state()[1] == (2, 2)
+    assert c.values(1) == c.values(2) == [b"a", b"b"]
+
+
+def test_a_caught_up_follower_outside_the_isr_holds_the_high_watermark_until_it_lags(tmp_path):
+    """Kafka's maybeIncrementLeaderHW: the HW waits for a follower outside the ISR while it was caught up within
+    replica.lag.time.max.ms (it is about to join), not for one that lags longer, nor for one never heard from."""
+    c = Cluster(tmp_path, 3)
+    leader = c.parts[0]
+    leader.make_leader(0, isr=[0], replicas=[0, 1, 2])  # broker 2 never fetches (log end unknown)
+    follower = leader.remote[1]
+    follower.log_end_offset, follower.last_caught_up_ms = 0, c.clock.time_ms()  # caught up at offset 0, just now
+    c.produce(b"a")
+    assert c.state()[0] == (1, 0)
+    c.clock.advance(leader.lag_max_ms + 1)
+    c.produce(b"b")
+    assert c.state()[0] == (2, 2)
+
+
+def test_a_next_request_from_a_diverged_log_records_nothing(tmp_path):
+    """follower_log_end from a log whose last epoch the leader does not have: no log end recorded, no HW moved,
+    None (the follower's next full fetch gets the epoch to truncate to)."""
+    c = Cluster(tmp_path, 2)
+    c.parts[0].make_leader(3, isr=[0, 1], replicas=[0, 1])
+    c.produce(b"a", b"b")
+    leader = c.parts[0]
+    assert leader.follower_log_end(1, 1, 2) is None  # no epoch 2 here (its first, 3, starts at 0): diverged
+    assert leader.remote[1].log_end_offset == -1 and c.state()[0] == (2, 0)
+    assert leader.follower_log_end(1, 2, 3) == (2, 0)                   # the leader's epoch: recorded, HW 2
+    assert leader.remote[1].log_end_offset == 2 and c.state()[0] == (2, 2)
+
+
 def _seed_epoch_scenario(c: Cluster, fetcher_cls) -> None:
     """Leader A (0) {LEO 2, HW 2}, follower B (1) {LEO 2, HW 0}; B restarts; A dies, B leads; A returns."""
     a, b = 0, 1
