@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import abc
 import inspect
+import itertools
 import operator
 import random
 from collections import defaultdict
 from typing import Iterable, NamedTuple
 
 from engine.common.errors import CorruptRecordError, InvalidConfigurationError
-from engine.common.structs import ConsumerGroupMetadata, TopicPartition, topic_partitions
+from engine.common.structs import PARTITION_OF, TOPIC_OF, ConsumerGroupMetadata, TopicPartition, topic_partitions
 from engine.groups.consumer_protocol import Assignment, Subscription, read_partitions, write_partitions
 from engine.record.schema import Reader, Writer
 
@@ -154,16 +155,23 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
         topic was recreated smaller) is dropped, and a claim that loses to a newer generation after an earlier tie
         takes nothing away twice (Kafka's List.remove of an absent element)."""
         topic_sets = {frozenset(s.topics) for s in subscriptions.values()}
-        max_generation = DEFAULT_GENERATION
+        members = sorted(subscriptions, key=java_order)
+        datas = [self.member_data(subscriptions[member]) for member in members]
+        max_generation = max([DEFAULT_GENERATION, *(d.generation for d in datas if d.generation is not None)])
+        claims = list(itertools.chain.from_iterable(d.partitions for d in datas))
+        if (len(set(claims)) == len(claims) and min(map(PARTITION_OF, claims), default=0) >= 0
+                and all(map(operator.lt, map(PARTITION_OF, claims),
+                            map(partitions_per_topic.get, map(TOPIC_OF, claims), itertools.repeat(0))))):
+            # (the usual case, checked at C speed: no partition claimed twice, none that does not exist)
+            owned.update((member, list(data.partitions)) for member, data in zip(members, datas))
+            return len(topic_sets) <= 1, max_generation
         owner_of: dict[TopicPartition, str] = {}
         generations: dict[str, int] = {}
         held: dict[str, dict[TopicPartition, None]] = {}  # each member's claims so far, in order (a list's order,
         # a set's membership test: a member's claims are looked up once per claim, which a list makes quadratic)
-        for member in sorted(subscriptions, key=java_order):
-            data = self.member_data(subscriptions[member])
+        for member, data in zip(members, datas):
             generation = DEFAULT_GENERATION if data.generation is None else data.generation
             generations[member] = generation
-            max_generation = max(max_generation, generation)
             mine = held[member] = {}
             for tp in data.partitions:
                 if not 0 <= tp.partition < partitions_per_topic.get(tp.topic, 0) or tp in mine:

@@ -998,7 +998,7 @@ def _random_history_rounds(rng: random.Random, cls, rounds: int):
             owned, gen = memory.get(m, ([], -1))
             owned = list(owned)
             if rng.random() < 0.3:  # a stale or conflicting claim: someone else's partition, maybe one that is gone
-                owned.append(TP(rng.choice(sorted(partitions)), rng.randint(0, 8)))
+                owned.append(TP(rng.choice(sorted(partitions)), rng.randint(-2, 8)))  # (or no partition at all)
             if rng.random() < 0.3 and gen > 0:
                 gen = rng.randint(0, gen)  # it comes back claiming an older generation
             if cls is asg.CooperativeStickyAssignor:
