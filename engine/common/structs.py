@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 from functools import partial
-from operator import itemgetter
 from itertools import repeat
 from typing import Iterable, NamedTuple
 
@@ -42,7 +41,7 @@ def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartiti
 
 
 def _looked_up(shared: dict[int, TopicPartition], partitions) -> list[TopicPartition]:
-    return [shared[partitions[0]]] if len(partitions) == 1 else list(itemgetter(*partitions)(shared))
+    return [shared[partitions[0]]] if len(partitions) == 1 else list(operator.itemgetter(*partitions)(shared))
 
 
 def _share(topic: str, shared: dict[int, TopicPartition], hi: int) -> dict[int, TopicPartition]:

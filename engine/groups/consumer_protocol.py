@@ -62,6 +62,7 @@ def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
 
 
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
+    """`_partitions` into a Writer (the sticky assignor's user data)."""
     w.raw(_partitions(partitions))
 
 
