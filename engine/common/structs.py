@@ -30,18 +30,18 @@ def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartiti
         return []
     shareable = type(topic) is str
     shared = _shared.get(topic) if shareable else None
-    if shared is not None:
-        try:
-            return _looked_up(shared, partitions)
-        except KeyError:
-            pass  # a partition not shared yet
-    if shareable and min(partitions) >= 0 and (hi := max(partitions)) < _SHARED_PARTITIONS:
-        return _looked_up(_share(topic, shared or {}, hi), partitions)
-    return list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), partitions)))
+    found = None if shared is None else _looked_up(shared, partitions)
+    if found is None and shareable and min(partitions) >= 0 and (hi := max(partitions)) < _SHARED_PARTITIONS:
+        found = _looked_up(_share(topic, shared or {}, hi), partitions)
+    return list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), partitions))) if found is None else found
 
 
-def _looked_up(shared: dict[int, TopicPartition], partitions) -> list[TopicPartition]:
-    return [shared[partitions[0]]] if len(partitions) == 1 else list(operator.itemgetter(*partitions)(shared))
+def _looked_up(shared: dict[int, TopicPartition], partitions) -> list[TopicPartition] | None:
+    """The shared TopicPartitions of `partitions`; None when one of them is not shared yet."""
+    try:
+        return [shared[partitions[0]]] if len(partitions) == 1 else list(operator.itemgetter(*partitions)(shared))
+    except KeyError:
+        return None
 
 
 def _share(topic: str, shared: dict[int, TopicPartition], hi: int) -> dict[int, TopicPartition]:

@@ -19,7 +19,7 @@ import struct
 from typing import Iterable, NamedTuple
 
 from engine.common.structs import PARTITION_OF, TOPIC_OF, TopicPartition, topic_partitions
-from engine.record.schema import Reader, Writer, encoded_bytes, encoded_string
+from engine.record.schema import Reader, Writer, encoded_bytes, encoded_int32s, encoded_string
 
 PROTOCOL_TYPE = "consumer"
 VERSION = 3
@@ -51,13 +51,13 @@ def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
     topics = set(map(TOPIC_OF, partitions))
     if len(topics) == 1:  # (the common case, at C speed)
         ps = list(map(PARTITION_OF, partitions))
-        return b"".join((_ONE, encoded_string(topics.pop()), struct.pack(f">i{len(ps)}i", len(ps), *ps)))
+        return b"".join((_ONE, encoded_string(topics.pop()), encoded_int32s(ps)))
     by_topic: dict[str, list[int]] = {}
     for topic, p in partitions:
         by_topic.setdefault(topic, []).append(p)
     out = [_I32.pack(len(by_topic))]
     for topic, ps in by_topic.items():
-        out += (encoded_string(topic), struct.pack(f">i{len(ps)}i", len(ps), *ps))
+        out += (encoded_string(topic), encoded_int32s(ps))
     return b"".join(out)
 
 
@@ -124,7 +124,7 @@ def _read_assignment(data) -> Assignment:
 # --- the fast path: well-formed bytes of versions 0-3 only; anything else raises _Irregular (or struct.error,
 # UnicodeDecodeError) and the Reader decodes it, or names what is corrupt
 class _Irregular(Exception):
-    pass
+    """Bytes the fast path leaves to the Reader."""
 
 
 def _fast_string(data: bytes, pos: int) -> tuple[str, int]:

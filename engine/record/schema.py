@@ -26,6 +26,11 @@ def encoded_string(value: str | None) -> bytes:
     return _INTS[16].pack(len(data)) + data
 
 
+def encoded_int32s(values: list[int]) -> bytes:
+    """A non-null array of int32: its length, then the values (one pack for them all)."""
+    return struct.pack(f">i{len(values)}i", len(values), *values)
+
+
 def encoded_bytes(value) -> bytes:
     """Non-flexible bytes: int32 length + the bytes (None: a null value, length -1)."""
     return _NULL32 if value is None else _INTS[32].pack(len(value)) + value
@@ -54,8 +59,7 @@ class Writer:
 
     def int32s(self, values: list[int]) -> "Writer":
         """An array of int32: its length, then the values (one pack for them all)."""
-        self.count(len(values))
-        self.out += struct.pack(f">{len(values)}i", *values)
+        self.out += encoded_int32s(values)
         return self
 
     def raw(self, data: bytes) -> "Writer":
