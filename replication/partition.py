@@ -132,6 +132,9 @@ class Partition(PartitionView):
         self.leader_epoch_start_offset = 0
         self.truncation_pending = False  # a follower truncates by epoch before its next fetch
         self.fetch_lock = threading.Lock()  # a follower's fetches run one at a time (its thread's or a waiter's)
+        # the last records read from a tail mark for a follower, kept for the other followers asking from that mark
+        # until each has had them: (mark, max bytes, leader epoch), the records, the mark after them, followers to go
+        self._tail_read: list | None = None
         self.controller_epoch = -1
         self._lock = threading.RLock()
         self._hw_changed = threading.Condition(self._lock)
@@ -155,6 +158,7 @@ class Partition(PartitionView):
             self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
             now = self.clock.time_ms()
             self.remote = {b: Replica(b) for b in self.replicas if b != self.broker_id}
+            self._tail_read = None
             for b, r in self.remote.items():
                 r.reset(now if b in self.isr else 0)
             if leader_epoch is None:
@@ -177,7 +181,7 @@ class Partition(PartitionView):
                 self.replicas = list(replicas)
             if isr is not None:
                 self.isr = frozenset(isr)
-            self.remote = {}
+            self.remote, self._tail_read = {}, None
             self.truncation_pending = True
             self._hw_changed.notify_all()
 
@@ -185,7 +189,7 @@ class Partition(PartitionView):
         """No leader (the broker hosting this replica stopped, or no replica could be elected)."""
         with self._lock:
             self.leader_id = None
-            self.remote = {}
+            self.remote, self._tail_read = {}, None
             self._hw_changed.notify_all()
 
     def _check_controller(self, controller_epoch: int | None) -> None:
@@ -273,9 +277,17 @@ class Partition(PartitionView):
         `fetch_offset` (past the HW: followers replicate everything), or the epoch to truncate to."""
         with self._lock:
             log = self.log
-            replica, diverging = self._follower_at(replica_id, fetch_offset, last_fetched_epoch, leader_epoch)
-            if diverging is not None:
-                return FollowerFetch(None, log.high_watermark, log.log_start_offset, diverging)
+            replica = self.remote.get(replica_id)
+            if (replica is not None and replica.parked == (fetch_offset, last_fetched_epoch, leader_epoch)
+                    and log.log_start_offset <= fetch_offset):
+                # the request its last append sent, recorded then and parked until records came (Kafka's delayed
+                # fetch): it completes now, nothing recorded twice
+                self._check_leader(leader_epoch)
+                replica.parked = None
+            else:
+                replica, diverging = self._follower_at(replica_id, fetch_offset, last_fetched_epoch, leader_epoch)
+                if diverging is not None:
+                    return FollowerFetch(None, log.high_watermark, log.log_start_offset, diverging)
             return FollowerFetch(self._read_for(replica, fetch_offset, max_bytes), log.high_watermark,
                                  log.log_start_offset)
 
@@ -285,8 +297,10 @@ class Partition(PartitionView):
         records its new log end (ISR expansion, HW) as `fetch_for_follower` does; (HW, log start) for the
         follower, or None when its log diverged (its next full fetch gets the epoch to truncate to)."""
         with self._lock:
-            if self._follower_at(replica_id, log_end_offset, last_fetched_epoch, leader_epoch)[1] is not None:
+            replica, diverging = self._follower_at(replica_id, log_end_offset, last_fetched_epoch, leader_epoch)
+            if diverging is not None:
                 return None
+            replica.parked = (log_end_offset, last_fetched_epoch, leader_epoch)
             return self.log.high_watermark, self.log.log_start_offset
 
     def _follower_at(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
@@ -308,6 +322,7 @@ class Partition(PartitionView):
             raise OffsetOutOfRangeError(f"follower fetch at {fetch_offset} is outside [{log.log_start_offset}, "
                                         f"{leo}]", file=log.dir, offset=fetch_offset)
         replica.on_fetch(fetch_offset, leo, self.clock.time_ms())
+        replica.parked = None
         self._maybe_expand_isr(replica)
         self._maybe_increment_hw()
         return replica, None
@@ -321,10 +336,21 @@ class Partition(PartitionView):
                 replica.tail_mark = self.log.tail()
             return None
         if mark is not None and mark[0] == fetch_offset:
+            key = (mark, max_bytes, self.leader_epoch)
+            shared = self._tail_read
+            if shared is not None and shared[0] == key and shared[2][0] == self.log.log_end_offset:
+                shared[3] -= 1  # another follower's read of the same bytes, nothing appended since
+                if not shared[3]:
+                    self._tail_read = None
+                replica.tail_mark = shared[2]
+                return shared[1]
             found = self.log.read_tail(mark, max_bytes)
             if found is not None:
                 replica.tail_mark = found[1]
-                return found[0] if found[1][0] > fetch_offset else None
+                if found[1][0] <= fetch_offset:
+                    return None
+                self._tail_read = [key, *found, len(self.remote) - 1] if len(self.remote) > 1 else None
+                return found[0]
         replica.tail_mark = None
         records = self.log.read(fetch_offset, max_bytes)
         end = records.position + records.records.nbytes

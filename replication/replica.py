@@ -14,7 +14,7 @@ UNKNOWN = -1
 
 class Replica:
     __slots__ = ("broker_id", "log_end_offset", "last_caught_up_ms", "_last_fetch_leader_leo", "_last_fetch_ms",
-                 "tail_mark")
+                 "tail_mark", "parked")
 
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
@@ -27,6 +27,9 @@ class Replica:
         self._last_fetch_leader_leo = UNKNOWN
         self._last_fetch_ms = 0
         self.tail_mark: tuple[int, int, int] | None = None  # where the last fetch served up to: the log's tail()
+        # a fetch the leader recorded and answered with no records, still waiting for them (as Kafka parks it): its
+        # (fetch offset, last fetched epoch, leader epoch)
+        self.parked: tuple[int, int, int | None] | None = None
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
         """A fetch from `fetch_offset` arrived while the leader's log ended at `leader_leo`."""

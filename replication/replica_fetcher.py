@@ -15,6 +15,7 @@ waiting for acks='all' (which runs rounds itself, see Engine) never fetch for th
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from typing import Callable, NamedTuple
 
@@ -22,6 +23,7 @@ from engine.common.errors import InvalidOffsetError
 from engine.replication.partition import FollowerFetch, Partition
 
 MAX_FETCH_BYTES = 1 << 20
+_BASE_OFFSET = struct.Struct(">q")  # a batch's first field
 log = logging.getLogger("kafkalog.replica_fetcher")
 
 
@@ -47,13 +49,17 @@ class ReplicaFetcher:
             return 0
         try:
             pending = self.send(follower)
-            appended = self.complete(pending) if pending is not None else 0
-            if appended and send_next:
-                latest = follower.log.leader_epochs.latest_epoch
-                got = pending.leader.follower_log_end(self.broker_id, follower.log.log_end_offset,
-                                                      -1 if latest is None else latest, follower.leader_epoch)
-                if got is not None:
-                    self.follow_high_watermark(follower, *got)
+            if pending is None:
+                return 0
+            appended = self.complete(pending, follow=not send_next)
+            if send_next and pending.answer.diverging_epoch is None:
+                got = None
+                if appended:
+                    latest = follower.log.leader_epochs.latest_epoch
+                    got = pending.leader.follower_log_end(self.broker_id, follower.log.log_end_offset,
+                                                          -1 if latest is None else latest, follower.leader_epoch)
+                # no next request (nothing appended, or it found the logs diverged): this answer's HW
+                self.follow_high_watermark(follower, *(got or self._answered(pending)))
             return appended
         finally:
             follower.fetch_lock.release()
@@ -85,10 +91,11 @@ class ReplicaFetcher:
                 and follower.log.high_watermark == leader.log.high_watermark
                 and leader.clock.time_ms() - seen.last_caught_up_ms < leader.lag_max_ms // 2)
 
-    def complete(self, pending: PendingFetch) -> int:
+    def complete(self, pending: PendingFetch, follow: bool = True) -> int:
         """The response half: as with a fetch Kafka answers when it completes, the HW it carries is the
-        leader's as of now (other followers' fetches since may have raised it); the bytes appended."""
-        follower, leader, got = pending
+        leader's as of now (other followers' fetches since may have raised it); the bytes appended. With
+        follow=False the caller takes the HW (from the answer to the next request it sends at once)."""
+        follower, _, got = pending
         log = follower.log
         if got.diverging_epoch is not None:
             self._truncate_towards(follower, *got.diverging_epoch)
@@ -99,9 +106,15 @@ class ReplicaFetcher:
             if data:
                 log.append_as_follower(data)
                 appended = len(data)
-        self.follow_high_watermark(follower, max(got.high_watermark, leader.log.high_watermark),
-                                   got.log_start_offset)
+        if follow:
+            self.follow_high_watermark(follower, *self._answered(pending))
         return appended
+
+    @staticmethod
+    def _answered(pending: PendingFetch) -> tuple[int, int]:
+        """The (HW, log start) a fetch's answer carries when it completes: the leader's HW as of now."""
+        answer = pending.answer
+        return max(answer.high_watermark, pending.leader.log.high_watermark), answer.log_start_offset
 
     @staticmethod
     def follow_high_watermark(follower: Partition, leader_hw: int, leader_log_start: int) -> None:
@@ -120,6 +133,8 @@ class ReplicaFetcher:
         cleaner removes whole batches, and a follower appends across the gap, as Kafka's does (only offsets going
         back are an error); a batch that straddles the log end means the logs diverged."""
         view = records.records
+        if view.nbytes >= 8 and _BASE_OFFSET.unpack_from(view)[0] == leo:
+            return view  # the read began at the follower's log end (a tail read: the usual case)
         for batch in records.batches(source):
             if batch.base_offset >= leo:
                 return view[batch.position:]  # positions count from the view's start

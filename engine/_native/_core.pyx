@@ -89,6 +89,8 @@ cdef enum:
     MIN_RECORD_SIZE = 7
     NOGIL_CRC_BYTES = 65536
     CRC_STEP = 16384  # an encoder's CRC follows its writing this far behind, reading bytes still in the cache
+    PAIR_VALUE_BYTES = 64  # a header pair is kept for sharing when its value is at most this long
+    KEY_SLOTS = 16  # the header key cache's slots (h >> 28 of a 32-bit hash picks one)
 
 cdef uint8_t _EMPTY[1]
 
@@ -498,28 +500,71 @@ cdef inline object _field(const uint8_t *p, int32_t n):
 @cython.final
 cdef class _HeaderKeys:
     """The header keys one decoding call has made: a key repeated across its records (the usual case) is decoded once
-    and shared (str is immutable). Eight slots, chosen by length and first and last byte; ASCII keys only, whose bytes
-    are the str's data."""
+    and shared (str is immutable). KEY_SLOTS slots, chosen by a hash of the length and the first, middle and last bytes
+    (keys a record carries together, like traceparent and tracestate, seldom take turns in one slot); ASCII keys only,
+    whose bytes are the str's data. Each slot also keeps the last (key, value) pair made with its key when the value is
+    None or at most PAIR_VALUE_BYTES long: a header repeated verbatim (a service name, a content type) is shared too."""
 
-    cdef PyObject *keys[8]
+    cdef PyObject *keys[KEY_SLOTS]
+    cdef PyObject *pairs[KEY_SLOTS]
 
     def __dealloc__(self):
         cdef int i
-        for i in range(8):
+        for i in range(KEY_SLOTS):
             Py_XDECREF(self.keys[i])
+            Py_XDECREF(self.pairs[i])
 
-    cdef object key(self, const uint8_t *p, int32_t n):
-        cdef int slot = (n + (p[0] + p[n - 1] if n else 0)) & 7
+    cdef inline int _slot(self, const uint8_t *p, int32_t n) noexcept:
+        cdef uint32_t h = <uint32_t>n * 0x9E3779B1u
+        if n:
+            h ^= (p[0] * 0x85EBCA77u) ^ (p[n >> 1] * 0xC2B2AE3Du) ^ (p[n - 1] * 0x27D4EB2Fu)
+            h *= 0x165667B1u
+        return <int>(h >> 28)
+
+    cdef inline bint _cached(self, int slot, const uint8_t *p, int32_t n) noexcept:
         cdef PyObject *k = self.keys[slot]
-        if (k != NULL and PyUnicode_GET_LENGTH(<object>k) == n
-                and memcmp(PyUnicode_DATA(<object>k), p, n) == 0):
-            return <object>k
+        return (k != NULL and PyUnicode_GET_LENGTH(<object>k) == n
+                and memcmp(PyUnicode_DATA(<object>k), p, n) == 0)
+
+    cdef object _decode(self, int slot, const uint8_t *p, int32_t n):
+        """The key decoded, kept in `slot` (its pair dropped) when it is short ASCII."""
         s = PyUnicode_DecodeUTF8(<const char *>p, n, "surrogateescape")
         if n <= 64 and PyUnicode_IS_COMPACT_ASCII(s):
-            Py_XDECREF(k)
+            Py_XDECREF(self.keys[slot])
             Py_INCREF(s)
             self.keys[slot] = <PyObject *>s
+            Py_XDECREF(self.pairs[slot])
+            self.pairs[slot] = NULL
         return s
+
+    cdef object key(self, const uint8_t *p, int32_t n):
+        cdef int slot = self._slot(p, n)
+        if self._cached(slot, p, n):
+            return <object>self.keys[slot]
+        return self._decode(slot, p, n)
+
+    cdef tuple pair(self, const uint8_t *kp, int32_t kn, const uint8_t *vp, int32_t vn):
+        """The (key, value) tuple of a header, untracked by the cyclic GC (it holds only a str and bytes or None)."""
+        cdef int slot = self._slot(kp, kn)
+        cdef PyObject *t
+        cdef PyObject *v
+        if self._cached(slot, kp, kn):
+            key = <object>self.keys[slot]
+            t = self.pairs[slot]
+            if t != NULL:
+                v = PyTuple_GET_ITEM(<object>t, 1)
+                if (v == <PyObject *>None) if vn < 0 else (v != <PyObject *>None and PyBytes_GET_SIZE(<object>v) == vn
+                                                            and memcmp(PyBytes_AS_STRING(<object>v), vp, vn) == 0):
+                    return <tuple>t
+        else:
+            key = self._decode(slot, kp, kn)
+        pair = (key, _field(vp, vn))
+        PyObject_GC_UnTrack(<PyObject *>pair)
+        if vn <= PAIR_VALUE_BYTES and self.keys[slot] == <PyObject *>key:
+            Py_XDECREF(self.pairs[slot])
+            Py_INCREF(pair)
+            self.pairs[slot] = <PyObject *>pair
+        return pair
 
 
 cdef inline void _next_header(const uint8_t **p, const uint8_t *end, HeaderRef *h) noexcept nogil:
@@ -543,8 +588,7 @@ cdef list _headers_list(const uint8_t *p, const uint8_t *end, int32_t count, _He
     cdef HeaderRef h
     for i in range(count):
         _next_header(&p, end, &h)
-        pair = (keys.key(h.key.p, <int32_t>h.key.n), _field(h.value.p, <int32_t>h.value.n))
-        PyObject_GC_UnTrack(<PyObject *>pair)
+        pair = keys.pair(h.key.p, <int32_t>h.key.n, h.value.p, <int32_t>h.value.n)
         Py_INCREF(pair)
         PyList_SET_ITEM(out, i, pair)
     return out

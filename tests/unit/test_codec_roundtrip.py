@@ -104,22 +104,60 @@ def test_columnar_encode_equals_row_encode(pairs, ts, compression):
                                     keys=keys, timestamps=tss, compression=compression) == want
 
 
-def test_header_keys_shared_within_a_batch_keep_their_own_text():
-    """The native decoder shares one str per repeated header key: keys that meet in its cache (same length, same
-    first and last bytes), non-ASCII, empty, long and invalid UTF-8 keys all come back as written, in both decoders;
-    the (key, value) pairs it builds are out of the cyclic GC."""
-    import gc
-
-    keys = ["ab", "ba", "aab", "abb", "", "é", "ключ", "k" * 65, "k" * 64, "a\udcff"]
-    recs = [(b"k", b"v", [(keys[(i + j) % len(keys)], b"%d" % j) for j in range(3)], 1_000 + i) for i in range(40)]
+def _headers_come_back(recs: list) -> bytes:
+    """The batch of `recs`, after checking every decoder gives each record's headers back as written."""
     data = IMPLS[0].encode_batch(recs)
     for impl in IMPLS:
         (batch,) = impl.iter_batches(data)
         for got in (batch.records(), list(batch)):
             assert [r.headers for r in got] == [h for _, _, h, _ in recs]
-    for impl in [impl for name, impl in zip(IMPLEMENTATIONS, IMPLS) if name == "cython"]:
+    return data
+
+
+def _native_impls() -> list:
+    return [impl for name, impl in zip(IMPLEMENTATIONS, IMPLS) if name == "cython"]
+
+
+def test_header_keys_shared_within_a_batch_keep_their_own_text():
+    """The native decoder shares one str per repeated header key: keys that take turns in its cache (more keys than
+    it has slots), non-ASCII, empty, long and invalid UTF-8 keys all come back as written, in both decoders; the
+    (key, value) pairs it builds are out of the cyclic GC."""
+    import gc
+
+    keys = ["ab", "ba", "aab", "abb", "", "é", "ключ", "k" * 65, "k" * 64, "a\udcff"]
+    keys += [f"k{i}" for i in range(30)]
+    recs = [(b"k", b"v", [(keys[(i + j) % len(keys)], b"%d" % j) for j in range(3)], 1_000 + i) for i in range(120)]
+    data = _headers_come_back(recs)
+    for impl in _native_impls():
         (batch,) = impl.iter_batches(data)
         pairs = [pair for r in batch for pair in r.headers]
         assert not any(gc.is_tracked(pair) for pair in pairs)
         (batch,) = impl.iter_batches(impl.encode_batch([(None, b"v", [("trace-id", b"%d" % i)], 0) for i in range(9)]))
         assert len({id(k) for r in batch for k, _ in r.headers}) == 1  # one str for a key every record repeats
+
+
+def test_repeated_header_pairs_are_shared_and_keep_their_own_bytes():
+    """A header the native decoder meets again verbatim (same key, same value of at most 64 bytes or None) is the same
+    tuple; every other one comes back as written, in both decoders: values one byte or one length apart, None beside
+    b"", 65-byte values, keys taking turns in the key cache (more keys than it has slots)."""
+    values = [b"svc", b"svd", b"sv", b"", None, b"x" * 64, b"x" * 63 + b"y", b"x" * 65, b"x" * 64 + b"y"]
+    keys = ["source", "ab", "ba", "é"] + [f"k{i}" for i in range(20)]
+    rng = random.Random(7)
+    recs = [(b"k", b"v", [(rng.choice(keys), rng.choice(values)) for _ in range(rng.randrange(4))], i)
+            for i in range(1000)]
+    _headers_come_back(recs)
+    for impl in _native_impls():
+        cases = [([b"svc"] * 9, 1), ([None] * 9, 1), ([b"x" * 64] * 9, 1), ([b"x" * 65] * 9, 9),
+                 ([b"%d" % i for i in range(9)], 9)]
+        for values, tuples in cases:
+            (batch,) = impl.iter_batches(impl.encode_batch([(None, b"v", [("source", v)], 0) for v in values]))
+            for got in (batch.records(), list(batch)):
+                assert len({id(r.headers[0]) for r in got}) == tuples
+                assert [r.headers for r in got] == [[("source", v)] for v in values]
+        # W3C trace context: the two keys every record carries keep their own slots (one str each, the fixed pair
+        # shared)
+        recs = [(None, b"v", [("traceparent", b"00-%032d-01" % i), ("tracestate", b"k=v")], 0) for i in range(9)]
+        (batch,) = impl.iter_batches(impl.encode_batch(recs))
+        got = list(batch)
+        assert len({id(r.headers[0][0]) for r in got}) == 1 and len({id(r.headers[1]) for r in got}) == 1
+        assert [r.headers for r in got] == [h for _, _, h, _ in recs]

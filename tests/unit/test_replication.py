@@ -100,7 +100,8 @@ def test_a_fetch_that_sends_its_next_request_moves_the_high_watermark_in_one_rou
     """The acks='all' waiter's rounds (send_next): a fetch that appended sends its next request at once, answered
     before anything is read. After one round of both followers the leader knows both log ends (HW 2), the second
     follower got that HW with its answer, the first still has the HW its own fetch carried; the seed's plain fetches
-    (above) need a second round for the same. Nothing is read twice: a later plain fetch appends nothing."""
+    (above) need a second round for the same. Nothing is read twice: a later round appends nothing and brings the
+    first follower the HW its answer carries."""
     c = Cluster(tmp_path, 3)
     c.parts[0].make_leader(0, isr=[0, 1, 2], replicas=[0, 1, 2])
     for b in (1, 2):
@@ -113,7 +114,7 @@ def test_a_fetch_that_sends_its_next_request_moves_the_high_watermark_in_one_rou
     assert f2.fetch_once(c.parts[2], send_next=True) > 0
     assert {b: r.log_end_offset for b, r in c.parts[0].remote.items()} == {1: 2, 2: 2}
     assert c.state() == {0: (2, 2), 1: (2, 0), 2: (2, 2)}
-    assert f1.fetch_once(c.parts[1]) == 0 and c.state()[1] == (2, 2)
+    assert f1.fetch_once(c.parts[1], send_next=True) == 0 and c.state()[1] == (2, 2)
     assert c.values(1) == c.values(2) == [b"a", b"b"]
 
 
@@ -143,6 +144,67 @@ def test_a_next_request_from_a_diverged_log_records_nothing(tmp_path):
     assert leader.remote[1].log_end_offset == -1 and c.state()[0] == (2, 0)
     assert leader.follower_log_end(1, 2, 3) == (2, 0)                   # the leader's epoch: recorded, HW 2
     assert leader.remote[1].log_end_offset == 2 and c.state()[0] == (2, 2)
+
+
+def test_a_parked_next_request_completes_without_being_recorded_again(tmp_path):
+    """The next request a send_next round sends is recorded when sent and then waits for records (Kafka parks a
+    fetch that finds nothing to read): the fetch that completes it reads without recording the follower again. A
+    parked request below a log start that moved since is refused, as any fetch there is."""
+    c = Cluster(tmp_path, 3)
+    leader = c.parts[0]
+    leader.make_leader(0, isr=[0, 2], replicas=[0, 1, 2])  # broker 1 fetches from outside the ISR
+    for b in (1, 2):
+        c.parts[b].make_follower(0, 0, replicas=[0, 1, 2])
+    f1, f2 = c.fetcher(1), c.fetcher(2)
+    c.produce(b"a")
+    parked_at = c.clock.time_ms()
+    assert f1.fetch_once(c.parts[1], send_next=True) > 0
+    replica = leader.remote[1]
+    assert replica.parked == (1, 0, 0) and replica._last_fetch_ms == parked_at
+    c.clock.advance(1_000)
+    c.produce(b"b")
+    pending = f1.send(c.parts[1])  # completes the parked request
+    assert replica.parked is None and replica._last_fetch_ms == parked_at and replica._last_fetch_leader_leo == 1
+    f1.complete(pending, follow=False)
+    assert c.values(1) == [b"a", b"b"]
+    assert f1.fetch_once(c.parts[1]) == 0 and replica._last_fetch_ms == parked_at + 1_000  # a plain fetch: recorded
+    # parked at 2, then broker 1 lags out of reach, the HW passes it and the log start moves past it
+    leader.follower_log_end(1, 2, 0, 0)
+    c.clock.advance(leader.lag_max_ms + 1)
+    c.produce(b"c", b"d")
+    f2.fetch_once(c.parts[2], send_next=True)
+    assert leader.maybe_shrink_isr() and leader.isr == {0, 2} and c.state()[0] == (4, 4)
+    leader.log.delete_records(3)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.fetch_for_follower(1, 2, 0, 1 << 20, leader_epoch=0)
+
+
+def test_followers_asking_from_one_mark_share_one_read(tmp_path):
+    """Two followers fetching from the same tail mark with nothing appended between get the one read, which the
+    leader lets go once both have it; an append between them means a read of its own, with the new batch."""
+    c = Cluster(tmp_path, 3)
+    c.parts[0].make_leader(0, isr=[0, 1, 2], replicas=[0, 1, 2])
+    for b in (1, 2):
+        c.parts[b].make_follower(0, 0, replicas=[0, 1, 2])
+    f1, f2 = c.fetcher(1), c.fetcher(2)
+    c.produce(b"a")
+    f1.fetch_once(c.parts[1])
+    f2.fetch_once(c.parts[2])  # both have read to the tail
+    c.produce(b"b")
+    p1 = f1.send(c.parts[1])
+    assert c.parts[0]._tail_read is not None
+    p2 = f2.send(c.parts[2])
+    assert p2.answer.records is p1.answer.records and c.parts[0]._tail_read is None
+    f1.complete(p1)
+    f2.complete(p2)
+    c.produce(b"c")
+    p1 = f1.send(c.parts[1])
+    c.produce(b"d")
+    p2 = f2.send(c.parts[2])
+    assert p2.answer.records is not p1.answer.records
+    f1.complete(p1)
+    f2.complete(p2)
+    assert c.values(1) == [b"a", b"b", b"c"] and c.values(2) == [b"a", b"b", b"c", b"d"]
 
 
 def _seed_epoch_scenario(c: Cluster, fetcher_cls) -> None:
