@@ -15,15 +15,14 @@ waiting for acks='all' (which runs rounds itself, see Engine) never fetch for th
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 from typing import Callable, NamedTuple
 
 from engine.common.errors import InvalidOffsetError
+from engine.record import batch_format as bf
 from engine.replication.partition import FollowerFetch, Partition
 
 MAX_FETCH_BYTES = 1 << 20
-_BASE_OFFSET = struct.Struct(">q")  # a batch's first field
 log = logging.getLogger("kafkalog.replica_fetcher")
 
 
@@ -133,7 +132,7 @@ class ReplicaFetcher:
         cleaner removes whole batches, and a follower appends across the gap, as Kafka's does (only offsets going
         back are an error); a batch that straddles the log end means the logs diverged."""
         view = records.records
-        if view.nbytes >= 8 and _BASE_OFFSET.unpack_from(view)[0] == leo:
+        if view.nbytes >= 8 and bf.INT64.unpack_from(view)[0] == leo:
             return view  # the read began at the follower's log end (a tail read: the usual case)
         for batch in records.batches(source):
             if batch.base_offset >= leo:

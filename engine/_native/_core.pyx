@@ -537,12 +537,6 @@ cdef class _HeaderKeys:
             self.pairs[slot] = NULL
         return s
 
-    cdef object key(self, const uint8_t *p, int32_t n):
-        cdef int slot = self._slot(p, n)
-        if self._cached(slot, p, n):
-            return <object>self.keys[slot]
-        return self._decode(slot, p, n)
-
     cdef tuple pair(self, const uint8_t *kp, int32_t kn, const uint8_t *vp, int32_t vn):
         """The (key, value) tuple of a header, untracked by the cyclic GC (it holds only a str and bytes or None)."""
         cdef int slot = self._slot(kp, kn)
