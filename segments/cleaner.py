@@ -14,7 +14,8 @@ the same offsets, producer fields and epoch (engine.record.codec.rebuild_batch).
 tombstones (or an empty transaction's marker) is kept, its base timestamp becomes the delete horizon
 (now + `delete.retention.ms`, attribute bit 6).
 Byte layout: the new segment is an ordinary segment (segments.segment) written as `<base>.*.cleaned`.
-Crash policy: the group's new segment is complete and fsynced as `.cleaned` before anything is renamed; then
+Crash policy: the group's new segment is complete and fsynced as `.cleaned` before anything is renamed (its writeback
+is started after each piece written, so that fsync has little left to wait for); then
 `.cleaned` -> `.swap`, the old segments -> `.deleted`, `.swap` -> final names, each step made durable
 (segments.local_log.replace_segments); segments.log_loader resolves a crash at any step to the state before or
 after that group's swap. The caller checkpoints the new first dirty offset only after every group is swapped.
@@ -331,6 +332,7 @@ class Cleaner:
             size += len(data)
             if len(pieces) >= 1024 or size >= WRITE_BYTES:
                 dest.append(extents[-1][0], max_ts, offset_of_max, pieces, size, extents)
+                dest.start_flush()  # the device writes as the clean goes on; the flush before the swap waits less
                 stats.bytes_written += size
                 pieces, extents, size = [], [], 0
         if pieces:

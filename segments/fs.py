@@ -1,4 +1,5 @@
-"""The file-system seam: every open, read, write, fsync, rename, truncate, remove and mmap of the storage layers.
+"""The file-system seam: every open, read, write, fsync (and writeback hint), rename, truncate, remove and mmap of the
+storage layers.
 
 `FileSystem` does the real thing with unbuffered files (a returned write() is in the page cache, so it
 survives a process crash; only fsync makes it survive a power loss). Long-lived handles (a segment's
@@ -218,6 +219,13 @@ class FileSystem:
 
     def fsync(self, f: BinaryIO) -> None:
         os.fsync(f.fileno())
+
+    def start_writeback(self, f: BinaryIO) -> None:
+        """Begin writing `f`'s dirty pages to the device without waiting (with the native core, on Linux): the fsync
+        that must still follow has less left to wait for. A hint only: without the native core it does nothing."""
+        if codec.IMPL == "cython":
+            from engine._native._segment_appender import start_writeback
+            start_writeback(f.fileno())
 
     def fsync_path(self, path: str) -> None:
         """fsync the file at `path` through a pooled handle."""

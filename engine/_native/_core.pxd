@@ -71,7 +71,7 @@ cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bin
 # the log cleaner's passes over a batch's records (see _core.pyx, "the log cleaner's record passes"): the framing of
 # every record is checked first; `prepare` is then told all of them at once (so their keys can be hashed side by side
 # and their map slots fetched ahead), and `check` each in turn by its index, returning 1 to stop the visit, or to
-# keep the record
+# keep the record; retain_records given `dropped` steps over the records it names by offset instead (see there)
 cdef struct KeyRef:
     int64_t offset
     const uint8_t *key
@@ -79,5 +79,7 @@ cdef struct KeyRef:
     bint tombstone
 ctypedef int (*records_prepare)(void *ctx, const KeyRef *refs, int32_t n) except -1
 ctypedef int (*record_check)(void *ctx, int32_t i, const KeyRef *ref) except -1
+ctypedef bint (*record_dropped)(void *ctx, int64_t offset) noexcept  # a record that goes, known by its offset alone
 cdef int visit_records(object batch, records_prepare prepare, record_check visit, void *ctx) except -1
-cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc)
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc,
+                           record_dropped dropped)

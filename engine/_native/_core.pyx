@@ -441,18 +441,17 @@ cdef inline int _skip_field(const uint8_t **pp, const uint8_t *end, const uint8_
     return 0
 
 
-cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r, int32_t last_delta,
-                       int64_t base_ts) noexcept nogil:
-    """Parse one record at *pp (advancing it) and compute its stored timestamp; 0 or an index into _FRAMING."""
-    cdef int32_t size, i, hk, hv
+cdef inline int _record_head(const uint8_t **pp, const uint8_t *end, RecView *r, int32_t last_delta) noexcept nogil:
+    """Parse the record at *pp up to its offset delta (advancing *pp past it), and point r.end at the record's end;
+    0 or an index into _FRAMING."""
+    cdef int32_t size
     cdef const uint8_t *rend
-    cdef const uint8_t *ignored
     cdef int rc = kl_read_varint(pp, end, &size)
     if rc:
         return _varint_rc(rc)
     if size < 0 or size > end - pp[0]:
         return 3
-    rend = pp[0] + size
+    rend = r.end = pp[0] + size
     if size < 1:
         return 7
     pp[0] += 1  # record attributes: unused
@@ -464,6 +463,19 @@ cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r, int32
         return _varint_rc(rc)
     if r.off_delta < 0 or r.off_delta > last_delta:
         return 8
+    return 0
+
+
+cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r, int32_t last_delta,
+                       int64_t base_ts) noexcept nogil:
+    """Parse one record at *pp (advancing it) and compute its stored timestamp; 0 or an index into _FRAMING."""
+    cdef int32_t i, hk, hv
+    cdef const uint8_t *ignored
+    cdef const uint8_t *rend
+    cdef int rc = _record_head(pp, end, r, last_delta)
+    if rc:
+        return rc
+    rend = r.end
     if kl_add_overflow(base_ts, r.ts_delta, &r.ts):
         return 9
     rc = _skip_field(pp, rend, &r.key, &r.klen)
@@ -489,7 +501,6 @@ cdef int _parse_record(const uint8_t **pp, const uint8_t *end, RecView *r, int32
             return rc
     if pp[0] != rend:
         return 7
-    r.end = rend
     return 0
 
 
@@ -1738,50 +1749,86 @@ cdef class RetainedRecords:
         return self.count
 
 
-cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc):
+cdef object retain_records(object batch, records_prepare prepare, record_check keep, void *ctx, bint verify_crc,
+                           record_dropped dropped):
     """The records of a batch (framing checked, and the CRC if `verify_crc`) that `keep` returns 1 for, after
     `prepare` was told them all, with their timestamps as records() reports them (a LogAppendTime batch's max
-    timestamp)."""
+    timestamp). With `dropped` (an earlier pass over these same bytes checked their CRC and every record's framing),
+    a record it answers 1 for by its offset alone is stepped over by its length, the rest of it unread; `prepare`
+    is told of none and `keep` is asked about the others."""
     cdef RecordBatch b = <RecordBatch?>batch
     cdef RetainedRecords out = RetainedRecords.__new__(RetainedRecords)
     cdef const uint8_t *p
     cdef const uint8_t *end
-    cdef const uint8_t *h
-    cdef const RecView *rv
-    cdef RecInfo info
-    cdef HeaderRef ref
     cdef Grow refs = Grow(NULL, 0, 0)
     cdef Grow views = Grow(NULL, 0, 0)
-    cdef int32_t i, j, n
-    cdef bint log_append = b.attributes & 0x08
+    cdef int32_t i, n
     out.batch = b
     out.owner = b._open(verify_crc, comp.DEFAULT_MAX_DECOMPRESSED, &p, &end)
-    try:
-        _key_refs(b, p, end, &refs, &views)
-        n = <int32_t>(refs.len // sizeof(KeyRef))
-        prepare(ctx, <const KeyRef *>refs.data, n)
-        for i in range(n):
-            if not keep(ctx, i, <const KeyRef *>refs.data + i):
-                continue
-            rv = <const RecView *>views.data + i
-            info.key.p, info.key.n = rv.key, rv.klen
-            info.value.p, info.value.n = rv.value, rv.vlen
-            info.ts = b.max_timestamp if log_append else rv.ts
-            info.off_delta = rv.off_delta
-            info.hfirst = out.hrefs.len // sizeof(HeaderRef)
-            info.hcount = rv.hcount
-            h = rv.headers
-            for j in range(rv.hcount):
-                _next_header(&h, rv.end, &ref)
-                grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
-            grow_put(&out.infos, &info, sizeof(RecInfo))
-            out.count += 1
-            out.tombstones |= rv.vlen < 0
-    finally:
-        free(refs.data)
-        free(views.data)
+    if dropped != NULL:
+        _retain_undropped(out, p, end, keep, dropped, ctx)
+        n = b.records_count
+    else:
+        try:
+            _key_refs(b, p, end, &refs, &views)
+            n = <int32_t>(refs.len // sizeof(KeyRef))
+            prepare(ctx, <const KeyRef *>refs.data, n)
+            for i in range(n):
+                if keep(ctx, i, <const KeyRef *>refs.data + i):
+                    _retain(out, <const RecView *>views.data + i)
+        finally:
+            free(refs.data)
+            free(views.data)
     out.all_kept = out.count == n
     return out
+
+
+cdef int _retain_undropped(RetainedRecords out, const uint8_t *p, const uint8_t *end, record_check keep,
+                           record_dropped dropped, void *ctx) except -1:
+    """retain_records' walk with `dropped`: each record's framing is read up to its offset delta; one `dropped`
+    answers 1 for is stepped over, any other parsed whole (framing checked) and kept if `keep` says so."""
+    cdef RecordBatch b = out.batch
+    cdef RecView rv
+    cdef KeyRef ref
+    cdef const uint8_t *q
+    cdef int32_t i
+    cdef int rc
+    for i in range(b.records_count):
+        q = p
+        rc = _record_head(&q, end, &rv, b.last_offset_delta)
+        if rc:
+            b._framing_error(rc)
+        if dropped(ctx, b.base_offset + rv.off_delta):
+            p = rv.end
+            continue
+        rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
+        if rc:
+            b._framing_error(rc)
+        ref.offset, ref.key, ref.klen, ref.tombstone = b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0
+        if keep(ctx, i, &ref):
+            _retain(out, &rv)
+    return b._check_end(p, end)
+
+
+cdef int _retain(RetainedRecords out, const RecView *rv) except -1:
+    """Add a kept record (pointers to its key, value and headers) to `out`."""
+    cdef RecInfo info
+    cdef HeaderRef ref
+    cdef const uint8_t *h = rv.headers
+    cdef int32_t j
+    info.key.p, info.key.n = rv.key, rv.klen
+    info.value.p, info.value.n = rv.value, rv.vlen
+    info.ts = out.batch.max_timestamp if out.batch.attributes & 0x08 else rv.ts  # LogAppendTime: the batch's
+    info.off_delta = rv.off_delta
+    info.hfirst = out.hrefs.len // sizeof(HeaderRef)
+    info.hcount = rv.hcount
+    for j in range(rv.hcount):
+        _next_header(&h, rv.end, &ref)
+        grow_put(&out.hrefs, &ref, sizeof(HeaderRef))
+    grow_put(&out.infos, &info, sizeof(RecInfo))
+    out.count += 1
+    out.tombstones |= rv.vlen < 0
+    return 0
 
 
 def rebuild_batch(RecordBatch batch, records, delete_horizon_ms=None):

@@ -6,7 +6,9 @@ the first slots of the key AHEAD records on, so the slots' cache misses overlap 
 Superseded offsets: while a pass maps a batch's records in offset order from the `start_offset` of an empty map, each
 put that replaces a key's offset sets that older offset's bit in a bitset from `start_offset`. The filter pass then
 answers a record the bitset covers from its bit (superseded: dropped) and neither hashes its key nor probes: the
-answer is the map's, as an offset is superseded exactly when a later put of its digest replaced it. The bitset grows
+answer is the map's, as an offset is superseded exactly when a later put of its digest replaced it. In a checked batch
+(below) whose offsets the bitset all covers, a superseded record is stepped over by its length, the rest of it unread
+(the core's retain_records with `dropped`). The bitset grows
 as puts arrive, to at most memory / 2 bits (a sixteenth of the map's bytes more: 12 offsets a slot); records beyond
 it, or before its start, are looked up; a put out of offset order stops it for the pass.
 Checked batches: add_batch checks each batch's CRC, and the map keeps the offsets of the run of consecutive batches it
@@ -19,7 +21,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
-from engine._native._core cimport KeyRef, retain_records, visit_records
+from engine._native._core cimport KeyRef, record_dropped, retain_records, visit_records
 from engine.common.errors import InvalidConfigurationError
 
 cdef extern from "md5_impl.h":
@@ -325,11 +327,17 @@ cdef class SkimpyOffsetMap:
         (kept records, whether all were kept, whether a kept one is a tombstone). The kept records are the core's
         RetainedRecords, which rebuild_batch writes out."""
         cdef Pass ps
+        cdef int64_t first = batch.base_offset, last = batch.last_offset
+        cdef bint checked = 0 <= self.checked_lo <= first <= last <= self.checked_hi
+        cdef record_dropped dropped = NULL
         ps.map, ps.discard, ps.control, ps.now, ps.filtering = <void *>self, discard, batch.is_control, now_ms, True
         ps.has_horizon = batch.has_delete_horizon
         ps.horizon = batch.base_timestamp
-        kept = retain_records(batch, _prepare, _keep_record, &ps,
-                              not 0 <= self.checked_lo <= batch.base_offset <= batch.last_offset <= self.checked_hi)
+        ps.n = 0  # (prepare sets it; with _dropped it is not called, and _keep_record then fetches nothing ahead)
+        if (checked and not discard and not ps.control and last <= self.latest_offset and self._covered(first)
+                and self._covered(last)):
+            dropped = _dropped  # checked (CRC, framing) by the map pass, every offset answered by the bitset
+        kept = retain_records(batch, _prepare, _keep_record, &ps, not checked, dropped)
         return kept, kept.all_kept, kept.tombstones
 
 
@@ -406,6 +414,11 @@ cdef int _map_record(void *ctx, int32_t i, const KeyRef *ref) except -1:
             KL_FETCH(m.buf, m.probes + (i + AHEAD) * PROBES, PROBES)
         m._put(m.digests[i], m.probes + i * PROBES, ref.offset)
     return 0
+
+
+cdef bint _dropped(void *ctx, int64_t offset) noexcept:
+    """A filter pass's record whose offset the bitset covers: whether a later record of its key superseded it."""
+    return (<SkimpyOffsetMap>(<Pass *>ctx).map)._superseded(offset)
 
 
 cdef int _keep_record(void *ctx, int32_t i, const KeyRef *ref) except -1:

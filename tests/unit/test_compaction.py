@@ -231,6 +231,49 @@ def test_a_pass_keeps_the_records_a_lookup_of_their_keys_finds_latest(impl, slot
             assert codec.rebuild_batch(batch, kept) == codec.rebuild_batch(batch, want)
 
 
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("compression,timestamp_type", [("none", "create"), ("zstd", "create"), ("none", "log_append")])
+def test_a_filter_pass_keeps_whole_records_beside_the_superseded_it_steps_over(impl, compression, timestamp_type):
+    """After a map pass over every batch, the native filter pass knows a superseded record by its offset alone and
+    steps over it by its length; the records it keeps (with headers, tombstones before their delete horizon, none
+    past it, no keyless one) rebuild each batch exactly as the decoded records a model keeps, compressed or with
+    LogAppendTime, with the same all-kept and tombstone answers; a batch no map pass checked is read whole."""
+    from engine.record import codec as selector
+
+    codec = selector.load(impl)
+    rng = random.Random(compression + timestamp_type)
+    pool = [b"key-%d" % i for i in range(60)]
+    records = [(None if rng.random() < 0.04 else rng.choice(pool), None if rng.random() < 0.15 else rng.randbytes(9),
+                rng.choice([None, [], [("trace", rng.randbytes(5)), ("n", None)]]), T0 + i) for i in range(700)]
+    bounds = sorted({0, len(records), *rng.sample(range(1, len(records)), 25)})
+    horizon = T0 + 50
+    data = b""
+    for n, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        batch = codec.encode_batch(records[lo:hi], base_offset=lo, compression=compression,
+                                   timestamp_type=timestamp_type,
+                                   log_append_time_ms=T0 + 7 if timestamp_type == "log_append" else None)
+        if n % 3 == 1:  # an earlier clean gave its tombstones a delete horizon
+            (decoded,) = codec.iter_batches(batch)
+            batch = codec.rebuild_batch(decoded, decoded.records(), horizon)
+        data += batch
+    batches = list(codec.iter_batches(data))
+    m = offset_map.load(impl)(24 * 200)
+    for batch in batches[:-1]:  # the last batch: no map pass reads it (its records are past the latest offset)
+        assert not m.add_batch(batch, 0)
+        m.update_latest_offset(batch.last_offset)
+    latest = batches[-2].last_offset
+    last = {r[0]: o for o, r in enumerate(records[:latest + 1]) if r[0] is not None}
+    for now in (horizon - 1, horizon):
+        for batch in batches:
+            kept, all_kept, tombstones = m.filter_batch(batch, False, now)
+            past = batch.has_delete_horizon and now >= batch.delete_horizon_ms
+            want = [r for r in batch.records() if r.offset > latest or (
+                r.key is not None and r.offset == last[r.key] and not (r.value is None and past))]
+            assert (len(kept), all_kept, tombstones) == (len(want), len(want) == batch.records_count,
+                                                         any(r.value is None for r in want))
+            assert codec.rebuild_batch(batch, kept) == codec.rebuild_batch(batch, want)
+
+
 # --- the rewrite of a batch -----------------------------------------------------------------------------------
 def test_rebuild_batch_reproduces_the_cleaners_batches_of_the_kafka_vector(codec):
     """compacted-0 holds Kafka's own cleaner output: keeping every record (and the horizon) rebuilds the same
@@ -621,6 +664,52 @@ def test_both_offset_maps_clean_a_log_to_the_same_bytes(tmp_path, monkeypatch, c
             assert latest(read_log(e, "t")) == model and len(read_log(e, "t")) == len(model)
         cleaned[impl] = {f.name: f.read_bytes() for f in (tmp_path / impl / "t-0").iterdir() if f.suffix == ".log"}
     assert all(files == cleaned[IMPLEMENTATIONS[0]] for files in cleaned.values())
+
+
+def test_a_clean_starts_the_writeback_of_its_segments_as_it_writes_and_fsyncs_them_before_the_swap(tmp_path,
+                                                                                                  monkeypatch):
+    """After each piece of a cleaned segment it writes, the cleaner asks the file system to start writing it to the
+    device (so the flush before the swap has little left to wait for); the flush still fsyncs the whole segment
+    after its last piece, before the swap, and the log reads as the model."""
+    from engine.segments import cleaner
+    from engine.segments.fs import FileSystem
+
+    class Recording(FileSystem):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, str, int]] = []
+
+        def start_writeback(self, f) -> None:
+            self.calls.append(("start", f.name, os.fstat(f.fileno()).st_size))
+            super().start_writeback(f)
+
+        def fsync(self, f) -> None:
+            self.calls.append(("fsync", f.name, os.fstat(f.fileno()).st_size))
+            super().fsync(f)
+
+        def rename(self, src: str, dst: str) -> None:
+            self.calls.append(("rename", src, 0))
+            super().rename(src, dst)
+
+    monkeypatch.setattr(cleaner, "WRITE_BYTES", 2000)
+    fs, model = Recording(), {}
+    with engine.open(tmp_path, clock=ManualClock(T0), background=False, fs=fs) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 30_000})
+        with e.producer(linger_ms=0, batch_size=600) as p:
+            for i in range(900):
+                key, value = b"k%d" % (i % 200), b"value-%05d" % i
+                p.send("t", key=key, value=value)
+                model[key] = value
+        e.log("t", 0).roll()
+        fs.calls.clear()
+        e.compact("t")
+        assert latest(read_log(e, "t")) == model
+    started = {name for op, name, _ in fs.calls if op == "start"}
+    assert started and all(name.endswith(".log.cleaned") for name in started)
+    for name in started:
+        mine = [(op, size) for op, path, size in fs.calls if path == name]
+        assert sum(op == "start" for op, _ in mine) >= 2 and mine[-1] == ("rename", 0)
+        assert mine[-2] == ("fsync", max(size for _, size in mine))  # the whole segment, after the last start
 
 
 def test_compaction_lags_and_the_dirty_ratio_decide_when_a_log_is_due(tmp_path):
