@@ -1688,6 +1688,11 @@ def encode_batch(records, *, base_offset=0, compression="none", compression_leve
 
 
 # --- the log cleaner's record passes (the per-record loops of engine._native._offset_map) ------------------------
+cdef inline void _key_ref(RecordBatch b, const RecView *rv, KeyRef *ref) noexcept:
+    """What the cleaner's passes need of a parsed record: its offset, key and whether it is a tombstone."""
+    ref.offset, ref.key, ref.klen, ref.tombstone = b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0
+
+
 cdef int _key_refs(RecordBatch b, const uint8_t *p, const uint8_t *end, Grow *refs, Grow *views) except -1:
     """Parse every record of the section [p, end) of `b` (framing checked, as records() does) into `refs` and, unless
     `views` is NULL, its RecView into `views`."""
@@ -1700,7 +1705,7 @@ cdef int _key_refs(RecordBatch b, const uint8_t *p, const uint8_t *end, Grow *re
         rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
         if rc:
             b._framing_error(rc)
-        ref.offset, ref.key, ref.klen, ref.tombstone = b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0
+        _key_ref(b, &rv, &ref)
         grow_put(refs, &ref, sizeof(KeyRef))
         if views != NULL:
             grow_put(views, &rv, sizeof(RecView))
@@ -1804,7 +1809,7 @@ cdef int _retain_undropped(RetainedRecords out, const uint8_t *p, const uint8_t 
         rc = _parse_record(&p, end, &rv, b.last_offset_delta, b.base_timestamp)
         if rc:
             b._framing_error(rc)
-        ref.offset, ref.key, ref.klen, ref.tombstone = b.base_offset + rv.off_delta, rv.key, rv.klen, rv.vlen < 0
+        _key_ref(b, &rv, &ref)
         if keep(ctx, i, &ref):
             _retain(out, &rv)
     return b._check_end(p, end)

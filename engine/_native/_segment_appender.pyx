@@ -12,6 +12,7 @@ its lock) when the index can take it as it is; any other case, and every entry u
 faults, goes through the segment's Python method. The locks it takes (the log's, the segment's, the indexes', the
 descriptor pool's) are engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded: it
 takes them with C calls (a lock of another type is a TypeError when the appender first meets it).
+`start_writeback` is the file-system seam's writeback hint (segments.fs.FileSystem.start_writeback).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
