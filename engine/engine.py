@@ -28,6 +28,7 @@ import weakref
 from typing import Callable, NamedTuple
 
 from engine import limits, metadata, staged_writes
+from engine.common.changes import BumpingDict
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
     IllegalStateError,
@@ -134,7 +135,8 @@ class Engine:
         self._closed = False
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self._waiters: set[threading.Event] = set()
-        self._partitions: dict[tuple[str, int], Partition] = {}  # each partition's leader
+        # each partition's leader; a change bumps changes.LOGS, which a consumer that found nothing new watches
+        self._partitions: dict[tuple[str, int], Partition] = BumpingDict()
         self._hw_seen: dict[tuple[str, int], int] = {}  # the highest HW a leader had before it failed
         if type(replica_lag_time_max_ms) is not int or replica_lag_time_max_ms < 1:
             raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")

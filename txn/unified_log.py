@@ -13,6 +13,8 @@ Transactions: a marker (`append_marker`, the coordinator's) closes its producer'
 puts `(producer, first offset, marker offset, LSO)` into the active segment's `.txnindex`, on leaders and
 followers alike. `last_stable_offset` is the first unstable offset (txn.producer_state) capped by the HW, and
 `collect_aborted` answers a read_committed fetch with the aborted transactions it overlaps (kafka-format.md §10).
+Each change to a fetch bound (the HW, the LSO, the log start, a truncation) bumps `engine.common.changes.LOGS`
+once made: a consumer that found nothing new skips its next look until the count moved.
 On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
@@ -30,6 +32,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import NamedTuple
 
+from engine.common.changes import LOGS
 from engine.common.clock import Clock
 from engine.common.errors import (
     CleaningAbortedError,
@@ -505,6 +508,7 @@ class UnifiedLog:
     def _after_truncation(self) -> None:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state(False)
+        LOGS.bump()
 
     # --- log start and retention --------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
@@ -512,6 +516,7 @@ class UnifiedLog:
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
             self.producer_state.on_high_watermark(self.high_watermark)
+            LOGS.bump()
             return self.high_watermark
 
     def delete_records(self, offset: int) -> int:
@@ -529,6 +534,7 @@ class UnifiedLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.leader_epochs.truncate_from_start(offset)
+            LOGS.bump()
 
     def delete_old_segments(self) -> int:
         """Apply log-start, retention.bytes and retention.ms (in that order); return segments removed."""

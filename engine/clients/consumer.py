@@ -6,6 +6,9 @@ fields. Control batches are never returned and offset gaps (compaction) are skip
 isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
 transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
 fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
+A fetch that found every position at its partition's bound notes `engine.common.changes.LOGS` (taken before it
+looked) with the position map it looked at; the next fetch returns nothing at once while both are the same (no
+bound, leader or position moved: seek(), resume() and a fetch's own moves forget the note), as a fetch session does.
 With a `group_id`, `subscribe()` makes the consumer a member of the group: the engine's group coordinator and the
 consumer's coordinator (engine.clients.consumer_coordinator) share the partitions out with the configured
 assignors (partition_assignment_strategy, Kafka's default ['range', 'cooperative-sticky']), and rebalances run
@@ -34,6 +37,7 @@ import threading
 from concurrent.futures import Future
 
 from engine.clients.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from engine.common.changes import LOGS
 from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -129,6 +133,7 @@ class Consumer:
         self._epochs: dict[TopicPartition, int] = {}  # the leader epoch of each position (see _move)
         self._subscription: set[str] | None = None
         self._paused: set[TopicPartition] = set()
+        self._idle: tuple[int, dict] | None = None  # (LOGS.value, self._positions) of a fetch that found nothing new
         self._next = 0
         self._closed = False
         self._waiting: threading.Event | None = None  # the event a poll() waiting for records sleeps on
@@ -198,6 +203,7 @@ class Consumer:
 
     def resume(self, *partitions) -> None:
         self._paused.difference_update(partitions)
+        self._idle = None
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
@@ -253,6 +259,7 @@ class Consumer:
         if positions.keys() >= reset.keys():  # (as _move: none taken away meanwhile by another thread)
             positions.update(reset)
             epochs.update(dict.fromkeys(reset, -1))
+            self._idle = None
             return
         for tp, pos in reset.items():
             self._move(tp, pos)
@@ -265,6 +272,7 @@ class Consumer:
         if tp in positions:  # else taken away meanwhile by another thread (close(), a rebalance): not brought back
             positions[tp] = offset
             self._epochs[tp] = leader_epoch
+            self._idle = None
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record to fetch (resolving auto_offset_reset if needed)."""
@@ -367,13 +375,19 @@ class Consumer:
     def _fetch(self, max_records: int) -> dict[TopicPartition, list]:
         out: dict[TopicPartition, list] = {}
         budget, remaining = self.fetch_max_bytes, max_records
-        order = list(self._positions)
+        changes, positions = LOGS.value, self._positions  # (the count first: a change after it moves it)
+        idle = self._idle
+        if idle is not None and idle[0] == changes and idle[1] is positions:
+            return out  # no bound, leader or position moved since a fetch found nothing
+        order = list(positions)
         if not order:
             return out
         start = self._next % len(order)
         self._next += 1
         self._reset_unset(order)
+        looked = False
         for tp, partition, pos, bound in self._readable(order[start:] + order[:start]):
+            looked = True
             if remaining <= 0 or budget <= 0:
                 break
             if pos >= bound:  # nothing to read yet; past the log end, out of range (as a broker's fetch says)
@@ -412,6 +426,8 @@ class Consumer:
             if records:
                 out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
                 remaining -= len(records)
+        if not looked:
+            self._idle = (changes, positions)
         return out
 
     def _readable(self, order: list[TopicPartition]):
