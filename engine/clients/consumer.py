@@ -234,20 +234,22 @@ class Consumer:
         self._move(tp, pos)
         return pos
 
-    def _reset_unset(self, order: list[TopicPartition]) -> None:
-        """_reset for the partitions of `order` without a position (a rebalance just assigned them), their committed
-        offsets looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
+    def _reset_unset(self, order: list[TopicPartition], leaders: list[Partition | None]) -> None:
+        """_reset for the partitions of `order` (`leaders`: their partitions_of) without a position (a rebalance just
+        assigned them), their committed offsets looked up at once; one without a leader for now keeps no position
+        (the fetch skips it)."""
         if None not in self._positions.values():  # (the common case, checked at C speed)
             return
         positions, epochs = self._positions, self._epochs
-        unset = list(itertools.compress(order, map(operator.is_, map(positions.get, order, itertools.repeat(_REVOKED)),
-                                                   itertools.repeat(None))))  # (C speed: a rebalance's thousands)
+        unset_at = list(map(operator.is_, map(positions.get, order, itertools.repeat(_REVOKED)),
+                            itertools.repeat(None)))  # (C speed: a rebalance's thousands)
         if self._paused:
-            unset = [tp for tp in unset if tp not in self._paused]
+            unset_at = [u and tp not in self._paused for u, tp in zip(unset_at, order)]
+        unset = list(itertools.compress(order, unset_at))
         if not unset:
             return
         found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
-        partitions = self._engine.partitions_of(unset)
+        partitions = list(itertools.compress(leaders, unset_at))
         if found or self.auto_offset_reset == "none" or None in partitions:
             for tp, partition in zip(unset, partitions):
                 try:
@@ -318,11 +320,15 @@ class Consumer:
         return self._group.metadata()
 
     def _set_assignment(self, partitions) -> None:
-        """The group gave this member `partitions`: keep positions of those it already had."""
+        """The group gave this member `partitions`: keep positions of those it already had. Given the ones it has,
+        the map stays as it is (a cooperative round keeps most members' partitions; an idle fetch stays idle)."""
+        if self._positions.keys() == partitions:
+            return
         ordered = sorted(partitions)
         self._positions = dict(zip(ordered, map(self._positions.get, ordered)))
         self._epochs = dict(zip(ordered, map(self._epochs.get, ordered, itertools.repeat(-1))))  # -1: unknown
-        self._paused &= set(self._positions)
+        if self._paused:
+            self._paused &= self._positions.keys()
 
     def _committable(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: OffsetAndMetadata(pos, "", self._epochs.get(tp, -1)) for tp, pos in self._positions.items()
@@ -384,9 +390,11 @@ class Consumer:
             return out
         start = self._next % len(order)
         self._next += 1
-        self._reset_unset(order)
+        leaders = self._engine.partitions_of(order)
+        self._reset_unset(order, leaders)
         looked = False
-        for tp, partition, pos, bound in self._readable(order[start:] + order[:start]):
+        for tp, partition, pos, bound in self._readable(order[start:] + order[:start],
+                                                        leaders[start:] + leaders[:start]):
             looked = True
             if remaining <= 0 or budget <= 0:
                 break
@@ -430,13 +438,12 @@ class Consumer:
             self._idle = (changes, positions)
         return out
 
-    def _readable(self, order: list[TopicPartition]):
-        """(tp, its partition, position, fetch bound) for each partition of `order` that is not paused, has a
-        leader and may have something to say: records below the bound, or a position past it. A first pass at C
-        speed (positions against bounds) leaves the loop only those whose position is not their bound, or all of
-        them while one has no leader."""
+    def _readable(self, order: list[TopicPartition], partitions: list[Partition | None]):
+        """(tp, its partition, position, fetch bound) for each partition of `order` (`partitions`: their
+        partitions_of) that is not paused, has a leader and may have something to say: records below the bound, or
+        a position past it. A first pass at C speed (positions against bounds) leaves the loop only those whose
+        position is not their bound, or all of them while one has no leader."""
         bound_of = self._bound_of
-        partitions = self._engine.partitions_of(order)
         if None in partitions:
             candidates = range(len(order))
         else:

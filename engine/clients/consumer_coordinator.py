@@ -34,7 +34,7 @@ from engine.common.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from engine.common.structs import TOPIC_OF, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from engine.groups import assignors as asg
 from engine.groups import consumer_protocol as cp
 from engine.groups.group_metadata import Pending
@@ -225,10 +225,9 @@ class ConsumerCoordinator:
         if self.protocol == asg.EAGER:
             self._revoke(self.owned, lost=False, always=True)
         else:
-            subscribed = self._consumer.subscription() or ()
-            gone = {tp for tp in self.owned if tp.topic not in subscribed}
-            if gone:
-                self._revoke(gone, lost=False)
+            subscribed = self._consumer.subscription() or set()
+            if not subscribed.issuperset(map(TOPIC_OF, self.owned)):  # (the common case, checked at C speed)
+                self._revoke({tp for tp in self.owned if tp.topic not in subscribed}, lost=False)
 
     def _revoke(self, partitions: set[TopicPartition], lost: bool, always: bool = False) -> None:
         partitions = set(partitions)

@@ -10,8 +10,11 @@ kafkalog writes version 3 of both. A newer version is read as v3 with its traili
 Every member's Subscription and Assignment are encoded and decoded on every rebalance, so both are built with one
 `struct` call per field group; a decode reads well-formed bytes of versions 0-3 on that fast path, and anything else
 (a newer version, a null array, a short or corrupt field) through `engine.record.schema.Reader`, which reads the
-newer versions and names the corrupt field.
-Pure functions over bytes; thread-safe.
+newer versions and names the corrupt field. In one process most bytes decoded were encoded here a moment before (the
+leader reads its fellow members' Subscriptions, each member the leader's Assignment): a memo of the latest encodings
+answers those decodes with copies of what the bytes hold, without reading them.
+Functions over bytes; thread-safe (the memo is a dict changed one operation at a time under the GIL, and never hands
+out a list it keeps).
 """
 from __future__ import annotations
 
@@ -47,18 +50,24 @@ _ONE = _I32.pack(1)
 
 def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
     """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
+    return _grouped(partitions)[0]
+
+
+def _grouped(partitions: Iterable[TopicPartition]) -> tuple[bytes, list[TopicPartition]]:
+    """`_partitions`, and the TopicPartitions in the order a decode of those bytes gives them."""
     partitions = list(partitions)
     topics = set(map(TOPIC_OF, partitions))
     if len(topics) == 1:  # (the common case, at C speed)
-        ps = list(map(PARTITION_OF, partitions))
-        return b"".join((_ONE, encoded_string(topics.pop()), encoded_int32s(ps)))
+        topic, ps = topics.pop(), list(map(PARTITION_OF, partitions))
+        return b"".join((_ONE, encoded_string(topic), encoded_int32s(ps))), topic_partitions(topic, ps)
     by_topic: dict[str, list[int]] = {}
     for topic, p in partitions:
         by_topic.setdefault(topic, []).append(p)
-    out = [_I32.pack(len(by_topic))]
+    out, order = [_I32.pack(len(by_topic))], []
     for topic, ps in by_topic.items():
         out += (encoded_string(topic), encoded_int32s(ps))
-    return b"".join(out)
+        order += topic_partitions(topic, ps)
+    return b"".join(out), order
 
 
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
@@ -75,12 +84,19 @@ def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
 
 
 def encode_subscription(s: Subscription) -> bytes:
-    return b"".join((_VERSION_COUNT.pack(VERSION, len(s.topics)), *map(encoded_string, s.topics),
-                     encoded_bytes(s.user_data), _partitions(s.owned_partitions), _I32.pack(s.generation_id),
-                     encoded_string(s.rack_id)))
+    partitions, owned = _grouped(s.owned_partitions)
+    data = b"".join((_VERSION_COUNT.pack(VERSION, len(s.topics)), *map(encoded_string, s.topics),
+                     encoded_bytes(s.user_data), partitions, _I32.pack(s.generation_id), encoded_string(s.rack_id)))
+    user_data = s.user_data if s.user_data is None else bytes(s.user_data)
+    _remember(_SUBSCRIPTIONS, data, Subscription(list(s.topics), user_data, owned, s.generation_id, s.rack_id))
+    return data
 
 
 def decode_subscription(data) -> Subscription:
+    known = _SUBSCRIPTIONS.get(data) if type(data) is bytes else None
+    if known is not None:  # (its lists are the memo's own: the caller gets copies)
+        return Subscription(list(known.topics), known.user_data, list(known.owned_partitions), known.generation_id,
+                            known.rack_id)
     try:
         return _subscription(data)
     except (_Irregular, struct.error, UnicodeDecodeError):
@@ -101,14 +117,34 @@ def _read_subscription(data) -> Subscription:
 
 
 def encode_assignment(a: Assignment) -> bytes:
-    return b"".join((_I16.pack(VERSION), _partitions(a.partitions), encoded_bytes(a.user_data)))
+    partitions, order = _grouped(a.partitions)
+    data = b"".join((_I16.pack(VERSION), partitions, encoded_bytes(a.user_data)))
+    _remember(_ASSIGNMENTS, data, Assignment(order, a.user_data if a.user_data is None else bytes(a.user_data)))
+    return data
 
 
 def decode_assignment(data) -> Assignment:
+    known = _ASSIGNMENTS.get(data) if type(data) is bytes else None
+    if known is not None:
+        return Assignment(list(known.partitions), known.user_data)
     try:
         return _assignment(data)
     except (_Irregular, struct.error, UnicodeDecodeError):
         return _read_assignment(data)
+
+
+# --- what the latest encodings decode to: in one process the leader decodes the Subscriptions its fellow members
+# have just encoded, and each member the Assignment the leader has just encoded. Equal bytes decode alike, so a decode
+# of bytes found here copies the lists kept (never handed out) instead of reading the bytes again.
+_MEMO_SIZE = 2048  # encodings of each kind kept: a rebalance makes one of each per member
+_SUBSCRIPTIONS: dict[bytes, Subscription] = {}
+_ASSIGNMENTS: dict[bytes, Assignment] = {}
+
+
+def _remember(memo: dict, data: bytes, decoded) -> None:
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()  # (the oldest rebalances' bytes are not asked for again)
+    memo[data] = decoded
 
 
 def _read_assignment(data) -> Assignment:

@@ -387,3 +387,24 @@ def test_a_standalone_consumer_commits_and_resumes_from_its_group_offsets(tmp_pa
         batches = list(e.internal_partition("__consumer_offsets", offsets.partition("billing")).log.read(0).batches())
         assert [b.is_transactional for b in batches] == [False, False]
         assert offsets.decode_key(batches[0].records()[0].key) == ("billing", tps[0])
+
+
+def test_a_partition_paused_before_its_first_poll_takes_its_position_when_resumed(tmp_path):
+    """A poll positions the assigned partitions without one, each by its own log start here, except a paused one:
+    that takes its position once resumed, from the group's offset committed meanwhile."""
+    with engine.open(tmp_path) as e:
+        e.create_topic("c", 2)
+        with e.producer() as p:
+            for i in range(10):
+                p.send("c", b"%d" % i, partition=i % 2)
+        e.partition("c", 0).delete_records(2)
+        tps = [TopicPartition("c", 0), TopicPartition("c", 1)]
+        c = e.consumer(group_id="g", enable_auto_commit=False, auto_offset_reset="earliest")
+        c.assign(tps)
+        c.pause(tps[0])
+        got = c.poll()
+        assert {tp: [r.offset for r in rs] for tp, rs in got.items()} == {tps[1]: [0, 1, 2, 3, 4]}
+        c.commit({tps[0]: 3})
+        assert c.poll() == {}
+        c.resume(tps[0])
+        assert {tp: [r.offset for r in rs] for tp, rs in c.poll().items()} == {tps[0]: [3, 4]}

@@ -26,9 +26,9 @@ class Looking:
         self.consumer, self.every_time, self.looked = consumer, every_time, 0
         inner = consumer._readable
 
-        def readable(order):
+        def readable(order, partitions):
             self.looked += 1
-            return inner(order)
+            return inner(order, partitions)
         consumer._readable = readable
 
     def poll(self) -> list:

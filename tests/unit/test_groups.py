@@ -278,6 +278,36 @@ def test_the_fast_protocol_decode_answers_as_the_schema_reader_does(version, top
         assert cp.decode_assignment(bytes(assignment)) == cp.Assignment(regrouped, user_data)
 
 
+@settings(max_examples=100, deadline=None)
+@given(_topics, st.none() | st.binary(max_size=8), st.booleans(), _owned, st.integers(-2**31, 2**31 - 1),
+       st.none() | st.sampled_from(["rack-1", ""]))
+def test_a_decode_of_bytes_just_encoded_answers_as_the_schema_reader(topics, user_data, mutable, owned, generation,
+                                                                     rack):
+    """The bytes of the latest encodings decode from the memo (a member's Subscription at its leader, the leader's
+    Assignment at a member): exactly what the schema Reader reads from them, types included, owned partitions
+    regrouped by topic; no list is shared with the encoder's caller or between decodes; the memo is bounded."""
+    given = bytearray(user_data) if mutable and user_data is not None else user_data
+    names, owned_given = list(topics), [tuple(tp) for tp in owned]
+    sub = cp.encode_subscription(cp.Subscription(names, given, owned_given, generation, rack))
+    assignment = cp.encode_assignment(cp.Assignment(owned_given, given))
+    names.append("changed")  # the caller's lists, changed after the encode
+    owned_given.append(("changed", 1))
+    assert sub in cp._SUBSCRIPTIONS and assignment in cp._ASSIGNMENTS
+    for data, decode, read in ((sub, cp.decode_subscription, cp._read_subscription),
+                               (assignment, cp.decode_assignment, cp._read_assignment)):
+        first, expected = decode(bytes(data)), read(data)
+        assert first == expected
+        assert [type(v) for v in first] == [type(v) for v in expected]
+        for got, want in zip(first, expected):
+            if isinstance(got, list):
+                assert [type(v) for v in got] == [type(v) for v in want]
+                got.append(TP("changed", 1))
+        assert decode(data) == expected
+    for i in range(cp._MEMO_SIZE + 1):
+        cp.encode_assignment(cp.Assignment([TP("t", i)]))
+    assert len(cp._ASSIGNMENTS) <= cp._MEMO_SIZE
+
+
 def test_topic_partitions_are_shared_and_equal_to_new_ones():
     """structs.topic_partitions shares the TopicPartitions of small non-negative partitions; each list is equal to
     one made by hand, in the order given, whatever the partitions (negative, huge, repeated, any iterable)."""
@@ -578,6 +608,26 @@ def test_cooperative_rebalance_revokes_only_what_moves(tmp_path):
         assert seen2 == list(range(e.partition("T0", 1).high_watermark))  # p1's records, read during the rebalance
         for c in (c1, c2, c3):
             c.close()
+
+
+def test_a_cooperative_member_revokes_a_dropped_topic_before_it_rejoins(tmp_path):
+    """As Kafka's ConsumerCoordinator.onJoinPrepare: partitions of a topic no longer subscribed are revoked before the
+    JoinGroup, so one round gives the member the rest (the assignor never sees them owned)."""
+    with engine.open(tmp_path, group_config=FAST) as e:
+        for t in ("A", "B"):
+            e.create_topic(t, partitions=2)
+        c = e.consumer(group_id="g", partition_assignment_strategy="cooperative-sticky", session_timeout_ms=3000,
+                       heartbeat_interval_ms=100)
+        c.subscribe(["A", "B"])
+        poll_until([c], lambda: len(c.assignment()) == 4 and e.groups.describe_group("g").state == STABLE)
+        generation, rec = c.group_metadata().generation_id, Recorder()
+        c.subscribe(["A"], listener=rec)
+        poll_until([c], lambda: c.group_metadata().generation_id > generation and not c._group._rejoin
+                   and e.groups.describe_group("g").state == STABLE)
+        assert c.assignment() == {TP("A", 0), TP("A", 1)}
+        assert rec.events == [("revoked", {TP("B", 0), TP("B", 1)}), ("assigned", set())]
+        assert c.group_metadata().generation_id == generation + 1
+        c.close()
 
 
 def test_three_consumers_share_six_partitions_while_one_joins_and_one_leaves(tmp_path):
