@@ -13,12 +13,13 @@ Every member's Subscription and Assignment are encoded and decoded on every reba
 newer versions and names the corrupt field. In one process most bytes decoded were encoded here a moment before (the
 leader reads its fellow members' Subscriptions, each member the leader's Assignment): a memo of the latest encodings
 answers those decodes with copies of what the bytes hold, without reading them.
-Functions over bytes; thread-safe (the memo is a dict changed one operation at a time under the GIL, and never hands
-out a list it keeps).
+Functions over bytes; thread-safe (the memo is read without a lock, one dict lookup, and changed under its lock; it
+never hands out a list it keeps).
 """
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Iterable, NamedTuple
 
 from engine.common.structs import PARTITION_OF, TOPIC_OF, TopicPartition, topic_partitions
@@ -88,12 +89,12 @@ def encode_subscription(s: Subscription) -> bytes:
     data = b"".join((_VERSION_COUNT.pack(VERSION, len(s.topics)), *map(encoded_string, s.topics),
                      encoded_bytes(s.user_data), partitions, _I32.pack(s.generation_id), encoded_string(s.rack_id)))
     user_data = s.user_data if s.user_data is None else bytes(s.user_data)
-    _remember(_SUBSCRIPTIONS, data, Subscription(list(s.topics), user_data, owned, s.generation_id, s.rack_id))
+    _SUBSCRIPTIONS.remember(data, Subscription(list(s.topics), user_data, owned, int(s.generation_id), s.rack_id))
     return data
 
 
 def decode_subscription(data) -> Subscription:
-    known = _SUBSCRIPTIONS.get(data) if type(data) is bytes else None
+    known = _SUBSCRIPTIONS.get(data)
     if known is not None:  # (its lists are the memo's own: the caller gets copies)
         return Subscription(list(known.topics), known.user_data, list(known.owned_partitions), known.generation_id,
                             known.rack_id)
@@ -119,12 +120,12 @@ def _read_subscription(data) -> Subscription:
 def encode_assignment(a: Assignment) -> bytes:
     partitions, order = _grouped(a.partitions)
     data = b"".join((_I16.pack(VERSION), partitions, encoded_bytes(a.user_data)))
-    _remember(_ASSIGNMENTS, data, Assignment(order, a.user_data if a.user_data is None else bytes(a.user_data)))
+    _ASSIGNMENTS.remember(data, Assignment(order, a.user_data if a.user_data is None else bytes(a.user_data)))
     return data
 
 
 def decode_assignment(data) -> Assignment:
-    known = _ASSIGNMENTS.get(data) if type(data) is bytes else None
+    known = _ASSIGNMENTS.get(data)
     if known is not None:
         return Assignment(list(known.partitions), known.user_data)
     try:
@@ -133,18 +134,30 @@ def decode_assignment(data) -> Assignment:
         return _read_assignment(data)
 
 
-# --- what the latest encodings decode to: in one process the leader decodes the Subscriptions its fellow members
-# have just encoded, and each member the Assignment the leader has just encoded. Equal bytes decode alike, so a decode
-# of bytes found here copies the lists kept (never handed out) instead of reading the bytes again.
-_MEMO_SIZE = 2048  # encodings of each kind kept: a rebalance makes one of each per member
-_SUBSCRIPTIONS: dict[bytes, Subscription] = {}
-_ASSIGNMENTS: dict[bytes, Assignment] = {}
+class _Memo:
+    """What the latest encodings of one kind decode to. In one process the leader decodes the Subscriptions its
+    fellow members have just encoded, and each member the Assignment the leader has just encoded; equal bytes decode
+    alike, so a decode of bytes found here copies the lists kept (never handed out) instead of reading the bytes.
+    It holds encodings of up to MEMO_BYTES in all (a list kept costs about twice its bytes), then starts again."""
+
+    def __init__(self) -> None:
+        self.found: dict[bytes, tuple] = {}
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def get(self, data) -> tuple | None:
+        return self.found.get(data) if type(data) is bytes else None
+
+    def remember(self, data: bytes, decoded: tuple) -> None:
+        with self._lock:
+            if self.held + len(data) > MEMO_BYTES:
+                self.found, self.held = {}, 0  # (the oldest rebalances' bytes are not asked for again)
+            self.found[data] = decoded
+            self.held += len(data)
 
 
-def _remember(memo: dict, data: bytes, decoded) -> None:
-    if len(memo) >= _MEMO_SIZE:
-        memo.clear()  # (the oldest rebalances' bytes are not asked for again)
-    memo[data] = decoded
+MEMO_BYTES = 1 << 20
+_SUBSCRIPTIONS, _ASSIGNMENTS = _Memo(), _Memo()
 
 
 def _read_assignment(data) -> Assignment:

@@ -285,14 +285,14 @@ def test_a_decode_of_bytes_just_encoded_answers_as_the_schema_reader(topics, use
                                                                      rack):
     """The bytes of the latest encodings decode from the memo (a member's Subscription at its leader, the leader's
     Assignment at a member): exactly what the schema Reader reads from them, types included, owned partitions
-    regrouped by topic; no list is shared with the encoder's caller or between decodes; the memo is bounded."""
+    regrouped by topic; no list is shared with the encoder's caller or between decodes."""
     given = bytearray(user_data) if mutable and user_data is not None else user_data
     names, owned_given = list(topics), [tuple(tp) for tp in owned]
     sub = cp.encode_subscription(cp.Subscription(names, given, owned_given, generation, rack))
     assignment = cp.encode_assignment(cp.Assignment(owned_given, given))
     names.append("changed")  # the caller's lists, changed after the encode
     owned_given.append(("changed", 1))
-    assert sub in cp._SUBSCRIPTIONS and assignment in cp._ASSIGNMENTS
+    assert sub in cp._SUBSCRIPTIONS.found and assignment in cp._ASSIGNMENTS.found
     for data, decode, read in ((sub, cp.decode_subscription, cp._read_subscription),
                                (assignment, cp.decode_assignment, cp._read_assignment)):
         first, expected = decode(bytes(data)), read(data)
@@ -303,9 +303,17 @@ def test_a_decode_of_bytes_just_encoded_answers_as_the_schema_reader(topics, use
                 assert [type(v) for v in got] == [type(v) for v in want]
                 got.append(TP("changed", 1))
         assert decode(data) == expected
-    for i in range(cp._MEMO_SIZE + 1):
-        cp.encode_assignment(cp.Assignment([TP("t", i)]))
-    assert len(cp._ASSIGNMENTS) <= cp._MEMO_SIZE
+
+
+def test_the_protocol_memo_holds_a_bounded_number_of_bytes(monkeypatch):
+    """The memo keeps encodings up to MEMO_BYTES in all, then starts again: a big group's bytes are not kept for
+    the life of the process."""
+    monkeypatch.setattr(cp, "MEMO_BYTES", 4096)
+    encoded = [cp.encode_assignment(cp.Assignment([TP("t", p) for p in range(i, i + 400)])) for i in range(5)]
+    assert all(len(data) > 1600 for data in encoded)
+    assert cp._ASSIGNMENTS.held == sum(map(len, cp._ASSIGNMENTS.found)) <= 4096
+    assert encoded[-1] in cp._ASSIGNMENTS.found and encoded[0] not in cp._ASSIGNMENTS.found
+    assert cp.decode_assignment(encoded[0]) == cp._read_assignment(encoded[0])
 
 
 def test_topic_partitions_are_shared_and_equal_to_new_ones():
