@@ -49,13 +49,9 @@ _I16, _I32, _VERSION_COUNT = struct.Struct(">h"), struct.Struct(">i"), struct.St
 _ONE = _I32.pack(1)
 
 
-def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
-    """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout)."""
-    return _grouped(partitions)[0]
-
-
 def _grouped(partitions: Iterable[TopicPartition]) -> tuple[bytes, list[TopicPartition]]:
-    """`_partitions`, and the TopicPartitions in the order a decode of those bytes gives them."""
+    """`[topic string, partitions [int32]]`, grouped by topic in first-seen order (also StickyAssignor's layout), and
+    the TopicPartitions in the order a decode of those bytes gives them."""
     partitions = list(partitions)
     topics = set(map(TOPIC_OF, partitions))
     if len(topics) == 1:  # (the common case, at C speed)
@@ -72,8 +68,8 @@ def _grouped(partitions: Iterable[TopicPartition]) -> tuple[bytes, list[TopicPar
 
 
 def write_partitions(w: Writer, partitions: Iterable[TopicPartition]) -> None:
-    """`_partitions` into a Writer (the sticky assignor's user data)."""
-    w.raw(_partitions(partitions))
+    """The `[topic string, partitions [int32]]` layout into a Writer (the sticky assignor's user data)."""
+    w.raw(_grouped(partitions)[0])
 
 
 def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
