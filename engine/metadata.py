@@ -23,7 +23,7 @@ from engine.segments.fs import FileSystem
 
 FILE = "kafkalog.metadata"
 VERSION = 1
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", names.METADATA_TOPIC})
+INTERNAL_TOPICS = names.INTERNAL_TOPICS
 COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # cleanup.policy=compact
 PRODUCER_ID_BLOCK = 1000
 

@@ -16,6 +16,7 @@ SEGMENT_SUFFIXES = (LOG, INDEX, TIME_INDEX, TXN_INDEX)
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITION = 2**31 - 1
 METADATA_TOPIC = "__cluster_metadata"  # a KRaft broker's metadata log (its `-0` directory is left alone)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", METADATA_TOPIC})  # no client reads them
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 

@@ -14,7 +14,9 @@ puts `(producer, first offset, marker offset, LSO)` into the active segment's `.
 followers alike. `last_stable_offset` is the first unstable offset (txn.producer_state) capped by the HW, and
 `collect_aborted` answers a read_committed fetch with the aborted transactions it overlaps (kafka-format.md §10).
 Each change to a fetch bound (the HW, the LSO, the log start, a truncation) bumps `engine.common.changes.LOGS`
-once made: a consumer that found nothing new skips its next look until the count moved.
+once made: a consumer that found nothing new skips its next look until the count moved. An internal topic's log
+(named by its directory) leaves the count alone: no consumer reads one, and a group's every commit and rebalance
+moves the HW of `__consumer_offsets`, which would send every idle consumer of the process looking again.
 On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
@@ -29,6 +31,7 @@ Thread-safety: appends, roll, flush, truncation and retention hold the log's loc
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -52,6 +55,7 @@ from engine.segments.fs import FileSystem, new_lock
 from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
+from engine.segments.names import INTERNAL_TOPICS, parse_partition_dir
 from engine.segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
 from engine.segments.txn_index import AbortedTxn
 from engine.txn import follower_append, leader_append, log_read
@@ -104,6 +108,8 @@ class UnifiedLog:
                  clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
                  cleaner_checkpoint: int | None = None) -> None:
         self.fs, self.dir, self.clock = fs, directory, clock
+        named = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
+        self._changes = None if named is not None and named[0] in INTERNAL_TOPICS else LOGS  # (see above)
         self.cleaner_checkpoint = cleaner_checkpoint  # the first dirty offset the last clean left (None: never)
         self._lock = new_lock()
         self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
@@ -508,7 +514,11 @@ class UnifiedLog:
     def _after_truncation(self) -> None:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state(False)
-        LOGS.bump()
+        self._bound_moved()
+
+    def _bound_moved(self) -> None:
+        if self._changes is not None:
+            self._changes.bump()
 
     # --- log start and retention --------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
@@ -516,7 +526,7 @@ class UnifiedLog:
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
             self.producer_state.on_high_watermark(self.high_watermark)
-            LOGS.bump()
+            self._bound_moved()
             return self.high_watermark
 
     def delete_records(self, offset: int) -> int:
@@ -534,7 +544,7 @@ class UnifiedLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.leader_epochs.truncate_from_start(offset)
-            LOGS.bump()
+            self._bound_moved()
 
     def delete_old_segments(self) -> int:
         """Apply log-start, retention.bytes and retention.ms (in that order); return segments removed."""

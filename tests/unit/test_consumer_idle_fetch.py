@@ -144,6 +144,38 @@ def test_an_idle_poll_looks_at_no_partition_until_a_bound_moves(tmp_path):
         assert LOGS.value == before
 
 
+def test_a_groups_commits_and_rebalances_leave_an_idle_consumer_idle(tmp_path):
+    """No consumer reads an internal topic: the HW a group's commits and rebalances move in `__consumer_offsets`
+    leaves the count alone, and an idle consumer of another topic does not look again."""
+    with engine.open(str(tmp_path / "d"), background=False, clock=engine.ManualClock()) as e:
+        e.create_topic("t", partitions=4)
+        e.create_topic("u", partitions=2)
+
+        def offsets_hw() -> int:
+            return sum(lg.high_watermark for (topic, _), lg in e._brokers[0].logs.logs().items()
+                       if topic == "__consumer_offsets")
+        members = [e.consumer("u", group_id="g", enable_auto_commit=False)]
+        while not members[0].assignment():  # (the group's first use makes the internal topic: its leaders count)
+            members[0].poll(0)
+        c = e.consumer(auto_offset_reset="earliest")
+        c.assign([TopicPartition("t", p) for p in range(4)])
+        looking = Looking(c, every_time=False)
+        assert looking.poll() == [] and looking.poll() == [] and looking.looked == 1
+        hw_before, before = offsets_hw(), LOGS.value
+        members[0].commit({TopicPartition("u", 0): 1})
+        members.append(e.consumer("u", group_id="g", enable_auto_commit=False))
+        while not all(m.assignment() for m in members):  # a rebalance: the group's metadata record again
+            for m in members:
+                m.poll(0)
+        assert offsets_hw() >= hw_before + 2  # (the commit and the rebalance each moved the HW)
+        assert LOGS.value == before
+        assert looking.poll() == [] and looking.looked == 1
+        e.append("u", 1, engine.encode_batch([(None, b"x", None, 1)]))  # a readable topic's HW still counts
+        assert LOGS.value > before
+        for m in members:
+            m.close()
+
+
 def _idle_pair(e, tp: TopicPartition, isolation: str = "read_uncommitted"):
     """Two consumers of `tp` at its end that both found nothing: one notes it, the other looks every time."""
     pair = []
