@@ -12,12 +12,14 @@ Every member's Subscription and Assignment are encoded and decoded on every reba
 (a newer version, a null array, a short or corrupt field) through `engine.record.schema.Reader`, which reads the
 newer versions and names the corrupt field. In one process most bytes decoded were encoded here a moment before (the
 leader reads its fellow members' Subscriptions, each member the leader's Assignment): a memo of the latest encodings
-answers those decodes with copies of what the bytes hold, without reading them.
+answers those decodes with copies of what the bytes hold, without reading them, and an encode of the same fields
+again (members rejoin with what they sent a round before, the leader hands out the same assignments) with the bytes.
 Functions over bytes; thread-safe (the memo is read without a lock, one dict lookup, and changed under its lock; it
 never hands out a list it keeps).
 """
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 from typing import Iterable, NamedTuple
@@ -81,11 +83,17 @@ def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
 
 
 def encode_subscription(s: Subscription) -> bytes:
+    fields = _fields(s.user_data, (tuple(s.topics), s.user_data, tuple(s.owned_partitions), s.generation_id,
+                                   s.rack_id))
+    data = _SUBSCRIPTIONS.made(fields)
+    if data is not None:
+        return data
     partitions, owned = _grouped(s.owned_partitions)
     data = b"".join((_VERSION_COUNT.pack(VERSION, len(s.topics)), *map(encoded_string, s.topics),
                      encoded_bytes(s.user_data), partitions, _I32.pack(s.generation_id), encoded_string(s.rack_id)))
     user_data = s.user_data if s.user_data is None else bytes(s.user_data)
-    _SUBSCRIPTIONS.remember(data, Subscription(list(s.topics), user_data, owned, int(s.generation_id), s.rack_id))
+    _SUBSCRIPTIONS.remember(data, Subscription(list(s.topics), user_data, owned, int(s.generation_id), s.rack_id),
+                            fields)
     return data
 
 
@@ -114,9 +122,13 @@ def _read_subscription(data) -> Subscription:
 
 
 def encode_assignment(a: Assignment) -> bytes:
+    fields = _fields(a.user_data, (tuple(a.partitions), a.user_data))
+    data = _ASSIGNMENTS.made(fields)
+    if data is not None:
+        return data
     partitions, order = _grouped(a.partitions)
     data = b"".join((_I16.pack(VERSION), partitions, encoded_bytes(a.user_data)))
-    _ASSIGNMENTS.remember(data, Assignment(order, a.user_data if a.user_data is None else bytes(a.user_data)))
+    _ASSIGNMENTS.remember(data, Assignment(order, a.user_data if a.user_data is None else bytes(a.user_data)), fields)
     return data
 
 
@@ -131,25 +143,45 @@ def decode_assignment(data) -> Assignment:
 
 
 class _Memo:
-    """What the latest encodings of one kind decode to. In one process the leader decodes the Subscriptions its
-    fellow members have just encoded, and each member the Assignment the leader has just encoded; equal bytes decode
-    alike, so a decode of bytes found here copies the lists kept (never handed out) instead of reading the bytes.
-    It holds encodings of up to MEMO_BYTES in all (a list kept costs about twice its bytes), then starts again."""
+    """The latest encodings of one kind: what each decodes to, and the fields each was made from. In one process the
+    leader decodes the Subscriptions its fellow members have just encoded, and each member the Assignment the leader
+    has just encoded; equal bytes decode alike, so a decode of bytes found here copies the lists kept (never handed
+    out) instead of reading the bytes. Members encode the same fields again and again (an eager member owns nothing
+    when it rejoins; a cooperative one mostly owns what it owned a round before, and the leader hands out the same
+    assignments): equal fields (user data as `bytes` or None) make the bytes found here. It holds encodings of up to
+    MEMO_BYTES in all (a list kept costs about twice its bytes), then starts again."""
 
     def __init__(self) -> None:
         self.found: dict[bytes, tuple] = {}
+        self.encoded: dict[tuple, bytes] = {}
         self.held = 0
         self._lock = threading.Lock()
 
     def get(self, data) -> tuple | None:
         return self.found.get(data) if type(data) is bytes else None
 
-    def remember(self, data: bytes, decoded: tuple) -> None:
+    def made(self, fields: tuple | None) -> bytes | None:
+        """The bytes `fields` (see _fields) were encoded to, if they are here."""
+        try:
+            return self.encoded.get(fields)  # (None is never kept)
+        except TypeError:  # an unhashable field: encoded as given, not kept
+            return None
+
+    def remember(self, data: bytes, decoded: tuple, fields: tuple | None) -> None:
         with self._lock:
             if self.held + len(data) > MEMO_BYTES:
-                self.found, self.held = {}, 0  # (the oldest rebalances' bytes are not asked for again)
+                self.found, self.encoded, self.held = {}, {}, 0  # (the oldest rebalances' are not asked for again)
             self.found[data] = decoded
+            if fields is not None:
+                with contextlib.suppress(TypeError):
+                    self.encoded[fields] = data
             self.held += len(data)
+
+
+def _fields(user_data, fields: tuple) -> tuple | None:
+    """What an encode is remembered by: None with user data in a buffer that may change (its bytes now are not
+    its bytes at the next encode; a writable memoryview cannot even be hashed)."""
+    return fields if user_data is None or type(user_data) is bytes else None
 
 
 MEMO_BYTES = 1 << 20

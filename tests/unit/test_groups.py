@@ -312,8 +312,37 @@ def test_the_protocol_memo_holds_a_bounded_number_of_bytes(monkeypatch):
     encoded = [cp.encode_assignment(cp.Assignment([TP("t", p) for p in range(i, i + 400)])) for i in range(5)]
     assert all(len(data) > 1600 for data in encoded)
     assert cp._ASSIGNMENTS.held == sum(map(len, cp._ASSIGNMENTS.found)) <= 4096
+    assert sorted(cp._ASSIGNMENTS.encoded.values()) == sorted(cp._ASSIGNMENTS.found)  # (both start again together)
     assert encoded[-1] in cp._ASSIGNMENTS.found and encoded[0] not in cp._ASSIGNMENTS.found
     assert cp.decode_assignment(encoded[0]) == cp._read_assignment(encoded[0])
+
+
+def test_an_encode_of_fields_encoded_before_answers_as_a_fresh_encode():
+    """Equal fields make the memo's bytes: whichever one field differs from the encode before, the bytes read back as
+    the new fields; a mutable user data buffer or an unhashable field is encoded as given each time."""
+    base = cp.Subscription(["a", "b"], b"u", [TP("a", 0), TP("b", 1)], 3, "r1")
+    variants = [base._replace(topics=["a"]), base._replace(user_data=None), base._replace(user_data=b""),
+                base._replace(user_data=b"v"),
+                base._replace(owned_partitions=[TP("a", 0)]), base._replace(generation_id=4),
+                base._replace(rack_id=None), base._replace(rack_id="r2")]
+    for before, variant in zip([base] + variants, variants):
+        for earlier in (base, before):
+            cp.encode_subscription(earlier)
+            assert cp._read_subscription(cp.encode_subscription(variant)) == variant
+    for parts, user_data in (([TP("a", 0)], b"u"), ([TP("a", 0)], None), ([TP("a", 1)], b"u"), ([], b"u")):
+        cp.encode_assignment(cp.Assignment([TP("a", 0)], b"u"))
+        assert cp._read_assignment(cp.encode_assignment(cp.Assignment(parts, user_data))) == (parts, user_data)
+    for mutable in (bytearray, lambda data: memoryview(bytearray(data)),
+                    lambda data: memoryview(bytearray(data)).toreadonly()):  # (the last one can be hashed)
+        buffer = mutable(b"x")
+        first = cp.encode_subscription(base._replace(user_data=buffer))
+        (buffer.obj if isinstance(buffer, memoryview) else buffer)[0] = ord("y")
+        assert cp._read_subscription(cp.encode_subscription(base._replace(user_data=buffer))).user_data == b"y"
+        assert cp._read_subscription(first).user_data == b"x"
+    assert None not in cp._SUBSCRIPTIONS.encoded  # (what cannot be remembered is not kept under None either)
+    listed = base._replace(owned_partitions=[["a", 0]])  # (lists of topic and partition: encoded, not hashable)
+    assert cp._read_subscription(cp.encode_subscription(listed)).owned_partitions == [TP("a", 0)]
+    assert cp.encode_subscription(listed) == cp.encode_subscription(base._replace(owned_partitions=[TP("a", 0)]))
 
 
 def test_topic_partitions_are_shared_and_equal_to_new_ones():
