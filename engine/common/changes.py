@@ -4,9 +4,9 @@ only for the partitions that changed).
 
 `LOGS` counts, for every log in the process that a consumer can read (not an internal topic's), each change to a
 fetch bound (the high watermark, the last stable offset, the log start) and, for every engine, each change to which
-partition object leads a topic-partition. A
-reader takes `LOGS.value` before it reads bounds; when the value is still the same later, no bound it read moved.
-A writer bumps after its change, never before. The count only grows: a reader never sees an old value again.
+partition object leads a topic-partition. A reader takes `LOGS.value` before it reads bounds; when the value is
+still the same later, no bound it read moved. A writer bumps after its change, never before. The count only grows:
+a reader never sees an old value again.
 Byte layout: none. Crash policy: none (memory only). Thread-safety: bump() from any thread, under a lock (two
 threads' increments are never one).
 """
