@@ -83,8 +83,7 @@ def read_partitions(r: Reader, what: str) -> list[TopicPartition]:
 
 
 def encode_subscription(s: Subscription) -> bytes:
-    fields = _fields(s.user_data, (tuple(s.topics), s.user_data, tuple(s.owned_partitions), s.generation_id,
-                                   s.rack_id))
+    fields = _fields((tuple(s.topics), s.user_data, tuple(s.owned_partitions), s.generation_id, s.rack_id))
     data = _SUBSCRIPTIONS.made(fields)
     if data is not None:
         return data
@@ -122,7 +121,7 @@ def _read_subscription(data) -> Subscription:
 
 
 def encode_assignment(a: Assignment) -> bytes:
-    fields = _fields(a.user_data, (tuple(a.partitions), a.user_data))
+    fields = _fields((tuple(a.partitions), a.user_data))
     data = _ASSIGNMENTS.made(fields)
     if data is not None:
         return data
@@ -178,10 +177,10 @@ class _Memo:
             self.held += len(data)
 
 
-def _fields(user_data, fields: tuple) -> tuple | None:
-    """What an encode is remembered by: None with user data in a buffer that may change (its bytes now are not
-    its bytes at the next encode; a writable memoryview cannot even be hashed)."""
-    return fields if user_data is None or type(user_data) is bytes else None
+def _fields(fields: tuple) -> tuple | None:
+    """What an encode is remembered by (its fields, user data second): None with user data in a buffer that may
+    change (its bytes now are not its bytes at the next encode; a writable memoryview cannot even be hashed)."""
+    return fields if fields[1] is None or type(fields[1]) is bytes else None
 
 
 MEMO_BYTES = 1 << 20
