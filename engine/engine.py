@@ -28,6 +28,7 @@ import weakref
 from typing import Callable, NamedTuple
 
 from engine import limits, metadata, staged_writes
+from engine.clients.heartbeat_thread import HeartbeatThread
 from engine.common.changes import BumpingDict
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
@@ -134,6 +135,7 @@ class Engine:
         self._lock = threading.RLock()
         self._closed = False
         self._clients: weakref.WeakSet = weakref.WeakSet()
+        self.heartbeats = HeartbeatThread(self.clock)  # every group member's heartbeats (a thread from the first)
         self._waiters: set[threading.Event] = set()
         # each partition's leader; a change bumps changes.LOGS, which a consumer that found nothing new watches
         self._partitions: dict[tuple[str, int], Partition] = BumpingDict()
@@ -933,6 +935,7 @@ class Engine:
                 errors.append(exc)
         with self._lock:
             self._closed = True
+        self.heartbeats.close()
         for broker in self._brokers.values():
             broker.stop_fetcher()
         for broker in self._brokers.values():

@@ -23,9 +23,9 @@ heartbeat_interval_ms=3000, max_poll_interval_ms=300000, group_instance_id=None)
 Java client's: max_poll_interval_ms) and kafkalog's max_decompressed_bytes (128 MiB: a compressed batch inflating
 past it raises RecordTooLargeError rather than filling memory).
 Threads: like kafka-python's, a consumer is for one thread at a time; the engine under it is
-thread-safe. A group member also runs a heartbeat thread, stopped by close(). poll(timeout_ms) waits on the
-engine's clock for an append. Engine.close() closes its consumers from its own thread, which may be in the middle of
-a poll(): that poll skips the partitions taken away and never puts one back.
+thread-safe. A group member's heartbeats run on the engine's heartbeat thread until close(). poll(timeout_ms) waits
+on the engine's clock for an append. Engine.close() closes its consumers from its own thread, which may be in the
+middle of a poll(): that poll skips the partitions taken away and never puts one back.
 """
 from __future__ import annotations
 

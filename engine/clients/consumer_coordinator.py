@@ -10,10 +10,11 @@ partition can move in the next round. A member that lost its membership (session
 `on_partitions_lost` instead of `on_partitions_revoked`, and does not commit.
 A join or sync in flight is waited on for at most the poll's timeout and resumed by the next poll, as the Java
 consumer does. The coordinator tells the member the moment a rebalance begins (in one process it can): the flag is
-set and a poll waiting for records wakes, so no heartbeat paces a rebalance. A heartbeat thread (one per consumer,
-started at the first join, stopped by close()) sends a heartbeat every heartbeat_interval_ms for liveness; it flags
-a rebalance or a lost membership for the next poll, and leaves the group when poll() was not called for
-max_poll_interval_ms (a static member does not leave: its session timeout decides).
+set and a poll waiting for records wakes, so no heartbeat paces a rebalance. The engine's heartbeat thread
+(engine.clients.heartbeat_thread, one for all its members) sends this member's heartbeat every heartbeat_interval_ms
+from its first join until close(), for liveness; the heartbeat flags a rebalance or a lost membership for the next
+poll, and leaves the group when poll() was not called for max_poll_interval_ms (a static member does not leave: its
+session timeout decides).
 Thread-safety: the consumer's thread and the heartbeat thread share the member's identity under one lock.
 """
 from __future__ import annotations
@@ -79,8 +80,9 @@ class ConsumerCoordinator:
         self._joins = 0  # JoinGroups sent: a heartbeat's answer about an earlier round is stale
         self._fatal: KafkaError | None = None
         self._last_poll = self._clock.time_ms()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._heartbeats = consumer._engine.heartbeats
+        self._stop = threading.Event()  # set: this member's heartbeats stop (close(); a test's crash)
+        self._scheduled = False  # its heartbeats are on the engine's heartbeat thread
 
     # --- the consumer's thread --------------------------------------------------------------------
     def metadata(self) -> ConsumerGroupMetadata:
@@ -282,16 +284,13 @@ class ConsumerCoordinator:
 
     # --- heartbeats -----------------------------------------------------------------------------
     def _start_heartbeats(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"kafkalog-heartbeat-{self.client_id}",
-                                            daemon=True)
-            self._thread.start()
+        if not self._scheduled and not self._stop.is_set():
+            self._scheduled = self._heartbeats.add(self, self.heartbeat_interval_ms, self._beat)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._clock.wait(self._stop, self.heartbeat_interval_ms)
-            if not self._stop.is_set():
-                self.heartbeat()
+    def _beat(self) -> None:
+        """The heartbeat thread's call: a heartbeat, unless this member's heartbeats were stopped."""
+        if not self._stop.is_set():
+            self.heartbeat()
 
     def heartbeat(self) -> None:
         """One heartbeat (the thread's work): flags a rebalance, a lost membership or a poll timeout."""
@@ -330,15 +329,12 @@ class ConsumerCoordinator:
         self._reset(member=self.group_instance_id is None)
 
     def close(self, commit: Callable[[], None] | None) -> None:
-        """Commit (if asked), revoke, leave and stop the heartbeat thread."""
+        """Stop the heartbeats (none runs once this starts), then commit (if asked), revoke and leave."""
         self._stop.set()
-        try:
-            if self.generation >= 0 and commit is not None:
-                commit()
-            if self.owned:
-                self._revoke(self.owned, lost=self.generation < 0)
-            self.leave("closed")
-        finally:
-            if self._thread is not None:
-                self._thread.join()
-                self._thread = None
+        self._heartbeats.remove(self)
+        self._scheduled = False
+        if self.generation >= 0 and commit is not None:
+            commit()
+        if self.owned:
+            self._revoke(self.owned, lost=self.generation < 0)
+        self.leave("closed")
