@@ -6,7 +6,8 @@ A member is added at its first join with its interval and the call that sends it
 `interval_ms` of the engine's clock, counted from when it was added and then from the start of its previous
 heartbeat. `remove` returns only once no heartbeat of that member is still running, so a closed member is never called
 again. The thread starts with the first member and stops on `close()`, the engine's. Heartbeats run one at a time. A
-heartbeat that raises is logged, and the other members go on.
+heartbeat that raises is logged once (again only after one of that member's heartbeats succeeded); the member stays
+scheduled and the other members go on.
 On-disk: nothing.
 Thread-safety: `add`, `remove` and `close` from any thread; the schedule changes under one condition's lock, which is
 never held while a heartbeat runs.
@@ -31,6 +32,7 @@ class HeartbeatThread:
         self._due: dict[Hashable, list] = {}  # member -> [next heartbeat (clock ms), interval_ms, its call]
         self._next = 0  # the clock time the thread sleeps until (a member due sooner wakes it); 0: not asleep
         self._running: Hashable | None = None
+        self._failing: set[Hashable] = set()  # members whose last heartbeat raised (logged once)
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -54,6 +56,7 @@ class HeartbeatThread:
         """No more heartbeats for `member`; returns once none of its heartbeats runs (at once on this thread)."""
         with self._cond:
             self._due.pop(member, None)
+            self._failing.discard(member)
             if threading.current_thread() is not self._thread:
                 while self._running is member:
                     self._cond.wait()
@@ -86,12 +89,19 @@ class HeartbeatThread:
             if member is None:
                 self._clock.wait(self._wake, self._next - now)
                 continue
+            failed = False
             try:
                 entry[2]()
             except Exception:  # noqa: BLE001 - one member's failure must not stop the others' heartbeats
-                log.exception("heartbeat of %r failed", member)
+                failed = True
+                if member not in self._failing:
+                    log.exception("heartbeat of %r failed (logged once until one succeeds)", member)
             finally:
                 with self._cond:
+                    if failed and member in self._due:
+                        self._failing.add(member)
+                    else:
+                        self._failing.discard(member)
                     self._running = None
                     self._cond.notify_all()
 

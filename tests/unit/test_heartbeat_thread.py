@@ -54,7 +54,7 @@ def test_each_member_beats_at_its_own_interval_on_the_engines_clock():
         hb.close()
 
 
-def test_removing_a_member_waits_for_its_running_heartbeat_and_a_failing_one_stops_no_other():
+def test_removing_a_member_waits_for_its_running_heartbeat_and_a_failing_one_stops_no_other(caplog):
     clock = ManualClock()
     hb = HeartbeatThread(clock)
     release, running, calls = threading.Event(), threading.Event(), []
@@ -86,6 +86,7 @@ def test_removing_a_member_waits_for_its_running_heartbeat_and_a_failing_one_sto
             _until(lambda: calls.count("steady") >= beat, "the steady member's heartbeats")
         assert calls.count("slow") == 1
         assert calls.count("failing") >= 4  # it failed every time and stayed scheduled; the others went on
+        assert [r.levelname for r in caplog.records if "'failing'" in r.getMessage()] == ["ERROR"]  # reported once
     finally:
         release.set()
         hb.close()
