@@ -1,9 +1,14 @@
-"""Replication: acks='all' produce throughput at RF=3 beside the same producer at RF=1 (goal: at least 0.7x),
-follower lag (leader append to every follower holding the batch, p50 and p99) beside the leader's own append,
-and failover time (leader failed to new leader accepting a write) beside closing and reopening a one-broker
-engine, which is what a single process offers instead. Brokers run their fetcher threads, as users run them."""
+"""Replication: acks='all' produce throughput at RF=3 beside the same producer at RF=1 (goal: at least 0.7x), and
+beside its floor, a narrower row: the RF=1 run, then every byte of its logs read once and written twice more, in
+pieces of the most one follower fetch can carry here (one partition's max.in.flight batches). That much two followers
+cannot avoid; the floor leaves out all their per-fetch work. (The kernel's cost per byte falls as writes grow, so
+the pieces' size matters.) Also follower lag (leader append to every follower holding the batch, p50 and p99)
+beside the leader's own append, and failover time (leader failed to new leader accepting a write) beside closing
+and reopening a one-broker engine, which is what a single process offers instead. Brokers run their fetcher
+threads, as users run them."""
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 
@@ -11,6 +16,7 @@ import engine
 from bench.clients import VALUE, FreshTopic, _values
 from bench.log import _figure, _percentile
 from bench.runner import Contender, Workload
+from engine.clients.producer import MAX_IN_FLIGHT
 
 
 def workloads(quick: bool, scratch: str) -> list[Workload]:
@@ -20,17 +26,37 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     targets = {rf: FreshTopic(engine.open(tempfile.mkdtemp(dir=scratch), brokers=3), partitions=3,
                               replication_factor=rf, config={"min.insync.replicas": min(rf, 2)}) for rf in (1, 3)}
 
-    def send(rf: int):
-        def call():
-            topic = targets[rf].next()
-            with targets[rf].eng.producer(acks="all", linger_ms=5) as p:
-                for i in range(n):
-                    p.send(topic, values[i % 1000], keys[i % 1000])
-        return call
+    floor_topics = FreshTopic(targets[1].eng, prefix="floor", partitions=3, replication_factor=1)
+    copies = tempfile.mkdtemp(dir=scratch)
+    piece = MAX_IN_FLIGHT * 16384  # (16384: the batch_size these producers use, the default)
+
+    def send(target: FreshTopic) -> str:
+        topic = target.next()
+        with target.eng.producer(acks="all", linger_ms=5) as p:
+            for i in range(n):
+                p.send(topic, values[i % 1000], keys[i % 1000])
+        return topic
+
+    def floor() -> None:
+        for name in os.listdir(copies):  # the previous call's copies go inside the call, as its topic does
+            os.remove(os.path.join(copies, name))
+        topic = send(floor_topics)
+        for p in range(3):
+            for seg in floor_topics.eng.log(topic, p).segments:
+                with open(seg.log_path, "rb") as f:
+                    data = memoryview(f.read())
+                name = os.path.join(copies, f"{p}-{seg.base_offset}")
+                with open(f"{name}-1", "wb", buffering=0) as one, open(f"{name}-2", "wb", buffering=0) as two:
+                    for at in range(0, len(data), piece):
+                        one.write(data[at:at + piece])
+                        two.write(data[at:at + piece])
 
     return [Workload("produce", f"per-record send() with acks='all' of {n // 1000}k x {VALUE} B records, 3 brokers, "
                                 f"3 partitions, RF=3, min.insync.replicas=2", n, n * VALUE,
-                     [Contender("kafkalog", send(3)), Contender("kafkalog, same producer at RF=1", send(1))],
+                     [Contender("kafkalog", lambda: send(targets[3])),
+                      Contender("kafkalog, same producer at RF=1", lambda: send(targets[1])),
+                      Contender("floor: the RF=1 run, then its logs' bytes written twice (narrower: no per-fetch "
+                                "work)", floor)],
                      targets={"kafkalog, same producer at RF=1": 0.7})]
 
 
