@@ -14,7 +14,11 @@ or another topic id) is renamed `-stray`, as KRaft brokers do, so nothing is los
 Transactions (engine.transactions) and consumer groups (engine.groups.group_coordinator) use two internal topics,
 `__transaction_state` and `__consumer_offsets`, created with 50 partitions on first use and kept in the catalogue;
 no client API can name them.
-Threads: every public method is thread-safe; each broker's log manager thread runs flush, retention and
+Threads: every public method is thread-safe. Changes to topics and brokers (create, grow, delete, alter, internal
+topics, broker failure and restart) take the engine's admin lock and may do file I/O under it (a topic's partition
+directories, a broker's recovery); what clients do per call (a producer's partition layout, registering a client, a
+producer id, a consumer's watch, the coordinators once made) never waits for them: a topic being created stays
+unknown to them until it is whole. Each broker's log manager thread runs flush, retention and
 checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions, expiring
 transactional ids, group session and rebalance timeouts and expiring group offsets), each live broker of
 several runs a replica fetcher thread; all stop on close().
@@ -132,7 +136,10 @@ class Engine:
         self.defaults = LogConfig.from_dict(topic_defaults)
         if not isinstance(producer_id_expiration_ms, int) or producer_id_expiration_ms < 1:
             raise InvalidConfigurationError(f"producer.id.expiration.ms={producer_id_expiration_ms!r} must be >= 1")
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the admin lock: topic and broker changes, close()
+        self._registry_lock = threading.Lock()  # a short lock: clients, waiters, producer ids
+        self._coordinators_lock = threading.RLock()  # making the transaction and group coordinators on first use
+        self._creating: set[str] = set()  # topics being created: unknown to clients until whole
         self._closed = False
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self.heartbeats = HeartbeatThread(self.clock)  # every group member's heartbeats (a thread from the first)
@@ -357,6 +364,7 @@ class Engine:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             self._check_capacity(partitions * replication_factor, f"topic {name!r}")
             rec = TopicRecord(partition_metadata.new_topic_id(), partitions, overrides, replication_factor)
+            self._creating.add(name)
             self._catalogue.topics[name] = rec
             try:
                 self._add_partitions(name, 0, partitions)
@@ -365,6 +373,8 @@ class Engine:
                 del self._catalogue.topics[name]
                 self._drop_partitions(name, 0, partitions)
                 raise
+            finally:
+                self._creating.discard(name)
             return self.describe_topic(name)
 
     def _check_capacity(self, adding: int, what: str) -> None:
@@ -406,12 +416,12 @@ class Engine:
 
     def list_topics(self) -> list[str]:
         """The topics clients may use (the internal ones are not listed)."""
-        with self._lock:
-            self._check_open()
-            return sorted(name for name in self._catalogue.topics if name not in INTERNAL_TOPICS)
+        self._check_open()
+        return sorted(name for name in list(self._catalogue.topics)
+                      if name not in INTERNAL_TOPICS and name not in self._creating)
 
     def _topic(self, name: str) -> TopicRecord:
-        rec = self._catalogue.topics.get(name) if name not in INTERNAL_TOPICS else None
+        rec = self._catalogue.topics.get(name) if name not in INTERNAL_TOPICS and name not in self._creating else None
         if rec is None:
             _check_external(name)
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", file=self.path)
@@ -420,7 +430,8 @@ class Engine:
     # --- internal topics --------------------------------------------------------------------------
     def internal_topics(self) -> dict[str, int]:
         """The internal topics this directory has, with their partition counts."""
-        return {name: rec.partitions for name, rec in self._catalogue.topics.items() if name in INTERNAL_TOPICS}
+        return {name: rec.partitions for name, rec in list(self._catalogue.topics.items())
+                if name in INTERNAL_TOPICS and name not in self._creating}
 
     def ensure_internal_topic(self, name: str) -> bool:
         """Create internal topic `name` (50 partitions; replicated up to 3 times) unless it exists; a broker's
@@ -440,6 +451,7 @@ class Engine:
             self._check_capacity(INTERNAL_PARTITIONS * rf - len(found), f"internal topic {name!r}")
             config = {"cleanup.policy": "compact", "retention.ms": -1, "segment.bytes": INTERNAL_SEGMENT_BYTES,
                       "min.insync.replicas": min(2, rf)}
+            self._creating.add(name)
             self._catalogue.topics[name] = TopicRecord(topic_id or partition_metadata.new_topic_id(),
                                                        INTERNAL_PARTITIONS, config, rf)
             try:
@@ -454,6 +466,8 @@ class Engine:
                     else:
                         self._drop_partitions(name, p, p + 1)
                 raise
+            finally:
+                self._creating.discard(name)
             return True
 
     def internal_partition(self, topic: str, partition: int) -> Partition:
@@ -494,11 +508,12 @@ class Engine:
     @property
     def transactions(self) -> Transactions:
         """The transaction coordinator and the committed group offsets (created on first use)."""
-        with self._lock:
-            self._check_open()
-            if self._txn is None:
-                self._txn = Transactions(self)
-            return self._txn
+        self._check_open()
+        if self._txn is None:
+            with self._coordinators_lock:
+                if self._txn is None:
+                    self._txn = Transactions(self)
+        return self._txn
 
     def abort_timed_out_transactions(self) -> int:
         """Fence and abort transactions open past their timeout (a background task every 10 s)."""
@@ -511,14 +526,15 @@ class Engine:
     @property
     def groups(self) -> GroupCoordinator:
         """The group coordinator: consumer groups and their committed offsets (loaded on first use)."""
-        with self._lock:
-            self._check_open()
-            if self._groups is None:
-                groups = GroupCoordinator(GroupLog(self), self.clock, self._group_config)
-                if group_offsets.TOPIC in self.internal_topics():
-                    groups.load()
-                self._groups = groups
-            return self._groups
+        self._check_open()
+        if self._groups is None:
+            with self._coordinators_lock:
+                if self._groups is None:
+                    groups = GroupCoordinator(GroupLog(self), self.clock, self._group_config)
+                    if group_offsets.TOPIC in self.internal_topics():
+                        groups.load()
+                    self._groups = groups
+        return self._groups
 
     def tick_groups(self) -> int:
         """Apply group deadlines (session and rebalance timeouts) nobody is waiting on (a background task)."""
@@ -643,8 +659,7 @@ class Engine:
         return staged_writes.apply_pending(self)
 
     def partitions_for(self, topic: str) -> int:
-        with self._lock:
-            return self._topic(topic).partitions
+        return self._topic(topic).partitions
 
     def recovery_notes(self) -> list[str]:
         """What opening the directory (and reading it since) found damaged and repaired, in words."""
@@ -683,10 +698,8 @@ class Engine:
     # --- the produce path ----------------------------------------------------------------------
     def partition_layout(self, topic: str) -> tuple[int, int]:
         """(partition count, max.message.bytes) of `topic`: what a producer needs to build batches for it."""
-        with self._lock:
-            self._check_open()
-            rec = self._topic(topic)
-            return rec.partitions, self._log_config(topic).max_message_bytes
+        self._check_open()
+        return self._topic(topic).partitions, self._log_config(topic).max_message_bytes
 
     def append(self, topic: str, partition: int, data, acks: int = -1, timeout_ms: int = 30_000,
                wait: bool = True) -> AppendInfo:
@@ -881,17 +894,17 @@ class Engine:
 
     def watch(self) -> threading.Event:
         ev = threading.Event()
-        with self._lock:
+        with self._registry_lock:
             self._waiters.add(ev)
         return ev
 
     def unwatch(self, event: threading.Event) -> None:
-        with self._lock:
+        with self._registry_lock:
             self._waiters.discard(event)
 
     def allocate_producer_id(self) -> int:
         """A producer id never handed out before in this directory (persisted a block at a time)."""
-        with self._lock:
+        with self._registry_lock:
             self._check_open()
             pid = self._next_pid
             self._next_pid += 1
@@ -915,7 +928,7 @@ class Engine:
         return self._register(Consumer(self, *topics, **config))
 
     def _register(self, client):
-        with self._lock:
+        with self._registry_lock:
             self._check_open()
             self._clients.add(client)
         return client
@@ -923,7 +936,7 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
         """Close clients, then shut down cleanly: snapshots, checkpoints, the clean-shutdown marker."""
-        with self._lock:
+        with self._lock, self._registry_lock:
             if self._closed:
                 return
             clients = list(self._clients)
@@ -933,7 +946,7 @@ class Engine:
                 client.close()
             except KafkaError as exc:
                 errors.append(exc)
-        with self._lock:
+        with self._lock, self._registry_lock:
             self._closed = True
         self.heartbeats.close()
         for broker in self._brokers.values():

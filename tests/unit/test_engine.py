@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -73,6 +74,65 @@ def test_deleting_a_topic_does_not_flush_its_logs(tmp_path):
     with engine.open(str(tmp_path), background=False) as e:
         assert e.list_topics() == ["kept"]
         assert not [d for d in os.listdir(tmp_path) if d.startswith("gone")]
+
+
+@pytest.mark.parametrize("creating", ["slow", "__transaction_state"])
+def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
+    """Creating a topic (a user's, or an internal one on a transactional producer's first call) writes its partition
+    directories under the engine's admin lock, which the stress harness found slow enough (sanitizers, 3 brokers) to
+    stop every other thread: here the creation stops at its second partition until the clients are done, and
+    meanwhile a producer sends, new clients register, a consumer reads and the group coordinator is made; the topic
+    stays unknown to them until it is whole."""
+    reached, release = threading.Event(), threading.Event()
+
+    class Stalling(FileSystem):
+        def atomic_write(self, path, data):
+            if f"{creating}-1{os.sep}" in path and not reached.is_set():
+                reached.set()
+                release.wait(60)
+            super().atomic_write(path, data)
+
+    e = engine.open(str(tmp_path), fs=Stalling(), brokers=3)
+    e.create_topic("events", replication_factor=3)
+
+    def create():
+        if creating == "slow":
+            e.create_topic("slow", partitions=3, replication_factor=3)
+        else:
+            with e.producer(transactional_id="tx") as p:
+                p.init_transactions()
+
+    seen = {}
+
+    def use():
+        seen["topics"] = e.list_topics()
+        with e.producer(acks="all") as p:
+            seen["offset"] = p.send("events", b"v").get(timeout=30).offset
+        with pytest.raises(UnknownTopicOrPartitionError):
+            e.partitions_for("slow")
+        seen["internal"] = e.internal_topics()
+        seen["groups"] = e.groups is not None
+        with e.consumer(auto_offset_reset="earliest") as c:
+            c.assign([("events", 0)])
+            seen["read"] = [r.value for records in c.poll(timeout_ms=30_000).values() for r in records]
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        assert reached.wait(60), "the creation never reached its second partition"
+        user = threading.Thread(target=use)
+        user.start()
+        user.join(60)
+        stuck = user.is_alive()
+    finally:
+        release.set()
+        creator.join(60)
+    try:
+        assert not stuck, "the clients waited for the topic's creation"
+        assert seen == {"topics": ["events"], "offset": 0, "internal": {}, "groups": True, "read": [b"v"]}
+        assert (e.partitions_for("slow") == 3) if creating == "slow" else (e.internal_topics() == {creating: 50})
+    finally:
+        e.close()
 
 
 @pytest.mark.parametrize("call, error", [
