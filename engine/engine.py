@@ -328,6 +328,15 @@ class Engine:
         with self._controller_lock:
             metadata.write(self.fs, self.path, self._catalogue)
 
+    def _save_after_rollback(self) -> None:
+        """Rewrite the catalogue after a topic change failed and was undone: another thread may have written it
+        meanwhile (an ISR change, a producer-id block) with the change half made. The change's own error is the one
+        raised; a failure here is logged."""
+        try:
+            self._save()
+        except KafkaError as exc:
+            log.warning("could not rewrite %s after undoing a failed topic change: %s", self.path, exc)
+
     @property
     def clean_shutdown(self) -> bool:
         """Whether the directory was closed cleanly before this open (else it was recovered)."""
@@ -372,6 +381,7 @@ class Engine:
             except BaseException:
                 del self._catalogue.topics[name]
                 self._drop_partitions(name, 0, partitions)
+                self._save_after_rollback()
                 raise
             finally:
                 self._creating.discard(name)
@@ -407,7 +417,7 @@ class Engine:
             rec = self._topic(name)
             del self._catalogue.topics[name]
             self._save()
-            for client in list(self._clients):
+            for client in self._registered():
                 client.on_topic_changed(name)
             for p in range(rec.partitions):
                 self._partitions.pop((name, p), None)
@@ -465,6 +475,7 @@ class Engine:
                         self._brokers[0].partitions.pop((name, p), None)
                     else:
                         self._drop_partitions(name, p, p + 1)
+                self._save_after_rollback()
                 raise
             finally:
                 self._creating.discard(name)
@@ -600,8 +611,9 @@ class Engine:
             except BaseException:
                 rec.partitions = old
                 self._drop_partitions(name, old, count)
+                self._save_after_rollback()
                 raise
-            for client in list(self._clients):
+            for client in self._registered():
                 client.on_topic_changed(name)
             return self.describe_topic(name)
 
@@ -932,6 +944,10 @@ class Engine:
             self._check_open()
             self._clients.add(client)
         return client
+
+    def _registered(self) -> list:
+        with self._registry_lock:  # (a WeakSet is iterated in Python: an add meanwhile would break the iteration)
+            return list(self._clients)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:

@@ -24,6 +24,7 @@ from engine.common.errors import (
     InvalidReplicationFactorError,
     InvalidTimestampError,
     InvalidTopicError,
+    KafkaStorageError,
     LogDirectoryLockedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -133,6 +134,46 @@ def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
         assert (e.partitions_for("slow") == 3) if creating == "slow" else (e.internal_topics() == {creating: 50})
     finally:
         e.close()
+
+
+def test_a_failed_creation_is_undone_in_the_catalogue_another_thread_wrote_meanwhile(tmp_path):
+    """A producer-id block persisted while a topic is being created writes the catalogue with that topic in it; the
+    creation then fails at its second partition, and the catalogue is rewritten without it: reopened, the directory
+    has no such topic."""
+    reached, release = threading.Event(), threading.Event()
+
+    class Failing(FileSystem):
+        def atomic_write(self, path, data):
+            if f"slow-1{os.sep}" in path:
+                reached.set()
+                release.wait(60)
+                raise OSError(28, "No space left on device", path)
+            super().atomic_write(path, data)
+
+    e = engine.open(str(tmp_path), fs=Failing())
+    failed = []
+
+    def create():
+        try:
+            e.create_topic("slow", partitions=2)
+        except KafkaStorageError as exc:
+            failed.append(exc)
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        assert reached.wait(60), "the creation never reached its second partition"
+        for _ in range(1001):  # past the end of the block handed out at open: the catalogue is written
+            e.allocate_producer_id()
+        with open(tmp_path / "kafkalog.metadata") as f:
+            assert "slow" in json.load(f)["topics"]
+    finally:
+        release.set()
+        creator.join(60)
+    assert len(failed) == 1 and e.list_topics() == []
+    e.close()
+    with open_engine(tmp_path) as e:
+        assert e.list_topics() == [] and not os.path.exists(tmp_path / "slow-0")
 
 
 @pytest.mark.parametrize("call, error", [
