@@ -17,8 +17,8 @@ no client API can name them.
 Threads: every public method is thread-safe. Changes to topics and brokers (create, grow, delete, alter, internal
 topics, broker failure and restart) take the engine's admin lock and may do file I/O under it (a topic's partition
 directories, a broker's recovery); what clients do per call (a producer's partition layout, registering a client, a
-producer id, a consumer's watch, the coordinators once made) never waits for them: a topic being created stays
-unknown to them until it is whole. Each broker's log manager thread runs flush, retention and
+producer id, a consumer's watch, a group or transaction record, the coordinators once made) never waits for them: a
+topic being created stays unknown to them until it is whole. Each broker's log manager thread runs flush, retention and
 checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions, expiring
 transactional ids, group session and rebalance timeouts and expiring group offsets), each live broker of
 several runs a replica fetcher thread; all stop on close().
@@ -446,6 +446,9 @@ class Engine:
     def ensure_internal_topic(self, name: str) -> bool:
         """Create internal topic `name` (50 partitions; replicated up to 3 times) unless it exists; a broker's
         own partitions of it are adopted as they are. True if it was created now."""
+        if name in self._catalogue.topics and name not in self._creating:  # (every group and transaction record
+            self._check_open()                                             # asks: no wait for the admin lock)
+            return False
         with self._lock:
             self._check_open()
             if name in self._catalogue.topics:
