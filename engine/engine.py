@@ -446,8 +446,9 @@ class Engine:
     def ensure_internal_topic(self, name: str) -> bool:
         """Create internal topic `name` (50 partitions; replicated up to 3 times) unless it exists; a broker's
         own partitions of it are adopted as they are. True if it was created now."""
-        if name in self._catalogue.topics and name not in self._creating:  # (every group and transaction record
-            self._check_open()                                             # asks: no wait for the admin lock)
+        # every group and transaction record asks: one that exists is answered without the admin lock
+        if name in self._catalogue.topics and name not in self._creating:
+            self._check_open()
             return False
         with self._lock:
             self._check_open()
