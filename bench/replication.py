@@ -57,7 +57,8 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
                       Contender("kafkalog, same producer at RF=1", lambda: send(targets[1])),
                       Contender("floor: the RF=1 run, then its logs' bytes written twice (narrower: no per-fetch "
                                 "work)", floor)],
-                     targets={"kafkalog, same producer at RF=1": 0.7})]
+                     targets={"kafkalog, same producer at RF=1": 0.7},
+                     close=lambda: [t.eng.close() for t in targets.values()])]
 
 
 def figures(quick: bool, scratch: str) -> list[dict]:

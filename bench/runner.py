@@ -8,7 +8,8 @@ every workload of the suite once, in rotating order (interleaved, so machine noi
 run after a full collection; a run repeats the contender's call until `min_time` has passed. Reported: the median
 time per call, the min-max spread, records/s and MB/s, and for each peer the ratio peer_time / kafkalog_time
 (> 1 means kafkalog is faster) with its spread across repetitions. Nothing is asserted: the numbers are
-reported, never tested.
+reported, never tested. A suite that leaves an engine's or a client's threads running fails the run: they would run
+beside every later suite.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -64,6 +66,7 @@ def run(suites: list[Suite | list[Workload]], *, reps: int, min_time: float) -> 
     """Measure every runnable workload, suite by suite; return the results document (also the JSON written out)."""
     rows: list[dict] = []
     for suite in suites:
+        before = set(threading.enumerate())
         workloads = suite() if callable(suite) else suite
         try:
             rows += _run_suite(workloads, reps, min_time)
@@ -73,7 +76,16 @@ def run(suites: list[Suite | list[Workload]], *, reps: int, min_time: float) -> 
                     w.close()
         del workloads
         gc.collect()
+        _check_nothing_left_running(before)
     return {"machine": machine(), "reps": reps, "min_time_s": min_time, "rows": rows}
+
+
+def _check_nothing_left_running(before: set) -> None:
+    """RuntimeError if a suite left threads of an engine or client it opened running (`before`: the threads alive
+    when it began; its workloads' `close` missed something): they would share the machine with every later suite."""
+    left = sorted(t.name for t in set(threading.enumerate()) - before if t.name.startswith("kafkalog-"))
+    if left:
+        raise RuntimeError(f"a benchmark suite left threads running: {', '.join(left)}")
 
 
 def _run_suite(workloads: list[Workload], reps: int, min_time: float) -> list[dict]:
