@@ -86,10 +86,12 @@ def latency(spark, scratch: str) -> tuple[float, float]:
         time.sleep(LATENCY_SECONDS)
         stop.set()
         thread.join()
-        time.sleep(2 * HW_MS / 1000)  # the last records reach the HW checkpoint the query's source reads,
-        q.processAllAvailable()  # and the query reads them: stopping it then interrupts no foreachBatch call
-        q.stop()  # (a stop that interrupts one kills Spark's stream thread: a StackOverflowError in its own check of
-        # the Py4J error's message)
+        # the last records reach the HW checkpoint the source reads and the query reads them: stopped then, it is
+        # inside no foreachBatch call (a stop that interrupts one kills Spark's stream thread with a
+        # StackOverflowError, in Spark's own check of the Py4J error's message)
+        time.sleep(2 * HW_MS / 1000)
+        q.processAllAvailable()
+        q.stop()
     seen.sort()
     return statistics.median(seen), seen[int(len(seen) * 0.99)]
 
