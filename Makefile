@@ -112,6 +112,7 @@ bench: setup
 	$(PY) -m pytest bench --benchmark-only -q
 
 # CI's smoke run: small data, few repetitions; it asserts no timing and fails only if a benchmark cannot run
+# or a suite leaves an engine's threads running
 bench-quick: setup
 	$(PY) -m bench --quick --out build/bench-quick
 	KAFKALOG_BENCH_PARTITIONS=200 \
