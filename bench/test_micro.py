@@ -121,3 +121,16 @@ def test_write_16k_through_the_seam_and_without(benchmark, tmp_path, how):
             return plain.write(BATCH)
         assert benchmark(pooled if how == "pooled-handle" else direct) == len(BATCH)
     fs.close_pool()
+
+
+@pytest.mark.parametrize("rf", [1, 3], ids=["rf-1", "rf-3"])
+def test_acks_all_append_16k(benchmark, tmp_path, rf):
+    """One 16 KiB batch appended with acks='all' and waited for, 3 brokers, at RF=3 beside RF=1: the difference is
+    what replicating a batch costs the appending thread, which runs the followers' fetch rounds itself."""
+    with engine.open(str(tmp_path), brokers=3) as e:
+        e.create_topic("r", replication_factor=rf, config={"min.insync.replicas": min(rf, 2)})
+        info = benchmark(e.append, "r", 0, BATCH, -1)
+        got = e.describe_topic("r").partitions[0]
+        assert got.high_watermark == info.last_offset + 1 == got.log_end_offset
+        assert len(got.replica_states) == rf
+        assert all(state.log_end_offset >= got.high_watermark for state in got.replica_states.values())
