@@ -39,7 +39,8 @@ test: setup
 		tests/spark/test_spark_paths.py
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
-		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py tests/stress
+		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
+		tests/unit/test_replication.py tests/stress
 
 # `make test` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH), each in
 # its own .venv-X.Y; a version that is not installed is named and skipped, and at least one must run

@@ -62,7 +62,8 @@ def extensions() -> list:
         return Extension(f"engine._native.{name}", sources=sources, include_dirs=[NATIVE], extra_compile_args=flags)
 
     modules = [native("_core", "crc32c_impl.c"), native("_lock"), native("_accumulator"),
-               native("_offset_map", "md5_impl.c"), native("_segment_appender"), native("_log_read")]
+               native("_offset_map", "md5_impl.c"), native("_segment_appender"), native("_log_read"),
+               native("_replica"), native("_replica_fetcher")]
     exts = cythonize(
         modules,
         compiler_directives={

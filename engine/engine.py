@@ -21,7 +21,8 @@ producer id, a consumer's watch, a group or transaction record, the coordinators
 topic being created stays unknown to them until it is whole. Each broker's log manager thread runs flush, retention and
 checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions, expiring
 transactional ids, group session and rebalance timeouts and expiring group offsets), each live broker of
-several runs a replica fetcher thread; all stop on close().
+several runs a replica fetcher thread, and one native thread runs the linked followers' steady-state fetch rounds
+without the GIL (replication.replica_fetcher; on the system clock and a plain file system); all stop on close().
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ from engine.replication.controller import Controller
 from engine.replication.log_cleaner import CleanerConfig, log_to_clean
 from engine.replication.log_manager import LogManager
 from engine.replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
-from engine.replication.replica_fetcher import ReplicaFetcher
+from engine.replication.replica_fetcher import ReplicaFetcher, native_fetcher
 from engine.segments import names, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
@@ -151,6 +152,7 @@ class Engine:
             raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")
         self._lag_ms = replica_lag_time_max_ms
         self._background = background
+        self._native_fetcher = None  # the native replica fetcher's thread (engine._native._replica_fetcher), if any
         self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
         self._txn: Transactions | None = None
         self._groups: GroupCoordinator | None = None
@@ -319,7 +321,13 @@ class Engine:
         if self._background and self._catalogue.brokers > 1:
             for broker in self._brokers.values():
                 if broker.alive:
-                    broker.start_fetcher(self._leader_of)
+                    broker.start_fetcher(self._leader_of, self._native())
+
+    def _native(self):
+        """The native replica fetcher, started on first use (None where it cannot run: see native_fetcher)."""
+        if self._native_fetcher is None:
+            self._native_fetcher = native_fetcher(self.fs, self.clock)
+        return self._native_fetcher
 
     def _leader_of(self, follower: Partition) -> Partition | None:
         return self._partitions.get((follower.topic, follower.index))
@@ -421,6 +429,8 @@ class Engine:
                 client.on_topic_changed(name)
             for p in range(rec.partitions):
                 self._partitions.pop((name, p), None)
+                for broker in self._brokers.values():  # every replica offline first: a link's descriptors of
+                    broker.stop_hosting(name, p)  # the leader's files would make their last close free their pages
                 for broker in self._brokers.values():
                     broker.drop(name, p)  # a broker that is down removes the directory as a stray later
 
@@ -584,6 +594,8 @@ class Engine:
                 part = self._partitions.get((name, p))
                 hosted = {b: broker.partitions[(name, p)] for b, broker in self._brokers.items()
                           if (name, p) in broker.partitions}
+                for replica in hosted.values():
+                    replica.take_linked()  # (a linked follower's LEO as its link wrote it)
                 shown = part or hosted.get(0) or next(iter(hosted.values()), None)
                 replicas = state.replicas if state else [0]
                 parts.append(PartitionDescription(
@@ -758,8 +770,17 @@ class Engine:
             return
         if not self._background:
             self.replicate()
-        elif not self._drive_followers(part, info.last_offset):
-            self._wake_followers()
+        else:
+            deadline = part.clock.time_ms() + timeout_ms
+            while part.high_watermark <= info.last_offset:
+                left = deadline - part.clock.time_ms()
+                if left <= 0:
+                    break  # (the wait below raises the timeout)
+                if part.wait_linked(info.last_offset, min(left, 50)):
+                    continue  # every follower is linked: the native fetcher moves the HW
+                if not self._drive_followers(part, info.last_offset):
+                    self._wake_followers()
+                    break
         part.wait_for_high_watermark(info.last_offset, timeout_ms)
 
     def _drive_followers(self, part: Partition, offset: int, rounds: int = 3) -> bool:
@@ -775,6 +796,8 @@ class Engine:
                 follower = broker.partitions.get((part.topic, part.index)) if broker.alive else None
                 fetcher = broker.fetcher
                 if follower is not None and fetcher is not None and not follower.is_leader:
+                    if follower.link is not None and follower.link.running:
+                        continue  # its rounds are the native fetcher's
                     try:
                         fetcher.fetch_once(follower, blocking=False, send_next=True)
                     except Exception:  # noqa: BLE001 - its fetcher thread meets (and logs) the same error
@@ -865,7 +888,7 @@ class Engine:
                             part.make_follower(state.leader, state.leader_epoch, state.replicas, state.isr,
                                                controller_epoch=self.controller.epoch)
             if self._background:
-                broker.start_fetcher(self._leader_of)
+                broker.start_fetcher(self._leader_of, self._native())
 
     def _broker(self, broker_id, alive: bool) -> Broker:
         broker = self._brokers.get(broker_id) if type(broker_id) is int else None
@@ -971,6 +994,8 @@ class Engine:
         self.heartbeats.close()
         for broker in self._brokers.values():
             broker.stop_fetcher()
+        if self._native_fetcher is not None:
+            self._native_fetcher.close()
         for broker in self._brokers.values():
             broker.close()
         if errors:

@@ -42,35 +42,47 @@ class Broker:
             part = self.partitions[key] = self._new_partition(topic, index, log, self.id)
         return part
 
-    def drop(self, topic: str, index: int) -> None:
-        """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
+    def stop_hosting(self, topic: str, index: int) -> None:
+        """Stop hosting `topic`-`index`, its log kept (until `drop`)."""
         part = self.partitions.pop((topic, index), None)
         if part is not None:
             with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
-                part.make_offline()
+                part.make_offline(discard=True)
+
+    def drop(self, topic: str, index: int) -> None:
+        """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
+        self.stop_hosting(topic, index)
         if (topic, index) in self.logs.logs():
             self.logs.delete_log(topic, index)
 
     def followers(self) -> list[Partition]:
         return [p for p in list(self.partitions.values()) if not p.is_leader and p.leader_id is not None]
 
-    def start_fetcher(self, leader_of: Callable[[Partition], Partition | None]) -> None:
+    def start_fetcher(self, leader_of: Callable[[Partition], Partition | None], native=None) -> None:
+        """Start the fetcher thread; `native`: the engine's native replica fetcher, which steady-state followers
+        are linked to (replication.replica_fetcher)."""
         if self._fetcher is None:
-            self.fetcher = ReplicaFetcher(self.id, leader_of)
+            self.fetcher = ReplicaFetcher(self.id, leader_of, native=native)
             self._fetcher = ReplicaFetcherThread(self.fetcher, self.followers, self.wake)
 
-    def stop_fetcher(self) -> None:
+    def stop_fetcher(self, discard: bool = False) -> None:
+        """Stop the fetcher thread and unlink every follower (its log brought up to what its link wrote, unless
+        `discard`: the broker is dying)."""
         if self._fetcher is not None:
             self._fetcher.stop()
             self._fetcher = self.fetcher = None
+        for part in list(self.partitions.values()):
+            if part.link is not None:
+                with part.fetch_lock:
+                    part.unlink(discard)
 
     def crash(self) -> None:
         """Die: the fetcher stops, every hosted partition goes (its log closed as a killed process leaves it)."""
-        self.stop_fetcher()
+        self.stop_fetcher(discard=True)
         self.alive = False
         for part in self.partitions.values():
             with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
-                part.make_offline()
+                part.make_offline(discard=True)
         self.partitions = {}
         self.logs.crash()
 

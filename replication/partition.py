@@ -16,10 +16,15 @@ A fetch whose last fetched epoch diverges from the leader's log gets the epoch a
 (KIP-320's diverging epoch) instead of records. ISR changes go to the controller through `alter_isr`.
 As follower, a partition's log is written by a replication.replica_fetcher.
 With one replica the ISR is the leader alone, so the HW follows the log end after every append.
+A leader whose followers are linked to the native replica fetcher (replication.replica_fetcher) publishes each
+append to it (`links`); an acks='all' wait then waits natively (`wait_linked`) and moves the HW by the same rule over
+the followers' progress, which the native thread records. A follower's link (`link`) ends before it changes role.
 On-disk: nothing of its own (the log's files; the HW reaches `replication-offset-checkpoint` through the
 log manager).
 Thread-safety: a partition's state changes under its lock; appends are serialised by the log's lock as well;
-`wait_for_high_watermark` waits on the partition's condition.
+`wait_for_high_watermark` waits on the partition's condition, `wait_linked` on the native fetcher's without the GIL.
+A linked follower's progress at the leader (its Replica) is written by the native fetcher's thread only, and only
+grows.
 """
 from __future__ import annotations
 
@@ -40,11 +45,14 @@ from engine.common.errors import (
     StaleControllerEpochError,
     UnknownLeaderEpochError,
 )
+from engine.record import codec
 from engine.replication.replica import Replica
+from engine.replication.replica import load as load_replica
 from engine.segments.local_log import FetchData
 from engine.segments.txn_index import AbortedTxn
 from engine.txn.unified_log import CLIENT, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
 
+NewReplica, high_watermark = load_replica(codec.IMPL)  # the twin of codec.IMPL: its Replica type and HW rule
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ACKS = (0, 1, -1)
 REPLICA_LAG_TIME_MAX_MS = 30_000
@@ -135,6 +143,8 @@ class Partition(PartitionView):
         # the last records read from a tail mark for a follower, kept for the other followers asking from that mark
         # until each has had them: (mark, max bytes, leader epoch), the records, the mark after them, followers to go
         self._tail_read: list | None = None
+        self.link = None  # as a follower: its link to the native replica fetcher, while it has one
+        self.links = None  # as leader: its side of its followers' links (engine._native._replica_fetcher.Leader)
         self.controller_epoch = -1
         self._lock = threading.RLock()
         self._hw_changed = threading.Condition(self._lock)
@@ -153,11 +163,13 @@ class Partition(PartitionView):
         partition had: every ISR member holds that much, so the visible HW never goes down across a failover)."""
         with self._lock:
             self._check_controller(controller_epoch)
+            self.unlink()
+            self._close_links()
             self.leader_id = self.broker_id
             self.replicas = list(replicas) if replicas is not None else [self.broker_id]
             self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
             now = self.clock.time_ms()
-            self.remote = {b: Replica(b) for b in self.replicas if b != self.broker_id}
+            self.remote = {b: NewReplica(b) for b in self.replicas if b != self.broker_id}
             self._tail_read = None
             for b, r in self.remote.items():
                 r.reset(now if b in self.isr else 0)
@@ -176,6 +188,8 @@ class Partition(PartitionView):
         """Follow `leader_id` in `leader_epoch`; the replica fetcher truncates the log by epoch before fetching."""
         with self._lock:
             self._check_controller(controller_epoch)
+            self.unlink()
+            self._close_links()
             self.leader_id, self.leader_epoch = leader_id, leader_epoch
             if replicas is not None:
                 self.replicas = list(replicas)
@@ -185,12 +199,66 @@ class Partition(PartitionView):
             self.truncation_pending = True
             self._hw_changed.notify_all()
 
-    def make_offline(self) -> None:
-        """No leader (the broker hosting this replica stopped, or no replica could be elected)."""
+    def make_offline(self, discard: bool = False) -> None:
+        """No leader (the broker hosting this replica stopped, or no replica could be elected); with `discard`, what
+        a link wrote is left to recovery (the broker died) or to the log's deletion."""
         with self._lock:
+            self.unlink(discard)
+            self._close_links()
             self.leader_id = None
             self.remote, self._tail_read = {}, None
             self._hw_changed.notify_all()
+
+    def unlink(self, discard: bool = False) -> None:
+        """As a follower: end its link to the native replica fetcher, if any, and bring its log up to what the link
+        wrote (unless `discard`); a link that a failed write stopped leaves no partial bytes behind."""
+        link, self.link = self.link, None
+        if link is None:
+            return
+        link.unlink()
+        if discard:
+            return
+        self.log.account_linked(link.take)  # (what the link wrote is the log's now: no partial batch)
+        if link.error:
+            segment = self.log.active_segment
+            segment.restore_after_failed_write(segment.size)
+
+    def take_linked(self) -> None:
+        """As a linked follower: its log takes what the link wrote so far (its LEO becomes the link's)."""
+        link = self.link
+        if link is not None:
+            self.log.account_linked(link.take)
+
+    def _close_links(self) -> None:
+        """As leader: its followers' links stop (each follower unlinks at its next fetch)."""
+        if self.links is not None:
+            self.links.close()
+            self.links = None
+
+    def publish(self) -> None:
+        """Tell the linked followers where the leader's log now ends (after each append)."""
+        segment = self.log.active_segment
+        self.links.publish(segment.base_offset, segment.size, self.log.log_end_offset)
+
+    def wait_linked(self, offset: int, timeout_ms: int) -> bool:
+        """acks='all' while every follower is linked: wait without the GIL until the native fetcher's HW passes
+        `offset` (at most `timeout_ms`), then move the HW by the rule; False, without waiting, when not all are."""
+        links = self.links
+        if links is None or not links.linked:
+            return False
+        native_hw = links.wait(offset, timeout_ms)
+        with self._lock:
+            if not self.is_leader:  # (it lost the leadership meanwhile: its caller's wait raises)
+                return False
+            self._maybe_increment_hw()
+            return self.log.high_watermark > offset or native_hw <= offset  # (else the rounds in Python decide)
+
+    def settle_high_watermark(self) -> None:
+        """Move the HW by the rule over what the leader knows of its followers now (a linked follower's progress
+        is recorded by the native fetcher)."""
+        with self._lock:
+            if self.is_leader:  # (a partition that is not leader has no followers: the rule is not its)
+                self._maybe_increment_hw()
 
     def _check_controller(self, controller_epoch: int | None) -> None:
         """A LeaderAndIsr from a controller older than one already heard from is refused."""
@@ -238,6 +306,8 @@ class Partition(PartitionView):
                 return self.log.append_as_leader(data, leader_epoch=self.leader_epoch, origin=origin)
             finally:  # an append that failed after writing (its fsync, a checkpoint) still moved the LEO
                 self._maybe_increment_hw()
+                if self.links is not None:
+                    self.publish()
 
     def append_marker(self, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> AppendInfo:
         """WriteTxnMarkers: the coordinator's COMMIT or ABORT for `producer_id`, appended as leader (acks='all';
@@ -249,6 +319,8 @@ class Partition(PartitionView):
                                               leader_epoch=self.leader_epoch)
             finally:
                 self._maybe_increment_hw()
+                if self.links is not None:
+                    self.publish()
 
     def wait_for_high_watermark(self, offset: int, timeout_ms: float) -> None:
         """Block until the HW passes `offset` (acks=all); NotEnoughReplicasAfterAppendError if the ISR is then
@@ -402,6 +474,8 @@ class Partition(PartitionView):
     def _set_isr(self, isr: frozenset) -> bool:
         if self._alter_isr is not None and not self._alter_isr(self, isr):
             return False
+        if not isr >= self.isr:
+            self._close_links()  # a follower left the ISR: the HW is the rule's over the rest, in Python
         self.isr = frozenset(isr)
         self._hw_changed.notify_all()
         return True
@@ -409,25 +483,11 @@ class Partition(PartitionView):
     def _maybe_increment_hw(self) -> bool:
         """The HW becomes the smallest log end over the ISR and caught-up followers, if that is higher."""
         log = self.log
-        candidate = log.log_end_offset
-        if candidate <= log.high_watermark:
+        leo, hw = log.log_end_offset, log.high_watermark
+        if leo <= hw:
             return False
-        if self.remote:
-            isr = self.isr
-            if len(isr) < self.min_isr:
-                return False
-            now = None
-            for b, r in self.remote.items():
-                leo = r.log_end_offset
-                if leo >= candidate:
-                    continue
-                if b not in isr:
-                    if now is None:
-                        now = self.clock.time_ms()
-                    if leo < 0 or not r.caught_up(now, self.lag_max_ms):
-                        continue
-                candidate = leo
-        if candidate <= log.high_watermark:
+        candidate = high_watermark(leo, hw, self.remote, self.isr, self.min_isr, self.clock, self.lag_max_ms)
+        if candidate <= hw:
             return False
         log.update_high_watermark(candidate)
         self._hw_changed.notify_all()

@@ -4,10 +4,21 @@ last fetch, and when it was last caught up, which decides ISR membership (`repli
 A follower is caught up at a fetch when it asked from the leader's log end, or from at least the log end the
 leader had at its previous fetch (it then was caught up as of that previous fetch): Kafka's
 `updateFetchStateOrThrow`.
+The high watermark is the smallest log end over the ISR and over the followers outside it that are caught up (they
+are about to rejoin), once that is above the HW; it never moves while the ISR is smaller than min(min.insync.replicas,
+replicas), and never goes down (Kafka's maybeIncrementLeaderHW): `high_watermark`.
+
+This module is the pure-Python twin; the native one (engine._native._replica) keeps a follower's progress in C fields
+and takes the rule in one call, with the same answers. `load` picks one by the codec's implementation.
 On-disk: nothing (the leader rebuilds this from the next fetches after a restart or a leader change).
-Thread-safety: changed only under the owning partition's lock.
+Thread-safety: changed only under the owning partition's lock, but for a follower linked to the native replica
+fetcher, whose progress that fetcher's thread records (through the native twin's C fields).
 """
 from __future__ import annotations
+
+from typing import Callable
+
+from engine.common.clock import Clock
 
 UNKNOWN = -1
 
@@ -45,3 +56,35 @@ class Replica:
 
     def __repr__(self) -> str:
         return f"Replica({self.broker_id}, leo={self.log_end_offset})"
+
+
+def high_watermark(leader_leo: int, hw: int, remote: dict[int, Replica], isr: frozenset, min_isr: int, clock: Clock,
+                   lag_max_ms: int) -> int:
+    """The HW a leader whose log ends at `leader_leo` moves to from `hw`, given its followers (`remote`, by broker
+    id), its ISR and min(min.insync.replicas, replicas): `hw` itself when the HW does not move."""
+    candidate = leader_leo
+    if candidate <= hw:
+        return hw
+    if remote:
+        if len(isr) < min_isr:
+            return hw
+        now = None
+        for b, r in remote.items():
+            leo = r.log_end_offset
+            if leo >= candidate:
+                continue
+            if b not in isr:
+                if now is None:
+                    now = clock.time_ms()
+                if leo < 0 or not r.caught_up(now, lag_max_ms):
+                    continue
+            candidate = leo
+    return candidate if candidate > hw else hw
+
+
+def load(impl: str) -> tuple[type, Callable[..., int]]:
+    """(Replica, high_watermark) of one implementation ("cython" or "python")."""
+    if impl == "python":
+        return Replica, high_watermark
+    from engine._native import _replica
+    return _replica.Replica, _replica.high_watermark

@@ -8,22 +8,74 @@ min(leader's end, its own end for that epoch, its log end); when the leader answ
 follower does not have, it truncates to where its own largest epoch below that one ends and asks again. A
 fetch that finds the logs diverged (KIP-320) carries the epoch and end offset to truncate to the same way.
 The HW is the fallback only when the leader knows no epoch at all.
+
+In the steady state a follower is linked to the engine's native replica fetcher (engine._native._replica_fetcher):
+after a round that left the follower's log equal to the leader's (same log end, active segment of the same base and
+size), in the leader's epoch, in the ISR, on a topic that is not compacted and sets no `flush.messages`, its next
+rounds run on the native thread without the GIL: the leader's new bytes copied to the follower's `.log`, checked as
+a follower append checks them, and its log end recorded at the leader (`Link`). What such a round does not do waits
+for the Python side: the follower's indexes, LEO and producer state are brought up to what the link wrote by
+`UnifiedLog.account_linked` (at its next fetch here, at most SETTLE_MS after the rounds of what the leader published,
+at `describe_topic`, and before the partition changes role), which the HW then follows. A link stops before a batch
+its rounds may not append (a marker, a roll, another epoch, a failed check, read or write) or when the leadership
+goes; the follower's next fetch here unlinks it and runs a Python round, and links it again once the logs agree.
+The native fetcher runs on an engine with the system clock and a plain file system (`native_fetcher`), else every
+round is Python's.
 On-disk: nothing of its own (the follower log's files and checkpoints).
 Thread-safety: `fetch_once` holds the follower partition's `fetch_lock`: the broker's fetcher thread and a thread
-waiting for acks='all' (which runs rounds itself, see Engine) never fetch for the same follower at once.
+waiting for acks='all' (which runs rounds itself, see Engine) never fetch for the same follower at once. A link is
+made holding the follower's and the leader's partition locks, so a role change (which unlinks) cannot slip between
+the checks and the link; a linked follower's log is written by the native thread only, and its state changed by the
+Python side only through `account_linked`, under the log's lock.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Callable, NamedTuple
 
+from engine.common.clock import Clock, SystemClock
 from engine.common.errors import InvalidOffsetError
 from engine.record import batch_format as bf
+from engine.record import codec
 from engine.replication.partition import FollowerFetch, Partition
+from engine.segments import segment_appender
+from engine.segments.fs import FileSystem
+from engine.segments.log_config import LONG_MAX
 
 MAX_FETCH_BYTES = 1 << 20
+SETTLE_MS = 5  # how long a linked follower's catch-up waits for the native rounds of what the leader published
 log = logging.getLogger("kafkalog.replica_fetcher")
+
+
+def native_fetcher(fs: FileSystem, clock: Clock):
+    """The native replica fetcher for an engine on this file system and clock (its thread started), or None when
+    it cannot run: the pure-Python twin is loaded, the file system does its own writes (fault injection), or the
+    clock is not the system clock (its thread reads the wall clock, as SystemClock does)."""
+    if codec.IMPL != "cython" or not fs.direct_writes() or type(clock) is not SystemClock:
+        return None
+    from engine._native import _replica_fetcher
+    return _replica_fetcher.Fetcher()
+
+
+def linkable(follower: Partition, leader: Partition) -> bool:
+    """Whether the native rounds may append what the leader appends next to `follower`: the follower is in the
+    leader's epoch with the same latest epoch in its log, the topic is not compacted, `flush.messages` is not
+    set, and the active segment's indexes can never fill before it is full (the roll the leader makes is the
+    follower's roll too; the native rounds stop there)."""
+    log, config = follower.log, follower.log.config
+    entries = config.segment_bytes // (config.index_interval_bytes + 1) + 2
+    return (follower.leader_epoch == leader.leader_epoch == log.leader_epochs.latest_epoch
+            and not follower.truncation_pending and not config.compact and config.flush_messages == LONG_MAX
+            and entries < config.segment_index_bytes // 12
+            and type(log.active_segment.appender) is segment_appender.selected)
+
+
+def _descriptor(fs: FileSystem, path: str, mode: str) -> int:
+    """A descriptor of its own for `path`, opened through the file system (the link closes it)."""
+    with fs.open(path, mode) as f:
+        return os.dup(f.fileno())
 
 
 class PendingFetch(NamedTuple):
@@ -34,10 +86,11 @@ class PendingFetch(NamedTuple):
 
 class ReplicaFetcher:
     def __init__(self, broker_id: int, leader_of: Callable[[Partition], Partition | None],
-                 max_bytes: int = MAX_FETCH_BYTES) -> None:
+                 max_bytes: int = MAX_FETCH_BYTES, native=None) -> None:
         self.broker_id = broker_id
         self.leader_of = leader_of
         self.max_bytes = max_bytes
+        self.native = native  # the engine's native fetcher (engine._native._replica_fetcher.Fetcher), or None
 
     def fetch_once(self, follower: Partition, blocking: bool = True, send_next: bool = False) -> int:
         """One fetch round for `follower` (truncating first if its leadership changed); the bytes appended.
@@ -47,6 +100,12 @@ class ReplicaFetcher:
         if not follower.fetch_lock.acquire(blocking):
             return 0
         try:
+            link = follower.link
+            if link is not None:
+                if link.running:
+                    self.catch_up(follower)
+                    return 0
+                follower.unlink()  # it stopped (see Link.reason): this round is Python's
             pending = self.send(follower)
             if pending is None:
                 return 0
@@ -59,9 +118,52 @@ class ReplicaFetcher:
                                                           -1 if latest is None else latest, follower.leader_epoch)
                 # no next request (nothing appended, or it found the logs diverged): this answer's HW
                 self.follow_high_watermark(follower, *(got or self._answered(pending)))
+            if self.native is not None and pending.answer.diverging_epoch is None:
+                self._maybe_link(follower, pending.leader)
             return appended
         finally:
             follower.fetch_lock.release()
+
+    def catch_up(self, follower: Partition) -> None:
+        """A linked follower's log takes what its link wrote (waiting a little for the rounds of what the leader
+        published), the leader's HW moves by the rule, and the follower follows it."""
+        link = follower.link
+        if link is None:  # (its role changed meanwhile, which unlinked it)
+            return
+        link.settle(SETTLE_MS)
+        follower.take_linked()
+        leader = self.leader_of(follower)
+        if leader is not None and leader.is_leader:
+            leader.settle_high_watermark()
+            self.follow_high_watermark(follower, leader.log.high_watermark, leader.log.log_start_offset)
+
+    def _maybe_link(self, follower: Partition, leader: Partition) -> None:
+        """Hand a follower's fetches to the native fetcher when its log is the leader's (same log end, active
+        segment of the same base and size) and nothing its rounds cannot do is due: see `linkable`."""
+        if follower.link is not None or not linkable(follower, leader) or len(leader.remote) > self.native.max_followers:
+            return
+        with follower._lock, leader._lock:  # (its role cannot change meanwhile: that would unlink a link not yet made)
+            if follower.link is not None or follower.leader_id != leader.broker_id or not linkable(follower, leader):
+                return
+            replica = leader.remote.get(self.broker_id)
+            log, leader_log = follower.log, leader.log
+            seg, leader_seg = log.active_segment, leader_log.active_segment
+            if (not leader.is_leader or replica is None or self.broker_id not in leader.isr
+                    or log.log_end_offset != leader_log.log_end_offset or seg.base_offset != leader_seg.base_offset
+                    or seg.size != leader_seg.size or not seg.size):
+                return
+            if leader.links is None:
+                leader.links = self.native.leader(len(leader.remote))
+            src = _descriptor(leader_log.fs, leader_seg.log_path, "rb")
+            dst = _descriptor(log.fs, seg.log_path, "ab")
+            if os.fstat(dst).st_size != seg.size:  # bytes past the follower's end (a failed write not cut yet)
+                os.close(src)
+                os.close(dst)
+                return
+            follower.link = self.native.link(leader.links, replica, src, dst, seg.base_offset, seg.size,
+                                             log.log_end_offset, leader.leader_epoch)
+            replica.parked = replica.tail_mark = None  # its next Python fetch, after the link, starts afresh
+            leader.settle_high_watermark()  # (the link recorded the follower's log end, as its next fetch would)
 
     def send(self, follower: Partition) -> PendingFetch | None:
         """The request half of a fetch: the leader records the follower's log end (which may move the HW) and

@@ -348,6 +348,12 @@ class UnifiedLog:
             self.producer_state.map_end_offset = self.log_end_offset
             return AppendInfo(batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches), len(data))
 
+    def account_linked(self, take) -> int:
+        """Batches a native replica fetcher's link wrote at the active segment's end (their headers from `take()`,
+        called with the log's lock held): what append_as_follower does for them, but the write; the bytes."""
+        with self._storage("account a linked fetch"):
+            return self._follower_append.account(take)
+
     def _validate(self, data) -> list:
         view = memoryview(data)
         batches = list(codec.iter_batches(view, source=self.dir))

@@ -641,7 +641,7 @@ cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py
     return pos + LOG_OVERHEAD + size
 
 
-cdef Py_ssize_t replica_batch(const uint8_t *p, Py_ssize_t n) noexcept:
+cdef Py_ssize_t replica_batch(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     """The size of the batch at `p` (`n` bytes available) when iter_batches walks it whole without an error and its
     CRC matches (what a follower's append checks of a batch, besides its size); -1 otherwise, for the general path
     to raise the precise error."""

@@ -276,8 +276,9 @@ cdef class SegmentAppender:
                      len(data) if size is None else size, batches, NULL, 0)
 
     cdef int _append(self, int64_t largest_offset, int64_t largest_timestamp, int64_t offset_of_max, object data,
-                     Py_ssize_t size, object batches, iovec *iov, int iovcnt) except -1:
-        """The append: the bytes are `data` (a buffer or a list of them), or the iovecs when given (direct writes)."""
+                     Py_ssize_t size, object batches, iovec *iov, int iovcnt, bint written=False) except -1:
+        """The append: the bytes are `data` (a buffer or a list of them), or the iovecs when given (direct writes);
+        `written`: they are at the segment's end already (the native replica fetcher wrote them), all but the write."""
         cdef object seg = self.segment
         cdef int64_t position, last, batch_size
         cdef Py_ssize_t i, n
@@ -289,7 +290,10 @@ cdef class SegmentAppender:
             position = self._start(largest_offset, largest_timestamp, size)
             if self.max_ts is None:
                 seg.max_timestamp_and_offset()  # before the write: it may open the indexes
-            self._write(data, size, position, iov, iovcnt)
+            if written:
+                self.size = position + size
+            else:
+                self._write(data, size, position, iov, iovcnt)
             if largest_timestamp > <int64_t>self.max_ts[0]:
                 self.max_ts = (largest_timestamp, offset_of_max)
             if batches is None:
@@ -599,8 +603,47 @@ cdef class FollowerAppender(_OneCallAppend):
         finally:
             PyBuffer_Release(&buf)
 
-    cdef int _account(self, const uint8_t *p, Py_ssize_t n) except -1:
-        """Each appended batch in turn: its leader epoch, and its producer's state when it has a producer id."""
+    def account(self, take):
+        """The batches a native replica fetcher wrote at the active segment's end, whose headers `take()` gives (the
+        link's, called with the log's lock held, so that accounts follow one another in the order of the writes):
+        everything `append` does for them but the write; the bytes accounted. The link was made with the log and
+        segment as the leader's, so none of them makes the segment roll (engine.replication.replica_fetcher)."""
+        cdef object headers, extents = []
+        cdef const uint8_t *p
+        cdef Py_ssize_t n, pos, size, total = 0
+        cdef int64_t first, last = -1, max_ts = -1, offset_of_max = -1, ts
+        self._lock.take()
+        try:
+            headers = take()
+            n = len(headers)
+            if not n:
+                return 0
+            p = <const uint8_t *>(<bytes>headers)
+            first = <int64_t>kl_be64(p)
+            if self.local.config is not self._config:
+                self._configure(self.local.config)
+            if first != <int64_t>self.local.log_end_offset or self._active() is None:
+                raise ValueError(f"the linked batches from {first} do not follow the log end "
+                                 f"{self.local.log_end_offset} of {self.source}")
+            for pos in range(0, n, HEADER_SIZE):
+                size = 12 + <int32_t>kl_be32(p + pos + 8)
+                last = <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23)
+                ts = <int64_t>kl_be64(p + pos + 35)
+                if ts > max_ts:
+                    max_ts, offset_of_max = ts, last
+                extents.append((last, size))
+                total += size
+            self._appender._append(last, max_ts, offset_of_max, None, total, extents, NULL, 0, True)
+            self._appended(last + 1)
+            self._account(p, n, HEADER_SIZE)
+            self.ps.map_end_offset = last + 1
+            return total
+        finally:
+            self._lock.give()
+
+    cdef int _account(self, const uint8_t *p, Py_ssize_t n, Py_ssize_t stride=0) except -1:
+        """Each appended batch in turn: its leader epoch, and its producer's state when it has a producer id (`p`
+        holds the batches, or with a `stride`, their headers that far apart)."""
         cdef Py_ssize_t pos = 0
         cdef int64_t base
         while pos < n:
@@ -610,7 +653,7 @@ cdef class FollowerAppender(_OneCallAppend):
                 self.ps.update_data(<int64_t>kl_be64(p + pos + 43), <int16_t>kl_be16(p + pos + 51),
                                     <int32_t>kl_be32(p + pos + 53), base, <int32_t>kl_be32(p + pos + 23),
                                     <int64_t>kl_be64(p + pos + 35), bool(p[pos + 22] & 0x10))
-            pos += 12 + <int32_t>kl_be32(p + pos + 8)  # the offset and size fields, then the batch
+            pos += stride or 12 + <int32_t>kl_be32(p + pos + 8)  # the offset and size fields, then the batch
         return 0
 
 

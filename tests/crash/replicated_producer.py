@@ -1,6 +1,7 @@
 """A child for tests/crash/test_replicated_kill.py: three in-process brokers with their fetcher threads, one
 RF=3 topic (min.insync.replicas=2), a producer with acks='all' printing `ACK <partition> <offset> <value>` for
-each acknowledged record, while a thread fails and restarts random brokers, until it is killed."""
+each acknowledged record, while a thread fails and restarts random brokers (unless `steady`: then the followers
+stay linked to the native replica fetcher), until it is killed."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,7 @@ import engine
 from engine.common.errors import KafkaError
 
 
-def main(directory: str, seed: int) -> None:
+def main(directory: str, seed: int, steady: bool) -> None:
     rng = random.Random(seed)
     e = engine.open(directory, brokers=3)
     e.create_topic("r", partitions=2, replication_factor=3, config={"min.insync.replicas": 2})
@@ -28,7 +29,8 @@ def main(directory: str, seed: int) -> None:
                 elif len(down) < 2:
                     e.fail_broker(chaos_rng.choice([b for b in range(3) if e._brokers[b].alive]))
 
-    threading.Thread(target=chaos, daemon=True).start()
+    if not steady:
+        threading.Thread(target=chaos, daemon=True).start()
     producer = e.producer(acks="all", linger_ms=0, request_timeout_ms=200, delivery_timeout_ms=2_000)
     for i in range(10**9):
         value = b"%d-%d" % (seed, i)
@@ -41,4 +43,4 @@ def main(directory: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["steady"])

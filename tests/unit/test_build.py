@@ -53,6 +53,7 @@ def test_builds_native_then_a_compilerless_rebuild_falls_back_without_leaking(so
     assert list((tmp_path / "native").rglob("_accumulator*.so")), "the producer's native loop is built too"
     assert list((tmp_path / "native").rglob("_segment_appender*.so")), "and the native segment append"
     assert list((tmp_path / "native").rglob("_log_read*.so")), "and the native one-call read"
+    assert list((tmp_path / "native").rglob("_replica_fetcher*.so")), "and the native replica fetcher"
     for package in ("engine", "engine/segments", "engine/txn", "engine/replication"):  # type hints for users
         assert (tmp_path / "native" / package / "py.typed").is_file(), package
     installed = {p.name for p in (tmp_path / "native").iterdir() if not p.name.endswith(".dist-info")}
