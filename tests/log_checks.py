@@ -120,3 +120,11 @@ def appended_state(lg) -> dict:
 
 def files_of(directory) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+class GeneralPathOnly:
+    """A one-call follower append that always leaves the append to the general path (the model of the tests that
+    check a faster path against that one)."""
+
+    def append(self, data):
+        return None

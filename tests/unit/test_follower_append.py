@@ -13,7 +13,7 @@ from engine.common.clock import ManualClock
 from engine.common.errors import KafkaError
 from engine.txn.unified_log import UnifiedLog as Log
 from tests.conftest import IMPLEMENTATIONS
-from tests.log_checks import appended_state, files_of, model_log
+from tests.log_checks import GeneralPathOnly, appended_state, files_of, model_log
 
 T0 = 1_700_000_000_000
 PRODUCERS = (5, 9)
@@ -31,13 +31,6 @@ CONFIGS = st.fixed_dictionaries({"segment.bytes": st.sampled_from([700, 1 << 20]
                                  "max.message.bytes": st.sampled_from([300, 1 << 20]),
                                  "message.timestamp.type": st.sampled_from(["CreateTime", "LogAppendTime"]),
                                  "flush.messages": st.sampled_from([1, 7, 2**63 - 1])})
-
-
-class _Never:
-    """A one-call append that always leaves the append to the general path."""
-
-    def append(self, data):
-        return None
 
 
 def _leader_batches(spec: list) -> list[bytes]:
@@ -71,7 +64,7 @@ def _run(directory, impl: str, fast: bool, config: dict, batches: list[bytes], f
     clock = ManualClock(T0)
     with model_log(directory, impl, config, clock) as lg:
         if not fast:
-            lg._follower_append = _Never()
+            lg._follower_append = GeneralPathOnly()
         answers, at, last = [], 0, b""
         for count, what in fetches:
             clock.advance(3)

@@ -24,18 +24,11 @@ from engine.replication.replica_fetcher import ReplicaFetcher, native_fetcher
 from engine.segments.fs import FaultyFileSystem, FileSystem
 from engine.txn.unified_log import UnifiedLog
 from tests.conftest import IMPLEMENTATIONS
-from tests.log_checks import appended_state, model_log
+from tests.log_checks import GeneralPathOnly, appended_state, model_log
 
 pytestmark = pytest.mark.skipif("cython" not in IMPLEMENTATIONS, reason="the native core is not built in this run")
 KEPT = (".log", ".index", ".timeindex", ".snapshot", "leader-epoch-checkpoint")
 VALUE = b"v" * 90
-
-
-class _Never:
-    """A one-call follower append that always leaves the append to the general path."""
-
-    def append(self, data):
-        return None
 
 
 def _kept_files(directory) -> dict[str, bytes]:
@@ -145,7 +138,7 @@ def test_a_linked_follower_leaves_what_the_general_path_leaves(tmp_path, monkeyp
     for b in (1, 2):
         follower = root / broker_dir("", b) / "t-0"
         with model_log(tmp_path / f"model-{b}", "cython", {"min.insync.replicas": 2}, ManualClock()) as lg:
-            lg._follower_append = _Never()
+            lg._follower_append = GeneralPathOnly()
             for first, last in seen["appends"][os.path.realpath(follower)]:  # the same appends, the general path
                 lg.append_as_follower(b"".join(data for base, data in batches.items() if first <= base <= last))
         assert _kept_files(follower) == _kept_files(tmp_path / f"model-{b}"), b
