@@ -168,14 +168,18 @@ class MmapIndex(ABC):
 
     def _floor(self, key: int) -> tuple | None:
         """The raw fields of the largest entry whose key <= `key` (None if none), found and read under one lock."""
+        return self._floor_slot(key)[1]
+
+    def _floor_slot(self, key: int) -> tuple[int, tuple | None]:
+        """The slot of the largest entry whose key <= `key` (-1 if none) and its raw fields, under one lock."""
         with self._lock:
             if self._pending:
                 self._write_pending()
             if not self.entries:
-                return None
+                return -1, None
             mapping = self._mapped()
             slot = codec.index_search(mapping, self.entries, self.entry_size, key)
-            return self.ENTRY.unpack_from(mapping, slot * self.entry_size) if slot >= 0 else None
+            return slot, (self.ENTRY.unpack_from(mapping, slot * self.entry_size) if slot >= 0 else None)
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries

@@ -39,6 +39,17 @@ class OffsetIndex(MmapIndex):
         found = self._floor(rel) if rel >= 0 else None
         return (self.base_offset, 0) if found is None else (self.base_offset + found[0], found[1])
 
+    def lookup_span(self, offset: int) -> tuple[int, int, int | None]:
+        """lookup(offset), and the position of the second entry past the position found (None if none): the batch
+        found and the next one indexed lie before it, where a lookup by time finds its answer (the time index names
+        the last offset of a batch whose timestamps are at or below the one sought) unless timestamps go back."""
+        with self._lock:
+            slot, found = self._floor_slot(max(min(offset - self.base_offset, INT32_MAX), -1))
+            after = 1 if slot < 0 and self.entries and self._raw(0)[1] == 0 else slot + 1  # past the position found
+            following = self._raw(after + 1)[1] if after + 1 < self.entries else None
+        base, position = (self.base_offset, 0) if found is None else (self.base_offset + found[0], found[1])
+        return base, position, following
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries with offset >= `offset`."""
         rel = offset - self.base_offset

@@ -14,7 +14,10 @@ Resident pages: readers report what they read through the shared mapping (`note_
 a segment has the pages it passed released every RELEASE_BYTES (madvise MADV_DONTNEED: the page table entries go, the
 page cache keeps the bytes), so a consumer scanning a large segment keeps about that much of it resident, not the whole
 segment; a view of released pages reads them again from the page cache. Random reads release nothing (a release costs
-more than such a read).
+more than such a read). A lookup by time reads its batches with pread where no read is known to have touched the
+mapping (a first touch costs page faults, which cost more than the copy): the native reader, which knows the mapping's
+address, flags the FAULT_AROUND windows of it that its reads touched (`_touched`, cleared again by a release and
+made anew with each mapping).
 Lifetime of mappings: a mapping is closed only when no view of it is alive (Python's mmap refuses to close with
 exported buffers, and every view is taken under the segment's lock before anything else may look for mappings to
 drop), so a reader always finishes on the bytes it started on, whatever rolls, truncates, deletes or cleans.
@@ -57,6 +60,7 @@ WINDOW_BYTES = 1 << 20
 RELEASE_BYTES = 8 << 20
 READERS = 8  # ranges remembered: as many sequential readers of one segment as are followed at once
 FAULT_AROUND = 64 << 10  # a read fault maps up to this much of the page cache around it (Linux's fault_around_bytes)
+LOOKUP_READ_BYTES = 256 << 10  # the most a lookup by time reads with pread before it reads through the mapping
 _PAGE = mmap.PAGESIZE
 log = logging.getLogger("kafkalog.segment")
 
@@ -100,6 +104,7 @@ class LogSegment:
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self._maps: list = []           # every mmap of the .log that may still have live views
         self._map = None                # the newest one
+        self._touched = None            # (mapping, flags): the FAULT_AROUND windows of its addresses reads touched
         self._read_ranges: deque[tuple[int, int]] = deque()  # the latest [start, end) read on through the mapping
         self._lock = new_lock()  # never replaced: the appender keeps it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
@@ -161,7 +166,7 @@ class LogSegment:
             if end <= start:
                 return memoryview(b"")
             if not self.writable:
-                return self._pread(start, end)
+                return memoryview(self._pread(start, end))
             if self._map is None or len(self._map) < end:
                 whole = self._remap()
             else:
@@ -190,18 +195,37 @@ class LogSegment:
                 top -= top % _PAGE
                 if top > lo - lo % _PAGE:
                     self._map.madvise(mmap.MADV_DONTNEED, lo - lo % _PAGE, top - (lo - lo % _PAGE))
+                    self._untouch(lo - lo % _PAGE, top)
                 lo = position
             ranges.append((lo, hi))
 
+    def _untouch(self, start: int, end: int) -> None:
+        """Forget that reads touched the mapping's pages of [start, end) (lock held): every window they may fall in,
+        whatever the mapping's address."""
+        touched = self._touched
+        if touched is not None and touched[0] is self._map:
+            flags = touched[1]
+            lo, hi = start // FAULT_AROUND, min(len(flags), (end - 1) // FAULT_AROUND + 2)
+            if hi > lo:
+                flags[lo:hi] = bytes(hi - lo)
+
     def read_bytes(self, start: int, end: int) -> bytes:
-        """A copy of the `.log` bytes [start, end), read through the append handle: for the bytes just appended
-        to the active segment, which a mapping would have to be remade to reach."""
+        """A copy of the `.log` bytes [start, end), read with pread (through the append handle while there is one):
+        for the bytes just appended to the active segment, which a mapping would have to be remade to reach, and for
+        a lookup's batches where the mapping is cold."""
         with self._lock:
             end = min(end, self.appender.size)
             if end <= start:
                 return b""
-            with self.append_handle() as f:
-                data = self.fs.pread(f, end - start, start)
+            handle = self.appender.handle
+            if handle is None or not handle.repin():  # no append handle to borrow (an inactive segment)
+                data = self._pread(start, end)
+            else:
+                try:
+                    with handle as f:
+                        data = self.fs.pread(f, end - start, start)
+                except OSError as exc:
+                    raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
         if len(data) != end - start:
             raise KafkaStorageError(f"short read of [{start}, {end})", file=self.log_path, position=start)
         return data
@@ -223,11 +247,11 @@ class LogSegment:
             self.fs.track_map(self)
             return whole[start - aligned:end - aligned]
 
-    def _pread(self, start: int, end: int) -> memoryview:
+    def _pread(self, start: int, end: int) -> bytes:
         """The `.log` bytes [start, end) read with pread (fewer when the file is shorter now)."""
         try:
             with self.fs.open(self.log_path, "rb") as f:
-                return memoryview(self.fs.pread(f, end - start, start))
+                return self.fs.pread(f, end - start, start)
         except OSError as exc:
             raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
 
@@ -255,6 +279,7 @@ class LogSegment:
         with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
             self._map = self.fs.mmap(f, self.appender.size, writable=False)
         self._maps.append(self._map)
+        self._touched = (self._map, bytearray(self.appender.size // FAULT_AROUND + 2))  # untouched at any address
         whole = memoryview(self._map)
         self.fs.track_map(self)
         return whole
@@ -416,13 +441,34 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` and offset >= starting_offset."""
         _, index_offset = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(index_offset, starting_offset))[1]
+        _, position, following = self.offset_index.lookup_span(max(index_offset, starting_offset))
         # markers count, as in Kafka; not reported to note_read: a lookup is a random read, releasing nothing, and a
         # reported one would push a moving reader's range out
         if not self.writable:
             return first_in_batches(self.batches(position), timestamp, starting_offset)
+        data = self.lookup_read(position, following)
+        if data is not None:
+            found = codec.first_at_or_after(data, timestamp, starting_offset, position=position, source=self.log_path)
+            if found is not None:
+                return found
         return codec.first_at_or_after(self.view(position), timestamp, starting_offset, position=position,
                                        source=self.log_path)
+
+    def lookup_read(self, position: int, following: int | None) -> bytes | None:
+        """For a lookup by time: the batches from the indexed `position` to `following` (OffsetIndex.lookup_span's;
+        else the segment's end) read with pread, unless the mapping is known to be touched there or they are more than
+        LOOKUP_READ_BYTES (None: read them through the mapping). Known here means every window the span may fall
+        in, at whatever address (the native reader checks the windows it does fall in)."""
+        with self._lock:
+            size = self.appender.size
+            end = following if following is not None and position < following <= size else size
+            if not position < end <= position + LOOKUP_READ_BYTES:
+                return None
+            touched = self._touched
+            if (touched is not None and touched[0] is self._map and len(self._map) >= size
+                    and all(touched[1][position // FAULT_AROUND:(end - 1) // FAULT_AROUND + 2])):
+                return None
+            return self.read_bytes(position, end)
 
     # --- timestamps ---------------------------------------------------------------------------
     def max_timestamp_and_offset(self) -> tuple[int, int]:
@@ -644,7 +690,7 @@ class LogSegment:
                     index.close()
             self.txn_index.close()
             self._release_maps()
-            self._maps, self._map = [], None
+            self._maps, self._map, self._touched = [], None, None
             self.fs.untrack_map(self)
             self.release_handle()
 

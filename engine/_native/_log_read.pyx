@@ -8,10 +8,11 @@ segment's while it stays the active one; threads sharing the reader each work fr
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 
 from engine._native._core cimport as_int64, check_epochs, first_in, index_floor, scan_headers, span_of
 from engine._native._lock cimport Lock
@@ -24,6 +25,10 @@ cdef object _EMPTY = memoryview(b"")
 cdef enum:
     ENTRY_SIZE = 8  # an `.index` entry: int32 offset relative to the segment's base, int32 position
     TIME_ENTRY_SIZE = 12  # a `.timeindex` entry: int64 timestamp, int32 offset relative to the segment's base
+    FAULT_WINDOW = 64 << 10  # segments.segment.FAULT_AROUND: the windows of a mapping's addresses a fault maps
+    LOOKUP_READ_BYTES = 256 << 10  # segments.segment.LOOKUP_READ_BYTES
+
+FAULT_AROUND, LOOKUP_READ = FAULT_WINDOW, LOOKUP_READ_BYTES  # for the test that they are the segment layer's
 
 
 @cython.final
@@ -131,7 +136,7 @@ cdef class LogReader:
         if seg is None or seg.segment is not segment:
             seg = tail if tail.segment is segment else _Segment(segment, tail.pool)
             self._last = seg
-        if not _floor(seg, start_offset, &entry_offset, &position):
+        if not _floor(seg, start_offset, &entry_offset, &position, NULL):
             return None
         mapping = _mapping(seg, position, &size)  # a view: the mapping cannot be closed while it lives
         if mapping is None:
@@ -155,6 +160,7 @@ cdef class LogReader:
             end = span_of(p + found[1], stop - found[1], max_bytes, min_one_message, found[3], upper, entries)
             if end < 0:
                 return None
+            _touch(seg.segment._touched, mapping.obj, p, position, found[1] + end)
         finally:
             PyBuffer_Release(&buf)
         seg.segment.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
@@ -164,7 +170,7 @@ cdef class LogReader:
         """UnifiedLog.offset_for_timestamp for a timestamp other than -1 and -2 (LogSegments.offset_for_timestamp, then
         LogSegment.find_offset_by_timestamp, in one call), or False when the layers must answer (a timestamp that is
         not an int within int64, a read-only segment, an index with no mapping to search)."""
-        cdef int64_t ts, start, index_offset, entry_offset, position
+        cdef int64_t ts, start, index_offset, entry_offset, position, following
         cdef Py_ssize_t size
         cdef _Segment seg
         cdef Py_buffer buf
@@ -189,8 +195,15 @@ cdef class LogReader:
                 seg = self._looked_up = _Segment(segment, None if self._last is None else self._last.pool)
             if not _time_floor(seg, ts, &index_offset):
                 return False
-            if not _floor(seg, max(index_offset, start), &entry_offset, &position):
+            if not _floor(seg, max(index_offset, start), &entry_offset, &position, &following):
                 return False
+            data = _cold(seg, position, following)
+            if data is not None:  # the bytes are the mapping's: what they hold is what the mapping would show
+                mapping = memoryview(data)
+                found = first_in(mapping, <const uint8_t *><const char *>data, 0, len(data), position, ts, start,
+                                 segment.log_path)
+                if found is not None:
+                    return found
             mapping = _mapping(seg, position, &size)
             if mapping is None:  # no bytes at the indexed position: no batch to look in
                 continue
@@ -229,16 +242,16 @@ cdef class LogReader:
             self._list_lock.give()
 
 
-cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *position) except -1:
-    """OffsetIndex.lookup: the (offset, position) of the largest entry at or below `offset`, (base, 0) if none;
-    False when the index has no mapping to search."""
+cdef bint _floor(_Segment seg, int64_t offset, int64_t *entry_offset, int64_t *position,
+                 int64_t *following) except -1:
+    """OffsetIndex.lookup: the (offset, position) of the largest entry at or below `offset`, (base, 0) if none, and
+    unless `following` is NULL there OffsetIndex.lookup_span's position (-1 for None); False when the index has no
+    mapping to search."""
     cdef int64_t entry[2]
     cdef int found
     entry_offset[0], position[0] = seg.base, 0
-    if offset - seg.base < 0:
-        return True
     found = _search(seg.index, seg.index_lock, seg.pool, seg.index_key, ENTRY_SIZE,
-                    min(offset - seg.base, <int64_t>INT32_MAX), entry)
+                    max(min(offset - seg.base, <int64_t>INT32_MAX), -1), entry, following)
     if found > 0:
         entry_offset[0], position[0] = seg.base + entry[0], entry[1]
     return found >= 0
@@ -252,20 +265,23 @@ cdef bint _time_floor(_Segment seg, int64_t timestamp, int64_t *offset) except -
     if seg.time_index is None:
         index = seg.segment.time_index  # opens it
         seg.time_lock, seg.time_key, seg.time_index = index._lock, ("map", id(index)), index
-    found = _search(seg.time_index, seg.time_lock, seg.pool, seg.time_key, TIME_ENTRY_SIZE, timestamp, entry)
+    found = _search(seg.time_index, seg.time_lock, seg.pool, seg.time_key, TIME_ENTRY_SIZE, timestamp, entry, NULL)
     offset[0] = seg.base + entry[1] if found > 0 else seg.base
     return found >= 0
 
 
 cdef int _search(object index, Lock lock, _Pool pool, object pool_key, int entry_size, int64_t target,
-                 int64_t entry[2]) except -2:
+                 int64_t entry[2], int64_t *following) except -2:
     """MmapIndex._floor under the index's lock: 1 with the largest entry whose key <= `target` in `entry` (an `.index`
     entry's relative offset and position, a `.timeindex` entry's timestamp and relative offset), 0 when there is
-    none, -1 when the index has no mapping to search."""
+    none, -1 when the index has no mapping to search; unless `following` is NULL (an `.index` only), the position of
+    the second entry past the position found there (-1 if none: OffsetIndex.lookup_span)."""
     cdef object mapping
     cdef Py_buffer buf
-    cdef Py_ssize_t entries, slot
+    cdef Py_ssize_t entries, slot, after
     cdef const uint8_t *p
+    if following != NULL:
+        following[0] = -1
     lock.take()
     try:
         if index._pending:
@@ -285,6 +301,10 @@ cdef int _search(object index, Lock lock, _Pool pool, object pool_key, int entry
             if entries * entry_size > buf.len:
                 return -1
             slot = index_floor(<const uint8_t *>buf.buf, entries, entry_size, target)
+            if following != NULL:  # OffsetIndex.lookup_span: the second entry past the position found
+                after = 1 if slot < 0 and kl_be32(<const uint8_t *>buf.buf + entry_size - 4) == 0 else slot + 1
+                if after + 1 < entries:
+                    following[0] = <int32_t>kl_be32(<const uint8_t *>buf.buf + (after + 1) * entry_size + entry_size - 4)
             if slot < 0:
                 return 0
             p = <const uint8_t *>buf.buf + slot * entry_size
@@ -319,3 +339,65 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
         return mapping
     finally:
         seg.segment_lock.give()
+
+
+cdef object _cold(_Segment seg, int64_t position, int64_t following):
+    """LogSegment.lookup_read, with the windows the span falls in at the mapping's address: the batches from the
+    indexed `position` to `following` (else the segment's end) read with pread unless every window of the mapping they
+    fall in was touched by a read (or they are more than LOOKUP_READ_BYTES): None then."""
+    cdef object segment = seg.segment, mapping
+    cdef int64_t size, end
+    seg.segment_lock.take()
+    try:
+        size = seg.appender.size
+        end = following if position < following <= size else size
+        if not position < end <= position + LOOKUP_READ_BYTES:
+            return None
+        mapping = segment._map
+        if mapping is not None and len(mapping) >= size and _all_touched(segment._touched, mapping, position, end):
+            return None
+    finally:
+        seg.segment_lock.give()
+    return segment.read_bytes(position, end)
+
+
+cdef bint _windows(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end,
+                   Py_ssize_t *lo, Py_ssize_t *hi):
+    """The flags of `touched` (LogSegment._touched) for the windows [lo, hi) that the mapping's bytes [start, end) fall
+    in, `base` the mapping's address; False when `touched` is not that mapping's."""
+    cdef uintptr_t shift = <uintptr_t>base % FAULT_WINDOW
+    if touched is None or (<tuple>touched)[0] is not mapping or end <= start:
+        return False
+    lo[0] = <Py_ssize_t>((shift + <uintptr_t>start) // FAULT_WINDOW)
+    hi[0] = min(<Py_ssize_t>((shift + <uintptr_t>end - 1) // FAULT_WINDOW) + 1,
+                PyByteArray_GET_SIZE((<tuple>touched)[1]))
+    return lo[0] < hi[0]
+
+
+cdef bint _all_touched(object touched, object mapping, int64_t start, int64_t end) except -1:
+    """Whether reads touched every window of the mapping's addresses that its bytes [start, end) fall in."""
+    cdef Py_buffer buf
+    cdef Py_ssize_t lo, hi, i
+    cdef const char *flags
+    PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
+    try:
+        if not _windows(touched, mapping, <const uint8_t *>buf.buf, start, end, &lo, &hi):
+            return False
+        flags = PyByteArray_AS_STRING((<tuple>touched)[1])
+        for i in range(lo, hi):
+            if not flags[i]:
+                return False
+        return True
+    finally:
+        PyBuffer_Release(&buf)
+
+
+cdef int _touch(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end) except -1:
+    """Flag the windows of the mapping's addresses (`base` its address) that a read of its bytes [start, end) touched."""
+    cdef Py_ssize_t lo, hi, i
+    cdef char *flags
+    if _windows(touched, mapping, base, start, end, &lo, &hi):
+        flags = PyByteArray_AS_STRING((<tuple>touched)[1])
+        for i in range(lo, hi):
+            flags[i] = 1
+    return 0

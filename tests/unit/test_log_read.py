@@ -3,6 +3,7 @@
 switched off on the same log), and a read bounded by the log end, of an offset in the log, takes the one call."""
 from __future__ import annotations
 
+import errno
 import threading
 
 import pytest
@@ -11,10 +12,11 @@ from hypothesis import strategies as st
 
 import engine
 from engine.common.clock import ManualClock
-from engine.common.errors import OffsetOutOfRangeError
+from engine.common.errors import KafkaStorageError, OffsetOutOfRangeError
 from engine.segments.fs import FileSystem
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
+from engine.segments import segment
 from engine.segments.segment import RELEASE_BYTES, WINDOW_BYTES
 from tests.conftest import IMPLEMENTATIONS
 from engine.txn import log_read
@@ -90,11 +92,23 @@ def test_the_one_call_read_answers_as_the_layers_do(tmp_path_factory, first, ste
     lg.close()
 
 
-# one step: ("append", records, timestamp jump), ("start", offset shift) or ("find", timestamp shift)
+# one step: ("append", records, timestamp jump), ("start", offset shift), ("find", timestamp shift) or ("scan",), a
+# read of the whole log through the one call (lookups then read what it touched through the mapping, else with pread)
 LOOKUPS = st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 6), st.integers(-30, 40)),
                              st.tuples(st.just("start"), st.integers(0, 4)),
-                             st.tuples(st.just("find"), st.integers(-3, 60))),
+                             st.tuples(st.just("find"), st.integers(-3, 60)),
+                             st.tuples(st.just("scan"))),
                    min_size=1, max_size=60)
+
+
+def _scan(lg: Log, step_bytes: int = 4096) -> int:
+    """Read the whole log, `step_bytes` a read; the records read."""
+    offset, count = lg.log_start_offset, 0
+    while offset < lg.log_end_offset:
+        records = [r for b in engine.iter_batches(lg.read(offset, max_bytes=step_bytes).records) for r in b.records()]
+        count += sum(1 for r in records if r.offset >= offset)
+        offset = records[-1].offset + 1
+    return count
 
 
 @settings(max_examples=150, deadline=None,
@@ -123,6 +137,8 @@ def test_the_one_call_lookup_by_time_answers_as_the_layers_and_a_model_do(tmp_pa
         elif step[0] == "start":
             lg.update_high_watermark(lg.log_end_offset)
             lg.delete_records(min(lg.log_start_offset + step[1], lg.log_end_offset))
+        elif step[0] == "scan":
+            assert _scan(lg) == sum(1 for _, o in model if o >= lg.log_start_offset)
         else:
             target = min((t for t, _ in model), default=T0) + step[1] * 3 - 10
             late = [(t, o) for t, o in model if t >= target and o >= lg.log_start_offset]
@@ -131,6 +147,104 @@ def test_the_one_call_lookup_by_time_answers_as_the_layers_and_a_model_do(tmp_pa
             assert lg.offset_for_timestamp(target) == want
             for impl, reader in readers.items():
                 assert reader.offset_for_timestamp(target) == (want if impl == "cython" else False), impl
+    lg.close()
+
+
+class _CountingFileSystem(FileSystem):
+    """Counts the reads made with pread; fails them with EIO once `failing`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.preads, self.failing = 0, False
+
+    def pread(self, f, size: int, offset: int) -> bytes:
+        self.preads += 1
+        if self.failing:
+            raise OSError(errno.EIO, "injected")
+        return super().pread(f, size, offset)
+
+
+def _timed_log(fs: FileSystem, path: str, batches: int, records: int, value_bytes: int) -> Log:
+    """A log whose record at offset o has timestamp T0 + o (one index entry a batch)."""
+    lg = Log(fs, path, LogConfig.from_dict({"index.interval.bytes": 1}), ManualClock(T0))
+    for i in range(batches):
+        lg.append_as_leader(engine.encode_batch([(b"k", b"v" * value_bytes, None, T0 + i * records + j)
+                                                 for j in range(records)]))
+    return lg
+
+
+def _lookup(lg: Log, impl: str):
+    """The lookup by time of one implementation: the native reader's one call, or the layers' (the log then reads
+    through the twin reader too, which knows no windows)."""
+    reader = lg._reader = log_read.load(impl)(lg, FetchData, WINDOW_BYTES)
+    if impl == "cython":
+        return reader.offset_for_timestamp
+    return lambda ts: lg.local.segments.offset_for_timestamp(ts, lg.log_start_offset)
+
+
+def _preads_per_lookup(lg: Log, fs: _CountingFileSystem, find, targets: list[int]) -> list[int]:
+    """The preads each lookup made, each answer checked against the log's model (offset o at T0 + o)."""
+    made = []
+    for ts in targets:
+        before = fs.preads
+        assert find(ts) == (ts, ts - T0)
+        made.append(fs.preads - before)
+    return made
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_lookup_by_time_reads_with_pread_until_a_read_touched_the_mapping_there(tmp_path, impl):
+    """A lookup maps nothing: it reads its batch with pread (one a lookup) where no read through the mapping is known
+    to have touched it, which only the native reader knows; once the one call read the log, the native lookup reads
+    through the mapping, until a new mapping replaces the one the reads touched. The answers are the model's."""
+    fs = _CountingFileSystem()
+    lg = _timed_log(fs, str(tmp_path / "t-0"), batches=40, records=10, value_bytes=900)
+    seg = lg.active_segment
+    find = _lookup(lg, impl)
+    if impl == "cython":  # the sizes it works with are the segment layer's
+        from engine._native import _log_read
+        assert (_log_read.FAULT_AROUND, _log_read.LOOKUP_READ) == (segment.FAULT_AROUND, segment.LOOKUP_READ_BYTES)
+    targets = [T0 + o for o in range(3, 400, 13)]
+    assert _preads_per_lookup(lg, fs, find, targets) == [1] * len(targets)
+    assert seg._map is None  # the lookups mapped nothing
+    assert _scan(lg) == 400
+    assert seg._map is not None
+    made = _preads_per_lookup(lg, fs, find, targets)
+    assert made == ([0] * len(targets) if impl == "cython" else [1] * len(targets)), made
+    lg.append_as_leader(engine.encode_batch([(b"k", b"v", None, T0 + 400)]))
+    lg.read(400)  # maps the grown segment anew: this read touched only the new mapping's pages near the end
+    early = targets[:len(targets) // 2]
+    assert _preads_per_lookup(lg, fs, find, early) == [1] * len(early)
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_released_range_is_read_with_pread_again(tmp_path, impl):
+    """Pages a moving reader released (RELEASE_BYTES behind it) are cold again: the native lookup reads them with
+    pread, and what the reader touched since through the mapping (the layers, which do not know, read both with
+    pread)."""
+    fs = _CountingFileSystem()
+    lg = _timed_log(fs, str(tmp_path / "t-0"), batches=160, records=16, value_bytes=4000)  # ~10 MiB
+    assert lg.active_segment.size > RELEASE_BYTES + (1 << 20)
+    find = _lookup(lg, impl)
+    assert _scan(lg, step_bytes=256 << 10) == 160 * 16
+    released = [T0 + o for o in range(5, 16 * 100, 37)]  # batches below 6.5 MiB: released by the scan
+    kept = [T0 + o for o in range(16 * 150 + 5, 16 * 160, 7)]  # the last ten batches, read since
+    assert _preads_per_lookup(lg, fs, find, released) == [1] * len(released)
+    assert _preads_per_lookup(lg, fs, find, kept) == [0 if impl == "cython" else 1] * len(kept)
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_failed_pread_of_a_lookup_is_a_storage_error_naming_the_segment(tmp_path, impl):
+    fs = _CountingFileSystem()
+    lg = _timed_log(fs, str(tmp_path / "t-0"), batches=4, records=10, value_bytes=100)
+    fs.failing = True
+    with pytest.raises(KafkaStorageError) as caught:
+        _lookup(lg, impl)(T0 + 15)
+    assert caught.value.file == lg.active_segment.log_path and "injected" in caught.value.message
+    fs.failing = False
+    assert _lookup(lg, impl)(T0 + 15) == (T0 + 15, 15)
     lg.close()
 
 
