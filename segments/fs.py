@@ -266,6 +266,10 @@ class FileSystem:
         """`size` bytes at `offset` (fewer only at the end of the file)."""
         return os.pread(f.fileno(), size, offset)
 
+    def pread_into(self, f: BinaryIO, buffer, offset: int) -> int:
+        """Fill the writable `buffer` from `offset`: the bytes read (fewer only at the end of the file)."""
+        return os.preadv(f.fileno(), [buffer], offset)
+
     def pwrite(self, f: BinaryIO, data: bytes, offset: int) -> None:
         """Write `data` at `offset` (index entries)."""
         if os.pwrite(f.fileno(), data, offset) != len(data):

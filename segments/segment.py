@@ -217,18 +217,35 @@ class LogSegment:
             end = min(end, self.appender.size)
             if end <= start:
                 return b""
-            handle = self.appender.handle
-            if handle is None or not handle.repin():  # no append handle to borrow (an inactive segment)
-                data = self._pread(start, end)
-            else:
-                try:
-                    with handle as f:
-                        data = self.fs.pread(f, end - start, start)
-                except OSError as exc:
-                    raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
+            data = self._read_with(lambda f: self.fs.pread(f, end - start, start), start, borrow=True)
         if len(data) != end - start:
             raise KafkaStorageError(f"short read of [{start}, {end})", file=self.log_path, position=start)
         return data
+
+    def read_into(self, buffer, start: int, end: int) -> int:
+        """read_bytes into the start of `buffer` (room for end - start bytes): how many, 0 with none at `start`."""
+        with self._lock:
+            end = min(end, self.appender.size)
+            if end <= start:
+                return 0
+            done = self._read_with(lambda f: self.fs.pread_into(f, memoryview(buffer)[:end - start], start), start,
+                                   borrow=True)
+        if done != end - start:
+            raise KafkaStorageError(f"short read of [{start}, {end})", file=self.log_path, position=start)
+        return done
+
+    def _read_with(self, read, start: int, borrow: bool):
+        """`read(file)` on the `.log`: through the append handle while there is one to `borrow` (lock held), else on a
+        file opened for it; an OSError as a KafkaStorageError at `start`."""
+        handle = self.appender.handle if borrow else None
+        try:
+            if handle is not None and handle.repin():
+                with handle as f:
+                    return read(f)
+            with self.fs.open(self.log_path, "rb") as f:
+                return read(f)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
 
     def window(self, start: int, end: int) -> memoryview:
         """A zero-copy view for a reader to keep: a view of WINDOW_BYTES or more maps only its own
@@ -248,12 +265,8 @@ class LogSegment:
             return whole[start - aligned:end - aligned]
 
     def _pread(self, start: int, end: int) -> bytes:
-        """The `.log` bytes [start, end) read with pread (fewer when the file is shorter now)."""
-        try:
-            with self.fs.open(self.log_path, "rb") as f:
-                return self.fs.pread(f, end - start, start)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
+        """The `.log` bytes [start, end) read with pread on a file opened for it (fewer when it is shorter now)."""
+        return self._read_with(lambda f: self.fs.pread(f, end - start, start), start, borrow=False)
 
     def _positional_batches(self, start: int, end: int | None):
         """The batches of [start, end) of a read-only segment, read with pread a window at a time."""

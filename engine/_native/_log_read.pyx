@@ -197,13 +197,9 @@ cdef class LogReader:
                 return False
             if not _floor(seg, max(index_offset, start), &entry_offset, &position, &following):
                 return False
-            data = _cold(seg, position, following)
-            if data is not None:  # the bytes are the mapping's: what they hold is what the mapping would show
-                mapping = memoryview(data)
-                found = first_in(mapping, <const uint8_t *><const char *>data, 0, len(data), position, ts, start,
-                                 segment.log_path)
-                if found is not None:
-                    return found
+            found = _cold_lookup(seg, position, following, ts, start)  # the same bytes as the mapping's
+            if found is not None:
+                return found
             mapping = _mapping(seg, position, &size)
             if mapping is None:  # no bytes at the indexed position: no batch to look in
                 continue
@@ -341,10 +337,40 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
         seg.segment_lock.give()
 
 
-cdef object _cold(_Segment seg, int64_t position, int64_t following):
-    """LogSegment.lookup_read, with the windows the span falls in at the mapping's address: the batches from the
-    indexed `position` to `following` (else the segment's end) read with pread unless every window of the mapping they
-    fall in was touched by a read (or they are more than LOOKUP_READ_BYTES): None then."""
+cdef bytearray _scratch = None  # what a lookup reads with pread (one lookup at a time: another one meanwhile copies)
+cdef bint _scratch_taken = False
+
+
+cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int64_t timestamp, int64_t start):
+    """first_in on the batches LogSegment.lookup_read would read with pread, read into a buffer kept for it (a new
+    buffer a lookup would take fresh pages for); None when the mapping is to be read (touched there, or the batches
+    are more than LOOKUP_READ_BYTES) or their records do not hold the answer."""
+    global _scratch, _scratch_taken
+    cdef object segment = seg.segment
+    cdef int64_t end = _cold_end(seg, position, following)
+    cdef Py_ssize_t n
+    if end < 0:
+        return None
+    if _scratch_taken:  # (the GIL makes the test and the take one step)
+        data = segment.read_bytes(position, end)
+        return first_in(memoryview(data), <const uint8_t *><const char *>data, 0, len(data), position, timestamp,
+                        start, segment.log_path)
+    _scratch_taken = True
+    try:
+        if _scratch is None:
+            _scratch = bytearray(LOOKUP_READ_BYTES)
+        n = segment.read_into(_scratch, position, end)
+        return first_in(memoryview(_scratch), <const uint8_t *>PyByteArray_AS_STRING(_scratch), 0, n, position,
+                        timestamp, start, segment.log_path)
+    finally:
+        _scratch_taken = False
+
+
+cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except -2:
+    """LogSegment.lookup_read's choice, with the windows the span falls in at the mapping's address: the end of the
+    batches from the indexed `position` to `following` (else the segment's end) to read with pread, or -1 to read
+    them through the mapping (every window of it they fall in was touched by a read, or they are more than
+    LOOKUP_READ_BYTES)."""
     cdef object segment = seg.segment, mapping
     cdef int64_t size, end
     seg.segment_lock.take()
@@ -352,13 +378,13 @@ cdef object _cold(_Segment seg, int64_t position, int64_t following):
         size = seg.appender.size
         end = following if position < following <= size else size
         if not position < end <= position + LOOKUP_READ_BYTES:
-            return None
+            return -1
         mapping = segment._map
         if mapping is not None and len(mapping) >= size and _all_touched(segment._touched, mapping, position, end):
-            return None
+            return -1
+        return end
     finally:
         seg.segment_lock.give()
-    return segment.read_bytes(position, end)
 
 
 cdef bint _windows(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end,

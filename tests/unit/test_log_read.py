@@ -151,17 +151,24 @@ def test_the_one_call_lookup_by_time_answers_as_the_layers_and_a_model_do(tmp_pa
 
 
 class _CountingFileSystem(FileSystem):
-    """Counts the reads made with pread; fails them with EIO once `failing`."""
+    """Counts the reads made with pread (into a new buffer or a given one); fails them with EIO once `failing`."""
 
     def __init__(self) -> None:
         super().__init__()
         self.preads, self.failing = 0, False
 
-    def pread(self, f, size: int, offset: int) -> bytes:
+    def _count(self) -> None:
         self.preads += 1
         if self.failing:
             raise OSError(errno.EIO, "injected")
+
+    def pread(self, f, size: int, offset: int) -> bytes:
+        self._count()
         return super().pread(f, size, offset)
+
+    def pread_into(self, f, buffer, offset: int) -> int:
+        self._count()
+        return super().pread_into(f, buffer, offset)
 
 
 def _timed_log(fs: FileSystem, path: str, batches: int, records: int, value_bytes: int) -> Log:
@@ -232,6 +239,38 @@ def test_a_released_range_is_read_with_pread_again(tmp_path, impl):
     kept = [T0 + o for o in range(16 * 150 + 5, 16 * 160, 7)]  # the last ten batches, read since
     assert _preads_per_lookup(lg, fs, find, released) == [1] * len(released)
     assert _preads_per_lookup(lg, fs, find, kept) == [0 if impl == "cython" else 1] * len(kept)
+    lg.close()
+
+
+class _NestingFileSystem(_CountingFileSystem):
+    """Runs `inside()` once right after the next pread, before the lookup that made it goes on."""
+
+    inside = None
+
+    def _then(self, done):
+        run, self.inside = self.inside, None
+        if run is not None:
+            run()
+        return done
+
+    def pread(self, f, size: int, offset: int) -> bytes:
+        return self._then(super().pread(f, size, offset))
+
+    def pread_into(self, f, buffer, offset: int) -> int:
+        return self._then(super().pread_into(f, buffer, offset))
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_lookup_that_starts_inside_another_keeps_its_own_bytes(tmp_path, impl):
+    """A lookup starting while another one holds the bytes it read (here between that read and the decode, as another
+    thread would) reads into a buffer of its own: each answers as the model says."""
+    fs = _NestingFileSystem()
+    lg = _timed_log(fs, str(tmp_path / "t-0"), batches=30, records=10, value_bytes=500)
+    find = _lookup(lg, impl)
+    inner = []
+    fs.inside = lambda: inner.append(find(T0 + 207))
+    assert find(T0 + 33) == (T0 + 33, 33)
+    assert inner == [(T0 + 207, 207)] and fs.preads == 2
     lg.close()
 
 
