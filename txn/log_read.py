@@ -8,7 +8,8 @@ read, raising the precise error or repairing an index as they do.
 
 A lookup by timestamp (UnifiedLog.offset_for_timestamp) is the other call: the native reader searches the time and
 offset indexes and walks the batch headers from the indexed position in one call, the steps of the layers'
-segments.log_segments.LogSegments.offset_for_timestamp; this twin leaves the lookup to those layers.
+segments.log_segments.LogSegments.offset_for_timestamp (read with pread where its reads have not touched the
+mapping, as segments.segment.LogSegment.lookup_read chooses); this twin leaves the lookup to those layers.
 
 This module is the pure-Python twin; the native one (engine._native._log_read.LogReader) takes the same steps
 with no Python frame between the call and the answer. `load` picks the one that matches the segments' locks.

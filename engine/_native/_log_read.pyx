@@ -5,6 +5,9 @@ read from here. The locks it takes (the log's, the segment list's, the segment's
 engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded. What a segment is made of
 (its locks, appender, offset index, descriptor pool) is kept between reads of the same segment, and the active
 segment's while it stays the active one; threads sharing the reader each work from the record they took.
+A lookup by time reads with pread where its reads have not touched the mapping (LogSegment.lookup_read, with the
+windows it flags as its reads touch them); what it reads goes into one buffer of the module's, which one lookup holds
+at a time (a lookup on another thread meanwhile reads into a buffer of its own).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
