@@ -340,8 +340,8 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
         seg.segment_lock.give()
 
 
-cdef bytearray _scratch = None  # what a lookup reads with pread (one lookup at a time: another one meanwhile copies)
-cdef bint _scratch_taken = False
+cdef bytearray _scratch = None  # what a lookup reads with pread (one lookup at a time: another one meanwhile reads
+cdef bint _scratch_taken = False  # into a buffer of its own)
 
 
 cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int64_t timestamp, int64_t start):
@@ -351,22 +351,25 @@ cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int6
     global _scratch, _scratch_taken
     cdef object segment = seg.segment
     cdef int64_t end = _cold_end(seg, position, following)
+    cdef bytearray buffer
+    cdef bint kept = not _scratch_taken  # (the GIL makes the test and the take one step)
     cdef Py_ssize_t n
     if end < 0:
         return None
-    if _scratch_taken:  # (the GIL makes the test and the take one step)
-        data = segment.read_bytes(position, end)
-        return first_in(memoryview(data), <const uint8_t *><const char *>data, 0, len(data), position, timestamp,
-                        start, segment.log_path)
-    _scratch_taken = True
-    try:
+    if kept:
+        _scratch_taken = True
         if _scratch is None:
             _scratch = bytearray(LOOKUP_READ_BYTES)
-        n = segment.read_into(_scratch, position, end)
-        return first_in(memoryview(_scratch), <const uint8_t *>PyByteArray_AS_STRING(_scratch), 0, n, position,
+        buffer = _scratch
+    else:
+        buffer = bytearray(end - position)
+    try:
+        n = segment.read_into(buffer, position, end)
+        return first_in(memoryview(buffer), <const uint8_t *>PyByteArray_AS_STRING(buffer), 0, n, position,
                         timestamp, start, segment.log_path)
     finally:
-        _scratch_taken = False
+        if kept:
+            _scratch_taken = False
 
 
 cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except -2:
