@@ -14,7 +14,9 @@ set and a poll waiting for records wakes, so no heartbeat paces a rebalance. The
 (engine.clients.heartbeat_thread, one for all its members) sends this member's heartbeat every heartbeat_interval_ms
 from its first join until close(), for liveness; the heartbeat flags a rebalance or a lost membership for the next
 poll, and leaves the group when poll() was not called for max_poll_interval_ms (a static member does not leave: its
-session timeout decides).
+session timeout decides). As the Java client's, it sends nothing while a round is under way (from the JoinGroup until
+the assignment is applied): the member still holds the old generation then, and the answer to a heartbeat of it
+would reset the member or ask it for one more round.
 Thread-safety: the consumer's thread and the heartbeat thread share the member's identity under one lock.
 """
 from __future__ import annotations
@@ -78,6 +80,7 @@ class ConsumerCoordinator:
         self._syncing: Pending | None = None
         self._sync_generation = -1
         self._joins = 0  # JoinGroups sent: a heartbeat's answer about an earlier round is stale
+        self._stable = False  # a round completed (a generation and its assignment) and no JoinGroup was sent since
         self._fatal: KafkaError | None = None
         self._last_poll = self._clock.time_ms()
         self._heartbeats = consumer._engine.heartbeats
@@ -164,6 +167,7 @@ class ConsumerCoordinator:
             member_id, generation = self.member_id, self.generation
             self._rejoin = False
             self._joins += 1
+            self._stable = False
         owned = sorted(self.owned) if self.protocol == asg.COOPERATIVE else []
         protocols = [(a.name, cp.encode_subscription(cp.Subscription(topics, a.subscription_user_data(set(topics)),
                                                                      owned, generation)))
@@ -243,6 +247,7 @@ class ConsumerCoordinator:
         assigned = set(assignment.partitions)
         with self._lock:
             self.generation = generation
+            self._stable = True
         meta = self.metadata()
         for a in self.assignors:
             if a.name == self.protocol_name:
@@ -294,10 +299,10 @@ class ConsumerCoordinator:
 
     def heartbeat(self) -> None:
         """One heartbeat (the thread's work): flags a rebalance, a lost membership or a poll timeout."""
-        with self._lock:
+        with self._lock:  # only between rounds: a heartbeat of the old generation sent while a round is under way
+            if not self._stable or self.generation < 0:  # would reset the member or ask it for one more round
+                return
             member_id, generation, joins = self.member_id, self.generation, self._joins
-        if generation < 0 or self._joining is not None or self._syncing is not None:
-            return
         if self._clock.time_ms() - self._last_poll > self.max_poll_interval_ms:
             log.warning("consumer %s of group %s: poll() was not called for max_poll_interval_ms=%d; leaving the "
                         "group", self.client_id, self.group_id, self.max_poll_interval_ms)

@@ -667,6 +667,48 @@ def test_a_cooperative_member_revokes_a_dropped_topic_before_it_rejoins(tmp_path
         c.close()
 
 
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("during", ["after its JoinGroup", "before its SyncGroup"])
+def test_a_heartbeat_while_the_member_is_between_rounds_neither_resets_it_nor_asks_for_another(tmp_path, during,
+                                                                                                strategy):
+    """The heartbeat thread may run while its member's JoinGroup is answered and before its SyncGroup is: the member
+    still holds the old generation then. A heartbeat of it would be told the generation is stale (a reset: the
+    member then stops heartbeating until it polls) or that the group rebalances (one more round). As Kafka's
+    heartbeat thread, it sends nothing until the round completes, and the round makes one generation."""
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
+        for t in ("A", "B"):
+            e.create_topic(t, partitions=2)
+        c = e.consumer("A", group_id="g", partition_assignment_strategy=strategy, heartbeat_interval_ms=10_000,
+                       session_timeout_ms=30_000, enable_auto_commit=False)
+        poll_until([c], lambda: len(c.assignment()) == 2 and e.groups.describe_group("g").state == STABLE, poll_ms=0)
+        generation, sent, joins = c.group_metadata().generation_id, [], []
+        beat, join, sync = e.groups.heartbeat, e.groups.join_group, e.groups.sync_group
+        e.groups.heartbeat = lambda *args: sent.append(args[2]) or beat(*args)
+
+        def joining(*args, **kw):
+            joins.append(args)
+            answer = join(*args, **kw)
+            if during == "after its JoinGroup" and len(joins) == 1:
+                c._group.heartbeat()  # as the heartbeat thread would, with the join answered and not yet applied
+            return answer
+
+        def syncing(*args, **kw):
+            if during == "before its SyncGroup" and len(joins) == 1:
+                c._group.heartbeat()
+            return sync(*args, **kw)
+
+        e.groups.join_group, e.groups.sync_group = joining, syncing
+        c._group.heartbeat()  # between rounds: sent
+        c.subscribe(["A", "B"])
+        poll_until([c], lambda: len(c.assignment()) == 4 and not c._group._rejoin, poll_ms=0)
+        assert len(joins) == 1 and c.group_metadata().generation_id == generation + 1
+        assert e.groups.describe_group("g").state == STABLE
+        c._group.heartbeat()  # the round completed: sent, with the new generation
+        assert sent == [generation, generation + 1]
+        c.close()
+
+
 def test_three_consumers_share_six_partitions_while_one_joins_and_one_leaves(tmp_path):
     total = 3000
     with engine.open(tmp_path, group_config=FAST) as e:
