@@ -14,9 +14,9 @@ set and a poll waiting for records wakes, so no heartbeat paces a rebalance. The
 (engine.clients.heartbeat_thread, one for all its members) sends this member's heartbeat every heartbeat_interval_ms
 from its first join until close(), for liveness; the heartbeat flags a rebalance or a lost membership for the next
 poll, and leaves the group when poll() was not called for max_poll_interval_ms (a static member does not leave: its
-session timeout decides). As the Java client's, it sends nothing while a round is under way (from the JoinGroup until
-the assignment is applied): the member still holds the old generation then, and the answer to a heartbeat of it
-would reset the member or ask it for one more round.
+session timeout decides). It sends nothing while a round is under way, from the JoinGroup until the assignment is
+applied (the Java client sends none while its JoinGroup is in flight): the member holds the old generation until then,
+and the answer to a heartbeat of it would reset the member or ask it for one more round.
 Thread-safety: the consumer's thread and the heartbeat thread share the member's identity under one lock.
 """
 from __future__ import annotations

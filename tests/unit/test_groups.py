@@ -673,8 +673,8 @@ def test_a_heartbeat_while_the_member_is_between_rounds_neither_resets_it_nor_as
                                                                                                 strategy):
     """The heartbeat thread may run while its member's JoinGroup is answered and before its SyncGroup is: the member
     still holds the old generation then. A heartbeat of it would be told the generation is stale (a reset: the
-    member then stops heartbeating until it polls) or that the group rebalances (one more round). As Kafka's
-    heartbeat thread, it sends nothing until the round completes, and the round makes one generation."""
+    member then stops heartbeating until it polls) or that the group rebalances (one more round). It sends nothing
+    until the round completes, and the round makes one generation."""
     clock = ManualClock()
     with engine.open(tmp_path, clock=clock, background=False, group_config=FAST) as e:
         for t in ("A", "B"):
