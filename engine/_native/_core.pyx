@@ -352,7 +352,26 @@ cdef extern from "structmember.h":
 cdef extern from *:
     """
     #define KL_SLOT(cls, field) offsetof(struct __pyx_obj_6engine_7_native_5_core_##cls, field)
+    /* The encoder's pass over its input records reads objects the caller made one by one, in no order the hardware
+       prefetcher follows: the record tuple KL_AHEAD places ahead is fetched, and the fields of the one half as far
+       ahead (its tuple fetched by then). A macro: GCC drops a call to a function whose only effect is a prefetch. */
+    #define KL_AHEAD 16
+    #define KL_FETCH_RECORDS(items, i) do {                                                \
+        Py_ssize_t n_ = PyList_GET_SIZE(items);  /* (now: a field's buffer may run code) */ \
+        if ((i) + KL_AHEAD < n_)                                                            \
+            __builtin_prefetch(PyList_GET_ITEM((items), (i) + KL_AHEAD), 0, 3);             \
+        if ((i) + KL_AHEAD / 2 < n_) {                                                      \
+            PyObject *t_ = PyList_GET_ITEM((items), (i) + KL_AHEAD / 2);                    \
+            if (PyTuple_CheckExact(t_) && PyTuple_GET_SIZE(t_) == 4) {                      \
+                __builtin_prefetch(PyTuple_GET_ITEM(t_, 0), 0, 3);                          \
+                __builtin_prefetch(PyTuple_GET_ITEM(t_, 1), 0, 3);                          \
+                __builtin_prefetch(PyTuple_GET_ITEM(t_, 2), 0, 3);                          \
+                __builtin_prefetch(PyTuple_GET_ITEM(t_, 3), 0, 3);                          \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
     """
+    void KL_FETCH_RECORDS(list items, Py_ssize_t i) noexcept
     Py_ssize_t RECORD_OFFSET "KL_SLOT(Record, offset)"
     Py_ssize_t RECORD_TIMESTAMP "KL_SLOT(Record, timestamp)"
     Py_ssize_t RECORD_KEY "KL_SLOT(Record, key)"
@@ -1612,6 +1631,7 @@ cdef bytes _encode_items(list items, Params *pr, object level, object last_offse
     infos = _alloc_infos(n)
     try:
         for i in range(n):
+            KL_FETCH_RECORDS(items, i)
             if _fill_record(&infos[i], items[i], prev, pr.base_offset, &hrefs, keep):
                 break
             prev = infos[i].off_delta
