@@ -185,6 +185,11 @@ class FileSystem:
         cls = type(self)
         return cls.write is FileSystem.write and cls.writev is FileSystem.writev
 
+    def direct_reads(self) -> bool:
+        """Whether a native reader may pread a pooled handle's descriptor itself, bypassing `pread_into`: yes unless a
+        subclass (fault injection, tests) replaces it."""
+        return type(self).pread_into is FileSystem.pread_into
+
     # --- single operations ----------------------------------------------------------------------
     def open(self, path: str, mode: str = "rb") -> BinaryIO:
         """Open unbuffered ("rb", "r+b", "ab", "ab+", "wb+")."""

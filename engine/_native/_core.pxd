@@ -62,6 +62,9 @@ cdef bint scan_headers(const uint8_t *p, Py_ssize_t n, int64_t position, int64_t
                        int64_t prev_last, int64_t up, int64_t found[4]) noexcept nogil
 cdef int check_epochs(object epochs) except -1
 cdef bint as_int64(object value, int64_t *out) noexcept
+cdef Py_ssize_t passed_by(const uint8_t *p, Py_ssize_t n, Py_ssize_t position, int64_t timestamp,
+                          int64_t start_offset, object source) except -1
+cdef Py_ssize_t read_all(int fd, uint8_t *buf, size_t n, int64_t at) noexcept nogil
 cdef object first_in(object mv, const uint8_t *p, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t position,
                      int64_t timestamp, int64_t start_offset, object source)
 cdef Py_ssize_t span_of(const uint8_t *p, Py_ssize_t n, Py_ssize_t max_size, bint min_one_message, int64_t prev_last,

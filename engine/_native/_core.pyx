@@ -39,6 +39,7 @@ from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZ
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8, PyUnicode_GET_LENGTH
 from libc.stdint cimport INT32_MAX, INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
+from libc.errno cimport EINTR, errno
 from libc.string cimport memcmp, memcpy, memset
 
 from engine.record import batch_format as bf
@@ -59,6 +60,9 @@ cdef extern from "Python.h":
     void *PyUnicode_DATA(object unicode)
     bint PyUnicode_IS_COMPACT_ASCII(object unicode)
     void PyObject_GC_UnTrack(void *obj)
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void *buf, size_t n, long offset)
 
 cdef extern from "crc32c_impl.h":
     void kl_crc32c_init()
@@ -1058,6 +1062,39 @@ def first_at_or_after(buffer, int64_t timestamp, int64_t start_offset, *, positi
         PyBuffer_Release(&buf)
 
 
+cdef inline bint _may_hold(const uint8_t *p, int64_t timestamp, int64_t start_offset) noexcept nogil:
+    """Whether the batch whose header is at `p` may hold a record at or after `timestamp` and `start_offset`: its max
+    timestamp and its last offset reach them."""
+    return (<int64_t>kl_be64(p + 35) >= timestamp
+            and <int64_t>kl_be64(p) + <int32_t>kl_be32(p + 23) >= start_offset)
+
+
+cdef Py_ssize_t passed_by(const uint8_t *p, Py_ssize_t n, Py_ssize_t position, int64_t timestamp,
+                          int64_t start_offset, object source) except -1:
+    """The size of the batch whose 61-byte header is at `p` (the file's `position`; `n` the bytes from there to the end
+    of the span searched, more than a header) when first_in passes it by, as none of its records can be at or after
+    `timestamp` and `start_offset`; 0 when first_in looks in it or stops there (a partial tail). Only its header is
+    read; a header first_in refuses is refused here with the same error."""
+    cdef Py_ssize_t end = _frame_end(p, n, 0, position, source)
+    return 0 if end < 0 or _may_hold(p, timestamp, start_offset) else end
+
+
+cdef Py_ssize_t read_all(int fd, uint8_t *buf, size_t n, int64_t at) noexcept nogil:
+    """pread until `n` bytes are in; the bytes read (fewer at the file's end), -1 on an error (errno set)."""
+    cdef size_t got = 0
+    cdef ssize_t r
+    while got < n:
+        r = pread(fd, buf + got, n - got, at + <int64_t>got)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        if r == 0:
+            break
+        got += <size_t>r
+    return <Py_ssize_t>got
+
+
 cdef object first_in(object mv, const uint8_t *p, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t position,
                      int64_t timestamp, int64_t start_offset, object source):
     """first_at_or_after on the batches of mv[pos:n] (`p` its buffer, `position` the file position of `pos`)."""
@@ -1067,8 +1104,7 @@ cdef object first_in(object mv, const uint8_t *p, Py_ssize_t pos, Py_ssize_t n, 
         end = _frame_end(p, n, pos, at, source)
         if end < 0:
             return None
-        if (<int64_t>kl_be64(p + pos + 35) >= timestamp  # max timestamp, then last offset
-                and <int64_t>kl_be64(p + pos) + <int32_t>kl_be32(p + pos + 23) >= start_offset):
+        if _may_hold(p + pos, timestamp, start_offset):
             b = RecordBatch.__new__(RecordBatch)
             b._set(mv[pos:end], p + pos, end - pos, at + pos, source)
             found = b._first(False, timestamp, start_offset)

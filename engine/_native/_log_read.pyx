@@ -7,7 +7,10 @@ engine._native._lock's, as segments.fs.new_lock makes them with the native core 
 segment's while it stays the active one; threads sharing the reader each work from the record they took.
 A lookup by time reads with pread where its reads have not touched the mapping (LogSegment.lookup_read, with the
 windows it flags as its reads touch them); what it reads goes into one buffer of the module's, which one lookup holds
-at a time (a lookup on another thread meanwhile reads into a buffer of its own).
+at a time (a lookup on another thread meanwhile reads into a buffer of its own). On a file system that does not do its
+own reads (`FileSystem.direct_reads`) it preads the append handle's descriptor itself, with no Python call, and reads
+only the header of the batch it starts from when that batch cannot hold the answer (the time index's entry is at the
+last batch before the answer's, so most lookups copy one batch, not two).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -15,10 +18,16 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
+from libc.errno cimport errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 
-from engine._native._core cimport as_int64, check_epochs, first_in, index_floor, scan_headers, span_of
+from engine._native._core cimport HEADER_SIZE, as_int64, check_epochs, first_in, index_floor, passed_by, read_all
+from engine._native._core cimport scan_headers, span_of
 from engine._native._lock cimport Lock
+
+import os
+
+from engine.common.errors import KafkaStorageError
 
 cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     uint32_t kl_be32(const uint8_t *p) nogil
@@ -65,6 +74,7 @@ cdef class _Segment:
     cdef int64_t base
     cdef object time_index, time_key    # the time index, taken on its first lookup (a read never opens it)
     cdef Lock time_lock
+    cdef bint direct                    # whether a lookup may pread the append handle's descriptor itself
 
     def __init__(self, segment, _Pool pool):
         index = segment.offset_index
@@ -72,6 +82,7 @@ cdef class _Segment:
         self.appender, self.index, self.base = segment.appender, index, segment.base_offset
         self.segment_key, self.index_key = ("map", id(segment)), ("map", id(index))
         self.pool = pool if pool is not None and pool.fs is segment.fs else _Pool(segment.fs)
+        self.direct = segment.fs.direct_reads()
         self.segment = segment
 
 
@@ -353,7 +364,7 @@ cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int6
     cdef int64_t end = _cold_end(seg, position, following)
     cdef bytearray buffer
     cdef bint kept = not _scratch_taken  # (the GIL makes the test and the take one step)
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n = -2
     if end < 0:
         return None
     if kept:
@@ -364,12 +375,61 @@ cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int6
     else:
         buffer = bytearray(end - position)
     try:
-        n = segment.read_into(buffer, position, end)
+        if seg.direct:
+            n = _read_direct(seg, buffer, &position, end, timestamp, start)
+        if n == -2:
+            n = segment.read_into(buffer, position, end)
         return first_in(memoryview(buffer), <const uint8_t *>PyByteArray_AS_STRING(buffer), 0, n, position,
                         timestamp, start, segment.log_path)
     finally:
         if kept:
             _scratch_taken = False
+
+
+cdef Py_ssize_t _read_direct(_Segment seg, bytearray buffer, int64_t *position, int64_t end, int64_t timestamp,
+                             int64_t start) except -3:
+    """LogSegment.read_into of the bytes [position, end) with pread(2) on the descriptor of the segment's append handle
+    (pinned meanwhile), with no Python call, less the first batch when its header shows first_in would pass it by
+    (`position` then moves past it: one batch's bytes fewer are copied); the bytes read, or -2 when the segment has no
+    append handle to read (the caller reads with read_into)."""
+    cdef uint8_t *p = <uint8_t *>PyByteArray_AS_STRING(buffer)
+    cdef int64_t at = position[0]
+    cdef object source = seg.segment.log_path, handle
+    cdef int fd
+    seg.segment_lock.take()
+    try:
+        end = min(end, <int64_t>seg.appender.size)
+        if end <= at:
+            return 0
+        handle = seg.appender.handle
+        if handle is None or not handle.repin():
+            return -2
+        try:
+            fd = handle.file.fileno()
+            if end - at > HEADER_SIZE:
+                _pread_exact(fd, p, HEADER_SIZE, at, source)
+                at += passed_by(p, end - at, at, timestamp, start, source)
+            _pread_exact(fd, p, end - at, at, source)
+        finally:
+            handle.__exit__(None, None, None)
+    finally:
+        seg.segment_lock.give()
+    position[0] = at
+    return end - at
+
+
+cdef int _pread_exact(int fd, uint8_t *p, Py_ssize_t n, int64_t at, object source) except -1:
+    """`n` bytes at `at` into `p`, the GIL let go meanwhile; a failed or short read is read_into's KafkaStorageError."""
+    cdef Py_ssize_t got
+    cdef int error
+    with nogil:
+        got = read_all(fd, p, <size_t>n, at)
+        error = errno
+    if got < 0:
+        raise KafkaStorageError(f"cannot read: {OSError(error, os.strerror(error))}", file=source, position=at)
+    if got != n:
+        raise KafkaStorageError(f"short read of [{at}, {at + n})", file=source, position=at)
+    return 0
 
 
 cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except -2:

@@ -33,7 +33,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcpy
 
-from engine._native._core cimport HEADER_SIZE, replica_batch
+from engine._native._core cimport HEADER_SIZE, read_all, replica_batch
 from engine._native._lock cimport pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t
 from engine._native._lock cimport pthread_mutex_unlock, wait_for
 from engine._native._replica cimport Progress, Replica, on_fetch
@@ -43,7 +43,6 @@ cdef extern from "crc32c_impl.h":  # its inline byte-order helpers only
     uint64_t kl_be64(const uint8_t *p) nogil
 
 cdef extern from "<unistd.h>" nogil:
-    ssize_t pread(int fd, void *buf, size_t n, long offset)
     ssize_t write(int fd, const void *buf, size_t n)
     int ftruncate(int fd, long length)
     int close(int fd)
@@ -202,22 +201,6 @@ cdef void raise_hw(LeaderState *leader) noexcept nogil:
             hw = leader.links[i].leo
     if hw > leader.hw:
         kl_store64(&leader.hw, hw)  # (a waiter spinning reads it without the mutex)
-
-
-cdef Py_ssize_t read_all(int fd, uint8_t *buf, size_t n, int64_t at) noexcept nogil:
-    """pread until `n` bytes are in; the bytes read (fewer at the file's end), -1 on an error (errno set)."""
-    cdef size_t got = 0
-    cdef ssize_t r
-    while got < n:
-        r = pread(fd, buf + got, n - got, at + <int64_t>got)
-        if r < 0:
-            if errno == EINTR:
-                continue
-            return -1
-        if r == 0:
-            break
-        got += <size_t>r
-    return <Py_ssize_t>got
 
 
 cdef int write_all(int fd, const uint8_t *buf, size_t n) noexcept nogil:

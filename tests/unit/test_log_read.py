@@ -4,6 +4,7 @@ switched off on the same log), and a read bounded by the log end, of an offset i
 from __future__ import annotations
 
 import errno
+import os
 import threading
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 import engine
 from engine.common.clock import ManualClock
-from engine.common.errors import KafkaStorageError, OffsetOutOfRangeError
+from engine.common.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from engine.segments.fs import FileSystem
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
@@ -284,6 +285,70 @@ def test_a_failed_pread_of_a_lookup_is_a_storage_error_naming_the_segment(tmp_pa
     assert caught.value.file == lg.active_segment.log_path and "injected" in caught.value.message
     fs.failing = False
     assert _lookup(lg, impl)(T0 + 15) == (T0 + 15, 15)
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_the_native_lookup_reads_the_append_handle_itself_unless_the_file_system_reads(tmp_path, impl):
+    """On the real file system the native lookup preads the append handle's descriptor itself (no pread_into), maps
+    nothing, leaves the handle's pins as it found them and answers as the model says (the layers read through the
+    file system); a file system that does its own reads (fault injection, the counting one) is read through."""
+    assert FileSystem().direct_reads() and not _CountingFileSystem().direct_reads()
+    calls = []
+
+    class _Watched(FileSystem):
+        def pread(self, f, size: int, offset: int) -> bytes:
+            calls.append(offset)
+            return super().pread(f, size, offset)
+
+    fs = _Watched()
+    assert fs.direct_reads()  # pread_into is the real one
+    fs.pread_into = lambda *a: calls.append(a) or FileSystem.pread_into(fs, *a)  # seen if the lookup took it
+    lg = _timed_log(fs, str(tmp_path / "t-0"), batches=40, records=10, value_bytes=900)
+    handle = lg.active_segment.appender.handle
+    pins = handle.pins
+    find = _lookup(lg, impl)
+    targets = [T0 + o for o in range(0, 400, 7)] + [T0 + 399]
+    assert [find(ts) for ts in targets] == [(ts, ts - T0) for ts in targets]
+    assert find(T0 + 400) is None
+    assert (calls == []) == (impl == "cython") and handle.pins == pins and lg.active_segment._map is None
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_lookup_of_bytes_cut_from_the_file_behind_the_logs_back_is_a_storage_error(tmp_path, impl):
+    """Another process cut the `.log` short: a lookup whose batches are gone raises KafkaStorageError naming the
+    segment and where the read began (nothing crashes); one whose batches remain still answers."""
+    lg = _timed_log(FileSystem(), str(tmp_path / "t-0"), batches=30, records=10, value_bytes=400)
+    seg = lg.active_segment
+    os.truncate(seg.log_path, seg.size // 2)
+    find = _lookup(lg, impl)
+    with pytest.raises(KafkaStorageError) as caught:
+        find(T0 + 285)
+    assert caught.value.file == seg.log_path and "short read" in caught.value.message
+    assert seg.size // 3 <= caught.value.position < seg.size
+    assert find(T0 + 15) == (T0 + 15, 15)
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_corrupt_header_where_a_lookup_starts_is_the_layers_typed_error(tmp_path, impl):
+    """The batch a lookup starts from (the one it reads only the header of, when it cannot hold the answer) has a bad
+    magic: both the one call and the layers raise CorruptRecordError naming the segment and the batch's position."""
+    lg = _timed_log(FileSystem(), str(tmp_path / "t-0"), batches=30, records=10, value_bytes=400)
+    seg = lg.active_segment
+    target = T0 + 155  # in the sixteenth batch: the time index floor is the fifteenth's
+    position = seg.offset_index.lookup(149)[1]
+    with open(seg.log_path, "r+b") as f:
+        f.seek(position + 16)
+        f.write(b"\x07")
+    find = _lookup(lg, impl)
+    errors = []
+    for lookup in (find, lambda ts: lg.local.segments.offset_for_timestamp(ts, lg.log_start_offset)):
+        with pytest.raises(CorruptRecordError) as caught:
+            lookup(target)
+        errors.append((type(caught.value), caught.value.file, caught.value.position))
+    assert errors == [(CorruptRecordError, seg.log_path, position)] * 2
     lg.close()
 
 
