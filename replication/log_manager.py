@@ -9,7 +9,12 @@ soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoin
 Crash policy: checkpoints are atomic (tmp + fsync + rename + dir fsync); an unreadable one is
 treated as absent (full recovery). The clean-shutdown marker is written last on close, after
 every log is flushed and every checkpoint written.
-Threads: one background thread runs the flush (`flush.ms`), retention and checkpoint tasks on the
+Deleted logs (Kafka's asyncDelete): a deleted log is closed and its directory renamed `<dir>.<id>-delete` at once;
+the background thread removes it once the log's `file.delete.delay.ms` has passed (Kafka's kafka-delete-logs task), so
+deleting a topic does not wait for the kernel to drop its pages. `close()` removes the ones still waiting; a crash
+leaves them, and the next open removes every `-delete` directory it finds. Without the background thread a deleted
+log's directory is removed at once.
+Threads: one background thread runs the flush (`flush.ms`), retention, checkpoint and delete tasks on the
 injected clock, and the log cleaner has its own; both stop on `close()`. Public methods are thread-safe.
 """
 from __future__ import annotations
@@ -51,6 +56,7 @@ _held_lock = threading.Lock()
 
 class LogManager:
     RETENTION_CHECK_MS = 300_000
+    DELETE_RETRY_MS = 1_000  # how soon a deleted log's directory that could not be removed is tried again
     FLUSH_CHECK_MS = 1_000
     CHECKPOINT_MS = 60_000
     HW_CHECKPOINT_MS = 5_000  # replica.high.watermark.checkpoint.interval.ms: how soon other processes see a new HW
@@ -72,7 +78,9 @@ class LogManager:
                        "retention": (self.RETENTION_CHECK_MS, self.cleanup_logs),
                        "checkpoint": (self.CHECKPOINT_MS, self.checkpoint_recovery_points),
                        "hw": (hw_checkpoint_interval_ms or self.HW_CHECKPOINT_MS, self.checkpoint_high_watermarks),
+                       "delete-logs": (self.DELETE_RETRY_MS, self.delete_due_logs),
                        **(tasks or {})}
+        self._pending_deletes: list[tuple[int, str]] = []  # (due ms, directory) of deleted logs not yet removed
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], UnifiedLog] = {}
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
@@ -103,6 +111,7 @@ class LogManager:
     def _start_background(self) -> None:
         self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.logs, self.cleaner_config, self._background)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set to make the thread look at its schedule again (a deletion, close)
         self._thread = None
         if self._background:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-manager:{self.dir}", daemon=True)
@@ -112,6 +121,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.close()
         self._stop.set()
+        self._wake.set()
         if hasattr(self.clock, "wake"):
             self.clock.wake()
         if self._thread is not None:
@@ -214,8 +224,40 @@ class LogManager:
             return self._logs[key]
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Close the log, move its directory aside (`...-delete`) and remove it."""
-        self.fs.rmtree(self.set_aside(topic, partition, "delete"))
+        """Close the log and move its directory aside (`...-delete`), to be removed by the background thread once the
+        log's `file.delete.delay.ms` has passed (at once without the thread)."""
+        with self._lock:
+            lg = self._logs.get((topic, partition))
+            delay = lg.config.file_delete_delay_ms if lg is not None else 0
+        moved = self.set_aside(topic, partition, "delete")
+        if self._thread is None:
+            self.fs.rmtree(moved)
+            return
+        with self._lock:
+            self._pending_deletes.append((self.clock.time_ms() + delay, moved))
+        self._wake.set()
+        if hasattr(self.clock, "wake"):
+            self.clock.wake()
+
+    def delete_due_logs(self) -> None:
+        """Remove the directories of deleted logs whose delay has passed; one that cannot be removed is tried again
+        DELETE_RETRY_MS later (a KafkaStorageError meanwhile)."""
+        now = self.clock.time_ms()
+        with self._lock:
+            due = [path for at, path in self._pending_deletes if at <= now]
+            self._pending_deletes = [(at, path) for at, path in self._pending_deletes if at > now]
+        for i, path in enumerate(due):
+            try:
+                self.fs.rmtree(path)
+            except OSError as exc:
+                with self._lock:
+                    self._pending_deletes += [(now + self.DELETE_RETRY_MS, rest) for rest in due[i:]]
+                raise KafkaStorageError(f"cannot remove a deleted log: {exc}", file=path) from exc
+
+    def _next_delete(self) -> float:
+        """When the first deleted log waiting is due (infinity with none)."""
+        with self._lock:
+            return min((at for at, _ in self._pending_deletes), default=float("inf"))
 
     def set_aside(self, topic: str, partition: int, kind: str) -> str:
         """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`). A log set
@@ -235,11 +277,14 @@ class LogManager:
         start = self.clock.time_ms()
         due = {k: start + every for k, (every, _) in self._tasks.items()}
         while not self._stop.is_set():
+            self._wake.clear()
+            due["delete-logs"] = min(due["delete-logs"], self._next_delete())
             now = self.clock.time_ms()
             for task in [t for t, at in due.items() if at <= now]:
                 every, run = self._tasks[task]
                 due[task] = now + self._run_task(task, run, every)
-            self.clock.wait(self._stop, max(1, min(due.values()) - self.clock.time_ms()))
+            due["delete-logs"] = min(due["delete-logs"], self._next_delete())
+            self.clock.wait(self._wake, max(1, min(due.values()) - self.clock.time_ms()))
 
     def _run_task(self, task: str, run, every: int) -> int:
         """Run one background task; the delay before its next run. A failure is kept (see `check_health`,
@@ -335,6 +380,7 @@ class LogManager:
             self._closed = True
         self._stop_background()
         try:
+            self._delete_waiting()
             for lg in self.logs().values():
                 lg.close()
             self.checkpoint_recovery_points()
@@ -345,12 +391,24 @@ class LogManager:
         finally:
             self._release_lock()
 
+    def _delete_waiting(self) -> None:
+        """Remove every deleted log's directory still waiting (close); one that cannot be removed is left to the next
+        open, which removes every `-delete` directory, and said in the log."""
+        with self._lock:
+            waiting, self._pending_deletes = [path for _, path in self._pending_deletes], []
+        for path in waiting:
+            try:
+                self.fs.rmtree(path)
+            except OSError as exc:
+                log.warning("cannot remove the deleted log %s now (the next open removes it): %s", path, exc)
+
     def crash(self) -> None:
         """Stop as a broker process that died would: background work stops and every log is closed, with no
         flush, checkpoint or clean-shutdown marker; the directory stays locked (this engine still owns it)."""
         self._stop_background()
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
+            self._pending_deletes = []  # a dead process removes nothing more: the next open does
         for lg in logs:
             lg.close(flush=False)
 

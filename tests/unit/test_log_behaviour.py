@@ -2,6 +2,7 @@
 leftovers, bad input. Expected values come from kafka-format.md's rules, computed here."""
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from engine.common.errors import (
     InvalidOffsetError,
     InvalidRecordError,
     InvalidTopicError,
+    KafkaStorageError,
     LogDirectoryLockedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -24,7 +26,7 @@ from engine.common.errors import (
 )
 from engine.replication.log_manager import LogManager
 from engine.segments import names, offset_checkpoint
-from engine.segments.fs import FileSystem
+from engine.segments.fs import FaultyFileSystem, FileSystem
 from engine.segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
 from engine.txn.unified_log import UnifiedLog as Log
@@ -239,6 +241,74 @@ def test_retention_ms_deletes_old_segments_after_the_delay_never_past_the_hw(tmp
     assert lg.delete_pending_files() == n_segments
     assert not [f for f in os.listdir(tmp_path / "t-0") if f.endswith(".deleted")]
     lg.close()
+
+
+def _deleted_dirs(directory) -> list[str]:
+    return [name for name in os.listdir(directory) if name.startswith("gone-") and name.endswith("-delete")]
+
+
+def test_a_deleted_log_is_set_aside_at_once_and_removed_by_the_background_thread_after_the_delay(tmp_path):
+    """Kafka's asyncDelete: delete_log returns with the directory renamed `-delete` (its bytes still there); the
+    background thread removes it once `file.delete.delay.ms` has passed on the injected clock, not before."""
+    clock = ManualClock(T0)
+    config = LogConfig.from_dict({"file.delete.delay.ms": 30_000})
+    with LogManager(str(tmp_path), clock=clock, configs=lambda t: config) as manager:
+        manager.create_log("gone", 0).append_as_leader(batch(50))
+        manager.delete_log("gone", 0)
+        assert ("gone", 0) not in manager.logs() and not (tmp_path / "gone-0").exists()
+        [moved] = _deleted_dirs(tmp_path)
+        assert any(f.endswith(".log") and os.path.getsize(tmp_path / moved / f) for f in os.listdir(tmp_path / moved))
+        clock.advance(29_999)
+        time.sleep(0.3)  # the thread had its chance: not due yet
+        assert _deleted_dirs(tmp_path) == [moved]
+        clock.advance(1)
+        deadline = time.time() + 10
+        while _deleted_dirs(tmp_path) and time.time() < deadline:
+            time.sleep(0.01)
+        assert _deleted_dirs(tmp_path) == [] and manager.health.failing() == []
+        assert manager.create_log("gone", 0).log_end_offset == 0  # the name is free again
+
+
+def test_close_removes_the_deleted_logs_still_waiting_and_a_crash_leaves_them_to_the_next_open(tmp_path):
+    config = LogConfig.from_dict({"file.delete.delay.ms": 3_600_000})
+    with LogManager(str(tmp_path), clock=ManualClock(T0), configs=lambda t: config) as manager:
+        manager.create_log("gone", 0).append_as_leader(batch(5))
+        manager.delete_log("gone", 0)
+        assert len(_deleted_dirs(tmp_path)) == 1
+    assert _deleted_dirs(tmp_path) == []
+    manager = LogManager(str(tmp_path), clock=ManualClock(T0), configs=lambda t: config)
+    manager.create_log("gone", 1).append_as_leader(batch(5))
+    manager.delete_log("gone", 1)
+    manager.crash()
+    assert len(_deleted_dirs(tmp_path)) == 1
+    manager.release()
+    with LogManager(str(tmp_path), background=False) as reopened:
+        assert _deleted_dirs(tmp_path) == [] and reopened.logs() == {}
+
+
+def test_a_deleted_log_that_cannot_be_removed_is_a_failing_task_tried_again(tmp_path):
+    fs = FaultyFileSystem(seed=1)
+    clock = ManualClock(T0)
+    config = LogConfig.from_dict({"file.delete.delay.ms": 0})
+    with LogManager(str(tmp_path), fs=fs, clock=clock, configs=lambda t: config) as manager:
+        manager.create_log("gone", 0).append_as_leader(batch(5))
+        fs.arm("remove", error=errno.EACCES)
+        manager.delete_log("gone", 0)
+        deadline = time.time() + 10
+        while not manager.health.failing() and time.time() < deadline:
+            time.sleep(0.01)
+        [failure] = manager.health.failing()
+        assert failure.task == "delete-logs" and "-delete" in failure.error and len(_deleted_dirs(tmp_path)) == 1
+        with pytest.raises(KafkaStorageError):
+            manager.check_health()
+        fs.clear()
+        while _deleted_dirs(tmp_path) and time.time() < deadline:
+            clock.advance(LogManager.DELETE_RETRY_MS)
+            time.sleep(0.01)
+        assert _deleted_dirs(tmp_path) == []
+        while manager.health.failing() and time.time() < deadline:
+            time.sleep(0.01)
+        manager.check_health()
 
 
 def test_retention_bytes_keeps_the_newest(tmp_path):
