@@ -23,9 +23,12 @@ class FreshTopic:
     """A topic of its own for each timed call of a produce workload. The previous call's topic is deleted first,
     inside the call, as the f.write loop truncates its last file inside its own: a topic that kept every
     repetition's records would leave gigabytes of dirty pages, whose writeback competes with later repetitions
-    for this VM's two cores, and would grow past a segment roll (a flush of 1 GiB) in the middle of a call."""
+    for this VM's two cores, and would grow past a segment roll (a flush of 1 GiB) in the middle of a call. Its
+    `file.delete.delay.ms` is 0: the engine's background thread removes the deleted topic's files at once, during
+    the call (as Kafka's delete-logs task would after its delay), not a minute later in another suite."""
 
     def __init__(self, eng: engine.Engine, prefix: str = "t", **create) -> None:
+        create["config"] = {"file.delete.delay.ms": 0, **create.get("config", {})}
         self.eng, self.prefix, self.create, self.count, self.name = eng, prefix, create, 0, None
 
     def next(self) -> str:
@@ -192,6 +195,14 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
             assert got == m, f"the mock cluster returned {got} of {m} records"
         return call
 
+    def close() -> None:
+        """What the suite opened: the engine and its topic, and librdkafka's clients, whose threads (the mock
+        cluster's among them) would otherwise live on into the suites that follow."""
+        target.close()
+        eng.close()
+        rd_consumer.close()
+        mock.producer.close()
+
     label = f"{n // 1000}k x {VALUE} B records, keyed, 3 partitions"
     targets = {"confluent-kafka mock cluster": 2.0, "plain-Python f.write loop": 1.0}
     return [
@@ -221,5 +232,5 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         Workload("consume", f"bulk poll of {m // 1000}k records", m, m * VALUE,
                  [Contender("kafkalog", kafkalog_poll_bulk),
                   Contender("confluent-kafka mock cluster", rdkafka_read(True))],
-                 targets={"confluent-kafka mock cluster": 2.0}, close=lambda: (target.close(), eng.close())),
+                 targets={"confluent-kafka mock cluster": 2.0}, close=close),
     ]
