@@ -159,8 +159,9 @@ class LogCleaner:
             while not self._stop.is_set() and tp not in self._paused:
                 now = self.clock.time_ms()
                 target = log_to_clean(tp, lg, now)
-                expired = self._horizon_passed(tp, lg, target, now)
-                if target.cleanable_bytes == 0 and not expired:
+                dirty = target.cleanable_bytes > 0  # a clean of a dirty section needs no delete horizon
+                expired = not dirty and self._horizon_passed(tp, lg, target, now)
+                if not dirty and not expired:
                     break
                 end, stats = self._clean_once(target, progress, expired)
                 total = stats if total is None else _merge(total, stats)

@@ -802,6 +802,34 @@ def test_a_commit_marker_goes_once_its_data_is_gone_and_its_horizon_passed(tmp_p
         assert latest(read_log(e, "t")) == {b"a": b"3", b"b": b"in-tx"}
 
 
+def test_a_compact_of_a_dirty_log_reads_no_header_for_the_delete_horizon(tmp_path, monkeypatch):
+    """An explicit compact scans the clean section's batch headers for their earliest delete horizon only when
+    nothing is dirty: a clean of a dirty section does not use it, and the scan reads one header a batch."""
+    from engine.replication import log_cleaner
+    scans = []
+
+    def counted(segments):
+        scans.append(len(segments))
+        return earliest(segments)
+    earliest = log_cleaner.earliest_delete_horizon
+    monkeypatch.setattr(log_cleaner, "earliest_delete_horizon", counted)
+    clock = ManualClock()
+    with engine.open(tmp_path, clock=clock, background=False) as e:
+        e.create_topic("t", config={**COMPACT, "segment.bytes": 600})
+        for i in range(40):
+            e.append("t", 0, engine.encode_batch([(b"k%d" % (i % 8), None if i == 33 else b"v%d" % i, None,
+                                                   clock.time_ms())]), acks=1)
+        e.log("t", 0).roll()
+        e.compact("t")
+        kept = read_log(e, "t")
+        assert scans == [] and len(kept) == 8 and [r[1] for r in kept if r[2] is None] == [b"k1"]
+        e.compact("t")  # nothing dirty: the horizon decides, and it has not passed
+        assert len(scans) == 1 and read_log(e, "t") == kept
+        clock.advance(COMPACT["delete.retention.ms"] + 1)
+        e.compact("t")
+        assert read_log(e, "t") == [r for r in kept if r[2] is not None]
+
+
 def test_expired_tombstones_go_without_new_writes(tmp_path):
     """A compacted topic that gets no more writes: its tombstones carry a delete horizon from the clean that kept
     them, and once it has passed, an explicit compact removes them (Kafka's cleaner waits for dirty bytes and keeps
