@@ -26,6 +26,7 @@ without the GIL (replication.replica_fetcher; on the system clock and a plain fi
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -51,7 +52,7 @@ from engine.common.errors import (
     not_supported_yet,
 )
 from engine.common.health import TaskFailure
-from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
+from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition, topic_partitions
 from engine.groups import offsets as group_offsets
 from engine.groups.group_coordinator import (
     OFFSETS_RETENTION_CHECK_INTERVAL_MS,
@@ -273,7 +274,7 @@ class Engine:
         rec = self._catalogue.topics[topic]
         state = rec.states.get(index)
         if state is None:  # a single replica on broker 0, leading in the log's own latest epoch
-            self._partitions[(topic, index)] = part = self._brokers[0].host(topic, index, rec.topic_id)
+            self._partitions[_key(topic, index)] = part = self._brokers[0].host(topic, index, rec.topic_id)
             part.make_leader()
             return
         for b in state.replicas:
@@ -295,7 +296,7 @@ class Engine:
             self._partitions.pop((topic, index), None)
         else:
             leader.make_leader(state.leader_epoch, state.isr, state.replicas, hw_floor, controller_epoch=epoch)
-            self._partitions[(topic, index)] = leader
+            self._partitions[_key(topic, index)] = leader
         for b in state.replicas:
             part = self._brokers[b].partitions.get((topic, index)) if self._brokers[b].alive else None
             if part is None or part is leader:
@@ -579,7 +580,7 @@ class Engine:
         if set(map(type, tps)) != {TopicPartition}:  # (a consumer's own are TopicPartitions: checked at C speed)
             tps = [TopicPartition(*tp) for tp in tps]
         for topic in set(map(TOPIC_OF, tps)):
-            _check_external(topic)
+            (_checked_external if type(topic) is str else _check_external)(topic)
         return self.groups.offsets.committed(group_id, tps)
 
     def describe_topic(self, name: str) -> TopicDescription:
@@ -1023,11 +1024,24 @@ def _broker_count(brokers, found: Catalogue | None) -> int:
     return brokers
 
 
+def _key(topic: str, index: int) -> TopicPartition:
+    """The key of a partition in the engine's map: the TopicPartition structs.topic_partitions shares, so a lookup
+    by a consumer's own (shared) TopicPartitions matches on identity without reading the key."""
+    return topic_partitions(topic, [index])[0]
+
+
 def _check_external(topic) -> None:
     """InvalidTopicError for a name no client may use: malformed, or one of the engine's internal topics."""
     names.validate_topic(topic)
     if topic in INTERNAL_TOPICS:
         raise InvalidTopicError(f"{topic!r} is an internal topic reserved for the engine")
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_external(topic: str) -> None:
+    """_check_external of a str, remembered once it passed (a group member asks for its topics' offsets at every
+    rebalance; an error is raised again each time, never remembered)."""
+    _check_external(topic)
 
 
 def _log_dir_path(path) -> str:

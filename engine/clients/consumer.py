@@ -234,22 +234,23 @@ class Consumer:
         self._move(tp, pos)
         return pos
 
-    def _reset_unset(self, order: list[TopicPartition], leaders: list[Partition | None]) -> None:
-        """_reset for the partitions of `order` (`leaders`: their partitions_of) without a position (a rebalance just
-        assigned them), their committed offsets looked up at once; one without a leader for now keeps no position
-        (the fetch skips it)."""
-        if None not in self._positions.values():  # (the common case, checked at C speed)
+    def _reset_unset(self, positions: dict, order: list[TopicPartition], leaders: list[Partition | None]) -> None:
+        """_reset for the partitions of `positions` (the map `order`, its keys, came from; `leaders`: their
+        partitions_of) without a position (a rebalance just assigned them), their committed offsets looked up at once;
+        one without a leader for now keeps no position (the fetch skips it)."""
+        unset_count = operator.countOf(positions.values(), None)  # (at C speed, as every step up to the resets)
+        if not unset_count:  # (the common case)
             return
-        positions, epochs = self._positions, self._epochs
-        unset_at = list(map(operator.is_, map(positions.get, order, itertools.repeat(_REVOKED)),
-                            itertools.repeat(None)))  # (C speed: a rebalance's thousands)
-        if self._paused:
-            unset_at = [u and tp not in self._paused for u, tp in zip(unset_at, order)]
-        unset = list(itertools.compress(order, unset_at))
-        if not unset:
-            return
+        if unset_count == len(order) and not self._paused:  # every one of them (just assigned)
+            unset, partitions = order, leaders
+        else:
+            unset_at = list(map(operator.is_, map(positions.get, order), itertools.repeat(None)))
+            if self._paused:
+                unset_at = [u and tp not in self._paused for u, tp in zip(unset_at, order)]
+            unset, partitions = list(itertools.compress(order, unset_at)), list(itertools.compress(leaders, unset_at))
+            if not unset:
+                return
         found = self._engine.committed_offsets(self.group_id, unset) if self.group_id is not None else {}
-        partitions = list(itertools.compress(leaders, unset_at))
         if found or self.auto_offset_reset == "none" or None in partitions:
             for tp, partition in zip(unset, partitions):
                 try:
@@ -258,13 +259,10 @@ class Consumer:
                     continue
             return
         reset = dict(zip(unset, map(self._reset_offset, partitions)))  # none committed: all by the policy
-        if positions.keys() >= reset.keys():  # (as _move: none taken away meanwhile by another thread)
+        if positions is self._positions:  # (else another thread replaced the map meanwhile: close(), a rebalance)
             positions.update(reset)
-            epochs.update(dict.fromkeys(reset, -1))
+            self._epochs.update(dict.fromkeys(reset, -1))
             self._idle = None
-            return
-        for tp, pos in reset.items():
-            self._move(tp, pos)
 
     def _move(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
         """Set the position of `tp` and the leader epoch that goes with it (Kafka's FetchPosition.offsetEpoch: the
@@ -319,14 +317,18 @@ class Consumer:
             raise IllegalStateError("group_metadata() needs a group_id")
         return self._group.metadata()
 
-    def _set_assignment(self, partitions) -> None:
-        """The group gave this member `partitions`: keep positions of those it already had. Given the ones it has,
-        the map stays as it is (a cooperative round keeps most members' partitions; an idle fetch stays idle)."""
+    def _set_assignment(self, partitions: set[TopicPartition], given: list[TopicPartition] | None = None) -> None:
+        """The group gave this member `partitions` (`given`: the same, in the assignment's order, which an assignor
+        mostly sorted already): keep positions of those it already had. Given the ones it has, the map stays as it
+        is (a cooperative round keeps most members' partitions; an idle fetch stays idle)."""
         if self._positions.keys() == partitions:
             return
-        ordered = sorted(partitions)
-        self._positions = dict(zip(ordered, map(self._positions.get, ordered)))
-        self._epochs = dict(zip(ordered, map(self._epochs.get, ordered, itertools.repeat(-1))))  # -1: unknown
+        ordered = sorted(partitions if given is None else given)
+        if self._positions:
+            self._positions = dict(zip(ordered, map(self._positions.get, ordered)))
+            self._epochs = dict(zip(ordered, map(self._epochs.get, ordered, itertools.repeat(-1))))  # -1: unknown
+        else:  # (none kept: an eager member revoked them all)
+            self._positions, self._epochs = dict.fromkeys(ordered), dict.fromkeys(ordered, -1)
         if self._paused:
             self._paused &= self._positions.keys()
 
@@ -391,7 +393,7 @@ class Consumer:
         start = self._next % len(order)
         self._next += 1
         leaders = self._engine.partitions_of(order)
-        self._reset_unset(order, leaders)
+        self._reset_unset(positions, order, leaders)
         looked = False
         for tp, partition, pos, bound in self._readable(order[start:] + order[:start],
                                                         leaders[start:] + leaders[:start]):

@@ -23,7 +23,7 @@ def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartiti
     """`[TopicPartition(topic, p) for p in partitions]` (ints), without a Python call per partition: a group's
     assignment of thousands of partitions is decoded, assigned and encoded on every rebalance. The TopicPartitions
     of partitions 0 to 65,535 of up to 4,096 topics are made once and shared (they are immutable): a named tuple
-    costs ~0.14 µs to make, a shared one a lookup."""
+    costs ~0.14 µs to make, a shared one a lookup, and a run of them (an assignor's range) one slice."""
     if type(partitions) not in (list, tuple, range):
         partitions = list(partitions)
     if not partitions:
@@ -32,23 +32,28 @@ def topic_partitions(topic: str, partitions: Iterable[int]) -> list[TopicPartiti
     shared = _shared.get(topic) if shareable else None
     found = None if shared is None else _looked_up(shared, partitions)
     if found is None and shareable and min(partitions) >= 0 and (hi := max(partitions)) < _SHARED_PARTITIONS:
-        found = _looked_up(_share(topic, shared or {}, hi), partitions)
+        found = _looked_up(_share(topic, shared or [], hi), partitions)
     return list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), partitions))) if found is None else found
 
 
-def _looked_up(shared: dict[int, TopicPartition], partitions) -> list[TopicPartition] | None:
-    """The shared TopicPartitions of `partitions`; None when one of them is not shared yet."""
+def _looked_up(shared: list[TopicPartition], partitions) -> list[TopicPartition] | None:
+    """The shared TopicPartitions of `partitions` (by index: partition p is shared[p]); None when one of them is not
+    shared yet, or is not a partition number an index would find (negative, not an int)."""
+    if type(partitions) is range and partitions.step == 1 and partitions.start >= 0:
+        return shared[partitions.start:partitions.stop] if partitions.stop <= len(shared) else None
     try:
+        if min(partitions) < 0:  # (a negative index counts from the end)
+            return None
         return [shared[partitions[0]]] if len(partitions) == 1 else list(operator.itemgetter(*partitions)(shared))
-    except KeyError:
+    except (IndexError, TypeError):
         return None
 
 
-def _share(topic: str, shared: dict[int, TopicPartition], hi: int) -> dict[int, TopicPartition]:
-    """`shared` grown to hold partition `hi` of `topic` (a new dict: callers holding the old one keep it)."""
+def _share(topic: str, shared: list[TopicPartition], hi: int) -> list[TopicPartition]:
+    """`shared` grown to hold partition `hi` of `topic` (a new list: callers holding the old one keep it)."""
     size = min(max(hi + 1, 2 * len(shared), 64), _SHARED_PARTITIONS)
-    grown, added = dict(shared), range(len(shared), size)
-    grown.update(zip(added, map(_NEW_TOPIC_PARTITION, zip(repeat(topic), added))))
+    added = range(len(shared), size)
+    grown = shared + list(map(_NEW_TOPIC_PARTITION, zip(repeat(topic), added)))
     if len(_shared) >= _SHARED_TOPICS and topic not in _shared:
         _shared.clear()  # (topics come and go: the share starts again)
     _shared[topic] = grown
@@ -57,7 +62,7 @@ def _share(topic: str, shared: dict[int, TopicPartition], hi: int) -> dict[int, 
 
 _NEW_TOPIC_PARTITION = partial(tuple.__new__, TopicPartition)  # what the named tuple's __new__ does, in C
 _SHARED_PARTITIONS, _SHARED_TOPICS = 1 << 16, 1 << 12
-_shared: dict[str, dict[int, TopicPartition]] = {}  # topic -> its TopicPartitions by partition (GIL: one op each)
+_shared: dict[str, list[TopicPartition]] = {}  # topic -> its TopicPartitions by partition (GIL: one op each)
 TOPIC_OF, PARTITION_OF = operator.itemgetter(0), operator.itemgetter(1)  # a TopicPartition's fields, in C
 
 

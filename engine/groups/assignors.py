@@ -20,6 +20,7 @@ import inspect
 import itertools
 import operator
 import random
+import struct
 from collections import defaultdict
 from typing import Iterable, NamedTuple
 
@@ -58,11 +59,20 @@ def java_order(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
+def java_sorted(strings: Iterable[str]) -> list[str]:
+    """`strings` in Java's String.compareTo order (ASCII, the common case, sorts alike in Python: a plain sort)."""
+    strings = list(strings)
+    return sorted(strings) if "".join(strings).isascii() else sorted(strings, key=java_order)
+
+
 def member_order(subscriptions: dict[str, Subscription]) -> list[str]:
     """Member ids in Kafka's MemberInfo order: static members by group.instance.id first, then by member id (both
     compared as Java compares strings)."""
-    return sorted(subscriptions, key=lambda m: (subscriptions[m].group_instance_id is None,
-                                                java_order(subscriptions[m].group_instance_id or ""), java_order(m)))
+    static = {m: s.group_instance_id for m, s in subscriptions.items() if s.group_instance_id is not None}
+    if "".join((*subscriptions, *static.values())).isascii():  # (the common case: Python orders ASCII as Java does)
+        return sorted(subscriptions, key=lambda m: (m not in static, static.get(m, ""), m)) if static else \
+            sorted(subscriptions)
+    return sorted(subscriptions, key=lambda m: (m not in static, java_order(static.get(m, "")), java_order(m)))
 
 
 def consumers_per_topic(subscriptions: dict[str, Subscription]) -> dict[str, list[str]]:
@@ -155,14 +165,11 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
         topic was recreated smaller) is dropped, and a claim that loses to a newer generation after an earlier tie
         takes nothing away twice (Kafka's List.remove of an absent element)."""
         topic_sets = {frozenset(s.topics) for s in subscriptions.values()}
-        members = sorted(subscriptions, key=java_order)
+        members = java_sorted(subscriptions)
         datas = [self.member_data(subscriptions[member]) for member in members]
         max_generation = max([DEFAULT_GENERATION, *(d.generation for d in datas if d.generation is not None)])
         claims = list(itertools.chain.from_iterable(d.partitions for d in datas))
-        if (len(set(claims)) == len(claims) and min(map(PARTITION_OF, claims), default=0) >= 0
-                and all(map(operator.lt, map(PARTITION_OF, claims),
-                            map(partitions_per_topic.get, map(TOPIC_OF, claims), itertools.repeat(0))))):
-            # (the usual case, checked at C speed: no partition claimed twice, none that does not exist)
+        if _distinct_and_existing(claims, partitions_per_topic):  # (the usual case)
             owned.update((member, list(data.partitions)) for member, data in zip(members, datas))
             return len(topic_sets) <= 1, max_generation
         owner_of: dict[TopicPartition, str] = {}
@@ -192,7 +199,21 @@ class AbstractStickyAssignor(ConsumerPartitionAssignor):
         return len(topic_sets) <= 1, max_generation
 
 
+def _distinct_and_existing(claims: list[TopicPartition], partitions_per_topic: dict[str, int]) -> bool:
+    """Whether no partition is claimed twice and each exists (at C speed: a group's thousands, twice a rebalance)."""
+    if len(set(claims)) != len(claims):
+        return False
+    numbers = list(map(PARTITION_OF, claims))
+    topics = set(map(TOPIC_OF, claims))
+    if len(topics) == 1:  # (the usual case: the count of one topic to check against)
+        return min(numbers) >= 0 and max(numbers) < partitions_per_topic.get(topics.pop(), 0)
+    return min(numbers, default=0) >= 0 and all(map(operator.lt, numbers, map(partitions_per_topic.get,
+                                                                              map(TOPIC_OF, claims),
+                                                                              itertools.repeat(0))))
+
+
 _BY_PARTITION_THEN_TOPIC = operator.itemgetter(1, 0)  # a TopicPartition's (partition, topic): Kafka's order here
+_GENERATION = struct.Struct(">i")  # CooperativeStickyAssignor's user data: the generation, an int32
 
 
 class _Constrained:
@@ -213,19 +234,18 @@ class _Constrained:
 
     def build(self) -> dict[str, list[TopicPartition]]:
         assigned = self._assign_owned()
-        unassigned = [tp for tp in sorted_partitions(self.ppt, self.ppt) if tp not in assigned]
-        self.under_min.sort(key=java_order)
-        self.exactly_min.sort(key=java_order)
+        unassigned = list(itertools.filterfalse(assigned.__contains__, sorted_partitions(self.ppt, self.ppt)))
+        self.under_min, self.exactly_min = java_sorted(self.under_min), java_sorted(self.exactly_min)
         self._round_robin(unassigned)
         return self.assignment
 
     def _assign_owned(self) -> set[TopicPartition]:
         assigned: set[TopicPartition] = set()
-        for member in sorted(self.owned, key=java_order):
+        for member in java_sorted(self.owned):
             claims = self.owned[member]
             if self.doubly_claimed:
                 claims = [tp for tp in claims if tp not in self.doubly_claimed]
-            mine = sorted(claims, key=_BY_PARTITION_THEN_TOPIC)
+            mine = sorted(claims, key=PARTITION_OF if len(self.ppt) == 1 else _BY_PARTITION_THEN_TOPIC)
             if len(mine) < self.min_quota:
                 keep = mine
                 self.under_min.append(member)
@@ -324,7 +344,7 @@ class _General:
         self.assignor, self.max_generation = assignor, max_generation
         self.topic_members: dict[str, list[str]] = {t: [] for t in partitions_per_topic}
         self.member_topics: dict[str, list[str]] = {}
-        for member in sorted(subscriptions, key=java_order):
+        for member in java_sorted(subscriptions):
             topics = [t for t in subscriptions[member].topics if t in partitions_per_topic]
             self.member_topics[member] = topics
             for t in topics:
@@ -343,7 +363,7 @@ class _General:
     def build(self) -> dict[str, list[TopicPartition]]:
         previous = self._previous()
         assigned = set()
-        for member in sorted(self.current, key=java_order):
+        for member in java_sorted(self.current):
             kept = []
             for tp in self.current[member]:
                 if tp.topic not in self.topic_members:
@@ -361,7 +381,7 @@ class _General:
     def _previous(self) -> dict[TopicPartition, tuple[str, int]]:
         """Partitions owned in an older generation, with that owner (the fallback when balance allows)."""
         out: dict[TopicPartition, tuple[str, int]] = {}
-        for member in sorted(self.subscriptions, key=java_order):
+        for member in java_sorted(self.subscriptions):
             data = self.assignor.member_data(self.subscriptions[member])
             if data.generation is not None and data.generation < self.max_generation:
                 generation = data.generation
@@ -417,7 +437,7 @@ class _General:
         fixed_topics = {t for t, ms in self.topic_members.items() if len(ms) < 2}
         self.all_partitions = [tp for tp in self.all_partitions if tp.topic not in fixed_topics]
         unassigned = [tp for tp in unassigned if tp.topic not in fixed_topics]
-        fixed = {m: self.current.pop(m) for m in sorted(self.member_topics, key=java_order) if not self._can_move(m)}
+        fixed = {m: self.current.pop(m) for m in java_sorted(self.member_topics) if not self._can_move(m)}
         before = {m: list(tps) for m, tps in self.current.items()}
         owners_before = dict(self.owner)
         if not self.revocation_required:
@@ -510,7 +530,7 @@ class CooperativeStickyAssignor(AbstractStickyAssignor):
         self._generation = metadata.generation_id
 
     def subscription_user_data(self, topics):
-        return Writer().int(32, self._generation).done()
+        return _GENERATION.pack(self._generation)
 
     def member_data(self, subscription):
         if subscription.generation_id != DEFAULT_GENERATION or subscription.owned_partitions:

@@ -14,6 +14,7 @@ Thread-safety: GroupMetadata is guarded by the coordinator's lock.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import struct
 import threading
@@ -30,6 +31,8 @@ EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
 class Pending:
     """A response the coordinator completes later (a JoinGroup or SyncGroup held until the rebalance moves on).
     Its event is made on first use: most answers are collected by a poll that does not wait for them."""
+
+    __slots__ = ("member_id", "sync", "value", "error", "done", "_event")  # (a rebalance makes two per member)
 
     def __init__(self, member_id: str = "") -> None:
         self.member_id = member_id  # a JoinGroup's member id, known before the join completes (as KIP-394)
@@ -228,13 +231,19 @@ def decode_key(data) -> str | None:
 
 
 def encode_value(g: GroupRecord) -> bytes:
-    w = (Writer().int(16, VALUE_VERSION).string(g.protocol_type).int(32, g.generation).string(g.protocol)
-         .string(g.leader).int(64, g.current_state_timestamp).count(len(g.members)))
-    for m in g.members:  # (one join per member: a group of hundreds is stored on every rebalance)
-        w.raw(b"".join((encoded_string(m.member_id), encoded_string(m.group_instance_id), encoded_string(m.client_id),
-                        encoded_string(m.client_host), _TIMEOUTS.pack(m.rebalance_timeout_ms, m.session_timeout_ms),
-                        encoded_bytes(m.subscription), encoded_bytes(m.assignment))))
-    return w.done()
+    parts = [Writer().int(16, VALUE_VERSION).string(g.protocol_type).int(32, g.generation).string(g.protocol)
+             .string(g.leader).int(64, g.current_state_timestamp).count(len(g.members)).done()]
+    for m in g.members:  # (a group of hundreds is stored on every rebalance: one lookup for what stays the same)
+        parts += (_member_identity(*m[:6]), encoded_bytes(m.subscription), encoded_bytes(m.assignment))
+    return b"".join(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _member_identity(member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                     rebalance_timeout_ms: int, session_timeout_ms: int) -> bytes:
+    """A member's fields before its subscription, encoded (the same at each generation the member stays)."""
+    return b"".join((encoded_string(member_id), encoded_string(group_instance_id), encoded_string(client_id),
+                     encoded_string(client_host), _TIMEOUTS.pack(rebalance_timeout_ms, session_timeout_ms)))
 
 
 def decode_value(data) -> GroupRecord:

@@ -21,6 +21,7 @@ from engine.common.errors import (
     KafkaError,
     FencedInstanceIdError,
     IllegalGenerationError,
+    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidConfigurationError,
     InvalidSessionTimeoutError,
@@ -30,7 +31,7 @@ from engine.common.errors import (
     TransactionAbortableError,
     UnknownMemberIdError,
 )
-from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, topic_partitions
 from engine.common.structs import TopicPartition as TP
 from engine.groups import assignors as asg
 from engine.groups import consumer_protocol as cp
@@ -351,10 +352,14 @@ def test_topic_partitions_are_shared_and_equal_to_new_ones():
     from engine.common.structs import topic_partitions
     cases = [("t", range(5)), ("t", (3, 1, 3)), ("t", [700]), ("t", [-1, 2]), ("t", [2**31 - 1, 0]), ("u", iter([9])),
              ("t", ()), ("t", [1 << 16, 1])]
-    for topic, ps in cases:
-        ps = list(ps)
-        assert topic_partitions(topic, ps) == [TP(topic, p) for p in ps]
-        assert all(type(tp) is TP for tp in topic_partitions(topic, ps))
+    ranges = [range(5, 9), range(0), range(60, 70), range(3, 70_000), range(-2, 3), range(0, 10, 2), range(9, 3, -1),
+              range(65_530, 65_540)]
+    for topic, ps in cases + [("v", r) for r in ranges] + [("t", r) for r in ranges]:
+        ps = ps if type(ps) is range else list(ps)
+        made = [TP(topic, p) for p in ps]
+        for given in (list(ps), ps):
+            assert topic_partitions(topic, given) == made
+            assert all(type(tp) is TP for tp in topic_partitions(topic, given))
     assert topic_partitions("t", [4])[0] is topic_partitions("t", range(5))[4]
 
 
@@ -905,6 +910,61 @@ def test_custom_assignors_from_the_seed(tmp_path):
                    and e.groups.describe_group("rnd").state == STABLE)
         for c in cs:
             c.close()
+
+
+def test_a_cooperative_assignor_that_moves_an_owned_partition_at_once_is_refused(tmp_path):
+    """Under the cooperative protocol a partition changes owner only after its owner revoked it: an assignor that
+    hands it straight to another member fails the leader's rebalance with IllegalStateError naming it."""
+    class Hasty(asg.ConsumerPartitionAssignor):
+        name = "hasty"
+
+        def supported_protocols(self):
+            return [asg.COOPERATIVE]
+
+        def assign(self, partitions_per_topic, subscriptions):  # everything to a member that owns nothing
+            taker = min(subscriptions, key=lambda m: (bool(subscriptions[m].owned_partitions), m))
+            return {m: topic_partitions("t", range(partitions_per_topic["t"])) if m == taker else []
+                    for m in subscriptions}
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=40)
+        cfg = dict(group_id="g", session_timeout_ms=3000, heartbeat_interval_ms=100,
+                   partition_assignment_strategy=Hasty)
+        first = e.consumer("t", **cfg)
+        poll_until([first], lambda: len(first.assignment()) == 40)
+        second = e.consumer("t", **cfg)
+        with pytest.raises(IllegalStateError, match=r"gave TopicPartition\(topic='t', partition=0\) to .* while "
+                                                    r".* still owns it"):
+            for _ in range(100):
+                for c in (first, second):
+                    c.poll(0)
+
+
+def test_the_cooperative_check_refuses_exactly_the_partitions_another_member_owns():
+    """The leader's check of a cooperative assignment, against a model of Kafka's rule (no partition both added to
+    a member and revoked from one): a member may keep any of what it owns (in any order) and take what nobody owns
+    or what its owners keep; a partition taken from an owner who does not keep it is refused, named with its owner.
+    Partition 4 is owned twice."""
+    from engine.clients.consumer_coordinator import ConsumerCoordinator
+    tps = topic_partitions("t", range(12))
+    owned = {"a": tps[0:5], "b": tps[4:8], "c": []}
+    subs = {m: sub("t", owned_partitions=list(o)) for m, o in owned.items()}
+    rng = random.Random(7)
+    outcomes = set()
+    for _ in range(400):
+        assignment = {m: [tp for tp in tps if rng.random() < 0.3] for m in subs}
+        if rng.random() < 0.5:  # most rounds of a sticky assignor: owners keep a prefix of what they own
+            assignment = {"a": tps[0:rng.randint(0, 5)], "b": tps[4:rng.randint(4, 8)], "c": tps[8:12]}
+        rng.shuffle(assignment["a"])
+        wrong = [(tp, m, o) for m, got in assignment.items() for tp in got if tp not in owned[m]
+                 for o, mine in owned.items() if o != m and tp in mine and tp not in assignment[o]]
+        outcomes.add(bool(wrong))
+        if wrong:
+            with pytest.raises(IllegalStateError, match="while . still owns it") as info:
+                ConsumerCoordinator._check_cooperative("x", subs, assignment)
+            assert any(f"gave {tp} to {m} while {o} still owns it" in str(info.value) for tp, m, o in wrong)
+        else:
+            ConsumerCoordinator._check_cooperative("x", subs, assignment)
+    assert outcomes == {True, False}
 
 
 # --- offsets --------------------------------------------------------------------------------------------
