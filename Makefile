@@ -30,14 +30,24 @@ jvm: $(STAMP)
 # the Spark tests run on the JVM source (required, when javac is here) and again on the Python source
 SPARK_SOURCE := $(if $(shell command -v javac),jvm,auto)
 
+# the suite runs in TEST_WORKERS processes (pytest-xdist; a test file stays in one worker; 0: in pytest's own process),
+# its temporary folders under TEST_TMP: by default in /dev/shm when that is a tmpfs with 8 GiB free (the suite does not
+# wait for the disk on its many fsyncs), else pytest's default on disk
+TEST_WORKERS ?= 2
+TEST_TMP ?= $(shell [ -w /dev/shm ] && [ "$$(stat -f -c %T /dev/shm)" = tmpfs ] && \
+	[ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -gt 8388608 ] && \
+	echo /dev/shm/kafkalog-tests-$$(printf %s "$(CURDIR)/$(VENV)" | cksum | cut -d' ' -f1))
+PYTEST := $(PY) -m pytest -q -p no:randomly $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) \
+	$(if $(TEST_TMP),--basetemp=$(TEST_TMP))
+
 run: setup
 	$(PY) -m engine demo --data $(DATA)
 
 test: setup
-	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q -p no:randomly --ignore=tests/broker tests
-	KAFKALOG_SPARK_SOURCE=python $(PY) -m pytest -q -p no:randomly tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
+	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PYTEST) --ignore=tests/broker tests
+	KAFKALOG_SPARK_SOURCE=python $(PYTEST) tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
 		tests/spark/test_spark_paths.py
-	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m pytest -q -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
 		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
 		tests/unit/test_replication.py tests/stress
@@ -121,7 +131,8 @@ bench-quick: setup
 		--benchmark-warmup=off --benchmark-disable-gc
 
 clean:
-	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA) .venv-3.* engine/spark/jvm/kafkalog-spark.jar
+	rm -rf build dist *.egg-info .hypothesis .benchmarks spark-warehouse $(DATA) .venv-3.* engine/spark/jvm/kafkalog-spark.jar \
+		$(TEST_TMP)
 	find engine -name '*.so' -delete
 	find engine/_native -name '_*.c' -delete
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -19,7 +19,13 @@ LAYERS = ("segments", "txn", "replication")  # engine's lower layers, each a top
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that deletes stale outputs first and tolerates failure unless required."""
+    """build_ext that deletes stale outputs first, compiles the extensions in parallel (one per core unless `-j`
+    says otherwise) and tolerates failure unless required."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         try:
@@ -75,6 +81,7 @@ def extensions() -> list:
             "embedsignature": True,
         },
         quiet=True,
+        nthreads=os.cpu_count() or 1,
     )
     for ext in exts:  # cythonize() drops optional=True; our build_ext handles failure instead
         ext.optional = not REQUIRE
