@@ -87,7 +87,7 @@ fuzz: $(STAMP)
 
 crash: $(STAMP)
 	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 KAFKALOG_TXN_KILLS=500 \
-	KAFKALOG_CLEANER_KILLS=250 $(PY) -m pytest -q tests/crash
+	KAFKALOG_CLEANER_KILLS=250 KAFKALOG_STAGED_KILLS=100 $(PY) -m pytest -q tests/crash
 
 # the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
 soak: $(STAMP)

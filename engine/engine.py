@@ -33,9 +33,10 @@ import threading
 import weakref
 from typing import Callable, NamedTuple
 
-from engine import limits, metadata, staged_writes
+from engine import limits, metadata
 from engine.clients.heartbeat_thread import HeartbeatThread
 from engine.common.changes import BumpingDict
+from engine.common.closing import Steps
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import (
     IllegalStateError,
@@ -73,6 +74,7 @@ from engine.segments import names, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig, warn_deprecated
+from engine.staged_writes.queue import StagedWrites
 from engine.txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
 from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
@@ -153,6 +155,7 @@ class Engine:
             raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")
         self._lag_ms = replica_lag_time_max_ms
         self._background = background
+        self._staged = StagedWrites(self, background)  # writes other processes staged: applied on a thread of its own
         self._native_fetcher = None  # the native replica fetcher's thread (engine._native._replica_fetcher), if any
         self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
         self._txn: Transactions | None = None
@@ -183,7 +186,7 @@ class Engine:
                 "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, self.expire_transactional_ids),
                 "group-timeouts": (GROUP_TICK_MS, self.tick_groups),
                 "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, self.expire_group_offsets),
-                "staged-writes": (STAGED_WRITES_CHECK_MS, self.apply_staged_writes)}.items()})
+                "staged-writes": (STAGED_WRITES_CHECK_MS, self._staged.poll)}.items()})
         self._brokers = {0: Broker(0, self._logs, self._new_partition)}
         try:
             for b in range(1, self._catalogue.brokers):
@@ -681,11 +684,13 @@ class Engine:
                         out.setdefault(p, stats)
         return out
 
-    def apply_staged_writes(self) -> int:
-        """Append the writes other processes staged for this directory and asked this engine to commit (Spark's
-        kafkalog sink; engine.staged_writes); the background thread does this every 200 ms."""
+    def apply_staged_writes(self, deadline: float | None = None) -> int:
+        """Append, one at a time on this thread, the writes other processes staged for this directory and asked its
+        owner to commit (Spark's kafkalog sink; engine.staged_writes), until none is left or the `time.monotonic()`
+        `deadline` passes; returns how many were answered. With `background=True` a thread of the engine's does this
+        within 200 ms of a request."""
         self._check_open()
-        return staged_writes.apply_pending(self)
+        return self._staged.apply_pending(deadline)
 
     def partitions_for(self, topic: str) -> int:
         return self._topic(topic).partitions
@@ -979,28 +984,28 @@ class Engine:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close clients, then shut down cleanly: snapshots, checkpoints, the clean-shutdown marker."""
+        """Close clients, then shut down cleanly: snapshots, checkpoints, the clean-shutdown marker. Every step runs
+        whatever the one before raised (a client whose rebalance listener raises, a log that cannot be flushed): the
+        directory is released either way, and the first error is raised at the end (the marker is written only when
+        every log closed cleanly)."""
         with self._lock, self._registry_lock:
             if self._closed:
                 return
             clients = list(self._clients)
-        errors = []
+        steps = Steps()
+        steps.run(self._staged.close)  # a staged write under way is queued again for the next owner
         for client in clients:
-            try:
-                client.close()
-            except KafkaError as exc:
-                errors.append(exc)
+            steps.run(client.close)
         with self._lock, self._registry_lock:
             self._closed = True
-        self.heartbeats.close()
+        steps.run(self.heartbeats.close)
         for broker in self._brokers.values():
-            broker.stop_fetcher()
+            steps.run(broker.stop_fetcher)
         if self._native_fetcher is not None:
-            self._native_fetcher.close()
+            steps.run(self._native_fetcher.close)
         for broker in self._brokers.values():
-            broker.close()
-        if errors:
-            raise errors[0]
+            steps.run(broker.close)
+        steps.raise_first()
 
     def __enter__(self) -> "Engine":
         return self

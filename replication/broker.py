@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Callable
 
+from engine.common.closing import Steps
 from engine.replication.log_manager import LogManager
 from engine.replication.partition import Partition
 from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
@@ -92,9 +93,9 @@ class Broker:
         self.alive = True
 
     def close(self) -> None:
-        """Shut down cleanly; a broker that is down stays as it died (its directory is recovered next time)."""
-        self.stop_fetcher()
-        if self.alive:
-            self.logs.close()
-        else:
-            self.logs.release()
+        """Shut down cleanly; a broker that is down stays as it died (its directory is recovered next time). The
+        directory is closed whatever stopping the fetcher raised; the first error is raised."""
+        steps = Steps()
+        steps.run(self.stop_fetcher)
+        steps.run(self.logs.close if self.alive else self.logs.release)
+        steps.raise_first()

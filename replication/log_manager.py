@@ -27,6 +27,7 @@ import time
 import uuid
 
 from engine.common.clock import Clock, SystemClock
+from engine.common.closing import Steps
 from engine.common.health import Health, TaskFailure
 from engine.common.errors import (
     InvalidLogDirectoryError,
@@ -373,23 +374,27 @@ class LogManager:
     # --- shutdown -----------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the background thread, flush and close every log, write the checkpoints, then the
-        clean-shutdown marker, and release the directory."""
+        clean-shutdown marker, and release the directory. Every step runs whatever the one before raised; the
+        marker is written only when none raised, the directory released either way, the first error raised."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._stop_background()
+        steps = Steps()
+        steps.run(self._stop_background)
         try:
-            self._delete_waiting()
-            for lg in self.logs().values():
-                lg.close()
-            self.checkpoint_recovery_points()
-            self.checkpoint_high_watermarks()
-            self.cleaner.write_checkpoint()
-            self.fs.atomic_write(os.path.join(self.dir, CLEAN_SHUTDOWN),
-                                 json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
+            steps.run(self._delete_waiting)
+            for lg in self.logs().values():  # each log is closed whatever the one before raised
+                steps.run(lg.close)
+            steps.run(self.checkpoint_recovery_points)
+            steps.run(self.checkpoint_high_watermarks)
+            steps.run(self.cleaner.write_checkpoint)
+            if not steps.errors:  # the marker says every log is clean: only then
+                steps.run(self.fs.atomic_write, os.path.join(self.dir, CLEAN_SHUTDOWN),
+                          json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
         finally:
             self._release_lock()
+        steps.raise_first()
 
     def _delete_waiting(self) -> None:
         """Remove every deleted log's directory still waiting (close); one that cannot be removed is left to the next

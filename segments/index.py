@@ -8,7 +8,7 @@ Lookups binary-search a read mapping; new entries are buffered and written with 
 64 (or before any read of the index) into the same page cache (a store into a shared mapping takes
 a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
 under a steady append load).
-Crash policy: `flush()` writes buffered entries and fsyncs. A crash can lose buffered entries,
+Crash policy: `flush()` writes buffered entries and fsyncs; `close()` fsyncs a file it trimmed. A crash can lose buffered entries,
 which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its
 index rebuilt) unless it lies below the recovery point, and every flushed segment has its entries.
 Thread-safety: one writer; lookups may run concurrently with appends (a lookup sees a prefix). The mapping is
@@ -107,8 +107,9 @@ class MmapIndex(ABC):
     # --- entries --------------------------------------------------------------------------------
     def _raw(self, slot: int) -> tuple:
         with self._lock:
-            if self._pending:
-                self._write_pending()
+            written = self._readable() if self._pending else self.entries
+            if slot >= written:  # still buffered (a full disk): read from the buffer
+                return self.ENTRY.unpack_from(self._pending, (slot - written) * self.entry_size)
             return self.ENTRY.unpack_from(self._mapped(), slot * self.entry_size)
 
     def _last_raw(self) -> tuple | None:
@@ -136,9 +137,22 @@ class MmapIndex(ABC):
             if not self._pending:
                 return
             start = (self.entries - len(self._pending) // self.entry_size) * self.entry_size
-            with self.fs.handle(self.path, "r+b") as f:
-                self.fs.pwrite(f, bytes(self._pending), start)
+            try:
+                with self.fs.handle(self.path, "r+b") as f:
+                    self.fs.pwrite(f, bytes(self._pending), start)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot write index entries: {exc}", file=self.path,
+                                        position=start) from exc
             self._pending.clear()
+
+    def _readable(self) -> int:
+        """The entries a lookup searches in the mapping (lock held): buffered ones are written first; when that fails
+        (a full disk) only those already written, a sparser index, never a wrong answer: reading needs no space."""
+        try:
+            self._write_pending()
+        except KafkaStorageError:
+            return self.entries - len(self._pending) // self.entry_size
+        return self.entries
 
     def load_entries(self, data: bytes) -> None:
         """Append many already-ordered packed entries with one write (index rebuilding)."""
@@ -162,9 +176,8 @@ class MmapIndex(ABC):
 
     def _search(self, key: int) -> int:
         with self._lock:
-            if self._pending:
-                self._write_pending()
-            return codec.index_search(self._mapped(), self.entries, self.entry_size, key) if self.entries else -1
+            entries = self._readable() if self._pending else self.entries
+            return codec.index_search(self._mapped(), entries, self.entry_size, key) if entries else -1
 
     def _floor(self, key: int) -> tuple | None:
         """The raw fields of the largest entry whose key <= `key` (None if none), found and read under one lock."""
@@ -173,12 +186,11 @@ class MmapIndex(ABC):
     def _floor_slot(self, key: int) -> tuple[int, tuple | None]:
         """The slot of the largest entry whose key <= `key` (-1 if none) and its raw fields, under one lock."""
         with self._lock:
-            if self._pending:
-                self._write_pending()
-            if not self.entries:
+            entries = self._readable() if self._pending else self.entries
+            if not entries:
                 return -1, None
             mapping = self._mapped()
-            slot = codec.index_search(mapping, self.entries, self.entry_size, key)
+            slot = codec.index_search(mapping, entries, self.entry_size, key)
             return slot, (self.ENTRY.unpack_from(mapping, slot * self.entry_size) if slot >= 0 else None)
 
     def is_full(self) -> bool:
@@ -195,13 +207,13 @@ class MmapIndex(ABC):
         return rel
 
     # --- file management ------------------------------------------------------------------------
-    def resize(self, new_size: int) -> None:
-        """Set the file to `new_size` bytes (whole entries), keeping the entries."""
+    def resize(self, new_size: int) -> bool:
+        """Set the file to `new_size` bytes (whole entries), keeping the entries; False when it had that size."""
         with self._lock:
             self._write_pending()
             length = max(self._round(new_size), self.size_in_bytes())
             if self._map is not None and len(self._map) == length:
-                return
+                return False
             old = self.max_entries * self.entry_size
             self._drop_map()
             try:
@@ -211,9 +223,10 @@ class MmapIndex(ABC):
                 self._map_file(old)  # the file kept its old length: so does the mapping
                 raise
             self._map_file(length)
+            return True
 
-    def trim_to_valid_size(self) -> None:
-        self.resize(self.size_in_bytes())
+    def trim_to_valid_size(self) -> bool:
+        return self.resize(self.size_in_bytes())
 
     def truncate_to_entries(self, n: int) -> None:
         with self._lock:
@@ -235,10 +248,11 @@ class MmapIndex(ABC):
                 self._write_pending()
                 self.fs.fsync_path(self.path)
 
-    def close(self) -> None:
+    def close(self, durable: bool = True) -> None:
+        """Trim, release the mapping and the handle; `durable`: fsync a file it trimmed (a clean shutdown's)."""
         with self._lock:
-            if self.writable:
-                self.trim_to_valid_size()
+            if self.writable and self.trim_to_valid_size() and durable:
+                self.fs.fsync_path(self.path)  # the trimmed length survives a power loss after a clean close
             self._drop_map()
             self.fs.untrack_map(self)
             self.release_handle()

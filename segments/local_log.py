@@ -267,7 +267,7 @@ class LocalLog:
         if flush:
             self.flush()
         for seg in self.segments.all():
-            seg.close()
+            seg.close(durable=flush)
         if flush:
             for _, seg in self._pending_deletes:
                 seg.delete_files()

@@ -694,13 +694,14 @@ class LogSegment:
             except OSError as exc:
                 raise KafkaStorageError(f"flush failed: {exc}", file=self.log_path) from exc
 
-    def close(self) -> None:
+    def close(self, durable: bool = True) -> None:
+        """Close the files; `durable`: the indexes it trims are fsynced (a clean shutdown's, not a deletion's)."""
         with self._lock:
             if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
                 self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             for index in (self._offset_index, self._time_index):
                 if index is not None:
-                    index.close()
+                    index.close(durable)
             self.txn_index.close()
             self._release_maps()
             self._maps, self._map, self._touched = [], None, None

@@ -294,9 +294,7 @@ cdef int _search(object index, Lock lock, _Pool pool, object pool_key, int entry
         following[0] = -1
     lock.take()
     try:
-        if index._pending:
-            index._write_pending()
-        entries = index.entries
+        entries = index._readable() if index._pending else index.entries
         if not entries:
             return 0
         mapping = index._map  # MmapIndex._mapped

@@ -27,6 +27,7 @@ counted; recovery rebuilds the indexes and producer state from it.
 Thread-safety: every field below is read and written under the fetcher's mutex, except a round's buffer and file
 descriptors, which only the thread uses while the link is `busy`; a caller waiting here lets the GIL go.
 """
+cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -362,6 +363,29 @@ cdef void *run(void *arg) noexcept nogil:
     return NULL
 
 
+cdef void take_off(FetcherState *s, LinkState *st) noexcept nogil:
+    """Take a listed link off the thread's and its leader's lists, its round in progress ended first (s.mutex held)."""
+    cdef LeaderState *ls = st.leader
+    cdef Py_ssize_t i, k
+    stop_link(st, UNLINKED)
+    while st.busy:
+        pthread_cond_wait(&s.done, &s.mutex)
+    k = 0
+    for i in range(s.n_links):
+        if s.links[i] != st:
+            s.links[k] = s.links[i]
+            k += 1
+    s.n_links, s.next = k, 0
+    k = 0
+    for i in range(ls.n_links):
+        if ls.links[i] != st:
+            ls.links[k] = ls.links[i]
+            k += 1
+    ls.n_links = k
+    st.listed = False
+    pthread_cond_broadcast(&s.done)
+
+
 cdef class Leader:
     """A leader partition's side of its links: what its appends publish, and its HW over linked followers."""
 
@@ -445,8 +469,11 @@ cdef class Leader:
         pthread_mutex_unlock(&s.mutex)
 
 
+@cython.no_gc_clear
 cdef class Link:
-    """One follower replica in the steady state: it owns the two descriptors it was given."""
+    """One follower replica in the steady state: it owns the two descriptors it was given. The garbage collector
+    never clears its references: a link dropped while still listed (its engine never closed) holds its fetcher,
+    leader and replica until its own deallocation has taken it off the thread."""
 
     cdef LinkState *state
     cdef Fetcher fetcher
@@ -454,7 +481,14 @@ cdef class Link:
     cdef Replica replica
 
     def __dealloc__(self):
+        cdef FetcherState *s
         if self.state != NULL:
+            if self.state.listed and self.fetcher is not None:  # the thread may reach it still: off its list first
+                s = self.fetcher.state
+                with nogil:
+                    pthread_mutex_lock(&s.mutex)
+                    take_off(s, self.state)
+                    pthread_mutex_unlock(&s.mutex)
             if self.state.src_fd >= 0:
                 close(self.state.src_fd)
             if self.state.dst_fd >= 0:
@@ -591,29 +625,11 @@ cdef class Fetcher:
         """Take `link` off the thread (its round in progress ends first); its headers stay for `take`."""
         cdef FetcherState *s = self.state
         cdef LinkState *st = link.state
-        cdef LeaderState *ls = st.leader
-        cdef Py_ssize_t i, k
         if not st.listed:
             return
         wait_for(&s.mutex)
-        stop_link(st, UNLINKED)
-        while st.busy:
-            with nogil:
-                pthread_cond_wait(&s.done, &s.mutex)
-        k = 0
-        for i in range(s.n_links):
-            if s.links[i] != st:
-                s.links[k] = s.links[i]
-                k += 1
-        s.n_links, s.next = k, 0
-        k = 0
-        for i in range(ls.n_links):
-            if ls.links[i] != st:
-                ls.links[k] = ls.links[i]
-                k += 1
-        ls.n_links = k
-        st.listed = False
-        pthread_cond_broadcast(&s.done)
+        with nogil:
+            take_off(s, st)
         pthread_mutex_unlock(&s.mutex)
         close(st.src_fd)
         close(st.dst_fd)

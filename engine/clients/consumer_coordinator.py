@@ -27,6 +27,7 @@ import logging
 import threading
 from typing import Callable
 
+from engine.common.closing import Steps
 from engine.common.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
@@ -352,12 +353,16 @@ class ConsumerCoordinator:
         self._reset(member=self.group_instance_id is None)
 
     def close(self, commit: Callable[[], None] | None) -> None:
-        """Stop the heartbeats (none runs once this starts), then commit (if asked), revoke and leave."""
+        """Stop the heartbeats (none runs once this starts), then commit (if asked), revoke and leave: each step
+        whatever the one before raised (a listener's error), the first error raised at the end, as Kafka's consumer
+        closes."""
         self._stop.set()
         self._heartbeats.remove(self)
         self._scheduled = False
+        steps = Steps()
         if self.generation >= 0 and commit is not None:
-            commit()
+            steps.run(commit)
         if self.owned:
-            self._revoke(self.owned, lost=self.generation < 0)
-        self.leave("closed")
+            steps.run(self._revoke, self.owned, self.generation < 0)
+        steps.run(self.leave, "closed")
+        steps.raise_first()

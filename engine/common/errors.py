@@ -258,6 +258,11 @@ class IllegalStateError(KafkaError):
     """A client used after close(), or a call that its state does not allow."""
 
 
+class UnknownServerError(KafkaError):
+    """UNKNOWN_SERVER_ERROR: an unexpected failure in the process that served a request (its type and message say
+    which)."""
+
+
 class KafkaStorageError(KafkaError):
     """KAFKA_STORAGE_ERROR: an I/O failure in a log directory."""
 

@@ -16,7 +16,8 @@ or at the rebalance timeout without those that did not (static members stay). St
 (group.instance.id) that rejoin with a new member id take over their old assignment without a rebalance, and
 fence the old member id.
 A member that joined with a `notify` callback (every in-process consumer does) is told the moment a rebalance
-begins, so it rejoins at its next poll rather than at its next heartbeat; heartbeats still carry liveness.
+begins, so it rejoins at its next poll rather than at its next heartbeat; heartbeats still carry liveness. The
+callbacks run once the coordinator's lock is released, each whatever the one before raised.
 Time: the coordinator never sleeps; `tick()` (called by every request, by waiting clients and by the engine's
 background thread) applies every deadline that has passed on the injected clock.
 Storage: group records (engine.groups.group_metadata) and offset commits (engine.groups.offsets) are appended to
@@ -30,10 +31,10 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import uuid
 from typing import Callable, NamedTuple
 
+from engine.common.closing import DeferringLock
 from engine.common.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,
@@ -129,7 +130,7 @@ class GroupCoordinator:
         self._log = storage
         self.clock = clock
         self.config = config or GroupConfig()
-        self._lock = threading.RLock()
+        self._lock = DeferringLock()  # a member's `notify` runs once it is released
         self.groups: dict[str, GroupMetadata] = {}
         self._quiet_until: float = 0  # no deadline passes before this time (0: unknown, `tick` looks at every group)
         self.offsets = OffsetStore(on_group=self._load_group)
@@ -310,7 +311,7 @@ class GroupCoordinator:
         g.transition(PREPARING_REBALANCE, now)
         for m in g.members.values():  # in one process the members hear it now, not at their next heartbeat
             if m.awaiting_join is None and m.notify is not None:
-                m.notify()
+                self._lock.defer(m.notify)
 
     def _maybe_complete_join(self, g: GroupMetadata, now: int) -> None:
         if g.state != PREPARING_REBALANCE:

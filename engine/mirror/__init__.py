@@ -30,9 +30,12 @@ def to_kafka(log, cluster: dict, *, name: str, topics: list[str] | None = None, 
     is `cluster`; with `follow`, keep copying until stopped (Ctrl-C, SIGTERM). `groups`: consumer groups whose
     committed offsets are translated to the cluster. `options`: Mirror's (max_records, max_bytes, ...)."""
     kafka = Cluster(cluster, timeout_s)
-    return _mirror(log, lambda eng: (KafkalogSource(eng, name), KafkaSink(kafka, name, progress_topic,
-                                                                             replication_factor)),
-                   name=name, topics=topics, groups=groups, follow=follow, **options)
+    try:
+        return _mirror(log, lambda eng: (KafkalogSource(eng, name), KafkaSink(kafka, name, progress_topic,
+                                                                                 replication_factor)),
+                       name=name, topics=topics, groups=groups, follow=follow, **options)
+    finally:
+        kafka.close()
 
 
 def from_kafka(cluster: dict, log, *, name: str, topics: list[str] | None = None, groups: list[str] = (),
@@ -40,8 +43,11 @@ def from_kafka(cluster: dict, log, *, name: str, topics: list[str] | None = None
                **options) -> MirrorSummary:
     """Copy the cluster's topics (all but internal ones unless `topics`) into a kafkalog directory; as to_kafka."""
     kafka = Cluster(cluster, timeout_s)
-    return _mirror(log, lambda eng: (KafkaSource(kafka, name), KafkalogSink(eng, name, progress_topic)),
-                   name=name, topics=topics, groups=groups, follow=follow, **options)
+    try:
+        return _mirror(log, lambda eng: (KafkaSource(kafka, name), KafkalogSink(eng, name, progress_topic)),
+                       name=name, topics=topics, groups=groups, follow=follow, **options)
+    finally:
+        kafka.close()
 
 
 def _mirror(log, ends, **options) -> MirrorSummary:

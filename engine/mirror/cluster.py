@@ -84,6 +84,7 @@ class Cluster:
         self.config = dict(config)
         self.timeout_s = timeout_s
         self._admin = None
+        self._groups: dict = {}  # group id -> the consumer its offsets are read and committed with
         self.last_error: str | None = None
         self._no_admin: str | None = None  # why CreateTopics/DescribeConfigs cannot be sent (asked once)
 
@@ -184,32 +185,40 @@ class Cluster:
                                                 f"source has {partitions}: records keep their partition number")
         return note
 
+    def _group_client(self, group: str):
+        """The one consumer (never subscribed) that reads and commits `group`'s offsets, kept until close()."""
+        if group not in self._groups:
+            self._groups[group] = kafka().Consumer(self.client_config(**{"group.id": group,
+                                                                        "enable.auto.commit": False}))
+        return self._groups[group]
+
+    def close(self) -> None:
+        """Close the clients kept for groups."""
+        groups, self._groups = self._groups, {}
+        for consumer in groups.values():
+            consumer.close()
+
     def committed(self, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The group's committed offsets (partitions without one left out)."""
         ck = kafka()
-        consumer = ck.Consumer(self.client_config(**{"group.id": group, "enable.auto.commit": False}))
         try:
-            found = consumer.committed([ck.TopicPartition(t, p) for t, p in tps], timeout=self.timeout_s)
+            found = self._group_client(group).committed([ck.TopicPartition(t, p) for t, p in tps],
+                                                        timeout=self.timeout_s)
         except ck.KafkaException as exc:
             raise typed(exc, f"offsets of group {group!r}") from None
-        finally:
-            consumer.close()
         return {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Commit for a group with no active member (UnknownMemberIdError when it has some)."""
         ck = kafka()
-        consumer = ck.Consumer(self.client_config(**{"group.id": group, "enable.auto.commit": False}))
         try:
-            out = consumer.commit(offsets=[ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                                  asynchronous=False)
+            out = self._group_client(group).commit(
+                offsets=[ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
             for tp in out or ():
                 if tp.error is not None:
                     raise typed(tp.error, f"committing for group {group!r}")
         except ck.KafkaException as exc:
             raise typed(exc, f"committing for group {group!r}") from None
-        finally:
-            consumer.close()
 
     def end_offset(self, consumer, topic: str, partition: int) -> int:
         ck = kafka()

@@ -5,6 +5,8 @@ Thread-safety: each object is used by the one mirror thread that made it.
 """
 from __future__ import annotations
 
+import contextlib
+
 from engine.common import errors
 import engine.mirror.offset_sync as offset_sync
 from engine.mirror.cluster import Cluster, kafka, typed
@@ -91,6 +93,7 @@ class KafkaSink:
         self.progress_topic = progress_topic
         self.replication_factor = replication_factor
         self._producer = None
+        self._offsets = None  # the consumer end_offset asks
 
     def prepare(self, topics: dict[str, tuple[int, dict]]) -> dict[str, str]:
         """Create the destination topics and the progress topic; {topic: note} for those not created as asked."""
@@ -142,13 +145,10 @@ class KafkaSink:
 
     def end_offset(self, topic: str, partition: int) -> int:
         """The destination partition's high watermark (where the first record copied into it will land, or after)."""
-        ck = kafka()
-        consumer = ck.Consumer(self.cluster.client_config(**{"group.id": f"kafkalog-mirror.{self.name}",
-                                                             **FETCH_CONFIG}))
-        try:
-            return self.cluster.end_offset(consumer, topic, partition)
-        finally:
-            consumer.close()
+        if self._offsets is None:  # one client for every partition's, kept until close
+            self._offsets = kafka().Consumer(self.cluster.client_config(**{
+                "group.id": f"kafkalog-mirror.{self.name}", **FETCH_CONFIG}))
+        return self.cluster.end_offset(self._offsets, topic, partition)
 
     def write(self, chunk: dict, syncs: dict[tuple[str, int], tuple[int, offset_sync.Sync]]) -> None:
         """Copy `chunk` ({(topic, partition): (source offsets, records)}) and the progress records `syncs`
@@ -195,7 +195,12 @@ class KafkaSink:
                     except BufferError:  # the client's queue is full: let it send
                         producer.poll(0.05)
             producer.poll(0)
-        producer.flush(self.cluster.timeout_s)
+        left = producer.flush(self.cluster.timeout_s)
+        if left:  # not all delivered: the transaction is aborted, the mirror resumes from its committed progress
+            with contextlib.suppress(ck.KafkaException):
+                producer.abort_transaction(self.cluster.timeout_s)
+            raise errors.KafkaTimeoutError(f"{left} records were not delivered to {self.cluster.servers} within "
+                                           f"{self.cluster.timeout_s} s: the transaction is aborted")
         if failed:
             raise ck.KafkaException(failed[0])
         spans = {}
@@ -219,3 +224,6 @@ class KafkaSink:
         if self._producer is not None:
             self._producer.flush(0)
             self._producer = None
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None

@@ -37,7 +37,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine import staged_writes
+from engine.staged_writes import layout as staged_layout
+from engine.staged_writes import requester as staged_requester
 from engine.common.errors import InvalidConfigurationError
 
 OPTIONS = {"path", "topic", "transactionalid", "sinkid", "checkpointlocation", "committimeoutms"}
@@ -98,8 +99,8 @@ class Staged(WriterCommitMessage):
 
 def stage(settings: SinkSettings, job: str, batches) -> Staged:
     """A task's side: its rows, in the staged schema, as one Arrow IPC file of this attempt."""
-    target = staged_writes.staged_schema()
-    directory = staged_writes.staging_dir(settings.path, job)
+    target = staged_layout.staged_schema()
+    directory = staged_layout.staging_dir(settings.path, job)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.arrow")
     rows = 0
@@ -152,13 +153,13 @@ def _request(settings: SinkSettings, job: str, messages, batch_id: int | None) -
 
 def abort(settings: SinkSettings, job: str, messages) -> None:
     """Spark gave up the job (or micro-batch): its staged files go."""
-    staged_writes.discard_request(settings.path, _request(settings, job, messages, None))
+    staged_layout.discard_request(settings.path, _request(settings, job, messages, None))
 
 
 def commit(settings: SinkSettings, job: str, messages, batch_id: int | None = None) -> int:
     """The driver's side (Spark runs it in a Python worker of its own): apply the staged rows of the committed
-    attempts (engine.staged_writes.commit); returns the rows appended."""
-    return staged_writes.commit(settings.path, _request(settings, job, messages, batch_id), settings.commit_timeout_ms)
+    attempts (engine.staged_writes.requester.commit); returns the rows appended."""
+    return staged_requester.commit(settings.path, _request(settings, job, messages, batch_id), settings.commit_timeout_ms)
 
 
 class KafkalogWriter(DataSourceArrowWriter):

@@ -11,7 +11,10 @@ watermark, log start) are updated for the partition. `__cluster_metadata-0`, `me
 Crash policy: every file is copied under a temporary name and renamed, the checkpoints are atomic; a handoff
 interrupted part way is re-run (the partition then holds only kafkalog's files, which are replaced again).
 Both directories are locked while it runs (`.lock`, as the broker and kafkalog lock them), so a running broker or
-an open engine makes it fail before anything is changed.
+an open engine makes it fail before anything is changed. The kafkalog directory is opened and closed cleanly first
+(recovered, indexes trimmed, everything flushed), then locked; a process that opened it in between and changed a
+handed topic (its recovery points then differ from the log ends just described) makes it fail too. A `--data` that is
+not a kafkalog directory is refused, never created; `.handoff` temporaries a crash left are removed on the next run.
 """
 from __future__ import annotations
 
@@ -20,13 +23,16 @@ import os
 import shutil
 
 import engine
+from engine import metadata
 from engine.common import errors
+from engine.replication.log_manager import CLEAN_SHUTDOWN
 from engine.segments import leader_epoch_checkpoint as epochs
 from engine.segments import names, offset_checkpoint, partition_metadata
 from engine.segments.fs import FileSystem
 from engine.tools.output import Output
 
 COPIED = (*names.SEGMENT_SUFFIXES, names.SNAPSHOT)
+TEMPORARY = ".handoff"  # a file being copied in, renamed into place once whole
 
 
 def add_handoff(sub) -> None:
@@ -56,6 +62,8 @@ def handoff(data: str, broker_dir: str, topics: list[str]) -> list[dict]:
     fs = FileSystem()
     if not os.path.isfile(os.path.join(broker_dir, "meta.properties")):
         raise errors.InvalidLogDirectoryError("not a Kafka broker's log directory (no meta.properties)", file=broker_dir)
+    if not os.path.isfile(os.path.join(data, metadata.FILE)):
+        raise errors.InvalidLogDirectoryError(f"not a kafkalog directory (no {metadata.FILE})", file=data)
     with engine.open(data) as eng:  # recovered and closed cleanly: indexes trimmed, everything flushed
         shapes = {t: eng.describe_topic(t) for t in topics}
     ours = _lock(fs, data, "the kafkalog directory")
@@ -66,6 +74,7 @@ def handoff(data: str, broker_dir: str, topics: list[str]) -> list[dict]:
         raise
     try:
         plans = [(t, p) for t, d in shapes.items() for p in d.partitions]
+        _check_unchanged(fs, data, plans)
         for topic, part in plans:  # every check first: nothing changes unless all partitions can be handed over
             _check(fs, data, broker_dir, topic, part)
         checkpoints = {name: offset_checkpoint.read(fs, os.path.join(broker_dir, name))
@@ -84,6 +93,16 @@ def handoff(data: str, broker_dir: str, topics: list[str]) -> list[dict]:
     finally:
         theirs.close()
         ours.close()
+
+
+def _check_unchanged(fs: FileSystem, data: str, plans: list) -> None:
+    """The directory is as it was described: closed cleanly, each handed partition's recovery point at its log end."""
+    points = offset_checkpoint.read(fs, os.path.join(data, offset_checkpoint.RECOVERY_POINT))
+    changed = [f"{t}-{p.partition}" for t, p in plans if points.get((t, p.partition)) != p.log_end_offset]
+    if changed or not os.path.exists(os.path.join(data, CLEAN_SHUTDOWN)):
+        raise errors.InvalidLogDirectoryError(f"another process opened the directory while it was being handed over "
+                                              f"({', '.join(changed) or 'not closed cleanly'}): run the handoff again",
+                                              file=data)
 
 
 def _epochs(fs: FileSystem, data: str, broker_dir: str, topic: str, partition: int) -> tuple[list, int]:
@@ -114,11 +133,11 @@ def _place(fs: FileSystem, data: str, broker_dir: str, topic: str, part) -> dict
     source, target = os.path.join(data, name), os.path.join(broker_dir, name)
     ours, broker_epoch = _epochs(fs, data, broker_dir, topic, part.partition)
     for f in os.listdir(target):
-        if f.endswith(COPIED) or f.endswith(names.DELETED) or f.endswith(names.CLEANED) or f.endswith(names.SWAP):
+        if f.endswith((*COPIED, names.DELETED, names.CLEANED, names.SWAP, TEMPORARY)):
             fs.remove(os.path.join(target, f))
     copied = [f for f in sorted(os.listdir(source)) if f.endswith(COPIED)]
     for f in copied:
-        tmp = os.path.join(target, f + ".handoff")
+        tmp = os.path.join(target, f + TEMPORARY)
         shutil.copyfile(os.path.join(source, f), tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())

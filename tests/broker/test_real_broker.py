@@ -1,6 +1,7 @@
 """`make interop`: kafkalog against a real Kafka broker (KAFKA_HOME: any Kafka installation, or the build folder of
 a broker built from source). One KRaft broker on 127.0.0.1 with a fresh data directory for the module:
-mirroring a million records each way with kill -9 of the mirror (0 lost, 0 duplicated under read_committed),
+mirroring a million records each way with kill -9 of the mirror (0 lost, 0 duplicated under read_committed), a
+million offsets of a compacted source with every other one gone (small progress records, groups translated exactly),
 topics created with the source's partition count and configs, group offsets translated, typed errors; handing a
 kafkalog directory to the stopped broker and consuming it through the broker; the broker's own directory opened,
 appended to and served again. Not part of `make test` (it needs a broker)."""
@@ -18,7 +19,8 @@ from engine import mirror
 from engine.common import errors
 from tests.mirror import kafka_cluster as kc
 from tests.mirror.test_mirror import (_count, _kill_trials, _mirror_cmd, _run_to_end,
-                                      fill_kafka, fill_kafkalog, kafka_records, kafkalog_records)
+                                      fill_kafka, fill_kafkalog, kafka_records, kafkalog_records,
+                                      mirror_a_source_with_every_other_offset_gone)
 
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
@@ -48,6 +50,12 @@ def _admin(broker) -> AdminClient:
 
 def _partitions(broker, topic: str) -> int:
     return len(_admin(broker).list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def test_a_compacted_source_with_every_other_offset_gone_keeps_its_progress_small(tmp_path, broker):
+    """A million source offsets, every other one compacted away: progress records under 64 KiB each, the broker
+    holding every kept record once, and groups translated exactly."""
+    mirror_a_source_with_every_other_offset_gone(tmp_path, broker.bootstrap, RECORDS, True)
 
 
 def test_a_million_records_to_kafka_exactly_once_across_kill_9(tmp_path, broker):

@@ -97,8 +97,8 @@ def read_committed_model(bootstrap: str, topic: str, partitions: int, timeout_s:
         consumer.assign(tps)
         ends = {}
         for tp in tps:  # the mock cluster answers librdkafka's ListOffsets, not kafka-python's: ask librdkafka
-            consumer.seek(tp, 0)
-            ends[tp] = watermarks(bootstrap, topic, tp.partition)[1]
+            low, ends[tp] = watermarks(bootstrap, topic, tp.partition)
+            consumer.seek(tp, low)  # (the mock keeps a bounded log: its oldest records go)
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < ends[tp] for tp in tps):
             assert time.monotonic() < deadline, f"the cluster served {topic} up to {[consumer.position(tp) for tp in tps]}"

@@ -18,6 +18,7 @@ import engine
 from engine import mirror  # noqa: E402
 from engine.common import errors
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from tests.log_checks import read_log
 from tests.mirror import kafka_cluster as kc
 
 ck = pytest.importorskip("confluent_kafka")  # a test dependency (kafkalog[test]): present in CI
@@ -483,6 +484,62 @@ def test_a_retriable_failure_restarts_from_committed_progress(tmp_path, cluster,
     assert kafka_records(cluster.bootstrap, "events", 2) == model
 
 
+def test_a_flush_that_leaves_records_undelivered_aborts_and_restarts(tmp_path, cluster, monkeypatch):
+    """The producer's flush returns with records still queued (its timeout passed): the transaction is aborted and the
+    run restarts from its committed progress (it used to read the delivery reports as complete and commit wrong runs
+    or fail untyped); every record lands once."""
+    from engine.mirror import kafka_side
+
+    src = str(tmp_path / "src")
+    model = fill_kafkalog(src, "events", 2, 300)
+    original, flushes = kafka_side.KafkaSink._copy, []
+
+    class Stalled:  # the real producer, whose flush reports one record left the first time
+        def __init__(self, producer) -> None:
+            self._producer = producer
+
+        def __getattr__(self, name):
+            return getattr(self._producer, name)
+
+        def flush(self, *args):
+            left = self._producer.flush(*args)
+            flushes.append(left)
+            return left or (1 if len(flushes) == 1 else 0)
+
+    def copy(self, chunk, every):
+        if not isinstance(self._producer, Stalled):
+            self._producer = Stalled(self._producer)
+        return original(self, chunk, every)
+    monkeypatch.setattr(kafka_side.KafkaSink, "_copy", copy)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", max_records=100, timeout_s=10)
+    assert summary.restarts == 1
+    assert kafka_records(cluster.bootstrap, "events", 2) == model
+
+
+def test_group_offsets_are_read_and_committed_through_one_client_per_group(tmp_path, cluster, monkeypatch):
+    from engine.mirror import cluster as cluster_module
+
+    src = str(tmp_path / "src")
+    fill_kafkalog(src, "events", 2, 100)
+    with engine.open(src) as eng:
+        for g in ("a", "b"):
+            eng.groups.commit_offsets(g, {TopicPartition("events", p): OffsetAndMetadata(50) for p in range(2)})
+    made = []
+    real = cluster_module.Cluster._group_client
+
+    def counted(self, group):
+        fresh = group not in self._groups
+        consumer = real(self, group)
+        if fresh:
+            made.append(group)
+        return consumer
+    monkeypatch.setattr(cluster_module.Cluster, "_group_client", counted)
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", groups=["a", "b"], max_records=37,
+                              timeout_s=10)
+    assert {g: summary.groups[g]["status"] for g in ("a", "b")} == {"a": "synced", "b": "synced"}
+    assert sorted(made) == ["a", "b"]  # read, then committed: each through the one client of its group
+
+
 def test_translation_model():
     import bisect
 
@@ -522,6 +579,88 @@ def test_translation_model():
                 k = bisect.bisect_left(src_offsets, u)
                 assert got == (mapping[src_offsets[k]] if k < len(src_offsets) else d - 1), u
         assert oldest > 0  # the kept history did not reach back to the start
+
+
+@pytest.mark.parametrize("gaps", ["every other offset", "random"])
+def test_progress_records_stay_small_over_a_source_with_a_gap_after_every_record(gaps):
+    """A compacted source with a gap after nearly every record, 50,000-record transactions past offset ten million
+    (one progress record was 1.1 MB): every other offset gone makes one strided run per transaction, translated
+    exactly; gaps of no pattern keep MAX_RUNS runs (under 64 KiB), translated at or before the exact answer (never past
+    a record the group has not read) and exactly at every run kept and between transactions."""
+    import bisect
+
+    from engine.mirror import offset_sync
+
+    rng = random.Random(7)
+    prog = offset_sync.PartitionProgress()
+    base, dest, exact, starts = 10_000_000, 0, {}, []
+    for t in range(3):
+        window = range(base + t * 100_000, base + (t + 1) * 100_000)
+        src = list(window[::2]) if gaps == "every other offset" else sorted(rng.sample(window, 50_000))
+        sync = offset_sync.Sync(src[0], src[-1] + 2, dest)
+        sync.place(src, [(dest, len(src))])
+        exact.update(zip(src, range(dest, dest + len(src))))
+        starts.append(src[0])
+        dest += len(src) + 1  # the mirror's commit marker
+        value = sync.encode()
+        assert len(value) < 64 << 10 and offset_sync.Sync.decode(value) == sync, len(value)
+        assert sync.coarse == (gaps == "random") and len(sync.runs) == (1 if not sync.coarse else offset_sync.MAX_RUNS)
+        prog.add(prog.next_slot(), sync)
+    copied = sorted(exact)
+    kept = {r[0] for s in prog.by_slot.values() for r in s.runs}
+    for upstream in [*starts, *kept, *(rng.randrange(base, copied[-1] + 1) for _ in range(20_000))]:
+        right = exact[copied[bisect.bisect_left(copied, upstream)]]
+        got = prog.translate(upstream)
+        if gaps == "every other offset" or upstream in kept or upstream in starts:
+            assert got == right, upstream
+        assert got <= right, (upstream, got, right)
+        assert right - got <= 2 * 50_000 // offset_sync.MAX_RUNS, (upstream, got, right)
+
+
+GAP_RECORDS = int(os.environ.get("KAFKALOG_MIRROR_GAP_RECORDS", "100000"))
+
+
+def mirror_a_source_with_every_other_offset_gone(tmp_path, bootstrap: str, records: int, real_broker: bool) -> None:
+    """A compacted source of `records` offsets with every other one gone (each key written twice in a row), mirrored
+    in 50,000-record transactions: every progress record is under 64 KiB; then groups committed on kept and removed
+    offsets alike are translated by a second run (from the progress it reads back) to exactly where each stood. The
+    mock cluster keeps a bounded log (its oldest records go): there the groups are placed in what it still holds."""
+    import bisect
+
+    src = str(tmp_path / "gaps")
+    with engine.open(src) as eng:
+        eng.create_topic("gaps", 1, config={"cleanup.policy": "compact", "segment.bytes": 1 << 17})
+        with eng.producer(linger_ms=5, batch_size=1 << 15) as p:
+            for start in range(0, records, 50_000):
+                p.send_batch("gaps", [(b"k%d" % (i // 2), b"v%d" % i) for i in range(start, min(start + 50_000,
+                                                                                                   records))], 0)
+        eng.compact("gaps", 0)
+        kept = [(off, value) for off, _, value in read_log(eng, "gaps")]
+        eng.alter_topic_config("gaps", {"segment.bytes": 16 << 20})  # the copy's (a destination refuses larger batches)
+    assert len(kept) < records * 0.6 and all(off % 2 for off, _ in kept[:records // 3])  # every other one gone
+    summary = mirror.to_kafka(src, _mock_config(bootstrap), name="gaps", max_records=50_000, timeout_s=30)
+    assert summary.records == len(kept)
+    dest = (kc.read_all if real_broker else kc.read_committed_model)(bootstrap, "gaps", 1)[0]
+    held = len(dest)  # all of it on a broker; the mock's last records
+    assert held > len(kept) // 4 and [value for _, _, value, _, _ in dest] == [value for _, value in kept[-held:]]
+    progress = kc.read_all(bootstrap, mirror.PROGRESS_TOPIC, 1, isolation="read_uncommitted")[0]
+    assert len(progress) >= len(kept) // 50_000 and max(len(value) for _, _, value, _, _ in progress) < 64 << 10
+    sources = [off for off, _ in kept]
+    rng = random.Random(3)
+    upstream = {f"gap-{i}": rng.randrange(sources[-held], sources[-1] + 1) for i in range(40)}
+    with engine.open(src) as eng:
+        for group, u in upstream.items():
+            eng.groups.commit_offsets(group, {TopicPartition("gaps", 0): OffsetAndMetadata(u)})
+    summary = mirror.to_kafka(src, _mock_config(bootstrap), name="gaps", groups=list(upstream), timeout_s=30)
+    assert summary.records == 0
+    for group, u in upstream.items():
+        report = summary.groups[group]
+        assert report["status"] == "synced", report
+        assert report["gaps-0"]["destination"] == dest[bisect.bisect_left(sources, u) - (len(kept) - held)][0], u
+
+
+def test_a_compacted_source_with_every_other_offset_gone_mirrors_with_small_progress(tmp_path, cluster):
+    mirror_a_source_with_every_other_offset_gone(tmp_path, cluster.bootstrap, GAP_RECORDS, False)
 
 
 def test_cluster_errors_are_kafkalogs_typed_errors():

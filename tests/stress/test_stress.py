@@ -2,7 +2,7 @@
 map, run on whichever twin this process loaded (`make test` runs this module on both). Seeded and bounded:
 KAFKALOG_STRESS_SECONDS (CI: a few seconds each; `make stress`: minutes) and KAFKALOG_STRESS_SEED.
 
-Invariants: only typed errors; every consumer reads each offset once, in order, with the value that was acked for it;
+Invariants: only typed errors; the cross-process parts' own (tests/stress/cross_process.py); every consumer reads each offset once, in order, with the value that was acked for it;
 a reader from the beginning misses no acked record below its position; read_committed never shows aborted data; no
 thread is left running after close(); the reopened directory serves every acked record (the compacted topic: the
 latest value of each key; the retained topic: everything above the log start).
@@ -17,6 +17,8 @@ from collections import defaultdict
 
 import engine
 from engine.common.errors import KafkaError
+from tests.log_checks import read_log
+from tests.stress import cross_process
 from tests.stress.workload import COMPLETE, TOPICS, Workload
 
 SECONDS = float(os.environ.get("KAFKALOG_STRESS_SECONDS", "8"))
@@ -44,11 +46,17 @@ def _check_reader(w: Workload, who: str, committed_only: bool) -> int:
     return count
 
 
+def committed_values(path: str, topic: str) -> list[bytes]:
+    """The values of `topic` a read_committed reader of the reopened directory reads, in order."""
+    with engine.open(path) as eng:
+        return [value for _, _, value in read_log(eng, topic)]
+
+
 def _reread(path: str) -> dict[tuple[str, int], dict[int, tuple]]:
     """Every record of every topic of the reopened directory: (topic, partition) -> offset -> (key, value)."""
     out: dict[tuple[str, int], dict[int, tuple]] = defaultdict(dict)
     with engine.open(path) as eng:
-        with eng.consumer(*TOPICS, auto_offset_reset="earliest", consumer_timeout_ms=500) as c:
+        with eng.consumer(*eng.list_topics(), auto_offset_reset="earliest", consumer_timeout_ms=500) as c:
             for r in c:
                 out[(r.topic, r.partition)][r.offset] = (r.key, r.value)
         starts = {(t, p): eng.log(t, p).log_start_offset for t in TOPICS for p in range(TOPICS[t][0])}
@@ -58,6 +66,13 @@ def _reread(path: str) -> dict[tuple[str, int], dict[int, tuple]]:
 def test_stress_harness(tmp_path):
     path = str(tmp_path / "stress")
     w = Workload(path, SEED)
+    try:
+        _run_and_check(w, path)
+    finally:
+        w.cross.close()  # (the mock cluster the mirror wrote to, read by the checks)
+
+
+def _run_and_check(w: Workload, path: str) -> None:
     w.run(SECONDS)
     assert not w.failures, f"seed {SEED}:\n" + "\n".join(w.failures[:10])
     deadline = time.monotonic() + 10
@@ -70,6 +85,7 @@ def test_stress_harness(tmp_path):
     assert read > 0, f"seed {SEED}: the reader read nothing"
 
     log, starts = _reread(path)
+    cross_process.check(w.cross, log, SEED)
     latest: dict[tuple[str, int, bytes], int] = {}
     for (topic, partition, offset), (key, value) in w.acked.items():
         if topic in COMPLETE or (topic == "retained" and offset >= starts[(topic, partition)]):

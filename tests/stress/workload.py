@@ -9,6 +9,8 @@ What runs (seeded, bounded by a deadline; every thread stops by itself):
   random offsets and to `offsets_for_times` answers, and a group of two members (read_committed);
 - the log's own work: retention and `delete_records` on a topic of small segments, the cleaner (explicit compactions
   and the cleaner thread) on a compacted topic, and broker failures and restarts under the replicated topic;
+- across processes (tests/stress/cross_process.py): staged writes requested by other processes, a mirror into and
+  out of librdkafka's mock cluster, handoff refused while the engine is open;
 - `close()` of the engine while all of it runs.
 Any exception that is not a KafkaError is kept as a failure, and so is a typed error before close() that is not
 retriable; a retriable one is retried as a user's loop would (a send's future, a poll, a commit).
@@ -24,6 +26,7 @@ from collections import defaultdict
 import engine
 from engine.common.errors import CommitFailedError, KafkaError
 from engine.common.structs import TopicPartition
+from tests.stress.cross_process import CrossProcess
 
 CODECS = (None, "gzip", "snappy", "lz4", "zstd")
 TOPICS = {  # name: (partitions, replication factor, config)
@@ -33,6 +36,7 @@ TOPICS = {  # name: (partitions, replication factor, config)
     "retained": (2, 1, {"segment.bytes": 60_000, "retention.bytes": 200_000}),
     "compact": (2, 1, {"segment.bytes": 40_000, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
                        "delete.retention.ms": 0}),
+    "staged": (1, 1, {"segment.bytes": 200_000}),  # what other processes stage (tests/stress/cross_process.py)
 }
 COMPLETE = ("plain", "repl", "txn")  # topics whose every acked record stays readable
 
@@ -52,6 +56,7 @@ class Workload:
         self.failures: list[str] = []
         self.stop = threading.Event()
         self.closed = threading.Event()
+        self.cross = CrossProcess(self)
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def fail(self, who: str, what: str) -> None:
@@ -244,6 +249,7 @@ class Workload:
             "group-1": lambda: self.group_thread("group-1"),
             "housekeeping": self.housekeeping_thread,
             "brokers": self.broker_thread,
+            **self.cross.bodies(),
         }
         threads = [threading.Thread(target=self.guarded, args=(who, body), name=f"stress-{who}", daemon=True)
                    for who, body in bodies.items()]
@@ -256,6 +262,6 @@ class Workload:
         except KafkaError as exc:
             self.fail("close", f"{type(exc).__name__}: {exc}")
         for t in threads:
-            t.join(timeout=60)
+            t.join(timeout=150)  # (a staged-write requester may take the directory over and apply its job)
             if t.is_alive():
-                self.fail(t.name, "still running 60 s after close()")
+                self.fail(t.name, "still running 150 s after close()")

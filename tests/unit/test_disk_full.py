@@ -159,3 +159,33 @@ def test_backoff_grows_to_its_cap_and_never_passes_the_tasks_interval():
     assert delays == [1_000, 2_000, 4_000, health.MAX_RETRY_MS, health.MAX_RETRY_MS, health.MAX_RETRY_MS]
     assert h.failed("short", OSError(errno.ENOSPC, "full"), 0, 200) == health.RETRY_MS
     assert health.Health("x", logging.getLogger("kafkalog.test")).failed("u", OSError(5, "io"), 0, 3_000) == 1_000
+
+
+def test_readers_go_on_while_the_disk_is_full(disk):
+    """Appends fail typed on a full disk; a consumer reading from the beginning meanwhile gets every acknowledged
+    record (a lookup's index entries still buffered are not written first: reading needs no space)."""
+    path = os.path.join(disk.root, "r")
+    eng = engine.open(path, fs=disk.fs, background=False)
+    try:
+        eng.create_topic("t", config={"segment.bytes": 64 << 10, "index.interval.bytes": 256})
+        acked = [(_send(eng, i).first_offset, b"record-%d" % i) for i in range(700)]  # segments, entries buffered
+        disk.fill()
+        with pytest.raises(KafkaStorageError):
+            for i in range(700, 100_000):  # the real disk may take a few more into pages it had
+                acked.append((_send(eng, i).first_offset, b"record-%d" % i))
+        assert eng.log("t", 0).active_segment.offset_index._pending, "no index entry left buffered"
+        for _ in range(2):  # twice: a lookup that could not write its buffered entries leaves them for the next
+            c = eng.consumer(auto_offset_reset="earliest", max_partition_fetch_bytes=4096)
+            c.assign([engine.TopicPartition("t", 0)])
+            got = {}
+            while polled := c.poll(max_records=500):
+                got.update((r.offset, r.value.rstrip(b"x")) for rs in polled.values() for r in rs)
+            assert [got.get(offset) for offset, _ in acked] == [value for _, value in acked]
+            tp, last = engine.TopicPartition("t", 0), acked[-1][0]  # by time: the time index, its entries buffered too
+            assert c.offsets_for_times({tp: 1_000 + last}) == {tp: engine.OffsetAndTimestamp(last, 1_000 + last)}
+            c.close()
+    finally:
+        disk.free()
+        eng.close()  # room again: the buffered entries are written, the directory closes cleanly
+    with engine.open(path, fs=disk.fs, background=False) as eng:
+        assert eng.clean_shutdown

@@ -190,3 +190,20 @@ def test_a_position_past_the_log_end_follows_auto_offset_reset(tmp_path):
         for bad in (-5, 2**64):
             with pytest.raises(InvalidConfigurationError):
                 strict.seek(tp, bad)
+
+
+def test_a_clean_close_leaves_its_trimmed_indexes_durable(tmp_path):
+    """The active segment's indexes are trimmed on close (preallocated to segment.index.bytes before): a power loss
+    right after the clean close keeps them trimmed, so the next open trusts and uses them instead of rebuilding."""
+    fs = FaultyFileSystem(seed=2)
+    with engine.open(str(tmp_path), background=False, fs=fs) as e:
+        e.create_topic(TOPIC, config={"index.interval.bytes": 64})
+        for i in range(20):
+            e.append(TOPIC, 0, _batch(i))
+    fs.lose_unsynced()
+    part = tmp_path / f"{TOPIC}-0"
+    sizes = {p.name: p.stat().st_size for p in part.iterdir() if p.suffix in (".index", ".timeindex")}
+    assert sizes and all(0 < size < 1 << 20 for size in sizes.values()), sizes  # not 10 MiB of preallocation
+    with engine.open(str(tmp_path), background=False) as again:
+        assert again.clean_shutdown and len(_records(again)) == 20 * 5
+        assert again.log(TOPIC, 0).recovery.describe() == []  # no index was found wrong and rebuilt

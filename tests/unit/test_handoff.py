@@ -117,3 +117,42 @@ def test_refusals_change_nothing(tmp_path):
     for broker in (only_one, full, lower, running):
         assert sorted(os.listdir(os.path.join(broker, "t-0"))) == [
             "00000000000000000000.log", "leader-epoch-checkpoint", "partition.metadata"]
+
+
+def test_a_mistyped_data_directory_is_refused_and_not_created(tmp_path):
+    broker = _broker_dir(tmp_path / "broker", "t", 1)
+    with pytest.raises(errors.InvalidLogDirectoryError, match="not a kafkalog directory"):
+        handoff(str(tmp_path / "typo"), broker, ["t"])
+    assert not os.path.exists(tmp_path / "typo")
+
+
+def test_a_directory_changed_between_its_description_and_the_lock_is_refused(tmp_path, monkeypatch):
+    """Another process opens the directory and appends after handoff described it and before it took the lock."""
+    from engine.tools import handoff as module
+
+    src = str(tmp_path / "src")
+    _fill(src, "t", 1, 10)
+    broker = _broker_dir(tmp_path / "broker", "t", 1)
+    real_lock = module._lock
+
+    def lock(fs, directory, whose):
+        if directory == src:
+            with engine.open(src) as eng, eng.producer() as p:
+                p.send("t", b"meanwhile", partition=0).get()
+        return real_lock(fs, directory, whose)
+    monkeypatch.setattr(module, "_lock", lock)
+    with pytest.raises(errors.InvalidLogDirectoryError, match="another process opened the directory"):
+        handoff(src, broker, ["t"])
+    assert os.path.getsize(os.path.join(broker, "t-0", "00000000000000000000.log")) == 0  # nothing placed
+
+
+def test_temporaries_of_an_interrupted_handoff_are_removed(tmp_path):
+    src = str(tmp_path / "src")
+    model = _fill(src, "t", 1, 20)
+    broker = _broker_dir(tmp_path / "broker", "t", 1)
+    left = os.path.join(broker, "t-0", "00000000000000000000.log.handoff")
+    with open(left, "wb") as f:
+        f.write(b"half a copy")
+    handoff(src, broker, ["t"])
+    assert not os.path.exists(left)
+    assert _read(broker, "t", 1) == model

@@ -358,19 +358,23 @@ final class KafkalogWrite {
         if (python == null) python = System.getenv("PYSPARK_PYTHON");
         if (python == null) python = "python3";
         ProcessBuilder pb = new ProcessBuilder(python, "-m", "engine.staged_writes", s.path, Long.toString(s.commitTimeoutMs));
-        pb.redirectErrorStream(false);
+        File err = null;
         try {
+            // the child's stderr goes to a file, not a pipe read to its end: the wait below is what bounds the commit
+            err = File.createTempFile("kafkalog-commit-", ".err");
+            pb.redirectError(err).redirectOutput(ProcessBuilder.Redirect.DISCARD);
             Process p = pb.start();
-            p.getOutputStream().write(request(s, job, messages, batchId).getBytes(StandardCharsets.UTF_8));
-            p.getOutputStream().close();
-            byte[] err = p.getErrorStream().readAllBytes();
-            p.getInputStream().readAllBytes();
+            try (java.io.OutputStream in = p.getOutputStream()) {
+                in.write(request(s, job, messages, batchId).getBytes(StandardCharsets.UTF_8));
+            }
+            // the child answers within its timeout and a second (engine.staged_writes.queue); a minute more for its start
             if (!p.waitFor(s.commitTimeoutMs + 60_000, TimeUnit.MILLISECONDS)) {
                 p.destroyForcibly();
                 throw KafkalogError.storage("the commit did not finish in " + s.commitTimeoutMs + " ms", s.path, null);
             }
             if (p.exitValue() != 0) {
-                String[] lines = new String(err, StandardCharsets.UTF_8).trim().split("\n");
+                String[] lines = new String(java.nio.file.Files.readAllBytes(err.toPath()), StandardCharsets.UTF_8)
+                        .trim().split("\n");
                 String last = lines[lines.length - 1];
                 throw KafkalogError.badWrite("commit", "failed (" + python + " -m engine.staged_writes): " + last);
             }
@@ -380,6 +384,8 @@ final class KafkalogWrite {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw KafkalogError.storage("interrupted while committing", s.path, e);
+        } finally {
+            if (err != null) err.delete();
         }
     }
 }

@@ -1,0 +1,134 @@
+"""Applying one staged write: its rows appended in one transaction, streamed one Arrow batch at a time.
+
+Each job leaves a marker in the same transaction: the offset its sink's group (`sink_id`) commits on partition 0 of
+the first topic the job writes, whose metadata lists the last jobs applied there with their row counts
+(`kafkalog-jobs <job>:<rows> ...`, newest last, at most JOB_MARKER_BYTES), and for a streaming micro-batch the batch
+id + 1 as the offset. Before anything is appended the producer's `init_transactions` completes or aborts whatever
+transaction of the same id a dead owner left open, and then the marker decides: a batch write whose job it lists,
+or a micro-batch the group has passed, landed already and is not appended again (the answer is the rows its job
+recorded; 0 for a micro-batch Spark re-ran under another job).
+Crash policy: a crash mid-apply leaves an open transaction that the next apply's `init_transactions` aborts; one
+after the commit leaves the marker, so the job is never appended twice.
+Thread-safety: one apply at a time per directory (queue.StagedWrites holds the lock); the staged files are only read.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from engine.common.errors import InvalidRecordError, KafkaError
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+
+JOB_MARKER = "kafkalog-jobs"
+JOB_MARKER_BYTES = 3072  # of offset.metadata.max.bytes' 4096
+
+
+class Withdrawn(KafkaError):
+    """The request was taken back (its requester's deadline, or the owner closing) before its commit: aborted."""
+
+
+def _batches(files: list[str]) -> Iterator:
+    """Every Arrow record batch of the staged files, in order, one mapped at a time."""
+    import pyarrow as pa
+
+    for path in files:
+        try:
+            with pa.memory_map(path) as source:
+                reader = pa.ipc.open_file(source)
+                if reader.schema.names != _names():
+                    raise InvalidRecordError(f"a staged file has the columns {reader.schema.names}, not "
+                                             f"{_names()}", file=path)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+        except pa.ArrowException as exc:
+            raise InvalidRecordError(f"cannot read a staged file: {exc}", file=path) from None
+
+
+def _names() -> list[str]:
+    from engine.staged_writes.layout import staged_schema
+    return staged_schema().names
+
+
+def _records(batch) -> dict:
+    """(topic, partition or None) -> the records of one staged batch for `send_batch`, in order: (key, value) pairs
+    when no row has headers or a timestamp (the accumulator's native path), else (key, value, headers, timestamp)."""
+    n = batch.num_rows
+    keys, values = batch.column(2).to_pylist(), batch.column(3).to_pylist()
+    headers, stamps = batch.column(4), batch.column(5)
+    if headers.null_count == n and stamps.null_count == n:
+        rows = zip(keys, values)
+    else:
+        rows = ((k, v, [(h["key"], h["value"]) for h in hs] if hs else None, ts) for k, v, hs, ts in
+                zip(keys, values, headers.to_pylist(), stamps.to_pylist()))
+    topics, partitions = batch.column(0), batch.column(1)
+    if n and partitions.null_count == n and len(topics.unique()) == 1:  # one topic, Kafka's partitioner
+        return {(topics[0].as_py(), None): list(rows)}
+    groups: dict = {}
+    for where, row in zip(zip(topics.to_pylist(), partitions.to_pylist()), rows):
+        groups.setdefault(where, []).append(row)
+    return groups
+
+
+def _topics(files: list[str]) -> set[str]:
+    """The topics a job writes (its topic column only)."""
+    found: set[str] = set()
+    for batch in _batches(files):
+        found.update(t for t in batch.column(0).unique().to_pylist() if t is not None)
+    return found
+
+
+def jobs_in(marker: OffsetAndMetadata | None) -> dict[str, int]:
+    """The jobs a marker lists, with the rows each appended."""
+    words = (marker.metadata or "").split() if marker is not None else []
+    if not words or words[0] != JOB_MARKER:
+        return {}
+    return {job: int(rows) for job, _, rows in (w.rpartition(":") for w in words[1:])}
+
+
+def with_job(jobs: dict[str, int], job: str, rows: int) -> str:
+    """A marker's metadata listing `jobs` and then `job`, the oldest dropped to stay within JOB_MARKER_BYTES."""
+    entries = [f"{j}:{n}" for j, n in jobs.items() if j != job] + [f"{job}:{rows}"]
+    while len(JOB_MARKER) + sum(len(e) + 1 for e in entries) > JOB_MARKER_BYTES:
+        entries.pop(0)
+    return " ".join([JOB_MARKER, *entries])
+
+
+def apply(e, request: dict, still_wanted: Callable[[], bool] = lambda: True,
+          commit_point: Callable[[], bool] = lambda: True) -> int:
+    """Append a request's staged rows in one transaction of the engine `e`; returns the rows the job appended (when
+    it had landed before: the rows it appended then). `still_wanted` is asked before each batch and `commit_point`
+    once before the commit: False from either aborts the transaction and raises Withdrawn."""
+    topics = _topics(request["files"])
+    if not topics:
+        return 0
+    job, sink, batch_id = request["job"], request["sink_id"], request["batch_id"]
+    marker = TopicPartition(min(topics), 0)
+    producer = e.producer(transactional_id=request["transactional_id"], linger_ms=0, batch_size=1 << 20)
+    try:
+        producer.init_transactions()  # a transaction a dead owner left open is aborted (or completed) first
+        done = e.committed(sink, marker)
+        jobs = jobs_in(done)
+        if batch_id is not None:  # a micro-batch: landed when the sink's group has passed its id
+            if done is not None and done.offset > batch_id:
+                return jobs.get(job, 0)  # its own job again (an answer lost), or Spark re-ran it in another job
+        elif job in jobs:
+            return jobs[job]
+        producer.begin_transaction()
+        try:
+            rows = 0
+            for batch in _batches(request["files"]):
+                if not still_wanted():
+                    raise Withdrawn(f"staged write {job} withdrawn after {rows} rows: aborted")
+                for (topic, partition), records in _records(batch).items():
+                    producer.send_batch(topic, records, partition)
+                rows += batch.num_rows
+            offset = batch_id + 1 if batch_id is not None else (done.offset if done is not None else 0)
+            producer.send_offsets_to_transaction({marker: OffsetAndMetadata(offset, with_job(jobs, job, rows))}, sink)
+            if not commit_point():
+                raise Withdrawn(f"staged write {job} withdrawn before its commit: aborted")
+            producer.commit_transaction()
+        except BaseException:
+            producer.abort_transaction()
+            raise
+        return rows
+    finally:
+        producer.close()
