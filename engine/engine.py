@@ -21,8 +21,10 @@ producer id, a consumer's watch, a group or transaction record, the coordinators
 topic being created stays unknown to them until it is whole. Each broker's log manager thread runs flush, retention and
 checkpoints (broker 0's also producer-id expiry, ISR expiry, aborting timed-out transactions, expiring
 transactional ids, group session and rebalance timeouts and expiring group offsets), each live broker of
-several runs a replica fetcher thread, and one native thread runs the linked followers' steady-state fetch rounds
-without the GIL (replication.replica_fetcher; on the system clock and a plain file system); all stop on close().
+several runs a replica fetcher thread, one native thread runs the linked followers' steady-state fetch rounds
+without the GIL (replication.replica_fetcher; on the system clock and a plain file system), and one thread, started
+when another process first asks, applies staged writes (engine.staged_writes.queue); all stop on close(), whose
+every step runs whatever the one before raised.
 """
 from __future__ import annotations
 
@@ -155,7 +157,7 @@ class Engine:
             raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")
         self._lag_ms = replica_lag_time_max_ms
         self._background = background
-        self._staged = StagedWrites(self, background)  # writes other processes staged: applied on a thread of its own
+        self._staged = StagedWrites(self)  # writes other processes staged: applied on a thread of its own
         self._native_fetcher = None  # the native replica fetcher's thread (engine._native._replica_fetcher), if any
         self._controller_lock = threading.Lock()  # a leaf lock: the catalogue's states and its file
         self._txn: Transactions | None = None

@@ -43,13 +43,11 @@ from engine.staged_writes.layout import (
 log = logging.getLogger("kafkalog.staged_writes")
 
 
-
 class StagedWrites:
     """The owner's side of the queue for one open engine `e`."""
 
-    def __init__(self, e, background: bool) -> None:
+    def __init__(self, e) -> None:
         self._e, self._fs, self._path = e, e.fs, e.path
-        self._background = background
         self._lock = threading.Lock()  # one apply at a time per directory
         self._start_lock = threading.Lock()  # starting and stopping the thread
         self._wake = threading.Event()
@@ -84,8 +82,8 @@ class StagedWrites:
                 return
             try:
                 self.apply_pending()
-            except KafkaError as exc:  # the queue's own files (a full disk): tried again at the next poll
-                log.warning("staged writes of %s: %s", self._path, exc)
+            except Exception as exc:  # noqa: BLE001 (the queue's own files, a full disk: tried again at the next poll)
+                log.warning("staged writes of %s: %s: %s", self._path, type(exc).__name__, exc)
 
     def apply_pending(self, deadline: float | None = None) -> int:
         """Apply every queued request, one at a time, until none is left, the engine closes or the monotonic
@@ -169,6 +167,7 @@ def rename_state(fs: FileSystem, src: str, dst: str) -> bool:
 
 
 def remove_state(fs: FileSystem, path: str) -> bool:
+    """Remove a state's file: False when it is gone (the other side changed the state first)."""
     try:
         fs.remove(path)
         return True

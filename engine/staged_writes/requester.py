@@ -126,8 +126,9 @@ def _give_up(fs: FileSystem, path: str, req: dict, timeout_ms: int, failure: Kaf
                 raise KafkaTimeoutError(f"staged write {job} was not applied within {timeout_ms} ms and is withdrawn "
                                         f"(is the engine that has {path} open closed, or opened with "
                                         f"background=False?)", file=path)
-        if time.monotonic() >= grace and rename_state(fs, request_file(path, job, COMMITTING),
-                                                 request_file(path, job, ABANDONED)):
+        if time.monotonic() >= grace and (
+                rename_state(fs, request_file(path, job, COMMITTING), request_file(path, job, ABANDONED))
+                or not any(fs.exists(request_file(path, job, s)) for s in (QUEUED, APPLYING, COMMITTING, DONE))):
             remove_state(fs, request_file(path, job, ABANDONED))
             raise KafkaTimeoutError(f"staged write {job}'s commit was under way at the end of its {timeout_ms} ms "
                                     f"and did not finish within a second more: whether it landed is unknown (its "
