@@ -210,8 +210,11 @@ class Engine:
                 self.groups  # noqa: B018 (load groups and offsets now, so their timeouts and expiry run)
             self._txn = Transactions(self) if self.internal_topics() else None
         except BaseException:
+            steps = Steps()  # each broker closed, then the native fetcher (its links unlinked by then), whatever raised
             for broker in self._brokers.values():
-                broker.close()
+                steps.run(broker.close)
+            if self._native_fetcher is not None:
+                steps.run(self._native_fetcher.close)
             raise
 
     def _while_open(self, task: Callable[[], object]) -> Callable[[], object]:

@@ -5,10 +5,12 @@
   requester; a requester still waiting when the engine closes takes the directory over and applies it itself;
 - a mirror into and out of librdkafka's mock cluster (`mirror.to_kafka` of a topic being written, `mirror.from_kafka`
   of records produced there meanwhile), run again and again on the open engine;
+- beside them, a second directory whose owner (a child process) is killed -9 at a seeded moment while another child
+  requests a job from it: the requester takes the directory over and answers;
 - `kafkalog handoff` of the open directory, which must be refused every time before close.
 `check(w, log)` then holds the invariants: a job's rows appear once each if it was applied, never if it was withdrawn,
-all or none if its outcome was unknown, and never in part; nothing staged is left behind; the cluster holds a prefix
-of each mirrored partition, and the engine exactly the records the cluster had, in order, once.
+all or none if its outcome was unknown, and never in part (in both directories); nothing staged is left behind; the
+cluster holds a prefix of each mirrored partition, and the engine exactly the records the cluster had, in order, once.
 """
 from __future__ import annotations
 
@@ -22,14 +24,42 @@ from collections import Counter
 
 import pyarrow as pa
 
+import engine
 from engine import mirror
 from engine.common.errors import LogDirectoryLockedError
 from engine.staged_writes import layout
 from engine.tools.handoff import handoff
 
 STAGED = "staged"
+OWNER = "import sys, time, engine\ne = engine.open(sys.argv[1])\nprint('ready', flush=True)\ntime.sleep(3600)\n"
 INBOUND = "inbound"
 OUTBOUND = "plain"
+
+
+def _stage(path: str, job: str, values: list[bytes]) -> dict:
+    """Stage `values` for STAGED under `path` as a Spark task would (Arrow batches of 500 rows); the job's request."""
+    schema = layout.staged_schema()
+    os.makedirs(layout.staging_dir(path, job), exist_ok=True)
+    file = os.path.join(layout.staging_dir(path, job), "attempt-0.arrow")
+    with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+        for start in range(0, len(values), 500):
+            chunk = values[start:start + 500]
+            k = len(chunk)
+            out.write_batch(pa.RecordBatch.from_arrays(
+                [pa.array([STAGED] * k), pa.nulls(k, pa.int32()), pa.nulls(k, pa.binary()),
+                 pa.array(chunk, pa.binary()), pa.nulls(k, schema.field("headers").type), pa.nulls(k, pa.int64())],
+                schema=schema))
+    return {"job": job, "files": [file], "transactional_id": "stress-staged", "sink_id": "stress-sink",
+            "batch_id": None}
+
+
+def _outcome(status: int, stdout: str, stderr: str, values: list) -> str:
+    """What a requester (`python -m engine.staged_writes`) answered."""
+    if status == 0:
+        return "applied" if int(stdout) == len(values) else f"applied {stdout.strip()} rows"
+    if "withdrawn" in stderr:
+        return "withdrawn"
+    return "unknown" if "unknown" in stderr else f"failed: {stderr.strip()[-500:]}"
 
 
 class CrossProcess:
@@ -38,6 +68,8 @@ class CrossProcess:
     def __init__(self, w) -> None:
         self.w = w
         self.jobs: dict[str, tuple[str, list[bytes]]] = {}  # job -> (outcome, values)
+        self.owned = os.path.join(os.path.dirname(w.path), "owned")  # the directory whose owner is killed
+        self.owned_jobs: dict[str, tuple[str, list[bytes]]] = {}
         self.inbound: list[bytes] = []  # produced into the mock cluster's INBOUND, in order
         self.mock = None
         try:
@@ -51,7 +83,7 @@ class CrossProcess:
             self.mock.close()
 
     def bodies(self) -> dict:
-        out = {"staged": self.staged_thread, "handoff": self.handoff_thread}
+        out = {"staged": self.staged_thread, "killed-owner": self.killed_owner_thread, "handoff": self.handoff_thread}
         if self.mock is not None:
             out["mirror"] = self.mirror_thread
         return out
@@ -60,36 +92,42 @@ class CrossProcess:
     def staged_thread(self) -> None:
         w = self.w
         rng = random.Random(f"{w.seed}:staged")
-        schema = layout.staged_schema()
         n = 0
         while w.running():
             job, n = f"stress-{n}", n + 1
             values = [b"%s:%d" % (job.encode(), i) for i in range(rng.randrange(1, 3000))]
-            os.makedirs(layout.staging_dir(w.path, job), exist_ok=True)
-            file = os.path.join(layout.staging_dir(w.path, job), "attempt-0.arrow")
-            with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-                for start in range(0, len(values), 500):
-                    chunk = values[start:start + 500]
-                    k = len(chunk)
-                    out.write_batch(pa.RecordBatch.from_arrays(
-                        [pa.array([STAGED] * k), pa.nulls(k, pa.int32()), pa.nulls(k, pa.binary()),
-                         pa.array(chunk, pa.binary()), pa.nulls(k, schema.field("headers").type),
-                         pa.nulls(k, pa.int64())], schema=schema))
-            req = {"job": job, "files": [file], "transactional_id": "stress-staged", "sink_id": "stress-sink",
-                   "batch_id": None}
-            timeout_ms = rng.choice((0, 50, 5_000, 30_000))
-            run = subprocess.run([sys.executable, "-m", "engine.staged_writes", w.path, str(timeout_ms)],
-                                 input=json.dumps(req), capture_output=True, text=True, timeout=120)
-            if run.returncode == 0:
-                outcome = "applied" if int(run.stdout) == len(values) else f"applied {run.stdout.strip()} rows"
-            elif "withdrawn" in run.stderr:
-                outcome = "withdrawn"
-            elif "unknown" in run.stderr:
-                outcome = "unknown"
-            else:
-                outcome = f"failed: {run.stderr.strip()[-500:]}"
+            run = subprocess.run([sys.executable, "-m", "engine.staged_writes", w.path,
+                                  str(rng.choice((0, 50, 5_000, 30_000)))],
+                                 input=json.dumps(_stage(w.path, job, values)), capture_output=True, text=True,
+                                 timeout=120)
             with w.lock:
-                self.jobs[job] = (outcome, values)
+                self.jobs[job] = (_outcome(run.returncode, run.stdout, run.stderr, values), values)
+
+    def killed_owner_thread(self) -> None:
+        w = self.w
+        rng = random.Random(f"{w.seed}:killed-owner")
+        with engine.open(self.owned) as e:
+            e.create_topic(STAGED)
+        n = 0
+        while w.running():
+            owner = subprocess.Popen([sys.executable, "-c", OWNER, self.owned], stdout=subprocess.PIPE, text=True)
+            try:
+                if owner.stdout.readline().strip() != "ready":
+                    w.fail("killed-owner", "the owner did not start")
+                    return
+                job, n = f"owned-{n}", n + 1
+                values = [b"%s:%d" % (job.encode(), i) for i in range(rng.randrange(1_000, 20_000))]
+                requester = subprocess.Popen([sys.executable, "-m", "engine.staged_writes", self.owned, "30000"],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+                requester.stdin.write(json.dumps(_stage(self.owned, job, values)))
+                requester.stdin.close()
+                time.sleep(rng.uniform(0, 0.6))  # before, while or after the owner applies it
+            finally:
+                owner.kill()
+                owner.wait()
+            out, err = requester.stdout.read(), requester.stderr.read()
+            self.owned_jobs[job] = (_outcome(requester.wait(120), out, err, values), values)
 
     # --- a mirror both ways ---------------------------------------------------------------------------
     def mirror_thread(self) -> None:
@@ -137,21 +175,21 @@ def check(cp: CrossProcess, log: dict, seed: int) -> None:
     committed records of the staged topic."""
     from tests.stress.test_stress import committed_values
 
-    counts = Counter(committed_values(cp.w.path, STAGED))
-    assert cp.jobs, f"seed {seed}: no staged write was requested"
-    for job, (outcome, values) in cp.jobs.items():
-        landed = [counts[v] for v in values]
-        assert set(landed) <= {0, 1}, f"seed {seed}: staged write {job} appended twice"
-        assert len(set(landed)) == 1, f"seed {seed}: staged write {job} landed in part ({sum(landed)}/{len(values)})"
-        if outcome == "applied":
-            assert landed[0] == 1, f"seed {seed}: staged write {job} acknowledged but not in the log"
-        elif outcome == "withdrawn":
-            assert landed[0] == 0, f"seed {seed}: staged write {job} withdrawn yet in the log"
-        else:
-            assert outcome == "unknown", f"seed {seed}: staged write {job}: {outcome}"
-    staging = layout.staging_dir(cp.w.path)
-    left = [os.path.join(d, f) for d, _, files in os.walk(staging) for f in files] if os.path.exists(staging) else []
-    assert not left, f"seed {seed}: staged files left behind: {left[:5]}"
+    assert cp.jobs and cp.owned_jobs, f"seed {seed}: no staged write was requested"
+    for path, jobs in ((cp.w.path, cp.jobs), (cp.owned, cp.owned_jobs)):
+        counts = Counter(committed_values(path, STAGED))
+        for job, (outcome, values) in jobs.items():
+            landed = [counts[v] for v in values]
+            assert set(landed) <= {0, 1}, f"seed {seed}: staged write {job} appended twice"
+            assert len(set(landed)) == 1, f"seed {seed}: staged write {job} landed in part ({sum(landed)}/{len(values)})"
+            if outcome == "applied":
+                assert landed[0] == 1, f"seed {seed}: staged write {job} acknowledged but not in the log"
+            elif outcome == "withdrawn":
+                assert landed[0] == 0, f"seed {seed}: staged write {job} withdrawn yet in the log"
+            else:
+                assert outcome == "unknown", f"seed {seed}: staged write {job}: {outcome}"
+        assert not os.path.exists(layout.staging_dir(path)) or not [
+            f for _, _, files in os.walk(layout.staging_dir(path)) for f in files], f"seed {seed}: staged files left"
     if cp.mock is None:
         return
     from tests.mirror.kafka_cluster import read_all
