@@ -13,10 +13,10 @@ A record covers the source offsets [F, N) that one transaction read: every recor
 .. u+(n-1)s became d..d+n-1, as a compacted source with every other offset gone gives), everything else in [F, N)
 (control batches, aborted transactions, offsets compaction removed) was not copied. A transaction whose records
 still make more than MAX_RUNS runs (gaps of no pattern after nearly every record) keeps MAX_RUNS of them, its first
-and last included, and says it is coarse: a record is then at most about 40 KB whatever the source's gaps. A group offset that falls
-between two runs kept of a coarse record translates to the destination offset after the earlier one, at or before
-the exact answer (a group may read a few records twice on the destination; it never skips one), as MirrorMaker 2
-rounds down between its sparse offset syncs. DN is the destination offset after the last record copied
+and last included, and says it is coarse: a record is then at most about 40 KB whatever the source's gaps. A group
+offset that falls between two runs kept of a coarse record translates to the destination offset after the earlier
+one, at or before the exact answer (a group may read a few records twice on the destination; it never skips one), as
+MirrorMaker 2 rounds down between its sparse offset syncs. DN is the destination offset after the last record copied
 so far (the destination's log end when nothing was copied yet). `slot` counts a partition's transactions modulo
 HISTORY, so compaction keeps the last HISTORY records per partition: the offset syncs group offsets are translated
 with (MirrorMaker 2's offset-sync/checkpoint role, exact here because every copied record is in a run).
@@ -92,14 +92,14 @@ class Sync:
                 pieces = [(u, first + j, 1) for j, u in enumerate(part)]
             for u, d, n in pieces:
                 run = runs[-1] if runs else None
-                if run is not None and d == run[1] + run[2] and (
-                        (run[2] == 1 and n == 1 and u > run[0]) or u == run[0] + run[2] * run[3]) and (
-                        n == 1 or run[3] == 1):
-                    if run[2] == 1 and n == 1:
-                        run[3] = u - run[0]  # a second record sets the run's stride
-                    run[2] += n
-                else:
-                    runs.append([u, d, n, 1])
+                if run is not None and d == run[1] + run[2]:  # the destination goes on where the run ends
+                    if n == 1 and run[2] == 1 and u > run[0]:  # a run's second record sets its stride
+                        run[2], run[3] = 2, u - run[0]
+                        continue
+                    if u == run[0] + run[2] * run[3] and (n == 1 or run[3] == 1):  # the source goes on in step
+                        run[2] += n
+                        continue
+                runs.append([u, d, n, 1])
         kept = [(u, d, n) if step == 1 else (u, d, n, step) for u, d, n, step in runs]
         if len(kept) > MAX_RUNS:  # evenly spaced, the first and the last kept
             last = len(kept) - 1
@@ -162,7 +162,7 @@ class PartitionProgress:
         return latest.dest_next
 
     def _view(self) -> tuple[list[Sync], list[tuple]]:
-        """The syncs by start, and every run (u, d, n, stride, whether the next run listed is the next copied record)."""
+        """The syncs by start, and every run as (u, d, n, stride, whether the next run is the next copied record)."""
         if self._flat is None:
             syncs = sorted(self.by_slot.values(), key=lambda s: s.start)
             runs = [(r[0], r[1], r[2], r[3] if len(r) > 3 else 1, not s.coarse or k == len(s.runs) - 1)

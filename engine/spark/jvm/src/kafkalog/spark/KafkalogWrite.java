@@ -367,7 +367,7 @@ final class KafkalogWrite {
             try (java.io.OutputStream in = p.getOutputStream()) {
                 in.write(request(s, job, messages, batchId).getBytes(StandardCharsets.UTF_8));
             }
-            // the child answers within its timeout and a second (engine.staged_writes.queue); a minute more for its start
+            // the child answers within its timeout and a second (engine.staged_writes.requester); a minute more to start
             if (!p.waitFor(s.commitTimeoutMs + 60_000, TimeUnit.MILLISECONDS)) {
                 p.destroyForcibly();
                 throw KafkalogError.storage("the commit did not finish in " + s.commitTimeoutMs + " ms", s.path, null);
