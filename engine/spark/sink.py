@@ -100,8 +100,7 @@ class Staged(WriterCommitMessage):
 def stage(settings: SinkSettings, job: str, batches) -> Staged:
     """A task's side: its rows, in the staged schema, as one Arrow IPC file of this attempt."""
     target = staged_layout.staged_schema()
-    directory = staged_layout.staging_dir(settings.path, job)
-    os.makedirs(directory, exist_ok=True)
+    directory = staged_layout.make_job_dir(settings.path, job)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.arrow")
     rows = 0
     try:

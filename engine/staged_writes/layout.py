@@ -50,6 +50,20 @@ def staging_dir(path: str, job: str | None = None) -> str:
     return root if job is None else os.path.join(root, job)
 
 
+def make_job_dir(path: str, job: str) -> str:
+    """Create the folder a job's attempts stage into (when missing) and return it. The staging root may vanish between
+    the two mkdirs of that (an answered job's discard removes it once empty): made again then."""
+    directory = staging_dir(path, job)
+    for attempt in range(3):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            return directory
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    return directory
+
+
 def requests_dir(path: str) -> str:
     return os.path.join(staging_dir(path), REQUESTS)
 

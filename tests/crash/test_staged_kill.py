@@ -33,8 +33,7 @@ OWNER = ("import sys, time, engine\n"
 
 def _stage(path: str, job: str, values: list[bytes]) -> dict:
     schema = sw.staged_schema()
-    os.makedirs(sw.staging_dir(path, job), exist_ok=True)
-    file = os.path.join(sw.staging_dir(path, job), "attempt.arrow")
+    file = os.path.join(sw.make_job_dir(path, job), "attempt.arrow")
     with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
         for start in range(0, len(values), 1_000):
             chunk = values[start:start + 1_000]

@@ -40,8 +40,7 @@ OUTBOUND = "plain"
 def _stage(path: str, job: str, values: list[bytes]) -> dict:
     """Stage `values` for STAGED under `path` as a Spark task would (Arrow batches of 500 rows); the job's request."""
     schema = layout.staged_schema()
-    os.makedirs(layout.staging_dir(path, job), exist_ok=True)
-    file = os.path.join(layout.staging_dir(path, job), "attempt-0.arrow")
+    file = os.path.join(layout.make_job_dir(path, job), "attempt-0.arrow")
     with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
         for start in range(0, len(values), 500):
             chunk = values[start:start + 500]

@@ -27,8 +27,7 @@ SCHEMA = sw.staged_schema()
 
 
 def _stage(path, job: str, values: list[bytes], batches: int = 1, name: str = "attempt") -> str:
-    os.makedirs(sw.staging_dir(path, job), exist_ok=True)
-    file = os.path.join(sw.staging_dir(path, job), f"{name}.arrow")
+    file = os.path.join(sw.make_job_dir(path, job), f"{name}.arrow")
     with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as out:
         size = -(-len(values) // batches)
         for part in range(batches):
@@ -333,3 +332,21 @@ def test_the_entry_point_reports_one_typed_line(tmp_path):
                          input=json.dumps(req), capture_output=True, text=True, timeout=60)
     assert (run.returncode, run.stdout.strip()) == (0, "1"), run.stderr
     assert _committed_values(tmp_path) == [b"from-the-jvm"]
+
+
+def test_a_job_folder_is_made_even_when_the_staging_root_vanishes_meanwhile(tmp_path, monkeypatch):
+    """A task stages while the owner removes the empty staging root (an answered job's discard): the root vanishes
+    between the two mkdirs of the job's folder, which is made again rather than failing the task."""
+    real, calls = os.makedirs, []
+
+    def racing(name, exist_ok=False):
+        calls.append(name)
+        if len(calls) == 1:
+            real(name, exist_ok=exist_ok)
+            os.rmdir(name)  # the owner's discard, right after
+            os.rmdir(os.path.dirname(name))
+            raise FileNotFoundError(2, "No such file or directory", name)
+        return real(name, exist_ok=exist_ok)
+    monkeypatch.setattr(sw.os, "makedirs", racing)
+    folder = sw.make_job_dir(str(tmp_path), "job")
+    assert os.path.isdir(folder) and calls.count(folder) == 2  # made, lost with the root, made again

@@ -277,7 +277,8 @@ final class KafkalogWrite {
         }
 
         private void open() throws IOException {
-            directory.mkdirs();
+            // the staging root may vanish under mkdirs (the owner removes it once a commit leaves it empty): again
+            for (int tries = 0; tries < 3 && !directory.isDirectory(); tries++) directory.mkdirs();
             file = new File(directory, UUID.randomUUID().toString().replace("-", "") + ".arrow");
             stream = new FileOutputStream(file);
             arrow = ArrowWriter.create(STAGED, "UTC", true, false);
