@@ -265,11 +265,13 @@ def test_one_apply_at_a_time_on_a_thread_that_leaves_housekeeping_alone(tmp_path
             for i in range(4)]
         for r in requesters:
             r.start()
-        while not overlaps:
+        deadline = time.monotonic() + 30
+        while not overlaps and time.monotonic() < deadline:
             time.sleep(0.01)
         seen = len(polls)
-        while len(polls) < seen + 3:  # the background thread polls on while the first apply waits at the gate
+        while len(polls) < seen + 3 and time.monotonic() < deadline:  # polls go on while the first apply waits
             time.sleep(0.05)
+        assert overlaps and len(polls) >= seen + 3, (overlaps, len(polls), seen)
         gate.set()
         for r in requesters:
             r.join(30)
