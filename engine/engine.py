@@ -979,9 +979,11 @@ class Engine:
 
     def _register(self, client):
         with self._registry_lock:
-            self._check_open()
-            self._clients.add(client)
-        return client
+            if not self._closed:
+                self._clients.add(client)
+                return client
+        Steps().run(client.close)  # made while the engine closed: its threads stop, and the caller is told
+        raise IllegalStateError("the engine is closed", file=self.path)
 
     def _registered(self) -> list:
         with self._registry_lock:  # (a WeakSet is iterated in Python: an add meanwhile would break the iteration)
@@ -1002,7 +1004,10 @@ class Engine:
         for client in clients:
             steps.run(client.close)
         with self._lock, self._registry_lock:
-            self._closed = True
+            self._closed = True  # no client registers after this
+            late = [c for c in self._clients if c not in clients]
+        for client in late:  # registered while the others closed
+            steps.run(client.close)
         steps.run(self.heartbeats.close)
         for broker in self._brokers.values():
             steps.run(broker.stop_fetcher)

@@ -174,3 +174,25 @@ def test_an_open_that_fails_after_starting_its_fetchers_leaves_no_thread_and_no_
     assert _held_under(path) == ([], [])
     with engine.open(path) as again:
         assert again.list_topics() == ["t"]
+
+
+def test_a_client_made_while_the_engine_closes_is_closed_too(tmp_path, monkeypatch):
+    """A producer made as close() runs: registered after close took its list of clients, or refused once the engine
+    is closed; either way its sender thread stops, and the refused one raises IllegalStateError."""
+    from engine.clients.producer import Producer
+
+    e = engine.open(tmp_path)
+    made = []
+    real_close = Producer.close
+
+    def close_and_make(self, *args, **kwargs):  # the first client's close makes another, as a busy thread would
+        real_close(self, *args, **kwargs)
+        if not made:
+            made.append(e.producer())
+    monkeypatch.setattr(Producer, "close", close_and_make)
+    e.producer()
+    e.close()
+    assert made and made[0]._thread.join(10) is None and not made[0]._thread.is_alive()
+    with pytest.raises(engine.IllegalStateError):
+        e.producer()
+    assert not [t.name for t in threading.enumerate() if t.name == "kafkalog-producer-sender" and t.is_alive()]
