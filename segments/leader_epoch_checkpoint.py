@@ -4,8 +4,9 @@
 Byte layout (UTF-8 text, '\\n' line ends): version `0`, the entry count, then ascending
 `<epoch> <startOffset>` lines.
 Crash policy: rewritten whole on every change, tmp + fsync + rename + dir fsync; an unreadable file is
-logged and read as empty (the entries come back as batches are appended), and entries at or past the
-log end are dropped on load, as Kafka does.
+logged and read as empty, and entries at or past the log end are dropped on load, as Kafka does. The log's
+load then checks the entries against its batch headers and rebuilds them from the headers when they disagree
+(txn.unified_log): a checkpoint may lag batches that reached the log unaccounted.
 Thread-safety: `render`/`parse` are pure; a cache is changed only under its log's lock.
 """
 from __future__ import annotations

@@ -122,30 +122,48 @@ class UnifiedLog:
             self.recovery.note(f"ignored an unreadable leader-epoch checkpoint: {self.leader_epochs.load_error}")
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
-        self._check_leader_epochs()
         self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
         self.producer_state.on_repair = self.recovery.note
         self._reindexed = set(self.recovery.segments_recovered)  # segments whose .txnindex the replay rewrites
         self._rebuild_producer_state(self.recovery.clean_shutdown)
         self._reindexed = set()
+        self._check_leader_epochs()  # (after the replay, whose entries it checks too)
         self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
         self._follower_append = follower_append.load(segment_appender.selected)(self, AppendInfo)
         self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
 
     def _check_leader_epochs(self) -> None:
-        """Each checkpointed epoch must be the one the batch holding its start offset carries (and a later
-        epoch must start at a batch's base); otherwise the checkpoint is rebuilt from the batch headers."""
+        """The entries must say where each epoch of the batches begins: the batch holding an entry's start carries
+        its epoch (a later epoch starts at a batch's base), the batch before that start an earlier epoch, and the
+        log's last batch the latest epoch; otherwise they are rebuilt from the batch headers. A checkpoint can lag
+        the log (a follower's link wrote batches that were never accounted), and the producer-state replay, which
+        starts at a snapshot, may then have seen an epoch only after it began, or not at all."""
         cache = self.leader_epochs
-        for i, (epoch, start) in enumerate(cache.entries):
-            batch = next(iter(self.local.read(start, 1, self.log_end_offset, True).batches(self.dir)), None)
-            # a later epoch starts at a batch's base; compaction may since have removed that batch, never moved it
-            if batch is None or batch.partition_leader_epoch != epoch or (i and batch.base_offset < start):
-                break
-        else:
+        wrong = next(((e, o) for i, (e, o) in enumerate(cache.entries) if not self._epoch_begins(e, o, i > 0)), None)
+        last = self._batch_holding(self.log_end_offset - 1)
+        if wrong is None and last is not None and last.partition_leader_epoch >= 0 and (
+                last.partition_leader_epoch != cache.latest_epoch):
+            wrong = (last.partition_leader_epoch, last.base_offset)
+        if wrong is None:
             return
-        self.recovery.note(f"rebuilt {cache.path}: epoch {epoch} at offset {start} does not match the log")
+        self.recovery.note(f"rebuilt {cache.path}: epoch {wrong[0]} at offset {wrong[1]} does not match the log")
         cache.clear()
         self._replay_epochs(self.log_start_offset, self.log_end_offset, producers=False)
+
+    def _epoch_begins(self, epoch: int, start: int, later: bool) -> bool:
+        """`epoch` begins at `start`: the batch holding it carries it (a `later` entry's at a batch's base; compaction
+        may since have removed that batch, never moved it) and the batch before it carries an earlier one."""
+        batch = self._batch_holding(start)
+        if batch is None or batch.partition_leader_epoch != epoch or (later and batch.base_offset < start):
+            return False
+        before = self._batch_holding(start - 1) if start > self.log_start_offset else None
+        return before is None or before.base_offset >= start or before.partition_leader_epoch < epoch
+
+    def _batch_holding(self, offset: int):
+        """The first batch whose last offset is at or past `offset` (None past the log end or before its start)."""
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        return next(iter(self.local.read(offset, 1, self.log_end_offset, True).batches(self.dir)), None)
 
     # --- what the segments say ----------------------------------------------------------------
     @property

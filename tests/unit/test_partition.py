@@ -103,6 +103,31 @@ def test_a_new_log_records_epoch_zero_and_a_crash_before_the_checkpoint_is_repai
     reopened.close()
 
 
+@pytest.mark.parametrize("stale", ["late start", "lost epoch"])
+def test_a_checkpoint_behind_the_log_is_rebuilt_whatever_snapshot_the_replay_starts_at(tmp_path, stale):
+    """Batches of an epoch reached the log, but the checkpoint starts that epoch later than they do ("late
+    start") or lacks it ("lost epoch"), while a producer snapshot already sits past them (a follower's link
+    wrote them unaccounted, and a later life of the log snapshotted its end): the replay from that snapshot
+    cannot see where the epoch began, so the load checks every entry's start against the batch before it, and
+    the log's last batch against the latest entry, and rebuilds the entries from the batch headers."""
+    directory = tmp_path / "t-0"
+    lg = UnifiedLog(FileSystem(), str(directory), LogConfig(), ManualClock(T0))
+    lg.append_as_leader(batch(3), leader_epoch=1)
+    lg.append_as_leader(batch(2), leader_epoch=2)
+    lg.roll()  # a snapshot at 5, where the segment the unclean open re-validates (and replays from) begins
+    for _ in range(2):
+        lg.append_as_leader(batch(2), leader_epoch=2)
+    assert checkpoint(directory) == [(1, 0), (2, 3)]
+    lg.close()
+    entries = [(1, 0), (2, 7)] if stale == "late start" else [(1, 0)]
+    (directory / leader_epoch_checkpoint.FILE).write_bytes(leader_epoch_checkpoint.render(entries))
+    reopened = UnifiedLog(FileSystem(), str(directory), LogConfig(), ManualClock(T0), recovery_point=5,
+                          clean_shutdown=False)
+    assert reopened.leader_epochs.entries == checkpoint(directory) == [(1, 0), (2, 3)]
+    assert any("does not match the log" in n for n in reopened.recovery.repairs), reopened.recovery.describe()
+    reopened.close()
+
+
 # --- batch headers ----------------------------------------------------------------------------
 @pytest.mark.parametrize("case", vectors.CASES)
 def test_batch_header_fields_match_kafkas_dump(case):
