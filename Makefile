@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm interop
+.PHONY: run test test-fast test-interpreter test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm interop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,26 +43,38 @@ PYTEST := $(PY) -m pytest -q -p no:randomly $(if $(filter 0,$(TEST_WORKERS)),,-n
 run: setup
 	$(PY) -m engine demo --data $(DATA)
 
+# the pure-Python twins' pass: the suites that run the codec, the log and the clients without the native core
+PURE_PYTHON_SUITES := tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop \
+	tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
+	tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
+	tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
+	tests/unit/test_replication.py
+
 test: setup
 	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PYTEST) --ignore=tests/broker tests
 	KAFKALOG_SPARK_SOURCE=python $(PYTEST) tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
 		tests/spark/test_spark_paths.py
-	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
-		tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
-		tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
-		tests/unit/test_replication.py tests/stress
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES) tests/stress
 
-# `make test` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH), each in
-# its own .venv-X.Y; a version that is not installed is named and skipped, and at least one must run
+# the suites whose behaviour depends on the interpreter, native core and pure-Python twins: unit, interop, fuzz and
+# the simulation. Left to `make test`: the JVM's (Spark), process kills (crash), the long stress runs and the mirror
+# to a cluster, whose Python side is the code these suites run
+test-interpreter: setup
+	$(PYTEST) -m "not spark" --ignore=tests/broker --ignore=tests/spark --ignore=tests/crash --ignore=tests/stress \
+		--ignore=tests/mirror tests
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES)
+
+# `make test-interpreter` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH),
+# each in its own .venv-X.Y; a version that is not installed is named and skipped, and at least one must run
 PYTHONS ?= 3.10 3.11 3.12 3.13
 test-pythons:
 	@set -e; ran=""; for v in $(PYTHONS); do \
 	  py=$$(ls -d $$(pyenv root 2>/dev/null)/versions/$$v*/bin/python$$v 2>/dev/null | tail -1); \
 	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \
 	  if [ -z "$$py" ] || ! $$py -c pass 2>/dev/null; then echo "test-pythons: Python $$v is not installed: skipped"; continue; fi; \
-	  echo "test-pythons: Python $$v ($$py)"; $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venv-$$v; ran="$$ran $$v"; \
+	  echo "test-pythons: Python $$v ($$py)"; $(MAKE) --no-print-directory test-interpreter PYTHON=$$py VENV=.venv-$$v; ran="$$ran $$v"; \
 	done; [ -n "$$ran" ] || { echo "test-pythons: none of $(PYTHONS) is installed" >&2; exit 1; }; \
-	echo "test-pythons: make test passed on Python$$ran"
+	echo "test-pythons: make test-interpreter passed on Python$$ran"
 
 # an sdist and a wheel (the native core required) in dist/, then tests/dist_smoke.py: the wheel owns only `engine`,
 # installs beside the package index's `segments` and `replication` in a fresh venv outside the tree, works there
