@@ -20,6 +20,7 @@ from engine.common.errors import InvalidTopicError, KafkaStorageError
 from engine.replication.controller import PartitionState
 from engine.segments import names
 from engine.segments.fs import FileSystem
+from engine.segments.log_config import LogConfig
 
 FILE = "kafkalog.metadata"
 VERSION = 1
@@ -43,6 +44,14 @@ class Catalogue:
     producer_id_block_end: int = 0
     brokers: int = 1
     controller_epoch: int = 0
+
+    def log_config(self, topic: str, defaults: LogConfig) -> LogConfig:
+        """A topic's effective config: its overrides over `defaults` (an internal topic Kafka compacts is compacted
+        whatever the defaults, also in directories older than compaction)."""
+        rec = self.topics.get(topic)
+        if topic in COMPACTED_INTERNAL_TOPICS:
+            defaults = LogConfig.from_dict({"cleanup.policy": "compact"}, base=defaults)
+        return LogConfig.from_dict(rec.config if rec else None, base=defaults)
 
 
 def read(fs: FileSystem, directory: str) -> Catalogue | None:

@@ -154,19 +154,19 @@ def test_a_fetcher_dropped_with_its_links_listed_takes_them_off_its_thread(tmp_p
 def test_an_open_that_fails_after_starting_its_fetchers_leaves_no_thread_and_no_lock(tmp_path, monkeypatch):
     """Engine.__init__ fails after its replica fetchers (and the native one) started: every thread stops, the
     directory is released, nothing of it stays open."""
-    from engine import engine as engine_module
+    from engine.admin_manager import AdminManager
 
     path = str(tmp_path / "d")
     with engine.open(path, brokers=2) as e:
         e.create_topic("t", 2, replication_factor=2)
     before = set(os.listdir("/proc/self/task"))  # this process's threads, native ones included
-    real_save = engine_module.Engine._save
+    real_save = AdminManager.save
 
     def failing_save(self):
-        if self._native_fetcher is not None or any(b._fetcher is not None for b in self._brokers.values()):
+        if self.replicas.native_fetcher is not None or any(b._fetcher is not None for b in self.brokers.values()):
             raise engine.KafkaStorageError("the catalogue cannot be written", file=path)
         return real_save(self)
-    monkeypatch.setattr(engine_module.Engine, "_save", failing_save)
+    monkeypatch.setattr(AdminManager, "save", failing_save)
     with pytest.raises(engine.KafkaStorageError, match="catalogue"):
         engine.open(path)
     monkeypatch.undo()

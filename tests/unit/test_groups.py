@@ -1044,9 +1044,9 @@ def test_consumer_offsets_records_decode_with_kafkas_schemas_and_expire(tmp_path
         e.groups.leave_group("billing", "", "i-1")  # an admin removes the static member: the group empties
         assert e.groups.describe_group("billing").state == EMPTY
         clock.advance(7 * 24 * 3600 * 1000 - 1)
-        assert e.expire_group_offsets() == 0
+        assert e.coordinators.expire_group_offsets() == 0
         clock.advance(1)
-        assert e.expire_group_offsets() == 2
+        assert e.coordinators.expire_group_offsets() == 2
         tail = offsets_records(e, "billing")[-3:]
         assert tail[:2] == [("offset", ("billing", "t", 0), None), ("offset", ("billing", "t", 1), None)]
         assert tail[2] == ("group", "billing", None)  # the empty group's record goes too

@@ -181,7 +181,7 @@ def test_only_an_engine_on_the_system_clock_and_a_plain_file_system_links_follow
             e.append("t", 0, engine.encode_batch([(None, VALUE, None, 1)]), acks=1)
         e.replicate()
         assert all(e._brokers[b].partitions[("t", 0)].link is None for b in (1, 2))
-        assert e._native_fetcher is None
+        assert e.replicas.native_fetcher is None
 
 
 # --- the native module ----------------------------------------------------------------------------------------

@@ -240,7 +240,7 @@ def _random_failover_run(path, seed: int) -> None:
 def engine_fetcher(e, broker_id):
     """A fetcher for one step; odd brokers take one batch a fetch, so followers lag differently."""
     from engine.replication.replica_fetcher import ReplicaFetcher
-    return ReplicaFetcher(broker_id, e._leader_of, max_bytes=1 if broker_id % 2 else 1 << 20)
+    return ReplicaFetcher(broker_id, e.replicas.leader_of, max_bytes=1 if broker_id % 2 else 1 << 20)
 
 
 RUNS = int(os.environ.get("KAFKALOG_FAILOVER_RUNS", "200"))
@@ -396,7 +396,7 @@ def test_an_append_waiting_for_the_isr_when_its_leader_dies_is_not_acknowledged(
         e.fail_broker(leader.broker_id)           # the waiter still holds the old leader's partition
         assert not leader.remote and not leader.is_leader
         with pytest.raises(NotLeaderOrFollowerError):
-            e._wait_for_replication(leader, info, 1_000)
+            e.replicas.wait_for_replication(leader, info, 1_000)
         with pytest.raises(NotLeaderOrFollowerError):
             e.wait_for_replication(TOPIC, 0, info, 1_000)  # the new leader: another epoch
 

@@ -153,10 +153,10 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
         p = begun(e, "slow", transaction_timeout_ms=5_000)
         p.send("t", b"late").get()
         clock.advance(5_000)
-        assert e.abort_timed_out_transactions() == 0  # not past it yet
+        assert e.coordinators.abort_timed_out_transactions() == 0  # not past it yet
         assert e.log("t", 0).last_stable_offset == 0
         clock.advance(1)
-        assert e.abort_timed_out_transactions() == 1
+        assert e.coordinators.abort_timed_out_transactions() == 1
         assert e.transactions.coordinator.describe("slow").state == "CompleteAbort"
         assert e.log("t", 0).last_stable_offset == 2 and read(e, "t") == []
         with pytest.raises(ProducerFencedError):
@@ -194,7 +194,7 @@ def test_an_open_transaction_survives_a_reopen_until_its_timeout(tmp_path):
         assert [(t.topic, t.first_offset, t.transactional_id) for t in e.transactions.open_transactions()] == \
             [("t", 0, "open")]
         clock.advance(10_001)
-        assert e.abort_timed_out_transactions() == 1
+        assert e.coordinators.abort_timed_out_transactions() == 1
         assert e.log("t", 0).last_stable_offset == 2 and e.transactions.open_transactions() == []
 
 
@@ -204,7 +204,7 @@ def test_expired_transactional_ids_get_tombstones(tmp_path):
         p = e.producer(transactional_id="idle")
         p.init_transactions()
         clock.advance(604_800_000)
-        assert e.expire_transactional_ids() == 1
+        assert e.coordinators.expire_transactional_ids() == 1
         assert e.transactions.coordinator.list() == []
         part = e.internal_partition(transaction_log.TOPIC, transaction_log.partition("idle"))
         last = list(part.log.read(0).batches())[-1].records()[-1]

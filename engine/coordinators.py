@@ -1,0 +1,81 @@
+"""The engine's two coordinators, made on first use: the transaction coordinator with the committed offsets of
+transactions (engine.transactions) and the group coordinator (engine.groups.group_coordinator). Both keep their
+state in internal topics (`__transaction_state`, `__consumer_offsets`), which they write through the engine's
+`append_internal` and `append_marker` (acks='all'), so they are given the engine itself.
+
+State: the two coordinators once made, and the group config they are made with.
+On disk: nothing of its own (the internal topics' records; see each coordinator).
+Threads: made under a lock of their own, never the engine's admin lock (a client's first transactional or group call
+must not wait for a topic change); their periodic work (timeouts, expiry) runs on broker 0's log manager thread and
+does nothing once the engine is closing.
+"""
+from __future__ import annotations
+
+import threading
+
+from engine.groups import offsets as group_offsets
+from engine.groups.group_coordinator import GroupConfig, GroupCoordinator, GroupLog
+from engine.transactions import Transactions
+
+
+class Coordinators:
+    """The transaction and group coordinators of one engine."""
+
+    def __init__(self, engine, group_config: GroupConfig) -> None:
+        self._engine, self._group_config = engine, group_config
+        self._lock = threading.RLock()
+        self._txn: Transactions | None = None
+        self._groups: GroupCoordinator | None = None
+
+    def load_existing(self) -> None:
+        """On open: make the coordinators whose internal topics exist, so their timeouts and expiry run."""
+        topics = self._engine.internal_topics()
+        if group_offsets.TOPIC in topics:
+            self.groups  # noqa: B018 (loads groups and offsets)
+        if topics:
+            self.transactions  # noqa: B018
+
+    @property
+    def transactions(self) -> Transactions:
+        """The transaction coordinator and the committed group offsets (created on first use)."""
+        if self._txn is None:
+            with self._lock:
+                if self._txn is None:
+                    self._txn = Transactions(self._engine)
+        return self._txn
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        """The group coordinator: consumer groups and their committed offsets (loaded on first use)."""
+        if self._groups is None:
+            with self._lock:
+                if self._groups is None:
+                    groups = GroupCoordinator(GroupLog(self._engine), self._engine.clock, self._group_config)
+                    if group_offsets.TOPIC in self._engine.internal_topics():
+                        groups.load()
+                    self._groups = groups
+        return self._groups
+
+    def _running(self, coordinator):
+        """`coordinator` if it was made and the engine is not closing (a closing engine's tasks do nothing)."""
+        return coordinator if coordinator is not None and not self._engine.closed else None
+
+    def abort_timed_out_transactions(self) -> int:
+        """Fence and abort transactions open past their timeout (a background task every 10 s)."""
+        txn = self._running(self._txn)
+        return txn.coordinator.abort_timed_out() if txn else 0
+
+    def expire_transactional_ids(self) -> int:
+        """Forget transactional ids idle past transactional.id.expiration.ms (a background task, hourly)."""
+        txn = self._running(self._txn)
+        return txn.coordinator.expire_ids() if txn else 0
+
+    def tick_groups(self) -> int:
+        """Apply group deadlines (session and rebalance timeouts) nobody is waiting on (a background task)."""
+        groups = self._running(self._groups)
+        return groups.tick() if groups else 0
+
+    def expire_group_offsets(self) -> int:
+        """Tombstone offsets past offsets.retention.minutes (a background task every 10 minutes)."""
+        groups = self._running(self._groups)
+        return groups.expire_offsets() if groups else 0
