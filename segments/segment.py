@@ -6,21 +6,10 @@ the indexes are described in their modules. Appends follow Kafka exactly: an off
 `index.interval.bytes` accumulated since the previous entry, checked before this append counts;
 the time index gets a final entry on roll and close. The segment's `appender` (segments.segment_appender,
 native or its Python twin) keeps the append counters and does the roll check, the write and that cadence;
-the segment owns the files, the lock and the indexes. Reads are zero-copy memoryviews over an mmap of the
-`.log`; a read-only segment (a reader beside a writer it does not control: another engine, a Kafka broker, Spark's
-executors) reads with pread() instead, since a writer in another process may truncate a mapped file (follower
-truncation, a failed append cut), and touching a mapped page past the end of its file is SIGBUS.
-Resident pages: readers report what they read through the shared mapping (`note_read`); a reader moving on through
-a segment has the pages it passed released every RELEASE_BYTES (madvise MADV_DONTNEED: the page table entries go, the
-page cache keeps the bytes), so a consumer scanning a large segment keeps about that much of it resident, not the whole
-segment; a view of released pages reads them again from the page cache. Random reads release nothing (a release costs
-more than such a read). A lookup by time reads its batches with pread where no read is known to have touched the
-mapping (a first touch costs page faults, which cost more than the copy): the native reader, which knows the mapping's
-address, flags the FAULT_AROUND windows of it that its reads touched (`_touched`, cleared again by a release and
-made anew with each mapping).
-Lifetime of mappings: a mapping is closed only when no view of it is alive (Python's mmap refuses to close with
-exported buffers, and every view is taken under the segment's lock before anything else may look for mappings to
-drop), so a reader always finishes on the bytes it started on, whatever rolls, truncates, deletes or cleans.
+the segment owns the files, the lock and the indexes. How the `.log` is read is chosen once, when the segment is
+opened (segments.segment_reads): the owner reads zero-copy views of a shared mapping, whose resident pages are tracked
+and released behind readers that move on (segments.residency); a read-only segment (a reader beside a writer it does
+not control) reads with pread and maps nothing.
 Crash policy: appends are write()s (in the page cache at once, on disk after `flush()`);
 `recover()` re-validates every batch (size, magic, CRC, records), truncates a torn or corrupt tail
 at the last valid batch and rebuilds the indexes. A truncation never pulls pages from under a
@@ -32,12 +21,9 @@ reads may run concurrently with an append and see a consistent prefix.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import random
-from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from engine.common.errors import (
     CorruptIndexError,
@@ -48,20 +34,15 @@ from engine.common.errors import (
 )
 from engine.record import batch_format as bf
 from engine.record import codec
-from engine.record.records import first_in_batches
-from engine.segments import names, segment_appender
+from engine.segments import names, segment_appender, segment_recovery
 from engine.segments.fs import FileSystem, new_lock
 from engine.segments.offset_index import OffsetIndex
+from engine.segments.segment_reads import WINDOW_BYTES, MappedReads, OffsetPosition, PositionalReads
 from engine.segments.time_index import TimeIndex
 from engine.segments.txn_index import TxnIndex
 
 INT32_MAX = 2**31 - 1
-WINDOW_BYTES = 1 << 20
-RELEASE_BYTES = 8 << 20
-READERS = 8  # ranges remembered: as many sequential readers of one segment as are followed at once
-FAULT_AROUND = 64 << 10  # a read fault maps up to this much of the page cache around it (Linux's fault_around_bytes)
-LOOKUP_READ_BYTES = 256 << 10  # the most a lookup by time reads with pread before it reads through the mapping
-_PAGE = mmap.PAGESIZE
+__all__ = ["INT32_MAX", "WINDOW_BYTES", "LogSegment", "OffsetPosition", "SegmentConfig"]
 log = logging.getLogger("kafkalog.segment")
 
 
@@ -75,15 +56,11 @@ class SegmentConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
 
 
-class OffsetPosition(NamedTuple):
-    """The batch that holds (or follows) an offset: its base offset, position and size."""
-
-    offset: int
-    position: int
-    size: int
-
-
 class LogSegment:
+    """One segment's files and what is done to them: appends (through its `appender`), reads (through `reads`, chosen
+    once), lookups, index upkeep, truncation, flush, renames and closing; recovery is segments.segment_recovery's.
+    Its methods are Kafka's LogSegment's, one for one, which is why it stays one class of about 450 lines."""
+
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
                  *, suffix: str = "", writable: bool = True) -> None:
         self.fs, self.dir, self.base_offset, self.config, self.suffix = fs, directory, base_offset, config, suffix
@@ -102,10 +79,7 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
-        self._maps: list = []           # every mmap of the .log that may still have live views
-        self._map = None                # the newest one
-        self._touched = None            # (mapping, flags): the FAULT_AROUND windows of its addresses reads touched
-        self._read_ranges: deque[tuple[int, int]] = deque()  # the latest [start, end) read on through the mapping
+        self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
         self._lock = new_lock()  # never replaced: the appender keeps it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
 
@@ -119,16 +93,16 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
-            self._open_index(names.INDEX)
+            self.open_index(names.INDEX)
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
-            self._open_index(names.TIME_INDEX)
+            self.open_index(names.TIME_INDEX)
         return self._time_index
 
-    def _open_index(self, kind: str, check: bool = True) -> None:
+    def open_index(self, kind: str, check: bool = True) -> None:
         """Open one index; with `check`, an existing one whose entries are wrong makes both be rebuilt."""
         with self._lock:
             attr, cls = ("_offset_index", OffsetIndex) if kind == names.INDEX else ("_time_index", TimeIndex)
@@ -165,49 +139,12 @@ class LogSegment:
             end = self.appender.size if end is None else min(end, self.appender.size)
             if end <= start:
                 return memoryview(b"")
-            if not self.writable:
-                return memoryview(self._pread(start, end))
-            if self._map is None or len(self._map) < end:
-                whole = self._remap()
-            else:
-                whole = memoryview(self._map)  # taken before the pool may look for mappings to drop
-                self.fs.track_map(self)
-            return whole[start:end]
+            return self.reads.view(start, end)
 
     def note_read(self, position: int, nbytes: int) -> None:
-        """Count `nbytes` read at `position` through the shared mapping (by a reader that has let go of the segment's
-        lock). A read that continues one of the last READERS ranges read extends it, and once a range was read on for
-        RELEASE_BYTES its pages are released; any other read starts a range (see Resident pages above)."""
-        end = position + nbytes + FAULT_AROUND
-        with self._lock:
-            ranges = self._read_ranges
-            lo, hi = position, end
-            for i, (start, stop) in enumerate(ranges):
-                if start <= position <= stop:
-                    del ranges[i]
-                    lo, hi = start, max(stop, end)
-                    break
-            else:
-                if len(ranges) == READERS:
-                    ranges.popleft()
-            if hi - lo >= RELEASE_BYTES and self._map is not None:
-                top = min(hi, len(self._map))
-                top -= top % _PAGE
-                if top > lo - lo % _PAGE:
-                    self._map.madvise(mmap.MADV_DONTNEED, lo - lo % _PAGE, top - (lo - lo % _PAGE))
-                    self._untouch(lo - lo % _PAGE, top)
-                lo = position
-            ranges.append((lo, hi))
-
-    def _untouch(self, start: int, end: int) -> None:
-        """Forget that reads touched the mapping's pages of [start, end) (lock held): every window they may fall in,
-        whatever the mapping's address."""
-        touched = self._touched
-        if touched is not None and touched[0] is self._map:
-            flags = touched[1]
-            lo, hi = start // FAULT_AROUND, min(len(flags), (end - 1) // FAULT_AROUND + 2)
-            if hi > lo:
-                flags[lo:hi] = bytes(hi - lo)
+        """Count `nbytes` read at `position` through the shared mapping, by a reader that has let go of the segment's
+        lock (segments.residency)."""
+        self.reads.note_read(position, nbytes)
 
     def read_bytes(self, start: int, end: int) -> bytes:
         """A copy of the `.log` bytes [start, end), read with pread (through the append handle while there is one):
@@ -248,61 +185,23 @@ class LogSegment:
             raise KafkaStorageError(f"cannot read: {exc}", file=self.log_path, position=start) from exc
 
     def window(self, start: int, end: int) -> memoryview:
-        """A zero-copy view for a reader to keep: a view of WINDOW_BYTES or more maps only its own
-        (page-aligned) window, unmapped once the reader drops it, so scanning a large log does not keep
-        every page it read mapped in this process; smaller ones use the shared mapping."""
+        """A zero-copy view for a reader to keep (segments.segment_reads: a large one maps only its own window)."""
         with self._lock:
             end = min(end, self.appender.size)
-            if end - start < WINDOW_BYTES or not self.writable:
-                return self.view(start, end)
-            self._release_maps()
-            aligned = start - start % mmap.ALLOCATIONGRANULARITY
-            with self.fs.open(self.log_path, "rb") as f:
-                mapping = self.fs.mmap(f, end - aligned, writable=False, offset=aligned)
-            self._maps.append(mapping)
-            whole = memoryview(mapping)
-            self.fs.track_map(self)
-            return whole[start - aligned:end - aligned]
+            if end <= start:
+                return memoryview(b"")
+            return self.reads.window(start, end)
 
-    def _pread(self, start: int, end: int) -> bytes:
+    def pread(self, start: int, end: int) -> bytes:
         """The `.log` bytes [start, end) read with pread on a file opened for it (fewer when it is shorter now)."""
         return self._read_with(lambda f: self.fs.pread(f, end - start, start), start, borrow=False)
-
-    def _positional_batches(self, start: int, end: int | None):
-        """The batches of [start, end) of a read-only segment, read with pread a window at a time."""
-        limit = self.appender.size if end is None else min(end, self.appender.size)
-        position, want = start, 64 << 10
-        while position < limit:
-            data = self._pread(position, min(limit, position + want))
-            done = position
-            for batch in codec.iter_batches(data, position=position, source=self.log_path):
-                done = batch.position + batch.size_in_bytes
-                yield batch
-            if done == position:  # no whole batch in the window
-                if len(data) < bf.LOG_OVERHEAD or position + len(data) >= limit:
-                    return  # a partial tail
-                want = bf.entry_size(data)
-            else:
-                position, want = done, 64 << 10
-
-    def _remap(self) -> memoryview:
-        """Map the whole `.log` again (lock held); a view of the new mapping, taken before the pool may look for
-        mappings to drop."""
-        self._release_maps()
-        with self.fs.open(self.log_path, "rb") as f:  # the mapping outlives this descriptor
-            self._map = self.fs.mmap(f, self.appender.size, writable=False)
-        self._maps.append(self._map)
-        self._touched = (self._map, bytearray(self.appender.size // FAULT_AROUND + 2))  # untouched at any address
-        whole = memoryview(self._map)
-        self.fs.track_map(self)
-        return whole
 
     def unmap(self) -> bool:
         """Drop the mappings no reader holds, for the descriptor pool (False, kept, while busy or still viewed)."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            return self._release_maps()
+            return self.reads.release()
         finally:
             self._lock.release()
 
@@ -323,25 +222,9 @@ class LogSegment:
                     index.release_handle()
             self.txn_index.release_handle()
 
-    def _release_maps(self) -> bool:
-        """Close every mapping without live views; True if none is left."""
-        alive = []
-        for m in self._maps:
-            try:
-                m.close()
-            except BufferError:
-                alive.append(m)
-        self._maps = alive
-        if self._map is not None and self._map not in alive:
-            self._map = None
-        return not alive
-
     def batches(self, start_position: int = 0, end_position: int | None = None):
         """The batches of the segment from `start_position` (Kafka's file iterator semantics)."""
-        if not self.writable:
-            return self._positional_batches(start_position, end_position)
-        return codec.iter_batches(self.view(start_position, end_position), position=start_position,
-                                  source=self.log_path)
+        return self.reads.batches(start_position, end_position)
 
     def translate_offset(self, offset: int, start_position: int = 0) -> OffsetPosition | None:
         """The first batch at or after `start_position` whose last offset >= `offset`."""
@@ -390,8 +273,8 @@ class LogSegment:
                     self.check_epoch(batch, epochs)
                 prev_last = batch.last_offset
                 end += batch.size_in_bytes
-        if self.writable:  # the headers scanned and the batches returned (read through a window or not: the reader
-            self.note_read(scanned_from, start.position + end - scanned_from)  # moves on from there either way)
+        # the headers scanned and the batches returned (read through a window or not: the reader moves on from there)
+        self.reads.note_read(scanned_from, start.position + end - scanned_from)
         return start.position, data[:end]
 
     def locate(self, offset: int, upper: int | None, use_index: bool = True) -> tuple[OffsetPosition, int] | None:
@@ -405,29 +288,7 @@ class LogSegment:
                 use_index: bool = True) -> tuple[OffsetPosition, int, memoryview, int] | None:
         """`locate`, with the view it scanned and the position that view starts at."""
         entry_offset, position = self.offset_index.lookup(offset) if use_index else (self.base_offset, 0)
-        prev_last = self.base_offset - 1
-        if self.writable:
-            view = self.view(position)
-            found = codec.scan_to_offset(view, position, offset, entry_offset, prev_last, upper)  # headers only
-            if found is not None:
-                base, at, size, before = found
-                return OffsetPosition(base, at, size), before, view, position
-        else:  # read a window at a time: nothing to keep for the read
-            view = memoryview(b"")
-        # the walk stays off the frame's locals: an error's traceback keeps the frame, which must not keep an
-        # export of the view alive
-        for batch in (codec.iter_batches(view, position=position, source=self.log_path) if self.writable
-                      else self.batches(position)):
-            if batch.position == position and position > 0:
-                if batch.last_offset != entry_offset:
-                    raise CorruptIndexError(f"the entry for offset {entry_offset} points at a batch ending at "
-                                            f"{batch.last_offset}", file=self.offset_index.path, position=position)
-            else:
-                self.check_follows(batch, prev_last, upper)
-            if batch.last_offset >= offset:
-                return OffsetPosition(batch.base_offset, batch.position, batch.size_in_bytes), prev_last, view, position
-            prev_last = batch.last_offset
-        return None
+        return self.reads.locate(offset, upper, entry_offset, position, self.base_offset - 1)
 
     def check_follows(self, batch, prev_last: int, upper: int | None) -> None:
         """A batch's offsets must lie above its predecessor's and below `upper` (corruption otherwise)."""
@@ -457,31 +318,7 @@ class LogSegment:
         _, position, following = self.offset_index.lookup_span(max(index_offset, starting_offset))
         # markers count, as in Kafka; not reported to note_read: a lookup is a random read, releasing nothing, and a
         # reported one would push a moving reader's range out
-        if not self.writable:
-            return first_in_batches(self.batches(position), timestamp, starting_offset)
-        data = self.lookup_read(position, following)
-        if data is not None:
-            found = codec.first_at_or_after(data, timestamp, starting_offset, position=position, source=self.log_path)
-            if found is not None:
-                return found
-        return codec.first_at_or_after(self.view(position), timestamp, starting_offset, position=position,
-                                       source=self.log_path)
-
-    def lookup_read(self, position: int, following: int | None) -> bytes | None:
-        """For a lookup by time: the batches from the indexed `position` to `following` (OffsetIndex.lookup_span's;
-        else the segment's end) read with pread, unless the mapping is known to be touched there or they are more than
-        LOOKUP_READ_BYTES (None: read them through the mapping). Known here means every window the span may fall
-        in, at whatever address (the native reader checks the windows it does fall in)."""
-        with self._lock:
-            size = self.appender.size
-            end = following if following is not None and position < following <= size else size
-            if not position < end <= position + LOOKUP_READ_BYTES:
-                return None
-            touched = self._touched
-            if (touched is not None and touched[0] is self._map and len(self._map) >= size
-                    and all(touched[1][position // FAULT_AROUND:(end - 1) // FAULT_AROUND + 2])):
-                return None
-            return self.read_bytes(position, end)
+        return self.reads.find_by_timestamp(timestamp, starting_offset, position, following)
 
     # --- timestamps ---------------------------------------------------------------------------
     def max_timestamp_and_offset(self) -> tuple[int, int]:
@@ -558,7 +395,7 @@ class LogSegment:
             log.error("could not cut a failed append back to %d in %s: %s", position, self.log_path, exc)
 
     def truncate_log(self, size: int) -> None:
-        if self._release_maps():
+        if self.reads.release():
             with self.append_handle() as f:
                 self.fs.truncate(f, size)
         else:  # live views map the old bytes: give them the old inode, continue in a new file
@@ -567,7 +404,7 @@ class LogSegment:
                 self.fs.write(out, self.view(0, size))
                 self.fs.fsync(out)
             self.release_handle()
-            self._maps, self._map = [], None
+            self.reads.forget()
             self.fs.rename(tmp, self.log_path)
         self.appender.size = size
 
@@ -594,7 +431,7 @@ class LogSegment:
         """Validate every batch (size, CRC, offsets continuing and below `upper`), truncate at the first
         invalid one and rebuild the indexes; return the bytes removed."""
         with self._lock:
-            valid = self._index_valid_prefix(upper, recovering=True)
+            valid = segment_recovery.index_valid_prefix(self, upper, recovering=True)
             truncated = self.appender.size - valid
             if truncated:
                 self.truncate_log(valid)
@@ -603,53 +440,7 @@ class LogSegment:
     def rebuild_indexes(self, upper: int | None = None) -> None:
         """Rebuild both indexes from the batches (up to the first that fails the checks of `recover`)."""
         with self._lock:
-            self._index_valid_prefix(upper, recovering=False)
-
-    def _index_valid_prefix(self, upper: int | None, recovering: bool) -> int:
-        """Re-index the valid prefix of the `.log`; return its length."""
-        for kind in (names.INDEX, names.TIME_INDEX):
-            self._open_index(kind, check=False)
-        self.offset_index.reset(self.config.max_index_size)
-        self.time_index.reset(self.config.max_index_size)
-        if recovering:
-            self.txn_index.reset()
-        valid = last_index_entry = 0
-        max_ts = (-1, self.base_offset)
-        offsets, times, last_indexed_ts = bytearray(), bytearray(), -1  # entries, written in one go
-        base, interval, prev_last = self.base_offset, self.config.index_interval_bytes, self.base_offset - 1
-        try:
-            for batch in self.batches():
-                batch.ensure_valid()  # size and CRC, as Kafka's recovery checks them
-                self.check_follows(batch, prev_last, upper)
-                if batch.last_offset - base > INT32_MAX:
-                    raise CorruptRecordError("batch offset out of the segment's int32 range",
-                                             file=self.log_path, position=batch.position)
-                prev_last = batch.last_offset
-                if batch.max_timestamp > max_ts[0]:
-                    max_ts = (batch.max_timestamp, batch.last_offset)
-                if valid - last_index_entry > interval:  # Kafka's cadence, as in append()
-                    offsets += OffsetIndex.ENTRY.pack(batch.last_offset - base, valid)
-                    if max_ts[0] > last_indexed_ts:
-                        times += TimeIndex.ENTRY.pack(max_ts[0], max_ts[1] - base)
-                        last_indexed_ts = max_ts[0]
-                    last_index_entry = valid
-                valid += batch.size_in_bytes
-        except KafkaError as exc:  # the first invalid batch ends the valid prefix
-            log.warning("%s %s: stopped at position %d: %s", "recovering" if recovering else "indexing",
-                        self.log_path, valid, exc)
-        self.appender.max_ts = max_ts
-        # a segment written under a larger segment.index.bytes (or brought back by a power cut) may need more
-        # room than the config gives now: the rebuilt index holds every entry, as the one it replaces did
-        for index, needed in ((self.offset_index, len(offsets)), (self.time_index, len(times) + TimeIndex.ENTRY.size)):
-            index.resize(max(index.max_entries * index.entry_size, needed))
-        self.offset_index.load_entries(offsets)
-        self.time_index.load_entries(times)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.maybe_append(*max_ts, skip_full_check=True)
-        self.time_index.trim_to_valid_size()
-        self.appender.bytes_since_last_index_entry = 0
-        self.appender.rolling_ts_loaded = False
-        return valid
+            segment_recovery.index_valid_prefix(self, upper, recovering=False)
 
     def read_next_offset(self) -> int:
         """One past the last offset of the last batch, or the base offset when empty."""
@@ -703,8 +494,8 @@ class LogSegment:
                 if index is not None:
                     index.close(durable)
             self.txn_index.close()
-            self._release_maps()
-            self._maps, self._map, self._touched = [], None, None
+            self.reads.release()
+            self.reads.forget()
             self.fs.untrack_map(self)
             self.release_handle()
 

@@ -56,7 +56,8 @@ from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
 from engine.segments.names import INTERNAL_TOPICS, parse_partition_dir
-from engine.segments.segment import INT32_MAX, WINDOW_BYTES, LogSegment
+from engine.segments.segment import INT32_MAX, LogSegment
+from engine.segments.segment_reads import WINDOW_BYTES
 from engine.segments.txn_index import AbortedTxn
 from engine.txn import follower_append, leader_append, log_read
 from engine.txn.producer_state import CompletedTxn, ProducerStateManager

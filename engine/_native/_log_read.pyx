@@ -5,7 +5,7 @@ read from here. The locks it takes (the log's, the segment list's, the segment's
 engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded. What a segment is made of
 (its locks, appender, offset index, descriptor pool) is kept between reads of the same segment, and the active
 segment's while it stays the active one; threads sharing the reader each work from the record they took.
-A lookup by time reads with pread where its reads have not touched the mapping (LogSegment.lookup_read, with the
+A lookup by time reads with pread where its reads have not touched the mapping (MappedReads.cold_read, with the
 windows it flags as its reads touch them); what it reads goes into one buffer of the module's, which one lookup holds
 at a time (a lookup on another thread meanwhile reads into a buffer of its own). On a file system that does not do its
 own reads (`FileSystem.direct_reads`) it preads the append handle's descriptor itself, with no Python call, and reads
@@ -37,8 +37,8 @@ cdef object _EMPTY = memoryview(b"")
 cdef enum:
     ENTRY_SIZE = 8  # an `.index` entry: int32 offset relative to the segment's base, int32 position
     TIME_ENTRY_SIZE = 12  # a `.timeindex` entry: int64 timestamp, int32 offset relative to the segment's base
-    FAULT_WINDOW = 64 << 10  # segments.segment.FAULT_AROUND: the windows of a mapping's addresses a fault maps
-    LOOKUP_READ_BYTES = 256 << 10  # segments.segment.LOOKUP_READ_BYTES
+    FAULT_WINDOW = 64 << 10  # segments.residency.FAULT_AROUND: the windows of a mapping's addresses a fault maps
+    LOOKUP_READ_BYTES = 256 << 10  # segments.segment_reads.LOOKUP_READ_BYTES
 
 FAULT_AROUND, LOOKUP_READ = FAULT_WINDOW, LOOKUP_READ_BYTES  # for the test that they are the segment layer's
 
@@ -69,6 +69,7 @@ cdef class _Segment:
     keeps it: readers on other threads share the reader, and each works from the record it took."""
 
     cdef object segment, appender, index, segment_key, index_key
+    cdef object reads, residency        # its MappedReads (segments.segment_reads) and their Residency
     cdef Lock segment_lock, index_lock
     cdef _Pool pool
     cdef int64_t base
@@ -83,6 +84,7 @@ cdef class _Segment:
         self.segment_key, self.index_key = ("map", id(segment)), ("map", id(index))
         self.pool = pool if pool is not None and pool.fs is segment.fs else _Pool(segment.fs)
         self.direct = segment.fs.direct_reads()
+        self.reads, self.residency = segment.reads, segment.reads.residency
         self.segment = segment
 
 
@@ -174,10 +176,10 @@ cdef class LogReader:
             end = span_of(p + found[1], stop - found[1], max_bytes, min_one_message, found[3], upper, entries)
             if end < 0:
                 return None
-            _touch(seg.segment._touched, mapping.obj, p, position, found[1] + end)
+            _touch(seg.residency.touched, mapping.obj, p, position, found[1] + end)
         finally:
             PyBuffer_Release(&buf)
-        seg.segment.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
+        seg.reads.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
         return self.new_tuple(self.fetch, (start_offset, seg.base, found[1], mapping[found[1]:found[1] + end]))
 
     def offset_for_timestamp(self, timestamp):
@@ -202,7 +204,7 @@ cdef class LogReader:
             max_ts = segment.appender.max_ts  # LogSegment.max_timestamp_and_offset, once loaded
             if <int64_t>(segment.max_timestamp_and_offset() if max_ts is None else max_ts)[0] < ts:
                 continue
-            if not segment.writable:
+            if not segment.reads.mapped:  # a read-only segment's reads map nothing
                 return False
             seg = self._looked_up
             if seg is None or seg.segment is not segment:
@@ -338,9 +340,9 @@ cdef object _mapping(_Segment seg, int64_t position, Py_ssize_t *size):
         size[0] = seg.appender.size
         if size[0] <= position:
             return None
-        mapping = segment._map
+        mapping = seg.reads.map
         if mapping is None or len(mapping) < size[0]:
-            mapping = segment._remap()
+            mapping = seg.reads.remap()
         else:
             mapping = memoryview(mapping)
             seg.pool.track(segment, seg.segment_key)
@@ -354,7 +356,7 @@ cdef bint _scratch_taken = False  # into a buffer of its own)
 
 
 cdef object _cold_lookup(_Segment seg, int64_t position, int64_t following, int64_t timestamp, int64_t start):
-    """first_in on the batches LogSegment.lookup_read would read with pread, read into a buffer kept for it (a new
+    """first_in on the batches MappedReads.cold_read would read with pread, read into a buffer kept for it (a new
     buffer a lookup would take fresh pages for); None when the mapping is to be read (touched there, or the batches
     are more than LOOKUP_READ_BYTES) or their records do not hold the answer."""
     global _scratch, _scratch_taken
@@ -431,11 +433,11 @@ cdef int _pread_exact(int fd, uint8_t *p, Py_ssize_t n, int64_t at, object sourc
 
 
 cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except -2:
-    """LogSegment.lookup_read's choice, with the windows the span falls in at the mapping's address: the end of the
+    """MappedReads.cold_read's choice, with the windows the span falls in at the mapping's address: the end of the
     batches from the indexed `position` to `following` (else the segment's end) to read with pread, or -1 to read
     them through the mapping (every window of it they fall in was touched by a read, or they are more than
     LOOKUP_READ_BYTES)."""
-    cdef object segment = seg.segment, mapping
+    cdef object mapping
     cdef int64_t size, end
     seg.segment_lock.take()
     try:
@@ -443,8 +445,8 @@ cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except
         end = following if position < following <= size else size
         if not position < end <= position + LOOKUP_READ_BYTES:
             return -1
-        mapping = segment._map
-        if mapping is not None and len(mapping) >= size and _all_touched(segment._touched, mapping, position, end):
+        mapping = seg.reads.map
+        if mapping is not None and len(mapping) >= size and _all_touched(seg.residency.touched, mapping, position, end):
             return -1
         return end
     finally:
@@ -453,7 +455,7 @@ cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except
 
 cdef bint _windows(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end,
                    Py_ssize_t *lo, Py_ssize_t *hi):
-    """The flags of `touched` (LogSegment._touched) for the windows [lo, hi) that the mapping's bytes [start, end) fall
+    """The flags of `touched` (Residency.touched) for the windows [lo, hi) that the mapping's bytes [start, end) fall
     in, `base` the mapping's address; False when `touched` is not that mapping's."""
     cdef uintptr_t shift = <uintptr_t>base % FAULT_WINDOW
     if touched is None or (<tuple>touched)[0] is not mapping or end <= start:

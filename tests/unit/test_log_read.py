@@ -17,8 +17,9 @@ from engine.common.errors import CorruptRecordError, KafkaStorageError, OffsetOu
 from engine.segments.fs import FileSystem
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
-from engine.segments import segment
-from engine.segments.segment import RELEASE_BYTES, WINDOW_BYTES
+from engine.segments import residency, segment_reads
+from engine.segments.residency import RELEASE_BYTES
+from engine.segments.segment_reads import WINDOW_BYTES
 from tests.conftest import IMPLEMENTATIONS
 from engine.txn import log_read
 from engine.txn.unified_log import UnifiedLog as Log
@@ -211,12 +212,12 @@ def test_a_lookup_by_time_reads_with_pread_until_a_read_touched_the_mapping_ther
     find = _lookup(lg, impl)
     if impl == "cython":  # the sizes it works with are the segment layer's
         from engine._native import _log_read
-        assert (_log_read.FAULT_AROUND, _log_read.LOOKUP_READ) == (segment.FAULT_AROUND, segment.LOOKUP_READ_BYTES)
+        assert (_log_read.FAULT_AROUND, _log_read.LOOKUP_READ) == (residency.FAULT_AROUND, segment_reads.LOOKUP_READ_BYTES)
     targets = [T0 + o for o in range(3, 400, 13)]
     assert _preads_per_lookup(lg, fs, find, targets) == [1] * len(targets)
-    assert seg._map is None  # the lookups mapped nothing
+    assert seg.reads.map is None  # the lookups mapped nothing
     assert _scan(lg) == 400
-    assert seg._map is not None
+    assert seg.reads.map is not None
     made = _preads_per_lookup(lg, fs, find, targets)
     assert made == ([0] * len(targets) if impl == "cython" else [1] * len(targets)), made
     lg.append_as_leader(engine.encode_batch([(b"k", b"v", None, T0 + 400)]))
@@ -311,7 +312,7 @@ def test_the_native_lookup_reads_the_append_handle_itself_unless_the_file_system
     targets = [T0 + o for o in range(0, 400, 7)] + [T0 + 399]
     assert [find(ts) for ts in targets] == [(ts, ts - T0) for ts in targets]
     assert find(T0 + 400) is None
-    assert (calls == []) == (impl == "cython") and handle.pins == pins and lg.active_segment._map is None
+    assert (calls == []) == (impl == "cython") and handle.pins == pins and lg.active_segment.reads.map is None
     lg.close()
 
 
