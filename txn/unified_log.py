@@ -23,7 +23,9 @@ segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
 Crash policy: on open the LocalLog is recovered (segments.log_loader); leader epochs at or past the log
 end, or before its start, are dropped; then the producer state is the newest usable snapshot plus a
 replay of the log after it (kafka-format.md §7 step 7; a snapshot above the log end, the tail was lost,
-is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off. When segments were
+is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off. The leader epochs are then
+checked against the batch headers (each entry's start against the batch holding it and the one before it, the last
+batch against the latest epoch) and rebuilt from the headers when they disagree. When segments were
 recovered (their `.txnindex` emptied), the replay starts at or before the first of them (newer snapshots are
 deleted) and writes their aborted-transaction entries again from the markers, as Kafka's segment recovery does.
 Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
@@ -104,6 +106,10 @@ def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | N
 
 
 class UnifiedLog:
+    """One partition's log (see the module docstring). Its operations are Kafka's UnifiedLog's (appends as leader and
+    follower, reads and lookups, truncation, retention and log start, the cleaner's hooks, flush and close), all over
+    one lock and one state, which is why it stays one class of about 550 lines."""
+
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
                  clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,

@@ -126,6 +126,11 @@ class GroupDescription(NamedTuple):
 
 
 class GroupCoordinator:
+    """Kafka's GroupCoordinator in process: JoinGroup, SyncGroup, Heartbeat and LeaveGroup on each group's state
+    machine, OffsetCommit and OffsetFetch (plain and transactional), the session and rebalance deadlines, offset
+    expiry, and the admin calls (list, describe, reset). Every handler works on the same groups under one lock, which
+    is why they stay one class of about 500 lines; a group's own state is engine.groups.group_metadata's."""
+
     def __init__(self, storage: GroupLog, clock, config: GroupConfig | None = None) -> None:
         self._log = storage
         self.clock = clock
