@@ -16,11 +16,11 @@ Crash policy: each collaborator's (the catalogue's in engine.admin_manager); clo
 only when every log closed cleanly.
 Threads: every public method is thread-safe. The engine's locks and their order are written once, in
 docs/architecture.md ("Locks"). What clients do per call never waits for the admin lock: a topic being created stays
-unknown to them until it is whole. Each broker's log manager thread runs flush, retention and checkpoints (broker 0's also producer-id
-expiry, ISR expiry, the coordinators' timeouts and expiry), each live broker of several runs a replica fetcher
-thread, one native thread runs the linked followers' steady-state fetch rounds without the GIL, and one thread,
-started when another process first asks, applies staged writes; all stop on close(), whose every step runs whatever
-the one before raised.
+unknown to them until it is whole. Each broker's log manager thread runs flush, retention and checkpoints (broker
+0's also producer-id expiry, ISR expiry, the coordinators' timeouts and expiry), each live broker of several runs a
+replica fetcher thread, one native thread runs the linked followers' steady-state fetch rounds without the GIL, and
+one thread, started when another process first asks, applies staged writes; all stop on close(), whose every step
+runs whatever the one before raised.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import weakref
 from typing import Callable
 
 from engine import limits, metadata
+from engine.admin_manager import AdminManager, TopicDescription, check_external
 from engine.clients.heartbeat_thread import HeartbeatThread
 from engine.common.changes import BumpingDict
 from engine.common.closing import Steps
@@ -46,6 +47,7 @@ from engine.common.errors import (
 )
 from engine.common.health import TaskFailure
 from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
+from engine.coordinators import Coordinators
 from engine.groups.group_coordinator import (
     OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     GroupConfig,
@@ -55,10 +57,8 @@ from engine.metadata import INTERNAL_TOPICS, Catalogue
 from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
 from engine.replication.broker import Broker, broker_dir
 from engine.replication.log_cleaner import CleanerConfig
-from engine.replication.log_manager import LogManager
-from engine.admin_manager import AdminManager, TopicDescription, check_external
-from engine.coordinators import Coordinators
 from engine.replica_manager import ReplicaManager
+from engine.replication.log_manager import LogManager
 from engine.replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
@@ -142,7 +142,8 @@ class Engine:
                 "transaction-abort": (ABORT_CHECK_INTERVAL_MS, coordinators.abort_timed_out_transactions),
                 "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, coordinators.expire_transactional_ids),
                 "group-timeouts": (GROUP_TICK_MS, coordinators.tick_groups),
-                "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS, coordinators.expire_group_offsets),
+                "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+                                                  coordinators.expire_group_offsets),
                 "staged-writes": (STAGED_WRITES_CHECK_MS, self._staged.poll)}.items()})
         self._brokers[0] = Broker(0, self._logs, self.replicas.new_partition)
         try:
