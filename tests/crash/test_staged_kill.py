@@ -14,7 +14,6 @@ import threading
 import time
 from collections import Counter
 
-import pyarrow as pa
 import pytest
 
 import engine
@@ -23,6 +22,7 @@ from engine.staged_writes import layout as sw
 from engine.staged_writes import requester as sw_requester
 from tests.crash.children import ROOT
 from tests.log_checks import read_log
+from tests.staging import stage_values
 
 TRIALS = int(os.environ.get("KAFKALOG_STAGED_KILLS", "6"))
 OWNER = ("import sys, time, engine\n"
@@ -32,15 +32,7 @@ OWNER = ("import sys, time, engine\n"
 
 
 def _stage(path: str, job: str, values: list[bytes]) -> dict:
-    schema = sw.staged_schema()
-    file = os.path.join(sw.make_job_dir(path, job), "attempt.arrow")
-    with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-        for start in range(0, len(values), 1_000):
-            chunk = values[start:start + 1_000]
-            n = len(chunk)
-            out.write_batch(pa.RecordBatch.from_arrays(
-                [pa.array(["t"] * n), pa.nulls(n, pa.int32()), pa.nulls(n, pa.binary()), pa.array(chunk, pa.binary()),
-                 pa.nulls(n, schema.field("headers").type), pa.nulls(n, pa.int64())], schema=schema))
+    file = stage_values(path, job, "t", values, rows_per_batch=1_000)
     return {"job": job, "files": [file], "transactional_id": "sink", "sink_id": "kill", "batch_id": None}
 
 

@@ -23,13 +23,12 @@ import sys
 import time
 from collections import Counter
 
-import pyarrow as pa
-
 import engine
 from engine import mirror
 from engine.common.errors import LogDirectoryLockedError
 from engine.staged_writes import layout
 from engine.tools.handoff import handoff
+from tests.staging import stage_values
 
 STAGED = "staged"
 OWNER = "import sys, time, engine\ne = engine.open(sys.argv[1])\nprint('ready', flush=True)\ntime.sleep(3600)\n"
@@ -39,16 +38,7 @@ OUTBOUND = "plain"
 
 def _stage(path: str, job: str, values: list[bytes]) -> dict:
     """Stage `values` for STAGED under `path` as a Spark task would (Arrow batches of 500 rows); the job's request."""
-    schema = layout.staged_schema()
-    file = os.path.join(layout.make_job_dir(path, job), "attempt-0.arrow")
-    with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
-        for start in range(0, len(values), 500):
-            chunk = values[start:start + 500]
-            k = len(chunk)
-            out.write_batch(pa.RecordBatch.from_arrays(
-                [pa.array([STAGED] * k), pa.nulls(k, pa.int32()), pa.nulls(k, pa.binary()),
-                 pa.array(chunk, pa.binary()), pa.nulls(k, schema.field("headers").type), pa.nulls(k, pa.int64())],
-                schema=schema))
+    file = stage_values(path, job, STAGED, values, rows_per_batch=500, name="attempt-0")
     return {"job": job, "files": [file], "transactional_id": "stress-staged", "sink_id": "stress-sink",
             "batch_id": None}
 

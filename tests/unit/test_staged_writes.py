@@ -11,7 +11,6 @@ import textwrap
 import threading
 import time
 
-import pyarrow as pa
 import pytest
 
 import engine
@@ -22,22 +21,11 @@ from engine.staged_writes import layout as sw
 from engine.staged_writes import queue as sw_queue
 from engine.staged_writes import requester as sw_requester
 from tests.log_checks import read_log
-
-SCHEMA = sw.staged_schema()
-
+from tests.staging import stage_values
 
 def _stage(path, job: str, values: list[bytes], batches: int = 1, name: str = "attempt") -> str:
-    file = os.path.join(sw.make_job_dir(path, job), f"{name}.arrow")
-    with pa.OSFile(file, "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as out:
-        size = -(-len(values) // batches)
-        for part in range(batches):
-            chunk = values[part * size:(part + 1) * size]
-            n = len(chunk)
-            out.write_batch(pa.RecordBatch.from_arrays(
-                [pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.nulls(n, pa.binary()),
-                 pa.array(chunk, pa.binary()), pa.nulls(n, SCHEMA.field("headers").type),
-                 pa.array([1_700_000_000_000] * n, pa.int64())], schema=SCHEMA))
-    return file
+    return stage_values(path, job, "t", values, rows_per_batch=max(1, -(-len(values) // batches)), name=name,
+                        partition=0, timestamp=1_700_000_000_000)
 
 
 def _request(path, job: str, values: list[bytes], batch_id=None, **stage) -> dict:
