@@ -467,6 +467,13 @@ def test_offsets_learnt_one_by_one_when_another_producer_interleaved(tmp_path, c
     assert [v for off, _, v, _, _ in kc.read_committed_model(cluster.bootstrap, "events", 1)[0] if off >= d] == expected
 
 
+def _mirrors_with_one_restart(src: str, cluster, model) -> None:
+    """Mirroring `src` to the cluster restarts once from its committed progress, and lands every record once."""
+    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", max_records=100, timeout_s=10)
+    assert summary.restarts == 1
+    assert kafka_records(cluster.bootstrap, "events", 2) == model
+
+
 def test_a_retriable_failure_restarts_from_committed_progress(tmp_path, cluster, monkeypatch):
     src = str(tmp_path / "src")
     model = fill_kafkalog(src, "events", 2, 300)
@@ -479,9 +486,7 @@ def test_a_retriable_failure_restarts_from_committed_progress(tmp_path, cluster,
             raise errors.KafkaTimeoutError("the cluster went away")
         return original(self, chunk, syncs)
     monkeypatch.setattr(mirror.KafkaSink, "write", flaky)
-    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", max_records=100, timeout_s=10)
-    assert summary.restarts == 1
-    assert kafka_records(cluster.bootstrap, "events", 2) == model
+    _mirrors_with_one_restart(src, cluster, model)
 
 
 def test_a_flush_that_leaves_records_undelivered_aborts_and_restarts(tmp_path, cluster, monkeypatch):
@@ -511,9 +516,7 @@ def test_a_flush_that_leaves_records_undelivered_aborts_and_restarts(tmp_path, c
             self._producer = Stalled(self._producer)
         return original(self, chunk, every)
     monkeypatch.setattr(kafka_side.KafkaSink, "_copy", copy)
-    summary = mirror.to_kafka(src, _mock_config(cluster.bootstrap), name="m", max_records=100, timeout_s=10)
-    assert summary.restarts == 1
-    assert kafka_records(cluster.bootstrap, "events", 2) == model
+    _mirrors_with_one_restart(src, cluster, model)
 
 
 def test_group_offsets_are_read_and_committed_through_one_client_per_group(tmp_path, cluster, monkeypatch):
