@@ -21,13 +21,9 @@ On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.produ
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
 Crash policy: on open the LocalLog is recovered (segments.log_loader); leader epochs at or past the log
-end, or before its start, are dropped; then the producer state is the newest usable snapshot plus a
-replay of the log after it (kafka-format.md §7 step 7; a snapshot above the log end, the tail was lost,
-is deleted first), and the replay also restores an epoch whose checkpoint a crash cut off. The leader epochs are then
-checked against the batch headers (each entry's start against the batch holding it and the one before it, the last
-batch against the latest epoch) and rebuilt from the headers when they disagree. When segments were
-recovered (their `.txnindex` emptied), the replay starts at or before the first of them (newer snapshots are
-deleted) and writes their aborted-transaction entries again from the markers, as Kafka's segment recovery does.
+end, or before its start, are dropped; then the producer state and the leader epochs are rebuilt from the batches
+as txn.log_rebuild says (the newest usable snapshot plus a replay of the log after it; epochs checked against the
+batch headers).
 Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
 (the segment set hands out a consistent list).
 """
@@ -61,7 +57,7 @@ from engine.segments.names import INTERNAL_TOPICS, parse_partition_dir
 from engine.segments.segment import INT32_MAX, LogSegment
 from engine.segments.segment_reads import WINDOW_BYTES
 from engine.segments.txn_index import AbortedTxn
-from engine.txn import follower_append, leader_append, log_read
+from engine.txn import follower_append, leader_append, log_read, log_rebuild
 from engine.txn.producer_state import CompletedTxn, ProducerStateManager
 from engine.txn.read_committed import marker_of
 
@@ -108,7 +104,7 @@ def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | N
 class UnifiedLog:
     """One partition's log (see the module docstring). Its operations are Kafka's UnifiedLog's (appends as leader and
     follower, reads and lookups, truncation, retention and log start, the cleaner's hooks, flush and close), all over
-    one lock and one state, which is why it stays one class of about 550 lines."""
+    one lock and one state, which is why it stays one class of about 500 lines."""
 
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
@@ -131,46 +127,13 @@ class UnifiedLog:
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms)
         self.producer_state.on_repair = self.recovery.note
-        self._reindexed = set(self.recovery.segments_recovered)  # segments whose .txnindex the replay rewrites
-        self._rebuild_producer_state(self.recovery.clean_shutdown)
-        self._reindexed = set()
-        self._check_leader_epochs()  # (after the replay, whose entries it checks too)
+        # the segments recovered have their .txnindex written again by the replay
+        log_rebuild.rebuild_producer_state(self, self.recovery.clean_shutdown,
+                                           frozenset(self.recovery.segments_recovered))
+        log_rebuild.check_leader_epochs(self)  # (after the replay, whose entries it checks too)
         self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
         self._follower_append = follower_append.load(segment_appender.selected)(self, AppendInfo)
         self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
-
-    def _check_leader_epochs(self) -> None:
-        """The entries must say where each epoch of the batches begins: the batch holding an entry's start carries
-        its epoch (a later epoch starts at a batch's base), the batch before that start an earlier epoch, and the
-        log's last batch the latest epoch; otherwise they are rebuilt from the batch headers. A checkpoint can lag
-        the log (a follower's link wrote batches that were never accounted), and the producer-state replay, which
-        starts at a snapshot, may then have seen an epoch only after it began, or not at all."""
-        cache = self.leader_epochs
-        wrong = next(((e, o) for i, (e, o) in enumerate(cache.entries) if not self._epoch_begins(e, o, i > 0)), None)
-        last = self._batch_holding(self.log_end_offset - 1)
-        if wrong is None and last is not None and last.partition_leader_epoch >= 0 and (
-                last.partition_leader_epoch != cache.latest_epoch):
-            wrong = (last.partition_leader_epoch, last.base_offset)
-        if wrong is None:
-            return
-        self.recovery.note(f"rebuilt {cache.path}: epoch {wrong[0]} at offset {wrong[1]} does not match the log")
-        cache.clear()
-        self._replay_epochs(self.log_start_offset, self.log_end_offset, producers=False)
-
-    def _epoch_begins(self, epoch: int, start: int, later: bool) -> bool:
-        """`epoch` begins at `start`: the batch holding it carries it (a `later` entry's at a batch's base; compaction
-        may since have removed that batch, never moved it) and the batch before it carries an earlier one."""
-        batch = self._batch_holding(start)
-        if batch is None or batch.partition_leader_epoch != epoch or (later and batch.base_offset < start):
-            return False
-        before = self._batch_holding(start - 1) if start > self.log_start_offset else None
-        return before is None or before.base_offset >= start or before.partition_leader_epoch < epoch
-
-    def _batch_holding(self, offset: int):
-        """The first batch whose last offset is at or past `offset` (None past the log end or before its start)."""
-        if not self.log_start_offset <= offset < self.log_end_offset:
-            return None
-        return next(iter(self.local.read(offset, 1, self.log_end_offset, True).batches(self.dir)), None)
 
     # --- what the segments say ----------------------------------------------------------------
     @property
@@ -203,41 +166,7 @@ class UnifiedLog:
     def size_in_bytes(self) -> int:
         return self.local.size_in_bytes()
 
-    # --- producer state on load and truncation -----------------------------------------------
-    def _rebuild_producer_state(self, clean_shutdown: bool) -> None:
-        ps = self.producer_state
-        ps.remove_stray_snapshots([s.base_offset for s in self.segments])
-        if self._reindexed:
-            first = min(self._reindexed)
-            for off in ps.snapshot_offsets():
-                if off > first:
-                    ps.delete_snapshot(off)
-        end = self.log_end_offset
-        if not ps.snapshot_offsets() and clean_shutdown:
-            # Kafka's shortcut: a clean shutdown without snapshots had no producers to remember
-            ps.load(self.log_start_offset, end)
-            for seg in self.segments[-2:]:
-                ps.map_end_offset = seg.base_offset
-                ps.take_snapshot()
-        else:
-            start = ps.load(self.log_start_offset, end)
-            self._replay(max(start if start is not None else 0, self.log_start_offset), end)
-        ps.map_end_offset = end
-        ps.on_high_watermark(self.high_watermark)
-        ps.take_snapshot()
-
-    def _replay(self, offset: int, end: int) -> None:
-        """Feed the batches in [offset, end) to the producer state and the leader-epoch cache (a crash may
-        have come between an append and its checkpoint), as a follower append would."""
-        self._replay_epochs(offset, end, producers=True)
-
-    def _replay_epochs(self, offset: int, end: int, producers: bool) -> None:
-        for segment_base, batch in self.batches(offset, end):
-            self.leader_epochs.assign_if_newer(batch.partition_leader_epoch, batch.base_offset)
-            if producers and batch.producer_id >= 0:
-                self._update_producer(batch, batch.base_offset, batch.max_timestamp,
-                                      index=segment_base in self._reindexed)
-
+    # --- producer state (txn.log_rebuild rebuilds it on load and after a truncation) ----------
     def batches(self, offset: int, end: int):
         """(segment base, batch) of every batch below `end` from the one holding `offset`, read a chunk at a time
         (for replays and for loading the internal topics)."""
@@ -251,8 +180,8 @@ class UnifiedLog:
                 break  # nothing readable past this point (cannot happen after recovery)
             offset = last
 
-    def _update_producer(self, batch, first_offset: int, timestamp: int, index: bool = True,
-                         marker: tuple[int, int | None] | None = None) -> None:
+    def update_producer(self, batch, first_offset: int, timestamp: int, index: bool = True,
+                        marker: tuple[int, int | None] | None = None) -> None:
         """Producer state after `batch` (at `first_offset`; a control batch's `marker` read from it unless given);
         an aborted transaction it closes goes to the `.txnindex` of the segment holding its marker (when `index`:
         the replay of an intact segment skips it)."""
@@ -311,7 +240,7 @@ class UnifiedLog:
                          _batch_extents(pieces) if count > 1 else None)
             self.leader_epochs.assign(leader_epoch, first)
             if producer_batch is not None:
-                self._update_producer(producer_batch, first,
+                self.update_producer(producer_batch, first,
                                       append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
             ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size, False, leader_epoch)
@@ -369,7 +298,7 @@ class UnifiedLog:
             for b in batches:
                 self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
                 if b.producer_id >= 0:
-                    self._update_producer(b, b.base_offset, b.max_timestamp)
+                    self.update_producer(b, b.base_offset, b.max_timestamp)
             self.producer_state.map_end_offset = self.log_end_offset
             return AppendInfo(batches[0].base_offset, prev, max_ts, offset_of_max, -1, len(batches), len(data))
 
@@ -544,7 +473,7 @@ class UnifiedLog:
 
     def _after_truncation(self) -> None:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_state(False)
+        log_rebuild.rebuild_producer_state(self, False)
         self._bound_moved()
 
     def _bound_moved(self) -> None:
