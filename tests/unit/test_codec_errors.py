@@ -187,7 +187,7 @@ def test_decompression_bomb_is_bounded(codec_name):
 
 @pytest.mark.parametrize("codec_name,payload", [
     ("gzip", b"\x1f\x8b\x08\x00garbage"),
-    ("gzip", gzip.compress(b"x" * 100)[:-9]),
+    ("gzip", gzip.compress(b"x" * 100, mtime=0)[:-9]),
     ("snappy", b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x10\x00abc"),
     ("snappy", b"\x0a\xfe\xff garbage"),
     ("lz4", b"\x04\x22\x4d\x18\x60\x40\x00"),
