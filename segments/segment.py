@@ -41,7 +41,7 @@ from engine.segments.segment_reads import WINDOW_BYTES, MappedReads, OffsetPosit
 from engine.segments.time_index import TimeIndex
 from engine.segments.txn_index import TxnIndex
 
-INT32_MAX = 2**31 - 1
+INT32_MAX = bf.INT32_MAX
 __all__ = ["INT32_MAX", "WINDOW_BYTES", "LogSegment", "OffsetPosition", "SegmentConfig"]
 log = logging.getLogger("kafkalog.segment")
 

@@ -6,10 +6,10 @@ also restores an epoch whose checkpoint a crash cut off; a clean shutdown withou
 remember (Kafka's shortcut). When segments were recovered (their `.txnindex` emptied), the replay starts at or before
 the first of them (newer snapshots are deleted) and writes their aborted-transaction entries again from the markers.
 Leader epochs: checked on open against the batch headers: the batch holding an entry's start carries its epoch (a
-later epoch starts at a batch's base), the batch before that start an earlier epoch, and the log's last batch the
-latest one. A checkpoint can lag the log (a follower's link wrote batches that were never accounted), and a replay
-that starts at a snapshot past where an epoch began sees it late, or not at all; then the entries are rebuilt from
-the headers, with a recovery note.
+later epoch starts at a batch's base); after an unclean shutdown also the batch before that start an earlier epoch,
+and the log's last batch the latest one. Only then can a checkpoint lag the log (a follower's link wrote batches that
+were never accounted), and a replay that starts at a snapshot past where an epoch began sees it late, or not at all.
+Entries that fail a check are rebuilt from the headers, with a recovery note.
 On disk: `<offset>.snapshot` files (txn.producer_state: one at the log end once rebuilt) and `leader-epoch-checkpoint`
 (segments.leader_epoch_checkpoint), each written whole. Crash policy: those files' own; a crash during a rebuild
 leaves what the next open rebuilds again.
@@ -52,14 +52,17 @@ def replay(log, offset: int, end: int, producers: bool, reindexed: frozenset[int
             log.update_producer(batch, batch.base_offset, batch.max_timestamp, index=segment_base in reindexed)
 
 
-def check_leader_epochs(log) -> None:
-    """Rebuild the leader-epoch entries from the batch headers unless they say where each epoch begins (see above)."""
+def check_leader_epochs(log, may_lag: bool) -> None:
+    """Rebuild the leader-epoch entries from the batch headers unless the batch holding each entry's start carries its
+    epoch; when the checkpoint `may_lag` the log (the log was not closed cleanly), also unless each epoch begins at its
+    entry and the last batch carries the latest epoch (see above)."""
     cache = log.leader_epochs
-    wrong = next(((e, o) for i, (e, o) in enumerate(cache.entries) if not _epoch_begins(log, e, o, i > 0)), None)
-    last = _batch_holding(log, log.log_end_offset - 1)
-    if wrong is None and last is not None and last.partition_leader_epoch >= 0 and (
-            last.partition_leader_epoch != cache.latest_epoch):
-        wrong = (last.partition_leader_epoch, last.base_offset)
+    wrong = next(((e, o) for i, (e, o) in enumerate(cache.entries) if not _epoch_begins(log, e, o, i > 0, may_lag)),
+                 None)
+    if wrong is None and may_lag:
+        last = _batch_holding(log, log.log_end_offset - 1)
+        if last is not None and last.partition_leader_epoch >= 0 and last.partition_leader_epoch != cache.latest_epoch:
+            wrong = (last.partition_leader_epoch, last.base_offset)
     if wrong is None:
         return
     log.recovery.note(f"rebuilt {cache.path}: epoch {wrong[0]} at offset {wrong[1]} does not match the log")
@@ -67,13 +70,13 @@ def check_leader_epochs(log) -> None:
     replay(log, log.log_start_offset, log.log_end_offset, producers=False)
 
 
-def _epoch_begins(log, epoch: int, start: int, later: bool) -> bool:
-    """`epoch` begins at `start`: the batch holding it carries it (a `later` entry's at a batch's base; compaction
-    may since have removed that batch, never moved it) and the batch before it carries an earlier one."""
+def _epoch_begins(log, epoch: int, start: int, later: bool, look_before: bool) -> bool:
+    """The batch holding `start` carries `epoch` (a `later` entry's at a batch's base; compaction may since have removed
+    that batch, never moved it) and, if asked to `look_before`, the batch before it carries an earlier epoch."""
     batch = _batch_holding(log, start)
     if batch is None or batch.partition_leader_epoch != epoch or (later and batch.base_offset < start):
         return False
-    before = _batch_holding(log, start - 1) if start > log.log_start_offset else None
+    before = _batch_holding(log, start - 1) if look_before and start > log.log_start_offset else None
     return before is None or before.base_offset >= start or before.partition_leader_epoch < epoch
 
 

@@ -130,7 +130,8 @@ class UnifiedLog:
         # the segments recovered have their .txnindex written again by the replay
         log_rebuild.rebuild_producer_state(self, self.recovery.clean_shutdown,
                                            frozenset(self.recovery.segments_recovered))
-        log_rebuild.check_leader_epochs(self)  # (after the replay, whose entries it checks too)
+        # (after the replay, whose entries it checks too; only a log not closed cleanly can hold unaccounted batches)
+        log_rebuild.check_leader_epochs(self, may_lag=not self.recovery.clean_shutdown)
         self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
         self._follower_append = follower_append.load(segment_appender.selected)(self, AppendInfo)
         self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
