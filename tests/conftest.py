@@ -39,7 +39,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def codec(request):
-    """The codec module of one implementation (engine._native._core or engine.record.records)."""
+    """The codec module of one implementation (engine.record.codec.load: the native modules or their twins)."""
     return codec_selector.load(request.param)
 
 

@@ -101,7 +101,8 @@ def check_wheel(wheel: Path) -> None:
     assert top_level == ["engine"], top_level
     for layer in ("segments", "txn", "replication"):
         assert f"engine/{layer}/__init__.py" in names, f"engine.{layer} is missing"
-    assert any(n.startswith("engine/_native/_core.") and n.endswith(".so") for n in names), "no native core"
+    for module in ("_records", "_records_builder", "_columnar", "_log_scan", "_log_validator", "_cleaner_records"):
+        assert any(n.startswith(f"engine/_native/{module}.") and n.endswith(".so") for n in names), f"no {module}"
     assert not any(n.startswith(("bench/", "tests/")) for n in names)
     if shutil.which("javac") or os.environ.get("JAVA_HOME"):  # setup built the JVM source: the wheel carries it
         assert "engine/spark/jvm/kafkalog-spark.jar" in names, "the wheel lacks kafkalog-spark.jar"
@@ -109,7 +110,7 @@ def check_wheel(wheel: Path) -> None:
 
 def check_sdist(sdist: Path) -> None:
     names = tarfile.open(sdist).getnames()
-    for path in ("setup.py", "pyproject.toml", "engine/_native/_core.pyx", "segments/local_log.py",
+    for path in ("setup.py", "pyproject.toml", "engine/_native/_records.pyx", "engine/_native/_codec.pxd", "segments/local_log.py",
                  "txn/unified_log.py", "replication/partition.py", "engine/spark/jvm/src/kafkalog/spark/KafkalogTable.java"):
         assert any(n.split("/", 1)[-1] == path for n in names), f"the sdist lacks {path}"
 

@@ -21,7 +21,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export PYTHONMALLOC=malloc  # every Python allocation through ASan's allocator, so its checks see them too
 export KAFKALOG_REQUIRE_EXTENSIONS=1 KAFKALOG_STRESS_SECONDS=$((3 * SCALE))
 export KAFKALOG_FUZZ_CASES=$((20000 * SCALE)) KAFKALOG_PARSER_FUZZ_CASES=$((5000 * SCALE))
-"$PY" -c "import engine, engine._native._core as c; assert engine.IMPL == 'cython'; print('sanitized core:', c.__file__)"
+"$PY" -c "import engine, engine._native._records as c; assert engine.IMPL == 'cython'; print('sanitized core:', c.__file__)"
 "$PY" -m pytest -q -p no:randomly -p no:cacheprovider \
   tests/unit/test_codec_vectors.py tests/unit/test_codec_roundtrip.py tests/unit/test_codec_errors.py \
   tests/unit/test_scan_to_offset.py tests/unit/test_log_read.py tests/unit/test_segment_appender.py \

@@ -19,18 +19,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from engine._native._core cimport (
-    HEADER_SIZE,
-    Field,
-    Grow,
-    HeaderRef,
-    RecordsBuilder,
-    _byte_view,
-    bytes_field,
-    header_refs,
-    new_builder,
-    pair_refs,
-)
+from engine._native._codec cimport HEADER_SIZE, Field, Grow, HeaderRef
+from engine._native._records cimport _byte_view
+from engine._native._records_builder cimport RecordsBuilder, bytes_field, header_refs, new_builder, pair_refs
 from engine._native._lock cimport (
     pthread_mutex_destroy,
     pthread_mutex_init,

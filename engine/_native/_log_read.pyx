@@ -21,8 +21,9 @@ from cpython.ref cimport PyObject
 from libc.errno cimport errno
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 
-from engine._native._core cimport HEADER_SIZE, as_int64, check_epochs, first_in, index_floor, passed_by, read_all
-from engine._native._core cimport scan_headers, span_of
+from engine._native._codec cimport HEADER_SIZE
+from engine._native._log_scan cimport as_int64, check_epochs, index_floor, read_all, scan_headers, span_of
+from engine._native._records cimport first_in, passed_by
 from engine._native._lock cimport Lock
 
 import os

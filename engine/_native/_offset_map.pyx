@@ -21,7 +21,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
-from engine._native._core cimport KeyRef, record_dropped, retain_records, visit_records
+from engine._native._cleaner_records cimport KeyRef, record_dropped, retain_records, visit_records
 from engine.common.errors import InvalidConfigurationError
 
 cdef extern from "md5_impl.h":

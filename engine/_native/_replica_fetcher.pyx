@@ -6,7 +6,7 @@ fetch and a follower append of them would:
 
 1. pread(2) of the bytes the leader's appends published since the link's last round (at most ROUND_BYTES, whole
    batches; one larger batch is read whole);
-2. each batch checked as the follower's append checks it (engine._native._core.replica_batch: framing, magic, CRC),
+2. each batch checked as the follower's append checks it (engine._native._records.replica_batch: framing, magic, CRC),
    and checked to be what this path may append: the next offset, the link's leader epoch, not a control batch;
 3. write(2) of the checked batches to the follower's `.log` (opened for appending), nothing else;
 4. with the fetcher's mutex held: the batches' 61-byte headers kept for the Python side (`Link.take`: the follower's
@@ -34,7 +34,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcpy
 
-from engine._native._core cimport HEADER_SIZE, read_all, replica_batch
+from engine._native._codec cimport HEADER_SIZE
+from engine._native._log_scan cimport read_all
+from engine._native._records cimport replica_batch
 from engine._native._lock cimport pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t
 from engine._native._lock cimport pthread_mutex_unlock, wait_for
 from engine._native._replica cimport Progress, Replica, on_fetch

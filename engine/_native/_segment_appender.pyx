@@ -26,7 +26,9 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from posix.uio cimport iovec, writev
 
-from engine._native._core cimport HEADER_SIZE, leader_batch, lone_batch_size, replica_batch
+from engine._native._codec cimport HEADER_SIZE
+from engine._native._log_validator cimport leader_batch, lone_batch_size
+from engine._native._records cimport replica_batch
 from engine._native._lock cimport Lock
 
 import logging
@@ -223,7 +225,7 @@ cdef class SegmentAppender:
         """A leader's append of one batch in one call, when its producer state needs no check (no producer id) or
         is the one given (`producer_id` >= 0: the batch must carry that id, `producer_epoch`, `base_sequence` and
         the `transactional` flag, and not be a control batch): the leader's checks of the batch
-        (engine._native._core), offsets from `first_offset` and the leader epoch, the roll check and the write.
+        (engine._native._log_validator), offsets from `first_offset` and the leader epoch, the roll check and the write.
         Returns (next offset, max timestamp, offset of the max timestamp); None, with nothing done, when `data` is
         not one such batch or the segment must roll first (the log's general path then checks, rolls and
         appends)."""

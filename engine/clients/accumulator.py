@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from engine.common.structs import RecordMetadata, TopicPartition
 from engine.record import batch_format as bf
 from engine.record import codec
-from engine.record.records import RecordsBuilder
+from engine.record.records_builder import RecordsBuilder
 
 log = logging.getLogger("kafkalog.producer")
 

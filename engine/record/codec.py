@@ -1,9 +1,11 @@
 """The selector: loads the Cython core or its pure-Python twin, once, at import.
 
-`KAFKALOG_NO_EXTENSIONS=1` forces the twin. Otherwise the core
-`engine._native._core` is used when it imports; if it does not, the twin is
-used with a warning, unless `KAFKALOG_REQUIRE_EXTENSIONS=1`, which makes that
-an ImportError. Both implementations export exactly `API`.
+`KAFKALOG_NO_EXTENSIONS=1` forces the twin. Otherwise the native core (the
+modules engine._native._records, _records_builder, _columnar, _log_scan,
+_log_validator and _cleaner_records) is used when it imports; if it does not,
+the twin (engine.record.records and the modules of the same names) is used with
+a warning, unless `KAFKALOG_REQUIRE_EXTENSIONS=1`, which makes that an
+ImportError. Both implementations export exactly `API`.
 """
 from __future__ import annotations
 
@@ -12,32 +14,37 @@ import os
 import warnings
 from types import ModuleType
 
-API = (
-    "crc32c",
-    "encode_batch",
-    "encode_columnar",
-    "encode_control_batch",
-    "iter_batches",
-    "first_at_or_after",
-    "decode_columnar",
-    "index_search",
-    "scan_to_offset",
-    "take_span",
-    "prepare_leader_append",
-    "RecordBatch",
-    "Record",
-    "ConsumerRecord",
-    "consumer_record",
-    "RecordsBuilder",
-    "rebuild_batch",
-)
+API = {  # each public name of the codec, and the module of each implementation that defines it
+    "crc32c": "records",
+    "iter_batches": "records",
+    "first_at_or_after": "records",
+    "RecordBatch": "records",
+    "Record": "records",
+    "ConsumerRecord": "records",
+    "consumer_record": "records",
+    "encode_batch": "records_builder",
+    "encode_control_batch": "records_builder",
+    "RecordsBuilder": "records_builder",
+    "encode_columnar": "columnar",
+    "decode_columnar": "columnar",
+    "index_search": "log_scan",
+    "scan_to_offset": "log_scan",
+    "take_span": "log_scan",
+    "prepare_leader_append": "log_validator",
+    "rebuild_batch": "cleaner_records",
+}
 
-_MODULES = {"cython": "engine._native._core", "python": "engine.record.records"}
+# where each implementation's modules are: engine._native._records is the twin of engine.record.records, and so on
+_PACKAGES = {"cython": "engine._native._", "python": "engine.record."}
 
 
 def load(impl: str) -> ModuleType:
-    """Import one implementation by name ("cython" or "python") regardless of the environment."""
-    return importlib.import_module(_MODULES[impl])
+    """One implementation ("cython" or "python"), regardless of the environment: a module holding the names of API,
+    gathered from that implementation's modules (an ImportError if one of them does not import)."""
+    codec = ModuleType(f"engine.record.codec:{impl}", f"The {impl} codec's API, from {_PACKAGES[impl]}*.")
+    for name, module in API.items():
+        setattr(codec, name, getattr(importlib.import_module(_PACKAGES[impl] + module), name))
+    return codec
 
 
 LOAD_ERROR: str | None = None  # why the native core did not load, when it did not
@@ -54,7 +61,7 @@ def _select() -> tuple[str, ModuleType]:
         LOAD_ERROR = str(exc)
         if os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1":
             raise ImportError(
-                "kafkalog: the native core engine._native._core did not load and "
+                "kafkalog: the native core (engine._native) did not load and "
                 f"KAFKALOG_REQUIRE_EXTENSIONS=1 ({exc})"
             ) from exc
         warnings.warn(

@@ -58,7 +58,7 @@ def test_builds_native_then_a_compilerless_rebuild_falls_back_without_leaking(so
         assert (tmp_path / "native" / package / "py.typed").is_file(), package
     installed = {p.name for p in (tmp_path / "native").iterdir() if not p.name.endswith(".dist-info")}
     assert installed == {"engine", "bin"} or installed == {"engine"}, f"installed at the top: {sorted(installed)}"
-    assert list((source / "build").rglob("_core*.so")), "the first build leaves a .so in build/"
+    assert list((source / "build").rglob("_records*.so")), "the first build leaves a .so in build/"
 
     # same tree, stale build/ still there, no compiler: installs the twin with a warning
     plain = _install(source, tmp_path / "twin", verbose=True, CC="/bin/false")

@@ -90,7 +90,7 @@ def test_every_module_has_a_layer():
     modules = [_module_name(p, ROOT) for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
     assert modules and all(layer(m) is not None for m in modules)
     assert layer("engine.record.codec") == "engine.record" and layer("engine.clients.producer") == "engine"
-    assert layer("engine._native._core") == "engine._native" and layer("enginex") is None
+    assert layer("engine._native._records") == "engine._native" and layer("enginex") is None
     assert layer(_module_name(ROOT / "txn" / "unified_log.py", ROOT)) == "engine.txn"
 
 

@@ -43,7 +43,7 @@ def test_no_extensions_forces_the_twin():
 
 
 def test_missing_core_warns_or_fails_when_required(tmp_path):
-    """Shadow engine._native._core with a module that fails to import, as a missing .so would."""
+    """Shadow engine._native._records with a module that fails to import, as a missing .so would."""
     shadow = tmp_path / "shadow"
     (shadow / "engine" / "_native").mkdir(parents=True)
     import engine
@@ -55,7 +55,7 @@ def test_missing_core_warns_or_fails_when_required(tmp_path):
     for package in ("segments", "txn", "replication"):  # the layers the engine facade builds on
         shutil.copytree(os.path.join(root, package), shadow / package, ignore=shutil.ignore_patterns("__pycache__"))
     (shadow / "engine" / "_native" / "__init__.py").write_text("")
-    (shadow / "engine" / "_native" / "_core.py").write_text("raise ImportError('no native core here')\n")
+    (shadow / "engine" / "_native" / "_records.py").write_text("raise ImportError('no native core here')\n")
     loose = _run({}, shadow=str(shadow))
     assert loose.returncode == 0, loose.stderr
     assert loose.stdout.strip() == "python"
@@ -69,7 +69,9 @@ def test_the_suite_collects_where_the_native_core_is_not_built():
     """Every test module imports without the native extensions (a clone that never built them): pytest collects the
     whole unit suite, those needing the core marked to skip, rather than failing at collection."""
     hide = "; ".join(f"sys.modules[{m!r}] = None" for m in (
-        "engine._native._core", "engine._native._replica_fetcher", "engine._native._replica", "engine._native._lock",
+        "engine._native._records", "engine._native._records_builder", "engine._native._columnar",
+        "engine._native._log_scan", "engine._native._log_validator", "engine._native._cleaner_records",
+        "engine._native._replica_fetcher", "engine._native._replica", "engine._native._lock",
         "engine._native._log_read", "engine._native._segment_appender", "engine._native._accumulator",
         "engine._native._offset_map"))
     run = _run({"KAFKALOG_NO_EXTENSIONS": "1", "KAFKALOG_REQUIRE_EXTENSIONS": "0"},

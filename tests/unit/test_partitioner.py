@@ -73,7 +73,7 @@ def test_batches_seal_at_batch_size_and_keep_order(producer_impl):
 
 
 def test_native_and_twin_accumulators_agree():
-    pytest.importorskip("engine._native._core")
+    pytest.importorskip("engine._native._accumulator")
     from engine.clients.accumulator import load
     outcomes = []
     for impl in ("cython", "python"):
