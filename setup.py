@@ -68,7 +68,7 @@ def extensions() -> list:
         return Extension(f"engine._native.{name}", sources=sources, include_dirs=[NATIVE], extra_compile_args=flags)
 
     crc = "crc32c_impl.c"  # linked into each module that computes a CRC-32C itself
-    modules = [native("_records", crc), native("_records_builder", crc), native("_columnar"), native("_log_scan"),
+    modules = [native("_records", crc), native("_records_builder", crc), native("_columnar", crc), native("_log_scan"),
                native("_log_validator", crc), native("_cleaner_records"), native("_lock"), native("_accumulator"),
                native("_offset_map", "md5_impl.c"), native("_segment_appender"), native("_log_read"),
                native("_replica"), native("_replica_fetcher")]

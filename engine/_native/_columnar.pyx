@@ -8,11 +8,12 @@ state; thread-safe (each call owns its buffers).
 """
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_AS_STRING
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 from engine._native._codec cimport (
+    ATTRS_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_RECORD_SIZE,
@@ -27,6 +28,8 @@ from engine._native._codec cimport (
     grow_reserve,
     kl_be32,
     kl_be64,
+    kl_crc32c,
+    kl_crc32c_init,
     kl_empty,
 )
 from engine._native._records cimport RecordBatch, _byte_view, _frame_end, _section_bounds
@@ -36,6 +39,8 @@ from engine.record import batch_format as bf
 from engine.record import compression as comp
 from engine.record.columns import BinaryColumn, Columns, HeadersColumn, column_buffers
 from engine.common.errors import InvalidRecordError, RecordTooLargeError
+
+kl_crc32c_init()
 
 
 # --- native buffers (Arrow-compatible, zero-copy) ------------------------------------------
@@ -71,18 +76,64 @@ cdef inline int grow_bit(Grow *g, Py_ssize_t i, bint valid) except -1:
     return 0
 
 
+# A decode's columns are large (a span's values) and often short-lived (a Spark batch, one poll's worth); glibc gives
+# blocks this large back to the kernel when they are freed, so the next decode would fault in every page of its
+# columns again, which costs more than decoding into them. Freed column buffers of at least POOL_MIN bytes are kept
+# instead, up to POOL_BLOCKS of them and POOL_BYTES in all, and the next decode reserves its columns from them. The
+# pool is only touched with the GIL held (a buffer is freed by its NativeBuffer's dealloc).
+cdef enum:
+    POOL_MIN = 128 << 10  # glibc's default threshold for giving a freed block back to the kernel
+    POOL_BLOCKS = 16
+    POOL_BYTES = 64 << 20
+
+cdef char *_pool_data[POOL_BLOCKS]
+cdef Py_ssize_t _pool_cap[POOL_BLOCKS]
+cdef int _pool_n = 0
+cdef Py_ssize_t _pool_total = 0
+
+
+cdef int pool_reserve(Grow *g, Py_ssize_t cap) except -1:
+    """Room for `cap` bytes in a Grow: for an empty one, the smallest kept block that holds them, else (or for one
+    already holding bytes) what grow_reserve gives."""
+    global _pool_n, _pool_total
+    cdef int i, best = -1
+    if g.data == NULL and cap >= POOL_MIN:
+        for i in range(_pool_n):
+            if _pool_cap[i] >= cap and (best < 0 or _pool_cap[i] < _pool_cap[best]):
+                best = i
+    if best < 0:
+        return grow_reserve(g, cap)
+    g.data, g.cap, g.len = _pool_data[best], _pool_cap[best], 0
+    _pool_total -= _pool_cap[best]
+    _pool_n -= 1
+    _pool_data[best], _pool_cap[best] = _pool_data[_pool_n], _pool_cap[_pool_n]
+    return 0
+
+
+cdef void pool_release(char *data, Py_ssize_t cap) noexcept:
+    """Keep a freed column buffer for the next decode if the pool has room for it, else free it."""
+    global _pool_n, _pool_total
+    if cap >= POOL_MIN and _pool_n < POOL_BLOCKS and _pool_total + cap <= POOL_BYTES:
+        _pool_data[_pool_n], _pool_cap[_pool_n] = data, cap
+        _pool_n += 1
+        _pool_total += cap
+    else:
+        free(data)
+
+
 cdef class NativeBuffer:
     """A read-only buffer owning malloc'd memory (int64 'q', int32 'i' or bytes 'B' items)."""
 
     cdef char *data
     cdef Py_ssize_t nbytes
+    cdef Py_ssize_t cap
     cdef Py_ssize_t itemsize
     cdef bytes fmt
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
 
     def __dealloc__(self):
-        free(self.data)
+        pool_release(self.data, self.cap)
 
     def __len__(self):
         return self.shape[0]
@@ -110,8 +161,10 @@ cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
         g.data = <char *>malloc(1)
         if g.data == NULL:
             raise MemoryError()
+        g.cap = 1
     b.data = g.data
     b.nbytes = g.len
+    b.cap = g.cap
     b.itemsize = itemsize
     b.fmt = fmt
     b.shape[0] = g.len // itemsize
@@ -130,7 +183,7 @@ cdef struct BinCol:
 
 
 cdef int bincol_init(BinCol *c) except -1:
-    memset(c, 0, sizeof(BinCol))
+    """Start a zeroed (or reserved) column: its first offset."""
     return grow_i32(&c.offsets, 0)
 
 
@@ -141,14 +194,28 @@ cdef void bincol_free(BinCol *c) noexcept:
 
 
 cdef inline int bincol_add(BinCol *c, Py_ssize_t row, const uint8_t *p, int32_t n) except -1:
+    """Append row `row` (n < 0: null). The validity bitmap is only written once a null has been seen: a column without
+    nulls (the usual case) has none."""
     if n < 0:
-        c.nulls += 1
-        grow_bit(&c.bits, row, False)
+        bincol_null(c, row)
     else:
         if n:
             grow_bytes(&c.data, p, n)
-        grow_bit(&c.bits, row, True)
+        if c.nulls:
+            grow_bit(&c.bits, row, True)
     return grow_i32(&c.offsets, <int32_t>c.data.len)
+
+
+cdef int bincol_null(BinCol *c, Py_ssize_t row) except -1:
+    """Mark row `row` null, starting the bitmap (every earlier row valid) at the first null."""
+    cdef Py_ssize_t full = row >> 3
+    if c.nulls == 0:
+        grow_reserve(&c.bits, full + 1)
+        memset(c.bits.data, 0xFF, full)
+        c.bits.data[full] = <char>((1 << (row & 7)) - 1)
+        c.bits.len = full + 1
+    c.nulls += 1
+    return grow_bit(&c.bits, row, False)
 
 
 cdef object bincol_take(BinCol *c):
@@ -208,15 +275,57 @@ cdef int _reserve_columns(ColState *s, const uint8_t *base, Py_ssize_t n, int64_
             if not base[pos + 22] & 0x07:
                 data += section
         pos += size + LOG_OVERHEAD
-    grow_reserve(&s.offsets, 8 * rows)
-    grow_reserve(&s.timestamps, 8 * rows)
-    grow_reserve(&s.tstypes, 4 * rows)
-    grow_reserve(&s.keys.offsets, 4 * rows)
-    grow_reserve(&s.values.offsets, 4 * rows)
-    grow_reserve(&s.keys.data, data)
-    grow_reserve(&s.values.data, data)
-    grow_reserve(&s.keys.bits, rows // 8 + 1)
-    grow_reserve(&s.values.bits, rows // 8 + 1)
+    pool_reserve(&s.offsets, 8 * rows)
+    pool_reserve(&s.timestamps, 8 * rows)
+    pool_reserve(&s.tstypes, 4 * rows)
+    pool_reserve(&s.keys.offsets, 4 * rows + 4)
+    pool_reserve(&s.values.offsets, 4 * rows + 4)
+    pool_reserve(&s.keys.data, data)
+    pool_reserve(&s.values.data, data)
+    return 0
+
+
+# An uncompressed batch's CRC is computed as its records are decoded, CRC_AHEAD bytes at a time just ahead of them,
+# so each stretch of a large batch is read from memory once, by the CRC, and decoded from the cache. The batch's
+# records only join the columns returned when its CRC matches: a corrupt batch raises the error it raises when the
+# CRC is checked first (the twin's order), whatever its records hold.
+cdef enum:
+    CRC_AHEAD = 16384
+    NO_CRC = -1  # `crc` when the batch's CRC is not computed as it is decoded (not asked, or checked first)
+
+
+cdef object _open_section(RecordBatch b, object mv, Py_ssize_t start, Py_ssize_t end, bint verify_crc,
+                          Py_ssize_t max_decompressed_bytes, const uint8_t **p, const uint8_t **rend, int64_t *crc):
+    """Point p/rend at the records section of `b` (mv[start:end]) and return its owner, as RecordBatch._open does; an
+    uncompressed batch whose CRC is to be verified gets `crc` started over its header (the records follow), any other
+    batch has its CRC checked first, if asked, and `crc` NO_CRC."""
+    crc[0] = NO_CRC
+    if verify_crc and (b.attributes & 0x07 or b.records_count < 0
+                       or <int64_t>b.records_count * MIN_RECORD_SIZE > b._n - HEADER_SIZE):
+        b._ensure_valid()  # before decompressing, or before refusing the record count
+    elif verify_crc:
+        crc[0] = kl_crc32c(0, b._p + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET)
+    if b.attributes & 0x07:
+        b.buffer = mv[start:end]
+    owner = b._section(max_decompressed_bytes)
+    p[0], rend[0] = _section_bounds(b, owner)
+    b._check_count(rend[0] - p[0])
+    return owner
+
+
+cdef inline int64_t _crc_ahead(int64_t crc, const uint8_t **checked, const uint8_t *rend) noexcept:
+    """`crc` extended over the next CRC_AHEAD bytes from *checked (fewer at `rend`), *checked moved past them."""
+    cdef Py_ssize_t n = min(<Py_ssize_t>CRC_AHEAD, rend - checked[0])
+    crc = kl_crc32c(<uint32_t>crc, checked[0], n)
+    checked[0] += n
+    return crc
+
+
+cdef int _check_crc(RecordBatch b, int64_t crc, const uint8_t *checked, const uint8_t *rend) except -1:
+    """Finish the CRC of a batch decoded with it (from `checked` to the section's end `rend`): CorruptRecordError,
+    as RecordBatch.ensure_valid raises it, when it does not match."""
+    if crc != NO_CRC and <uint32_t>kl_crc32c(<uint32_t>crc, checked, rend - checked) != b.crc:
+        b._ensure_valid()
     return 0
 
 
@@ -238,16 +347,18 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
     cdef const uint8_t *p
     cdef const uint8_t *rend
     cdef int64_t offset, ts
+    cdef const uint8_t *checked
     cdef int32_t i, tstype
+    cdef int64_t crc
     cdef int rc
     memset(&s, 0, sizeof(ColState))
     try:
+        _reserve_columns(&s, base, n, lo, hi)
         bincol_init(&s.keys)
         bincol_init(&s.values)
         bincol_init(&s.hkeys)
         bincol_init(&s.hvalues)
         grow_i32(&s.list_offsets, 0)
-        _reserve_columns(&s, base, n, lo, hi)
         while True:
             end = _frame_end(base, n, pos, position, source)
             if end < 0:
@@ -260,17 +371,15 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
             next_offset = min(b.base_offset + b.last_offset_delta + 1, hi)
             if b.attributes & 0x20 or b.base_offset + b.last_offset_delta < lo:
                 continue
-            if verify_crc:
-                b._ensure_valid()
-            if b.attributes & 0x07:
-                b.buffer = mv[start:end]
-            owner = b._section(max_decompressed_bytes)
-            p, rend = _section_bounds(b, owner)
-            b._check_count(rend - p)
+            owner = _open_section(b, mv, start, end, verify_crc, max_decompressed_bytes, &p, &rend, &crc)
+            checked = p if crc != NO_CRC else rend  # the section's bytes before `checked` are in `crc`
             tstype = 1 if b.attributes & 0x08 else 0
             for i in range(b.records_count):
+                if checked - p < CRC_AHEAD // 2 and checked < rend:
+                    crc = _crc_ahead(crc, &checked, rend)
                 rc = _parse_record(&p, rend, &rv, b.last_offset_delta, b.base_timestamp)
                 if rc:
+                    _check_crc(b, crc, checked, rend)
                     b._framing_error(rc)
                 offset = b.base_offset + rv.off_delta
                 if offset < lo or offset >= hi:
@@ -284,6 +393,7 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
                 if headers:
                     _add_headers(&s, rv.headers, rv.end, rv.hcount)
                 s.rows += 1
+            _check_crc(b, crc, checked, rend)
             b._check_end(p, rend)
         header_col = None
         if headers:

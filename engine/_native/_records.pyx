@@ -244,7 +244,7 @@ _FRAMING = (
     None,
     "varint is truncated",
     "varint is too long or overflows its width",
-    "invalid record size: it overruns the batch",
+    bf.SIZE_OVERRUN,
     "a field overruns the record",
     "invalid number of record headers",
     "invalid negative header key size",

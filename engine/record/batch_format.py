@@ -38,6 +38,7 @@ BAD_BATCH_OFFSETS = "batch offsets are negative, or its next offset overflows in
 BAD_OFFSET_DELTA = "record offset delta is outside [0, lastOffsetDelta]"
 TIMESTAMP_OVERFLOW = "record timestamp overflows int64"
 SIZE_MISMATCH = "invalid record size: declared and read sizes differ"
+SIZE_OVERRUN = "invalid record size: it overruns the batch"
 
 COMPRESSION_MASK = 0x07
 LOG_APPEND_TIME_FLAG = 0x08

@@ -260,7 +260,7 @@ class RecordBatch:
                 start = pos
                 size, pos = _read_varint(buf, pos, end)
                 if size < 0 or end - pos < size:
-                    raise InvalidRecordError(f"invalid record size {size}: only {end - pos} bytes remain")
+                    raise InvalidRecordError(bf.SIZE_OVERRUN)
                 rend = pos + size
                 if size < 1:
                     raise InvalidRecordError(bf.SIZE_MISMATCH)

@@ -227,3 +227,48 @@ def test_columnar_offsets_out_of_bounds_are_refused_and_nulls_are_not_checked():
     for impl in IMPLS:
         (batch,) = impl.iter_batches(impl.encode_columnar(values=(data, bad, only_first_valid), timestamps=1))
         assert [r.value for r in batch.records()] == [b"abc", None]
+
+
+def _large_batch(n: int = 400) -> bytearray:
+    """One uncompressed batch of about 60 KiB: past the stretch a columnar decode checks its CRC ahead of."""
+    return bytearray(IMPLS[0].encode_batch([(b"k%d" % i, b"v" * 150, None, i) for i in range(n)]))
+
+
+@pytest.mark.parametrize("where", ["late value", "early framing", "count"])
+def test_a_large_batch_with_a_bad_crc_is_refused_for_its_crc_whatever_it_holds(where):
+    """decode_columnar checks a large batch's CRC as it decodes it: whether the damage lies past where decoding
+    has reached, or breaks a record's framing first, or makes the record count impossible, the error is the CRC
+    mismatch that checking the CRC first gives, and no column comes back."""
+    buf = _large_batch()
+    if where == "late value":
+        buf[-20] ^= 0xFF
+    elif where == "early framing":
+        buf[61] = 0x7F  # the first record's length varint: far past the batch's end
+    else:
+        buf[57:61] = struct.pack(">i", 1 << 20)
+    err = _same_error(lambda impl: impl.decode_columnar(bytes(buf)), E.CorruptRecordError)
+    assert "CRC mismatch" in err.message
+    for impl in IMPLS:  # the same bytes with the CRC check off decode, or fail for what they hold
+        if where == "late value":
+            assert len(impl.decode_columnar(bytes(buf), verify_crc=False)) == 400
+
+
+def test_a_large_batch_whose_framing_breaks_under_a_good_crc_gets_the_framing_error():
+    buf = _large_batch()
+    buf[61] = 0x7F
+    buf[17:21] = struct.pack(">I", IMPLS[0].crc32c(bytes(buf[21:])))
+    err = _same_error(lambda impl: impl.decode_columnar(bytes(buf)), E.InvalidRecordError)
+    assert err.offset == 0
+
+
+def test_columns_kept_alive_are_never_reused_by_later_decodes():
+    """A decode's column buffers are reused by later decodes only once nothing holds them."""
+    for impl in IMPLS:
+        logs = [b"".join(impl.encode_batch([(b"%d" % j, bytes([j % 256]) * 2000, None, j) for j in range(i, i + 300)])
+                         for _ in range(3)) for i in range(0, 60, 20)]
+        kept = [impl.decode_columnar(log) for log in logs]
+        for _ in range(3):  # decodes of other spans, while the first ones are alive
+            for log in reversed(logs):
+                impl.decode_columnar(log)
+        for i, cols in enumerate(kept):
+            assert cols.to_pylist() == impl.decode_columnar(logs[i]).to_pylist()
