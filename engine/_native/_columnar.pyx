@@ -3,8 +3,10 @@
 timestamp types, keys, values and optionally headers, in buffers this module allocates and hands over without a
 copy), and encode_columnar writes one batch from such columns. Twin: engine.record.columnar.
 
-Every read is bounded as in _records.pyx; a column that would pass 2 GiB is refused (RecordTooLargeError). No module
-state; thread-safe (each call owns its buffers).
+Every read is bounded as in _records.pyx; a column that would pass 2 GiB is refused (RecordTooLargeError). An
+uncompressed batch's CRC is verified as it is decoded, and its records join the columns only if it matches. Memory:
+freed column buffers (up to 64 MiB of them) are kept for the next decode (see "pool" below), the module's only state,
+guarded by the GIL; otherwise each call owns its buffers, and calls are thread-safe.
 """
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_AS_STRING
