@@ -1,15 +1,16 @@
 """`python -m bench.compare_builds OTHER_TREE [--rounds N] [--quick]`: the codec rows of this checkout and of another
 one (an older commit, built in place with `make setup` or `python setup.py build_ext --inplace`), measured in one run.
 
-Each round runs the codec suites (bench.codec, the same workloads as `python -m bench`) once in a child process per
-checkout, the two alternating (ABAB...), so both see the same machine. A child imports engine, segments, txn,
-replication and bench from its checkout only. The table gives, per row, kafkalog's median time in each checkout (the
+Each round runs the codec suites (this checkout's bench.codec, the workloads of `python -m bench`) once in a child
+process per checkout, the two alternating (ABAB...), so both see the same machine. A child imports engine, segments,
+txn and replication from its checkout only, and the benchmark code from this one, so both run the same workloads. The table gives, per row, kafkalog's median time in each checkout (the
 median of its rounds), the change, and kafkalog's ratio to aiokafka measured in each checkout's own runs, which
 cancels what the machine did between them.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -20,6 +21,11 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _child(quick: bool) -> None:
+    sys.path.insert(0, os.getcwd())  # the checkout measured: its engine and the layers under it
+    spec = importlib.util.spec_from_file_location("bench", os.path.join(HERE, "bench", "__init__.py"),
+                                                  submodule_search_locations=[os.path.join(HERE, "bench")])
+    sys.modules["bench"] = package = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
     from bench import codec, runner
 
     reps, min_time = (2, 0.05) if quick else (5, 0.4)
@@ -32,8 +38,8 @@ def _child(quick: bool) -> None:
 
 
 def _measure(tree: str, quick: bool) -> dict:
-    env = dict(os.environ, PYTHONPATH=tree)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child"] + (["--quick"] if quick else [])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [sys.executable, "-I", os.path.abspath(__file__), "--child"] + (["--quick"] if quick else [])
     done = subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.PIPE, text=True)
     return json.loads(done.stdout)
 
@@ -69,6 +75,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:  # run as a script: this checkout's bench may not be the one imported
-        sys.path[0] = os.getcwd()
     sys.exit(main())
