@@ -3,9 +3,9 @@ one (an older commit, built in place with `make setup` or `python setup.py build
 
 Each round runs the codec suites (this checkout's bench.codec, the workloads of `python -m bench`) once in a child
 process per checkout, the two alternating (ABAB...), so both see the same machine. A child imports engine, segments,
-txn and replication from its checkout only, and the benchmark code from this one, so both run the same workloads. The table gives, per row, kafkalog's median time in each checkout (the
-median of its rounds), the change, and kafkalog's ratio to aiokafka measured in each checkout's own runs, which
-cancels what the machine did between them.
+txn and replication from its checkout only, and the benchmark code from this one, so both run the same workloads.
+The table gives, per row, kafkalog's median time in each checkout (the median of its rounds), the change, and
+kafkalog's ratio to aiokafka measured in each checkout's own runs, which cancels what the machine did between them.
 """
 from __future__ import annotations
 
