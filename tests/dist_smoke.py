@@ -110,8 +110,9 @@ def check_wheel(wheel: Path) -> None:
 
 def check_sdist(sdist: Path) -> None:
     names = tarfile.open(sdist).getnames()
-    for path in ("setup.py", "pyproject.toml", "engine/_native/_records.pyx", "engine/_native/_codec.pxd", "segments/local_log.py",
-                 "txn/unified_log.py", "replication/partition.py", "engine/spark/jvm/src/kafkalog/spark/KafkalogTable.java"):
+    for path in ("setup.py", "pyproject.toml", "engine/_native/_records.pyx", "engine/_native/_codec.pxd",
+                 "segments/local_log.py", "txn/unified_log.py", "replication/partition.py",
+                 "engine/spark/jvm/src/kafkalog/spark/KafkalogTable.java"):
         assert any(n.split("/", 1)[-1] == path for n in names), f"the sdist lacks {path}"
 
 

@@ -26,9 +26,10 @@ def add_demo(sub) -> None:
 
 def demo(args: argparse.Namespace, out: Output) -> int:
     """Show the build, then encode and decode `--records` records with every codec and verify them."""
+    hw = False
     if engine.IMPL == "cython":
         from engine._native._records import crc32c_hardware_available
-    hw = crc32c_hardware_available() if engine.IMPL == "cython" else False
+        hw = crc32c_hardware_available()
     print(f"kafkalog {engine.__version__}: codec core = {engine.IMPL}"
           f" (CRC-32C {'SSE4.2 hardware' if hw else 'table-driven'})")
     os.makedirs(args.data, exist_ok=True)
