@@ -242,7 +242,7 @@ class UnifiedLog:
             self.leader_epochs.assign(leader_epoch, first)
             if producer_batch is not None:
                 self.update_producer(producer_batch, first,
-                                      append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
+                                     append_time if append_time >= 0 else producer_batch.max_timestamp, marker=marker)
             ps.map_end_offset = end
             return AppendInfo(first, end - 1, max_ts, offset_of_max, append_time, count, size, False, leader_epoch)
 

@@ -34,7 +34,7 @@ from engine._native._codec cimport (
     kl_crc32c_init,
     kl_empty,
 )
-from engine._native._records cimport RecordBatch, _byte_view, _frame_end, _section_bounds
+from engine._native._records cimport RecordBatch, _byte_view, _frame_end
 from engine._native._records_builder cimport _alloc_infos, _finish, _params
 
 from engine.record import batch_format as bf
@@ -298,21 +298,20 @@ cdef enum:
 
 cdef object _open_section(RecordBatch b, object mv, Py_ssize_t start, Py_ssize_t end, bint verify_crc,
                           Py_ssize_t max_decompressed_bytes, const uint8_t **p, const uint8_t **rend, int64_t *crc):
-    """Point p/rend at the records section of `b` (mv[start:end]) and return its owner, as RecordBatch._open does; an
-    uncompressed batch whose CRC is to be verified gets `crc` started over its header (the records follow), any other
-    batch has its CRC checked first, if asked, and `crc` NO_CRC."""
+    """RecordBatch._open for the batch mv[start:end], except that an uncompressed batch whose CRC is to be verified
+    gets `crc` started over its header (its records follow as they are decoded); `crc` is NO_CRC otherwise."""
     crc[0] = NO_CRC
-    if verify_crc and (b.attributes & 0x07 or b.records_count < 0
-                       or <int64_t>b.records_count * MIN_RECORD_SIZE > b._n - HEADER_SIZE):
-        b._ensure_valid()  # before decompressing, or before refusing the record count
-    elif verify_crc:
+    if verify_crc and not b.attributes & 0x07:
         crc[0] = kl_crc32c(0, b._p + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET)
+        try:
+            return b._open(False, max_decompressed_bytes, p, rend)
+        except InvalidRecordError:
+            pass  # its record count is refused: a bad CRC is the error, as when the CRC is checked first
+        b._ensure_valid()
+        return b._open(False, max_decompressed_bytes, p, rend)  # the count's error again
     if b.attributes & 0x07:
-        b.buffer = mv[start:end]
-    owner = b._section(max_decompressed_bytes)
-    p[0], rend[0] = _section_bounds(b, owner)
-    b._check_count(rend[0] - p[0])
-    return owner
+        b.buffer = mv[start:end]  # what _section decompresses
+    return b._open(verify_crc, max_decompressed_bytes, p, rend)
 
 
 cdef inline int64_t _crc_ahead(int64_t crc, const uint8_t **checked, const uint8_t *rend) noexcept:

@@ -2,11 +2,7 @@
 """What the other native modules take from _records.pyx: the decoded Record, the RecordBatch view with the checks
 each decoding pass makes (CRC, record count, framing, the end of the section), and the batch-header walks a read
 makes before it decodes anything (framing, the first record at or after a timestamp, a follower's check)."""
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
-from cpython.bytes cimport PyBytes_AS_STRING
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
-
-from engine._native._codec cimport HEADER_SIZE
 
 
 cdef object _byte_view(object data)
@@ -67,20 +63,6 @@ cdef class RecordBatch:
     cdef int _check_end(self, const uint8_t *p, const uint8_t *end) except -1
     cdef object _open(self, bint verify_crc, Py_ssize_t limit, const uint8_t **p, const uint8_t **end)
     cdef object _first(self, bint keyless, int64_t timestamp, int64_t start_offset)
-
-
-cdef inline (const uint8_t *, const uint8_t *) _section_bounds(RecordBatch b, object owner):
-    """The records section of `b`: its own bytes when `owner` is None, else the decompressed bytes `owner` holds."""
-    cdef const uint8_t *p
-    cdef Py_ssize_t n
-    if owner is None:
-        return b._p + HEADER_SIZE, b._p + b._n
-    if PyByteArray_Check(owner):
-        p = <const uint8_t *>PyByteArray_AS_STRING(owner)
-    else:
-        p = <const uint8_t *>PyBytes_AS_STRING(owner)
-    n = len(owner)
-    return p, p + n
 
 
 cdef Py_ssize_t _frame_end(const uint8_t *base, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t position,

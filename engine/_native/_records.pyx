@@ -11,6 +11,7 @@ is held except while computing a large CRC).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
@@ -683,6 +684,20 @@ cdef class _RecordIterator:
             except InvalidRecordError as exc:
                 raise b._error(InvalidRecordError, exc.message) from None
         return r
+
+
+cdef inline (const uint8_t *, const uint8_t *) _section_bounds(RecordBatch b, object owner):
+    """The records section of `b`: its own bytes when `owner` is None, else the decompressed bytes `owner` holds."""
+    cdef const uint8_t *p
+    cdef Py_ssize_t n
+    if owner is None:
+        return b._p + HEADER_SIZE, b._p + b._n
+    if PyByteArray_Check(owner):
+        p = <const uint8_t *>PyByteArray_AS_STRING(owner)
+    else:
+        p = <const uint8_t *>PyBytes_AS_STRING(owner)
+    n = len(owner)
+    return p, p + n
 
 
 cdef _RecordIterator _iterate(RecordBatch b, bint verify_crc, Py_ssize_t max_decompressed_bytes):
