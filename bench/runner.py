@@ -10,9 +10,15 @@ time per call, the min-max spread, records/s and MB/s, and for each peer the rat
 (> 1 means kafkalog is faster) with its spread across repetitions. Nothing is asserted: the numbers are
 reported, never tested. A suite that leaves an engine's or a client's threads running fails the run: they would run
 beside every later suite.
+
+glibc's allocator moves its thresholds for mapping and trimming memory as blocks are freed (each freed mapped block
+larger than the threshold raises it), so without help a workload holding megabyte blocks would pay page faults or not
+depending on what rows ran before it in the process. The runner pins both thresholds at the values a long-running
+process reaches (32 MiB and 64 MiB), for every contender and every row alike.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -62,8 +68,20 @@ def _time_call(call: Callable[[], object], min_time: float) -> float:
 Suite = Callable[[], list[Workload]]
 
 
+def _pin_heap_thresholds() -> None:
+    """Fix glibc's mmap and trim thresholds at the ceiling its own adjustment reaches (see the module docstring); a
+    no-op on another C library."""
+    if platform.libc_ver()[0] != "glibc":
+        return
+    libc = ctypes.CDLL(None)
+    m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt's parameter numbers (malloc.h)
+    if not (libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 64 << 20)):
+        raise RuntimeError("mallopt refused the benchmark's heap thresholds")
+
+
 def run(suites: list[Suite | list[Workload]], *, reps: int, min_time: float) -> dict:
     """Measure every runnable workload, suite by suite; return the results document (also the JSON written out)."""
+    _pin_heap_thresholds()
     rows: list[dict] = []
     for suite in suites:
         before = set(threading.enumerate())

@@ -4,7 +4,8 @@ timestamp types, keys, values and optionally headers, in buffers this module all
 copy), and encode_columnar writes one batch from such columns. Twin: engine.record.columnar.
 
 Every read is bounded as in _records.pyx; a column that would pass 2 GiB is refused (RecordTooLargeError). An
-uncompressed batch's CRC is verified as it is decoded, and its records join the columns only if it matches. Memory:
+uncompressed batch's CRC is verified as it is decoded, and its records join the columns only if it matches. A decode
+of 4 MiB or more writes its value column with stores that bypass the cache (stream_copy.h). Memory:
 freed column buffers (up to 64 MiB of them) are kept for the next decode (see "pool" below), the module's only state,
 guarded by the GIL; otherwise each call owns its buffers, and calls are thread-safe.
 """
@@ -45,6 +46,11 @@ from engine.common.errors import InvalidRecordError, RecordTooLargeError
 kl_crc32c_init()
 
 
+cdef extern from "stream_copy.h":
+    void kl_stream_copy(uint8_t *dst, const uint8_t *src, size_t n) nogil
+    void kl_stream_fence() nogil
+
+
 # --- native buffers (Arrow-compatible, zero-copy) ------------------------------------------
 
 cdef inline int grow_i64(Grow *g, int64_t v) except -1:
@@ -55,10 +61,15 @@ cdef inline int grow_i32(Grow *g, int32_t v) except -1:
     return grow_put(g, &v, 4)
 
 
-cdef inline int grow_bytes(Grow *g, const uint8_t *p, Py_ssize_t n) except -1:
+cdef inline int grow_bytes(Grow *g, const uint8_t *p, Py_ssize_t n, bint stream) except -1:
+    """Append n bytes; `stream`: with stores that bypass the cache (kl_stream_copy), for a column too large to stay in
+    it anyway."""
     if g.len + n > g.cap:
         grow_reserve(g, n)
-    memcpy(g.data + g.len, p, n)
+    if stream:
+        kl_stream_copy(<uint8_t *>g.data + g.len, p, n)
+    else:
+        memcpy(g.data + g.len, p, n)
     g.len += n
     if g.len > INT32_MAX:
         raise RecordTooLargeError("columnar decode exceeds 2 GiB in one column; read a smaller range")
@@ -177,11 +188,19 @@ cdef NativeBuffer take(Grow *g, Py_ssize_t itemsize, bytes fmt):
 
 
 # --- columnar decode ---------------------------------------------------------------------------
+# A decode whose uncompressed batches hold at least this many bytes writes its value column with stores that bypass
+# the cache: a column that size would not stay there, and ordinary stores would first read each of its lines from
+# memory and push out the input the decode is about to read. Smaller decodes keep their columns in the cache.
+cdef enum:
+    STREAM_MIN_BYTES = 4 << 20
+
+
 cdef struct BinCol:
     Grow data
     Grow offsets
     Grow bits
     Py_ssize_t nulls
+    bint stream  # data is copied with kl_stream_copy (see STREAM_MIN_BYTES)
 
 
 cdef int bincol_init(BinCol *c) except -1:
@@ -202,7 +221,7 @@ cdef inline int bincol_add(BinCol *c, Py_ssize_t row, const uint8_t *p, int32_t 
         bincol_null(c, row)
     else:
         if n:
-            grow_bytes(&c.data, p, n)
+            grow_bytes(&c.data, p, n, c.stream)
         if c.nulls:
             grow_bit(&c.bits, row, True)
     return grow_i32(&c.offsets, <int32_t>c.data.len)
@@ -284,6 +303,7 @@ cdef int _reserve_columns(ColState *s, const uint8_t *base, Py_ssize_t n, int64_
     pool_reserve(&s.values.offsets, 4 * rows + 4)
     pool_reserve(&s.keys.data, data)
     pool_reserve(&s.values.data, data)
+    s.values.stream = data >= STREAM_MIN_BYTES
     return 0
 
 
@@ -396,6 +416,7 @@ def decode_columnar(buffer, *, start_offset=None, end_offset=None, include_heade
                 s.rows += 1
             _check_crc(b, crc, checked, rend)
             b._check_end(p, rend)
+        kl_stream_fence()
         header_col = None
         if headers:
             list_bits = take(&s.list_bits, 1, b"B") if s.list_nulls else None
