@@ -57,11 +57,11 @@ test: setup
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES) tests/stress
 
 # the suites whose behaviour depends on the interpreter, native core and pure-Python twins: unit, interop, fuzz and
-# the simulation. Left to `make test`: the JVM's (Spark), process kills (crash), the long stress runs and the mirror
-# to a cluster, whose Python side is the code these suites run
+# the simulation. Left to `make test`: the JVM's (Spark), process kills (crash), the long stress runs, the mirror
+# to a cluster and the listener's real clients, whose Python side is the code these suites run
 test-interpreter: setup
 	$(PYTEST) -m "not spark" --ignore=tests/broker --ignore=tests/spark --ignore=tests/crash --ignore=tests/stress \
-		--ignore=tests/mirror tests
+		--ignore=tests/mirror --ignore=tests/network/test_listener.py tests
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES)
 
 # `make test-interpreter` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH),
@@ -87,13 +87,14 @@ dist: setup
 test-fast: setup
 	$(PY) -m pytest -q -x -m "not spark" --ignore=tests/broker tests
 
-# 10x CI's fuzzing: decoder and parser inputs (mutation and coverage-guided), seeded operation runs, power cuts,
+# 10x CI's fuzzing: decoder, parser and protocol inputs (mutation and coverage-guided), seeded operation runs, power cuts,
 # random group membership changes and compaction against its model
 fuzz: $(STAMP)
 	@$(PY) -c "import importlib.util as u, sys; u.find_spec('atheris') or print('make fuzz: atheris has no build for Python %d.%d: tests/fuzz runs seeded mutation fuzzing (tests/fuzz/coverage.py mutation_fuzz) instead of coverage-guided fuzzing' % sys.version_info[:2])"
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
-	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 \
-		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz
+	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 KAFKALOG_PROTOCOL_FUZZ_CASES=200000 \
+		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz \
+		tests/network/test_protocol_fuzz.py
 	KAFKALOG_GROUP_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_groups.py -k "random_joins or random_histories"
 	KAFKALOG_COMPACTION_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_compaction.py -k latest_value
 

@@ -417,8 +417,9 @@ class Engine:
         """Block until an append (event registered with `watch`) or `timeout_ms` of clock time."""
         self.clock.wait(event, timeout_ms)
 
-    def watch(self) -> threading.Event:
-        ev = threading.Event()
+    def watch(self, event=None):
+        """Register `event` (a new threading.Event if None; anything with a `set()` method) to be set on appends."""
+        ev = threading.Event() if event is None else event
         with self._registry_lock:
             self._waiters.add(ev)
         return ev
@@ -451,6 +452,12 @@ class Engine:
         """A kafka-python-shaped Consumer reading from this engine (see engine.clients.consumer)."""
         from engine.clients.consumer import Consumer
         return self._register(Consumer(self, *topics, **config))
+
+    def serve(self, host: str = "127.0.0.1", port: int = 9092, **options):
+        """A Kafka protocol listener serving this engine to any Kafka client (port=0 picks a free port); returns its
+        handle, whose close() stops it (closing the engine does too). Options: engine.network.listener.Listener."""
+        from engine.network.listener import Listener
+        return self._register(Listener(self, host, port, **options))
 
     def _register(self, client):
         with self._registry_lock:

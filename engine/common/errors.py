@@ -140,6 +140,12 @@ class InvalidConfigurationError(KafkaError):
     code = 40
 
 
+class InvalidRequestError(KafkaError):
+    """INVALID_REQUEST: a request the broker cannot serve as asked (malformed, or asking what it does not do)."""
+
+    code = 42
+
+
 class UnsupportedVersionError(KafkaError):
     """UNSUPPORTED_VERSION: a feature or option kafkalog does not support (yet)."""
 

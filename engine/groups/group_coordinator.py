@@ -122,7 +122,8 @@ class GroupDescription(NamedTuple):
     protocol: str
     generation: int
     leader: str | None
-    members: list[dict]  # member_id, group_instance_id, client_id, client_host, assignment [TopicPartition]
+    members: list[dict]  # member_id, group_instance_id, client_id, client_host, assignment [TopicPartition],
+    # metadata and assignment_bytes (the member's subscription and assignment as DescribeGroups sends them)
 
 
 class GroupCoordinator:
@@ -629,6 +630,8 @@ class GroupCoordinator:
                 assigned = consumer_protocol.decode_assignment(m.assignment).partitions \
                     if m.assignment and g.protocol_type == consumer_protocol.PROTOCOL_TYPE else []
                 members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                                "client_id": m.client_id, "client_host": m.client_host, "assignment": assigned})
+                                "client_id": m.client_id, "client_host": m.client_host, "assignment": assigned,
+                                "metadata": m.metadata(g.protocol) if g.protocol else b"",
+                                "assignment_bytes": m.assignment or b""})
             return GroupDescription(group_id, g.state, g.protocol_type or "", g.protocol or "", g.generation,
                                     g.leader, members)

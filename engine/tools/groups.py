@@ -61,8 +61,8 @@ def _describe(eng, group_id: str, out: Output) -> int:
                      "currentOffset": None if current is None else current.offset, "logEndOffset": leo,
                      "lag": None if current is None else leo - current.offset,
                      "consumerId": m.get("member_id"), "host": m.get("client_host"), "clientId": m.get("client_id")})
-    members = [{k: (v if k != "assignment" else [f"{tp.topic}-{tp.partition}" for tp in v]) for k, v in m.items()}
-               for m in d.members]
+    members = [{k: (v if k != "assignment" else [f"{tp.topic}-{tp.partition}" for tp in v]) for k, v in m.items()
+                if k not in ("metadata", "assignment_bytes")} for m in d.members]  # (the raw bytes are the wire's)
     text = f"Consumer group '{group_id}' is {d.state} (generation {d.generation}, protocol {d.protocol or '-'}, " \
            f"{len(d.members)} member(s)).\n\n" + _table(
                ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",

@@ -1,0 +1,316 @@
+"""The listener's sockets: one network thread accepts connections, reads request frames and writes response frames;
+a pool of request handler threads runs the requests (engine.network.kafka_apis).
+
+Threads: `kafkalog-network` (a selector over the listening socket, every connection and a wake-up socket pair) and
+`kafkalog-request-handler-N`. A connection has at most one request being handled (the next is not started until that
+request's response is queued, as Kafka mutes a channel), so responses go out in request order. A fetch that finds
+nothing to return before its max wait is parked here, not on a handler thread: it runs again when the engine appends
+anything (the engine's watchers wake the network thread) or at its deadline, so long polls never hold a handler. A
+request waiting for the group coordinator (JoinGroup, SyncGroup) is parked too, and looked at every POLL_S.
+Limits: at most `max_connections` connections (more are closed on accept), a request frame larger than
+`request_max_bytes` closes its connection, a connection idle for `idle_ms` is closed, and a connection whose
+unsent responses exceed `max_unsent_bytes` (a client that never reads) is closed. Each closed connection gets one log
+line; nothing else is affected. close() stops both kinds of thread and closes every socket.
+Crash policy: none (no files).
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from engine.protocol import MalformedRequestError, Request, decode_request
+
+log = logging.getLogger("kafkalog.network")
+
+_SIZE = struct.Struct(">i")
+READ_CHUNK = 1 << 16
+POLL_S = 0.01  # how often parked requests with a readiness check are looked at
+
+
+class Delayed:
+    """What a handler returns for a request to run again later instead of a response: at `deadline`
+    (time.monotonic()), after any append to the engine, or (with `ready`) once ready() is true: a fetch waiting for
+    data, a JoinGroup waiting for its rebalance."""
+    __slots__ = ("deadline", "ready")
+
+    def __init__(self, deadline: float, ready: Callable[[], bool] | None = None) -> None:
+        self.deadline, self.ready = deadline, ready
+
+
+class Connection:
+    __slots__ = ("sock", "peer", "inbuf", "outbox", "unsent", "busy", "last_active", "closed", "id")
+
+    def __init__(self, sock: socket.socket, peer, now: float, conn_id: int) -> None:
+        self.sock, self.peer, self.id = sock, peer, conn_id
+        self.inbuf = bytearray()
+        self.outbox: deque = deque()   # memoryviews/bytes still to send, in order
+        self.unsent = 0
+        self.busy = False              # a request of this connection is being handled (or parked)
+        self.last_active = now
+        self.closed = False
+
+
+class SocketServer:
+    """Listens on (host, port); `handle(request) -> list of response chunks | Delayed | None (no response)`."""
+
+    def __init__(self, host: str, port: int, handle: Callable[[Request], object], *, threads: int = 8,
+                 max_connections: int = 1000, request_max_bytes: int = 100 << 20, idle_ms: int = 600_000,
+                 max_unsent_bytes: int = 256 << 20, ssl_context=None) -> None:
+        self._handle = handle
+        self.max_connections, self.request_max_bytes = max_connections, request_max_bytes
+        self.idle_s, self.max_unsent = idle_ms / 1000, max_unsent_bytes
+        self._listener = socket.create_server((host, port), reuse_port=False, backlog=128)
+        self._listener.setblocking(False)
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._ssl = ssl_context
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._lock = threading.Lock()           # guards _done and _armed (handlers and appends add, the loop takes)
+        self._done: list[tuple[Connection, object, Request]] = []
+        self._parked: list[tuple[float, int, Connection, Request]] = []  # network thread only
+        self._armed = False                     # a parked fetch waits for an append
+        self._conns: dict[int, Connection] = {}
+        self._next_id = 0
+        self._stopping = False
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kafkalog-request-handler")
+        self._thread = threading.Thread(target=self._run, name="kafkalog-network", daemon=True)
+        self._thread.start()
+
+    # --- called from other threads -------------------------------------------------------------------------
+    def set(self) -> None:
+        """An append happened (the engine calls this as one of its watchers): parked fetches run again."""
+        if self._armed:
+            with self._lock:
+                if not self._armed:
+                    return
+                self._armed = False
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is already pending (or the server is closing)
+
+    def close(self) -> None:
+        """Stop accepting, close every connection, stop the network and handler threads."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake()
+        self._thread.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for conn in list(self._conns.values()):
+            self._close(conn, None)
+        self._sel.close()
+        self._listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # --- the network thread ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                timeout = 1.0
+                if self._parked:
+                    timeout = max(0.0, min(timeout, self._parked[0][0] - time.monotonic()))
+                    if any(item[4] is not None for item in self._parked):
+                        timeout = min(timeout, POLL_S)
+                for key, events in self._sel.select(timeout):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        conn = key.data
+                        if events & selectors.EVENT_READ and not conn.closed:
+                            self._read(conn)
+                        if events & selectors.EVENT_WRITE and not conn.closed:
+                            self._flush(conn)
+                self._take_done()
+                self._rerun_parked()
+                self._expire_idle()
+        except Exception:  # the listener must say why it stopped
+            log.exception("kafkalog listener: the network thread failed")
+            raise
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("kafkalog listener: accept failed: %s", exc)
+                return
+            if len(self._conns) >= self.max_connections:
+                log.warning("kafkalog listener: closing a connection from %s: %d connections already open", peer,
+                            self.max_connections)
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._next_id += 1
+            conn = Connection(sock, peer, time.monotonic(), self._next_id)
+            self._conns[conn.id] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        for item in self._parked:  # an append (or close) woke us: every parked fetch looks again
+            if item[4] is None:
+                item[0] = 0.0
+        heapq.heapify(self._parked)
+
+    def _read(self, conn: Connection) -> None:
+        try:
+            data = conn.sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, f"read failed: {exc}")
+            return
+        if not data:
+            self._close(conn, None)
+            return
+        conn.inbuf += data
+        conn.last_active = time.monotonic()
+        if conn.busy and len(conn.inbuf) > 2 * (self.request_max_bytes + 4):
+            self._close(conn, "more than two maximal requests sent while one was in hand")
+            return
+        self._dispatch(conn)
+
+    def _dispatch(self, conn: Connection) -> None:
+        """Hand the next whole request frame of `conn` to a handler, unless one is being handled."""
+        if conn.busy or len(conn.inbuf) < 4:
+            return
+        size = _SIZE.unpack_from(conn.inbuf)[0]
+        if size < 0 or size > self.request_max_bytes:
+            self._close(conn, f"a request frame of {size} bytes (socket.request.max.bytes is "
+                              f"{self.request_max_bytes})")
+            return
+        if len(conn.inbuf) < 4 + size:
+            return
+        frame = bytes(conn.inbuf[4:4 + size])
+        del conn.inbuf[:4 + size]
+        try:
+            request = decode_request(frame)
+        except MalformedRequestError as exc:
+            self._close(conn, str(exc))
+            return
+        conn.busy = True
+        self._submit(conn, request)
+
+    def _submit(self, conn: Connection, request: Request) -> None:
+        def run():
+            try:
+                result = self._handle(request)
+            except Exception as exc:  # a handler bug closes this connection only
+                log.exception("kafkalog listener: %s v%d from %s failed", request.api.name, request.version,
+                              conn.peer)
+                result = exc
+            with self._lock:
+                self._done.append((conn, result, request))
+            self._wake()
+        self._pool.submit(run)
+
+    def _take_done(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+        for conn, result, request in done:
+            if conn.closed:
+                continue
+            if isinstance(result, Delayed):
+                heapq.heappush(self._parked, [result.deadline, id(request), conn, request, result.ready])
+                with self._lock:
+                    self._armed = True
+                continue
+            conn.busy = False
+            if isinstance(result, Exception):
+                self._close(conn, f"{request.api.name} v{request.version} failed: {result}")
+                continue
+            if result is not None:
+                for chunk in result:
+                    conn.outbox.append(memoryview(chunk).cast("B"))
+                    conn.unsent += len(chunk)
+                if conn.unsent > self.max_unsent:
+                    self._close(conn, f"{conn.unsent} bytes of responses unread")
+                    continue
+                self._flush(conn)
+            if not conn.closed:
+                self._dispatch(conn)
+                if not conn.closed:
+                    self._sel.modify(conn.sock, self._events(conn), conn)
+
+    def _rerun_parked(self) -> None:
+        if any(item[4] is not None and item[4]() for item in self._parked):
+            for item in self._parked:
+                if item[4] is not None and item[4]():
+                    item[0] = 0.0
+            heapq.heapify(self._parked)
+        now = time.monotonic()
+        while self._parked and self._parked[0][0] <= now:
+            conn, request = heapq.heappop(self._parked)[2:4]
+            if not conn.closed:
+                self._submit(conn, request)
+
+    @staticmethod
+    def _events(conn: Connection) -> int:
+        """What to wait for on `conn`: always readable (reading on while a request is in hand notices a client that
+        hangs up during a long poll), writable while responses are queued."""
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
+
+    def _flush(self, conn: Connection) -> None:
+        while conn.outbox:
+            try:
+                sent = conn.sock.sendmsg(list(conn.outbox)[:64])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._close(conn, f"write failed: {exc}")
+                return
+            conn.unsent -= sent
+            conn.last_active = time.monotonic()
+            while sent:
+                head = conn.outbox[0]
+                if len(head) <= sent:
+                    sent -= len(head)
+                    conn.outbox.popleft()
+                else:
+                    conn.outbox[0] = head[sent:]
+                    sent = 0
+        self._sel.modify(conn.sock, self._events(conn), conn)
+
+    def _expire_idle(self) -> None:
+        cutoff = time.monotonic() - self.idle_s
+        for conn in [c for c in self._conns.values() if c.last_active < cutoff and not c.busy]:
+            self._close(conn, f"idle for {self.idle_s:.0f} s")
+
+    def _close(self, conn: Connection, why: str | None) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if why:
+            log.warning("kafkalog listener: closing the connection from %s: %s", conn.peer, why)
+        self._conns.pop(conn.id, None)
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()

@@ -1,0 +1,676 @@
+"""The APIs the listener speaks: each one's key, the versions kafkalog accepts, its first flexible version, and the
+fields of its request and response in the notation of engine.protocol.schema (field names and versions are those
+of Kafka's published message schemas, in snake case).
+
+The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format) and stop
+below the versions that address topics by id only (Produce 12+, Fetch 13+): the data path stays name-based.
+Thread-safety: module constants, immutable after import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.protocol.schema import Field, parse_fields
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    flexible_from: int          # the first flexible version (compact fields, tagged fields, header v2/v1)
+    request: list[Field]
+    response: list[Field]
+
+    def flexible(self, version: int) -> bool:
+        return version >= self.flexible_from
+
+    def request_header_version(self, version: int) -> int:
+        return 2 if self.flexible(version) else 1
+
+    def response_header_version(self, version: int) -> int:
+        """ApiVersions always answers with header v0: a client reads it before it knows what the broker speaks."""
+        return 1 if self.flexible(version) and self.key != 18 else 0
+
+
+REQUEST_HEADER = parse_fields("""
+  request_api_key int16 0+
+  request_api_version int16 0+
+  correlation_id int32 0+
+  client_id string 1+ null=1+ ignorable noflex
+""")
+RESPONSE_HEADER = parse_fields("""
+  correlation_id int32 0+
+""")
+
+APIS: dict[int, Api] = {}
+
+
+def _api(key: int, name: str, versions: str, flexible_from: int, request: str, response: str) -> Api:
+    lo, _, hi = versions.partition("-")
+    api = Api(key, name, int(lo), int(hi or lo), flexible_from, parse_fields(request), parse_fields(response))
+    APIS[key] = api
+    return api
+
+
+PRODUCE = _api(0, "Produce", "3-11", 9, """
+  transactional_id string 3+ null=3+ default=null
+  acks int16 0+
+  timeout_ms int32 0+
+  topic_data [] 0+
+    name string 0+
+    partition_data [] 0+
+      index int32 0+
+      records records 0+ null=0+
+""", """
+  responses [] 0+
+    name string 0+
+    partition_responses [] 0+
+      index int32 0+
+      error_code int16 0+
+      base_offset int64 0+
+      log_append_time_ms int64 2+ default=-1 ignorable
+      log_start_offset int64 5+ default=-1 ignorable
+      record_errors [] 8+ ignorable
+        batch_index int32 8+
+        batch_index_error_message string 8+ null=8+ default=null
+      error_message string 8+ null=8+ default=null ignorable
+      current_leader {} 10+ tag=0
+        leader_id int32 10+ default=-1
+        leader_epoch int32 10+ default=-1
+  throttle_time_ms int32 1+ default=0 ignorable
+  node_endpoints [] 10+ tag=0
+    node_id int32 10+
+    host string 10+
+    port int32 10+
+    rack string 10+ null=10+ default=null
+""")
+
+FETCH = _api(1, "Fetch", "4-12", 12, """
+  cluster_id string 12+ null=12+ tag=0 default=null ignorable
+  replica_id int32 0-14 default=-1
+  max_wait_ms int32 0+
+  min_bytes int32 0+
+  max_bytes int32 3+ default=0x7fffffff ignorable
+  isolation_level int8 4+ default=0 ignorable
+  session_id int32 7+ default=0 ignorable
+  session_epoch int32 7+ default=-1 ignorable
+  topics [] 0+
+    topic string 0-12 ignorable
+    partitions [] 0+
+      partition int32 0+
+      current_leader_epoch int32 9+ default=-1 ignorable
+      fetch_offset int64 0+
+      last_fetched_epoch int32 12+ default=-1
+      log_start_offset int64 5+ default=-1 ignorable
+      partition_max_bytes int32 0+
+  forgotten_topics_data [] 7+
+    topic string 7-12 ignorable
+    partitions []int32 7+
+  rack_id string 11+ default= ignorable
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 7+ ignorable
+  session_id int32 7+ default=0
+  responses [] 0+
+    topic string 0-12 ignorable
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      high_watermark int64 0+
+      last_stable_offset int64 4+ default=-1 ignorable
+      log_start_offset int64 5+ default=-1 ignorable
+      diverging_epoch {} 12+ tag=0
+        epoch int32 12+ default=-1
+        end_offset int64 12+ default=-1
+      current_leader {} 12+ tag=1
+        leader_id int32 12+ default=-1
+        leader_epoch int32 12+ default=-1
+      aborted_transactions [] 4+ null=4+ ignorable
+        producer_id int64 4+
+        first_offset int64 4+
+      preferred_read_replica int32 11+ default=-1
+      records records 0+ null=0+
+""")
+
+LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
+  replica_id int32 0+
+  isolation_level int8 2+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      current_leader_epoch int32 4+ default=-1 ignorable
+      timestamp int64 0+
+  timeout_ms int32 10+ ignorable
+""", """
+  throttle_time_ms int32 2+ ignorable
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      timestamp int64 1+ default=-1
+      offset int64 1+ default=-1
+      leader_epoch int32 4+ default=-1
+""")
+
+METADATA = _api(3, "Metadata", "0-12", 9, """
+  topics [] 0+ null=1+
+    topic_id uuid 10+ ignorable
+    name string 0+ null=10+
+  allow_auto_topic_creation bool 4+ default=true
+  include_cluster_authorized_operations bool 8-10
+  include_topic_authorized_operations bool 8+
+""", """
+  throttle_time_ms int32 3+ ignorable
+  brokers [] 0+
+    node_id int32 0+
+    host string 0+
+    port int32 0+
+    rack string 1+ null=1+ default=null ignorable
+  cluster_id string 2+ null=2+ default=null ignorable
+  controller_id int32 1+ default=-1 ignorable
+  topics [] 0+
+    error_code int16 0+
+    name string 0+ null=12+
+    topic_id uuid 10+ ignorable
+    is_internal bool 1+ default=false ignorable
+    partitions [] 0+
+      error_code int16 0+
+      partition_index int32 0+
+      leader_id int32 0+
+      leader_epoch int32 7+ default=-1 ignorable
+      replica_nodes []int32 0+
+      isr_nodes []int32 0+
+      offline_replicas []int32 5+ ignorable
+    topic_authorized_operations int32 8+ default=-2147483648
+  cluster_authorized_operations int32 8-10 default=-2147483648 ignorable
+""")
+
+FIND_COORDINATOR = _api(10, "FindCoordinator", "0-5", 3, """
+  key string 0-3
+  key_type int8 1+ default=0
+  coordinator_keys []string 4+
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 0-3
+  error_message string 1-3 null=1-3 ignorable
+  node_id int32 0-3
+  host string 0-3
+  port int32 0-3
+  coordinators [] 4+
+    key string 4+
+    node_id int32 4+
+    host string 4+
+    port int32 4+
+    error_code int16 4+
+    error_message string 4+ null=4+ ignorable
+""")
+
+API_VERSIONS = _api(18, "ApiVersions", "0-4", 3, """
+  client_software_name string 3+ ignorable
+  client_software_version string 3+ ignorable
+""", """
+  error_code int16 0+
+  api_keys [] 0+
+    api_key int16 0+
+    min_version int16 0+
+    max_version int16 0+
+  throttle_time_ms int32 1+ ignorable
+  supported_features [] 3+ tag=0 ignorable
+    name string 3+
+    min_version int16 3+
+    max_version int16 3+
+  finalized_features_epoch int64 3+ tag=1 default=-1 ignorable
+  finalized_features [] 3+ tag=2 ignorable
+    name string 3+
+    max_version_level int16 3+
+    min_version_level int16 3+
+""")
+
+INIT_PRODUCER_ID = _api(22, "InitProducerId", "0-4", 2, """
+  transactional_id string 0+ null=0+
+  transaction_timeout_ms int32 0+
+  producer_id int64 3+ default=-1
+  producer_epoch int16 3+ default=-1
+""", """
+  throttle_time_ms int32 0+ ignorable
+  error_code int16 0+
+  producer_id int64 0+ default=-1
+  producer_epoch int16 0+
+""")
+
+OFFSET_COMMIT = _api(8, "OffsetCommit", "2-8", 8, """
+  group_id string 0+
+  generation_id_or_member_epoch int32 1+ default=-1 ignorable
+  member_id string 1+ ignorable
+  group_instance_id string 7+ null=7+ default=null
+  retention_time_ms int64 2-4 default=-1 ignorable
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      committed_offset int64 0+
+      committed_leader_epoch int32 6+ default=-1 ignorable
+      commit_timestamp int64 1 default=-1
+      committed_metadata string 0+ null=0+
+""", """
+  throttle_time_ms int32 3+ ignorable
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+""")
+
+OFFSET_FETCH = _api(9, "OffsetFetch", "1-8", 6, """
+  group_id string 0-7
+  topics [] 0-7 null=2-7
+    name string 0-7
+    partition_indexes []int32 0-7
+  groups [] 8+
+    group_id string 8+
+    member_id string 9+ null=9+ default=null ignorable
+    member_epoch int32 9+ default=-1 ignorable
+    topics [] 8+ null=8+
+      name string 8+
+      partition_indexes []int32 8+
+  require_stable bool 7+ default=false
+""", """
+  throttle_time_ms int32 3+ ignorable
+  topics [] 0-7
+    name string 0-7
+    partitions [] 0-7
+      partition_index int32 0-7
+      committed_offset int64 0-7
+      committed_leader_epoch int32 5-7 default=-1 ignorable
+      metadata string 0-7 null=0-7
+      error_code int16 0-7
+  error_code int16 2-7 default=0 ignorable
+  groups [] 8+
+    group_id string 8+
+    topics [] 8+
+      name string 8+
+      partitions [] 8+
+        partition_index int32 8+
+        committed_offset int64 8+
+        committed_leader_epoch int32 8+ default=-1 ignorable
+        metadata string 8+ null=8+
+        error_code int16 8+
+    error_code int16 8+ default=0
+""")
+
+JOIN_GROUP = _api(11, "JoinGroup", "0-9", 6, """
+  group_id string 0+
+  session_timeout_ms int32 0+
+  rebalance_timeout_ms int32 1+ default=-1 ignorable
+  member_id string 0+
+  group_instance_id string 5+ null=5+ default=null
+  protocol_type string 0+
+  protocols [] 0+
+    name string 0+
+    metadata bytes 0+
+  reason string 8+ null=8+ default=null ignorable
+""", """
+  throttle_time_ms int32 2+ ignorable
+  error_code int16 0+
+  generation_id int32 0+ default=-1
+  protocol_type string 7+ null=7+ default=null ignorable
+  protocol_name string 0+ null=7+
+  leader string 0+
+  skip_assignment bool 9+ default=false
+  member_id string 0+
+  members [] 0+
+    member_id string 0+
+    group_instance_id string 5+ null=5+ default=null ignorable
+    metadata bytes 0+
+""")
+
+HEARTBEAT = _api(12, "Heartbeat", "0-4", 4, """
+  group_id string 0+
+  generation_id int32 0+
+  member_id string 0+
+  group_instance_id string 3+ null=3+ default=null
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 0+
+""")
+
+LEAVE_GROUP = _api(13, "LeaveGroup", "0-5", 4, """
+  group_id string 0+
+  member_id string 0-2
+  members [] 3+
+    member_id string 3+
+    group_instance_id string 3+ null=3+ default=null
+    reason string 5+ null=5+ default=null ignorable
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 0+
+  members [] 3+
+    member_id string 3+
+    group_instance_id string 3+ null=3+
+    error_code int16 3+
+""")
+
+SYNC_GROUP = _api(14, "SyncGroup", "0-5", 4, """
+  group_id string 0+
+  generation_id int32 0+
+  member_id string 0+
+  group_instance_id string 3+ null=3+ default=null
+  protocol_type string 5+ null=5+ default=null ignorable
+  protocol_name string 5+ null=5+ default=null ignorable
+  assignments [] 0+
+    member_id string 0+
+    assignment bytes 0+
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 0+
+  protocol_type string 5+ null=5+ default=null ignorable
+  protocol_name string 5+ null=5+ default=null ignorable
+  assignment bytes 0+
+""")
+
+ADD_PARTITIONS_TO_TXN = _api(24, "AddPartitionsToTxn", "0-3", 3, """
+  v3_and_below_transactional_id string 0-3
+  v3_and_below_producer_id int64 0-3
+  v3_and_below_producer_epoch int16 0-3
+  v3_and_below_topics [] 0-3
+    name string 0+
+    partitions []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  results_by_topic_v3_and_below [] 0-3
+    name string 0+
+    results_by_partition [] 0+
+      partition_index int32 0+
+      partition_error_code int16 0+
+""")
+
+ADD_OFFSETS_TO_TXN = _api(25, "AddOffsetsToTxn", "0-3", 3, """
+  transactional_id string 0+
+  producer_id int64 0+
+  producer_epoch int16 0+
+  group_id string 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+""")
+
+END_TXN = _api(26, "EndTxn", "0-3", 3, """
+  transactional_id string 0+
+  producer_id int64 0+
+  producer_epoch int16 0+
+  committed bool 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+""")
+
+TXN_OFFSET_COMMIT = _api(28, "TxnOffsetCommit", "0-3", 3, """
+  transactional_id string 0+
+  group_id string 0+
+  producer_id int64 0+
+  producer_epoch int16 0+
+  generation_id int32 3+ default=-1
+  member_id string 3+ default=
+  group_instance_id string 3+ null=3+ default=null
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      committed_offset int64 0+
+      committed_leader_epoch int32 2+ default=-1 ignorable
+      committed_metadata string 0+ null=0+
+""", """
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+""")
+
+LIST_GROUPS = _api(16, "ListGroups", "0-4", 3, """
+  states_filter []string 4+
+""", """
+  throttle_time_ms int32 1+ ignorable
+  error_code int16 0+
+  groups [] 0+
+    group_id string 0+
+    protocol_type string 0+
+    group_state string 4+ ignorable
+""")
+
+DESCRIBE_GROUPS = _api(15, "DescribeGroups", "0-5", 5, """
+  groups []string 0+
+  include_authorized_operations bool 3+
+""", """
+  throttle_time_ms int32 1+ ignorable
+  groups [] 0+
+    error_code int16 0+
+    group_id string 0+
+    group_state string 0+
+    protocol_type string 0+
+    protocol_data string 0+
+    members [] 0+
+      member_id string 0+
+      group_instance_id string 4+ null=4+ default=null ignorable
+      client_id string 0+
+      client_host string 0+
+      member_metadata bytes 0+
+      member_assignment bytes 0+
+    authorized_operations int32 3+ default=-2147483648
+""")
+
+CREATE_TOPICS = _api(19, "CreateTopics", "0-7", 5, """
+  topics [] 0+
+    name string 0+
+    num_partitions int32 0+
+    replication_factor int16 0+
+    assignments [] 0+
+      partition_index int32 0+
+      broker_ids []int32 0+
+    configs [] 0+
+      name string 0+
+      value string 0+ null=0+
+  timeout_ms int32 0+ default=60000
+  validate_only bool 1+ default=false
+""", """
+  throttle_time_ms int32 2+ ignorable
+  topics [] 0+
+    name string 0+
+    topic_id uuid 7+ ignorable
+    error_code int16 0+
+    error_message string 1+ null=0+ ignorable
+    topic_config_error_code int16 5+ tag=0 ignorable
+    num_partitions int32 5+ default=-1 ignorable
+    replication_factor int16 5+ default=-1 ignorable
+    configs [] 5+ null=5+ ignorable
+      name string 5+
+      value string 5+ null=5+
+      read_only bool 5+
+      config_source int8 5+ default=-1 ignorable
+      is_sensitive bool 5+
+""")
+
+DELETE_TOPICS = _api(20, "DeleteTopics", "0-5", 4, """
+  topic_names []string 0-5 ignorable
+  timeout_ms int32 0+
+""", """
+  throttle_time_ms int32 1+ ignorable
+  responses [] 0+
+    name string 0+ null=6+
+    error_code int16 0+
+    error_message string 5+ null=5+ default=null ignorable
+""")
+
+DELETE_RECORDS = _api(21, "DeleteRecords", "0-2", 2, """
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      offset int64 0+
+  timeout_ms int32 0+
+""", """
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      low_watermark int64 0+
+      error_code int16 0+
+""")
+
+DESCRIBE_CONFIGS = _api(32, "DescribeConfigs", "0-4", 4, """
+  resources [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    configuration_keys []string 0+ null=0+
+  include_synonyms bool 1+ default=false
+  include_documentation bool 3+ default=false
+""", """
+  throttle_time_ms int32 0+
+  results [] 0+
+    error_code int16 0+
+    error_message string 0+ null=0+
+    resource_type int8 0+
+    resource_name string 0+
+    configs [] 0+
+      name string 0+
+      value string 0+ null=0+
+      read_only bool 0+
+      is_default bool 0
+      config_source int8 1+ default=-1 ignorable
+      is_sensitive bool 0+
+      synonyms [] 1+ ignorable
+        name string 1+
+        value string 1+ null=0+
+        source int8 1+
+      config_type int8 3+ default=0 ignorable
+      documentation string 3+ null=0+ ignorable
+""")
+
+CREATE_PARTITIONS = _api(37, "CreatePartitions", "0-3", 2, """
+  topics [] 0+
+    name string 0+
+    count int32 0+
+    assignments [] 0+ null=0+
+      broker_ids []int32 0+
+  timeout_ms int32 0+
+  validate_only bool 0+
+""", """
+  throttle_time_ms int32 0+
+  results [] 0+
+    name string 0+
+    error_code int16 0+
+    error_message string 0+ null=0+ default=null
+""")
+
+INCREMENTAL_ALTER_CONFIGS = _api(44, "IncrementalAlterConfigs", "0-1", 1, """
+  resources [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    configs [] 0+
+      name string 0+
+      config_operation int8 0+
+      value string 0+ null=0+
+  validate_only bool 0+
+""", """
+  throttle_time_ms int32 0+
+  responses [] 0+
+    error_code int16 0+
+    error_message string 0+ null=0+
+    resource_type int8 0+
+    resource_name string 0+
+""")
+
+DESCRIBE_CLUSTER = _api(60, "DescribeCluster", "0-1", 0, """
+  include_cluster_authorized_operations bool 0+
+  endpoint_type int8 1+ default=1
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+ default=null
+  endpoint_type int8 1+ default=1
+  cluster_id string 0+
+  controller_id int32 0+ default=-1
+  brokers [] 0+
+    broker_id int32 0+
+    host string 0+
+    port int32 0+
+    rack string 0+ null=0+ default=null
+  cluster_authorized_operations int32 0+ default=-2147483648
+""")
+
+OFFSET_FOR_LEADER_EPOCH = _api(23, "OffsetForLeaderEpoch", "0-4", 4, """
+  replica_id int32 3+ default=-2 ignorable
+  topics [] 0+
+    topic string 0+
+    partitions [] 0+
+      partition int32 0+
+      current_leader_epoch int32 2+ default=-1 ignorable
+      leader_epoch int32 0+
+""", """
+  throttle_time_ms int32 2+ ignorable
+  topics [] 0+
+    topic string 0+
+    partitions [] 0+
+      error_code int16 0+
+      partition int32 0+
+      leader_epoch int32 1+ default=-1 ignorable
+      end_offset int64 0+ default=-1
+""")
+
+DESCRIBE_PRODUCERS = _api(61, "DescribeProducers", "0", 0, """
+  topics [] 0+
+    name string 0+
+    partition_indexes []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      error_message string 0+ null=0+ default=null
+      active_producers [] 0+
+        producer_id int64 0+
+        producer_epoch int32 0+
+        last_sequence int32 0+ default=-1
+        last_timestamp int64 0+ default=-1
+        coordinator_epoch int32 0+
+        current_txn_start_offset int64 0+ default=-1
+""")
+
+DESCRIBE_TRANSACTIONS = _api(65, "DescribeTransactions", "0", 0, """
+  transactional_ids []string 0+
+""", """
+  throttle_time_ms int32 0+
+  transaction_states [] 0+
+    error_code int16 0+
+    transactional_id string 0+
+    transaction_state string 0+
+    transaction_timeout_ms int32 0+
+    transaction_start_time_ms int64 0+
+    producer_id int64 0+
+    producer_epoch int16 0+
+    topics [] 0+
+      topic string 0+
+      partitions []int32 0+
+""")
+
+LIST_TRANSACTIONS = _api(66, "ListTransactions", "0-1", 0, """
+  state_filters []string 0+
+  producer_id_filters []int64 0+
+  duration_filter int64 1+ default=-1
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  unknown_state_filters []string 0+
+  transaction_states [] 0+
+    transactional_id string 0+
+    producer_id int64 0+
+    transaction_state string 0+
+""")

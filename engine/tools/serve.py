@@ -1,0 +1,50 @@
+"""`kafkalog serve --data DIR --listen HOST:PORT`: open a log directory and serve it to Kafka clients until
+interrupted (SIGINT or SIGTERM), then close it cleanly. Prints one line once listening: the bootstrap address."""
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+import engine
+from engine.common.errors import InvalidConfigurationError
+from engine.tools.output import Output
+
+
+def add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="serve the log directory to Kafka clients (the Kafka protocol) until stopped")
+    p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; "
+                                                               "port 0 picks a free one)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback address (connections are then unauthenticated and unencrypted)")
+    p.add_argument("--advertised-host", help="the host name clients are told to connect to (default: the bound one)")
+    p.add_argument("--no-auto-create-topics", action="store_true",
+                   help="refuse Metadata's topic creation (auto.create.topics.enable=false)")
+    p.set_defaults(func=serve)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidConfigurationError(f"--listen {text!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def serve(args: argparse.Namespace, out: Output, stop: threading.Event | None = None) -> int:
+    host, port = _address(args.listen)
+    stop = stop or threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    try:
+        with engine.open(args.data) as eng:
+            listener = eng.serve(host, port, allow_remote=args.allow_remote, advertised_host=args.advertised_host,
+                                 auto_create_topics=not args.no_auto_create_topics)
+            out.result({"bootstrap": listener.bootstrap, "data": eng.path},
+                       f"kafkalog serving {eng.path} on {listener.bootstrap}")
+            out.stream.flush()
+            stop.wait()
+            listener.close()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

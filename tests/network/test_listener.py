@@ -1,0 +1,401 @@
+"""The protocol listener against real Kafka clients (kafka-python, librdkafka through confluent-kafka, aiokafka) on
+ephemeral 127.0.0.1 ports, and against bad connections: each sees what the in-process API sees, and a broken
+connection never affects another one or the logs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+import engine
+from engine.common.errors import InvalidConfigurationError
+from engine.common.structs import OffsetAndMetadata
+from engine.common.structs import TopicPartition as EngineTopicPartition
+from engine.protocol import decode_response, encode_request
+from engine.protocol import messages as m
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def served(tmp_path):
+    eng = engine.open(str(tmp_path / "data"))
+    listener = eng.serve(port=0)
+    yield eng, listener
+    eng.close()  # closes the listener too
+
+
+def _records(eng, topic: str, partition: int = 0) -> list[tuple]:
+    out = []
+    for batch in eng.log(topic, partition).read(0, max_bytes=1 << 30).batches():
+        out += [(r.offset, r.key, r.value) for r in batch]
+    return out
+
+
+def _call(sock: socket.socket, api, version: int, body: dict, correlation_id: int = 1) -> dict:
+    sock.sendall(encode_request(api, version, correlation_id, body))
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    got, answer = decode_response(api, version, _recv(sock, size))
+    assert got == correlation_id
+    return answer
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_kafka_python_produces_and_consumes_what_the_engine_holds(served):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    eng, listener = served
+    producer = KafkaProducer(bootstrap_servers=listener.bootstrap, acks="all")
+    for i in range(20):
+        producer.send("kp", key=b"k%d" % i, value=b"v%d" % i)  # the topic is made by Metadata's auto-creation
+    producer.flush()
+    producer.close()
+    assert _records(eng, "kp") == [(i, b"k%d" % i, b"v%d" % i) for i in range(20)]
+    with eng.producer() as inproc:  # and the other way round
+        inproc.send("kp", key=b"x", value=b"from-engine").get()
+    consumer = KafkaConsumer(bootstrap_servers=listener.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000, enable_auto_commit=False)
+    from kafka import TopicPartition
+    consumer.assign([TopicPartition("kp", 0)])
+    got = [(r.offset, r.key, r.value) for r in consumer]
+    consumer.close()
+    assert got == _records(eng, "kp") and got[-1] == (20, b"x", b"from-engine")
+
+
+def test_librdkafka_idempotent_producer_and_consumer(served):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    eng, listener = served
+    eng.create_topic("rd", 3)
+    producer = Producer({"bootstrap.servers": listener.bootstrap, "enable.idempotence": True, "linger.ms": 2})
+    failures = []
+    for i in range(3000):
+        producer.produce("rd", key=b"%d" % i, value=b"v%d" % i,
+                         on_delivery=lambda err, msg: failures.append(err) if err else None)
+    assert producer.flush(30) == 0 and failures == []
+    held = {p: _records(eng, "rd", p) for p in range(3)}
+    assert sum(len(v) for v in held.values()) == 3000
+    batch = next(eng.log("rd", 0).read(0, max_bytes=1 << 20).batches())
+    assert batch.producer_id >= 0 and batch.base_sequence == 0  # idempotent: a producer id and sequences
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("rd", p, 0) for p in range(3)])
+    got = {p: [] for p in range(3)}
+    deadline = time.monotonic() + 30
+    while sum(map(len, got.values())) < 3000 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got[msg.partition()].append((msg.offset(), msg.key(), msg.value()))
+    consumer.close()
+    assert got == held
+
+
+def test_aiokafka_produces_and_consumes(served):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    eng, listener = served
+
+    async def run():
+        producer = AIOKafkaProducer(bootstrap_servers=listener.bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send_and_wait("aio", key=b"a%d" % i, value=b"b%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=listener.bootstrap, auto_offset_reset="earliest",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition("aio", 0)])
+            await consumer.seek_to_beginning()
+            out = []
+            while len(out) < 50:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 10)
+                out += [(r.offset, r.key, r.value) for rs in batch.values() for r in rs]
+            return out
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(run())
+    assert got == _records(eng, "aio") == [(i, b"a%d" % i, b"b%d" % i) for i in range(50)]
+
+
+def test_a_long_poll_is_woken_by_an_in_process_append(served):
+    """A remote fetch waiting out a 60 s max wait returns as soon as the engine appends (the poll gives up at 20 s)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    eng, listener = served
+    eng.create_topic("wake", 1)
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "unused", "fetch.wait.max.ms": 60000,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("wake", 0, 0)])
+    assert consumer.poll(1.0) is None  # the fetch is now parked at the listener
+    with eng.producer() as inproc:
+        inproc.send("wake", value=b"now").get()
+    msg = consumer.poll(20.0)
+    consumer.close()
+    assert msg is not None and msg.error() is None and msg.value() == b"now"
+
+
+def test_acks_0_gets_no_response_and_is_appended(served):
+    eng, listener = served
+    eng.create_topic("zero", 1)
+    data = engine.encode_batch([(None, b"fire-and-forget", None, 1)])
+    body = {"acks": 0, "timeout_ms": 1000, "topic_data": [{"name": "zero", "partition_data": [
+        {"index": 0, "records": data}]}]}
+    with socket.create_connection(listener.address) as sock:
+        sock.sendall(encode_request(m.PRODUCE, 9, 1, body))
+        # the next request's answer is the first thing the connection receives
+        answer = _call(sock, m.METADATA, 9, {"topics": [{"name": "zero"}]}, correlation_id=2)
+    assert answer["topics"][0]["name"] == "zero"
+    assert [r[2] for r in _records(eng, "zero")] == [b"fire-and-forget"]
+
+
+def test_api_versions_newer_than_ours_gets_version_0_with_the_ranges(served):
+    _, listener = served
+    header = struct.pack(">hhih", m.API_VERSIONS.key, 99, 5, 3) + b"abc"
+    with socket.create_connection(listener.address) as sock:
+        sock.sendall(struct.pack(">i", len(header) + 7) + header + b"\x00" * 7)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        correlation_id, body = decode_response(m.API_VERSIONS, 0, _recv(sock, size))
+    assert correlation_id == 5 and body["error_code"] == 35
+    ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+    assert ranges == {a.key: (a.min_version, a.max_version) for a in m.APIS.values()}
+
+
+@pytest.mark.parametrize("frame", [
+    struct.pack(">i", 5) + b"\x00\x03\x00",                                  # truncated header (then nothing)
+    struct.pack(">i", 8) + struct.pack(">hhi", 999, 0, 1),                   # an unknown API key
+    struct.pack(">i", 8) + struct.pack(">hhi", m.PRODUCE.key, 1, 1),         # a version we do not speak
+    struct.pack(">i", 10) + struct.pack(">hhih", m.METADATA.key, 1, 1, 40),  # client id runs past the frame
+    struct.pack(">i", 200 << 20),                                            # over socket.request.max.bytes
+    struct.pack(">i", -7),                                                   # a negative size
+], ids=["truncated", "unknown-api", "unsupported-version", "overrun", "too-large", "negative-size"])
+def test_a_bad_connection_is_closed_and_nothing_else_is_touched(served, frame):
+    eng, listener = served
+    eng.create_topic("safe", 1)
+    with eng.producer() as inproc:
+        inproc.send("safe", value=b"kept").get()
+    before = _records(eng, "safe")
+    with socket.create_connection(listener.address) as good, socket.create_connection(listener.address) as bad:
+        assert _call(good, m.METADATA, 1, {"topics": [{"name": "safe"}]})["topics"][0]["error_code"] == 0
+        bad.sendall(frame)
+        if len(frame) < 12 and frame[:4] == struct.pack(">i", 5):
+            bad.shutdown(socket.SHUT_WR)  # a truncated frame is only known to be one when the peer stops
+            assert bad.recv(1) == b""
+        else:
+            assert _closed_by_peer(bad)
+        answer = _call(good, m.METADATA, 1, {"topics": [{"name": "safe"}]}, correlation_id=9)
+    assert answer["topics"][0]["partitions"][0]["leader_id"] == 0
+    assert _records(eng, "safe") == before
+
+
+def test_a_non_loopback_address_must_be_asked_for(tmp_path):
+    with engine.open(str(tmp_path / "d")) as eng:
+        with pytest.raises(InvalidConfigurationError, match="allow_remote"):
+            eng.serve("0.0.0.0", 0)
+        with pytest.raises(InvalidConfigurationError, match="not supported yet"):
+            eng.serve(port=0, sasl={"mechanism": "PLAIN"})
+
+
+def test_kafkalog_serve_cli(tmp_path):
+    """`kafkalog serve` prints its bootstrap address, serves, and closes the directory cleanly on SIGTERM."""
+    from kafka import KafkaProducer
+
+    data = str(tmp_path / "data")
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--data", data, "--listen", "127.0.0.1:0",
+                             "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        line = json.loads(proc.stdout.readline())
+        producer = KafkaProducer(bootstrap_servers=line["bootstrap"], acks="all")
+        producer.send("cli", value=b"over the wire").get(timeout=10)
+        producer.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+    with engine.open(data) as eng:
+        assert eng.clean_shutdown
+        assert [r[2] for r in _records(eng, "cli")] == [b"over the wire"]
+
+
+def _drain(consumer, want: int, seconds: float = 30) -> list:
+    got = []
+    deadline = time.monotonic() + seconds
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append((msg.partition(), msg.offset()))
+    return got
+
+
+def test_librdkafka_group_rebalances_between_two_members_and_commits(served):
+    """Two librdkafka members of one group split four partitions; when one leaves the other takes them all and
+    resumes from the offsets the group committed, which the engine's group coordinator holds."""
+    from confluent_kafka import Consumer, Producer
+
+    eng, listener = served
+    eng.create_topic("g", 4)
+    producer = Producer({"bootstrap.servers": listener.bootstrap})
+    for i in range(400):
+        producer.produce("g", key=b"%d" % i, value=b"x")
+    assert producer.flush(30) == 0
+    conf = {"bootstrap.servers": listener.bootstrap, "group.id": "grp", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
+    first, second = Consumer(conf), Consumer(conf)
+    first.subscribe(["g"])
+    second.subscribe(["g"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (first.assignment() and second.assignment()):
+        first.poll(0.1)
+        second.poll(0.1)
+    mine, theirs = {tp.partition for tp in first.assignment()}, {tp.partition for tp in second.assignment()}
+    assert mine | theirs == {0, 1, 2, 3} and not mine & theirs and mine and theirs
+    got = _drain(first, sum(len(_records(eng, "g", p)) for p in mine))
+    first.commit(asynchronous=False)
+    committed = eng.committed_offsets("grp", [("g", p) for p in mine])
+    assert {tp.partition: om.offset for tp, om in committed.items()} == \
+        {p: len(_records(eng, "g", p)) for p in mine}
+    assert len(got) == sum(len(_records(eng, "g", p)) for p in mine)
+    first.close()  # LeaveGroup: the other member takes every partition, from the committed offsets for first's
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(second.assignment()) < 4:
+        second.poll(0.1)
+    assert {tp.partition for tp in second.assignment()} == {0, 1, 2, 3}
+    rest = _drain(second, 400 - len(got))
+    second.close()
+    assert sorted(rest + got) == sorted((p, o) for p in range(4) for o in range(len(_records(eng, "g", p))))
+
+
+def test_an_in_process_member_and_a_remote_one_share_a_group(served):
+    from kafka import KafkaConsumer
+
+    eng, listener = served
+    eng.create_topic("shared", 2)
+    inproc = eng.consumer("shared", group_id="mixed", auto_offset_reset="earliest")
+    remote = KafkaConsumer("shared", bootstrap_servers=listener.bootstrap, group_id="mixed",
+                           auto_offset_reset="earliest", heartbeat_interval_ms=200)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (remote.assignment() and inproc.assignment()):
+        remote.poll(100)
+        inproc.poll(100)
+    a = {tp.partition for tp in inproc.assignment()}
+    b = {tp.partition for tp in remote.assignment()}
+    remote.close()
+    inproc.close()
+    assert a | b == {0, 1} and not a & b
+    assert eng.groups.describe_group("mixed").protocol_type == "consumer"
+
+
+def test_librdkafka_transactions_commit_abort_and_read_committed(served):
+    """A transactional librdkafka producer commits one transaction (with a group's offsets in it) and aborts
+    another: a read_committed consumer over the listener and the in-process coordinator agree on what is visible."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    eng, listener = served
+    eng.create_topic("tx", 1)
+    producer = Producer({"bootstrap.servers": listener.bootstrap, "transactional.id": "tid-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce("tx", value=b"committed-%d" % i)
+    offsets = [TopicPartition("tx", 0, 42)]
+    group = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "txgroup"})
+    producer.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("tx", value=b"aborted-%d" % i)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    group.close()
+    assert eng.committed("txgroup", ("tx", 0)).offset == 42
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("tx", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(values) < 5:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    assert consumer.poll(1.0) is None  # nothing of the aborted transaction follows
+    consumer.close()
+    assert values == [b"committed-%d" % i for i in range(5)]
+    with eng.consumer(isolation_level="read_committed", auto_offset_reset="earliest") as inproc:
+        inproc.assign([("tx", 0)])
+        seen = [r.value for recs in inproc.poll(2000).values() for r in recs]
+    assert seen == values
+
+
+def test_librdkafka_admin_client(served):
+    """confluent-kafka's AdminClient: create topics (and refuse a duplicate), describe and alter configs, grow a
+    topic, delete records, describe the cluster, list and describe groups, delete a topic; the engine agrees."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ResourceType,
+    )
+
+    eng, listener = served
+    admin = AdminClient({"bootstrap.servers": listener.bootstrap})
+    done = admin.create_topics([NewTopic("adm", 2, 1, config={"retention.ms": "3600000"})])
+    done["adm"].result(20)
+    assert eng.describe_topic("adm").config["retention.ms"] == 3600000
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        admin.create_topics([NewTopic("adm", 1, 1)])["adm"].result(20)
+    res = ConfigResource(ResourceType.TOPIC, "adm")
+    configs = admin.describe_configs([res])[res].result(20)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["cleanup.policy"].value == eng.describe_topic("adm").config["cleanup.policy"]
+    altered = ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([altered])[altered].result(20)
+    assert eng.describe_topic("adm").config["cleanup.policy"] == "compact"
+    admin.create_partitions([NewPartitions("adm", 4)])["adm"].result(20)
+    assert eng.partitions_for("adm") == 4
+    with eng.producer() as inproc:
+        for i in range(10):
+            inproc.send("adm", key=b"%d" % i, value=b"v", partition=0).get()
+    low = admin.delete_records([TopicPartition("adm", 0, 6)])
+    assert list(low.values())[0].result(20).low_watermark == 6
+    assert eng.partition("adm", 0).log_start_offset == 6
+    cluster = admin.describe_cluster().result(20)
+    assert [(n.id, n.port) for n in cluster.nodes] == [(0, listener.address[1])]
+    eng.groups.commit_offsets("idle-group", {EngineTopicPartition("adm", 0): OffsetAndMetadata(3)})
+    listed = admin.list_consumer_groups().result(20)
+    assert "idle-group" in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups(["idle-group"])["idle-group"].result(20)
+    assert described.group_id == "idle-group" and not described.members
+    admin.delete_topics(["adm"])["adm"].result(20)
+    assert "adm" not in eng.list_topics()
+
