@@ -19,8 +19,9 @@ docs/architecture.md ("Locks"). What clients do per call never waits for the adm
 unknown to them until it is whole. Each broker's log manager thread runs flush, retention and checkpoints (broker
 0's also producer-id expiry, ISR expiry, the coordinators' timeouts and expiry), each live broker of several runs a
 replica fetcher thread, one native thread runs the linked followers' steady-state fetch rounds without the GIL, and
-one thread, started when another process first asks, applies staged writes; all stop on close(), whose every step
-runs whatever the one before raised.
+one thread, started when another process first asks, applies staged writes, and each protocol listener (serve())
+runs a network thread and a pool of request handlers; all stop on close(), whose every step runs whatever the one
+before raised.
 """
 from __future__ import annotations
 

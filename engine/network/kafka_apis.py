@@ -9,7 +9,6 @@ bytes. Thread-safety: handlers run on the listener's request handler threads at 
 from __future__ import annotations
 
 import base64
-import logging
 import time
 import uuid
 import zlib
@@ -23,28 +22,26 @@ from engine.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
-from engine.network.socket_server import Delayed
+from engine.network.sasl import AuthenticationFailed, Authenticator, SaslConfig
+from engine.network.socket_server import Close, Delayed
 from engine.protocol import APIS, Request, encode_response
 from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 from engine.segments.log_config import LogConfig
 
-log = logging.getLogger("kafkalog.network")
-
 NODE_ID = 0
 UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
 UNSUPPORTED_VERSION = 35
-COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
 OPERATION_NOT_ATTEMPTED = 55
 INVALID_CONFIG = 40
 GROUP_ID_NOT_FOUND = 69
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = 33, 34, 58
+_BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
 SET, DELETE = 0, 1                              # IncrementalAlterConfigs' operations
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5     # DescribeConfigs' config sources
-EARLIEST, LATEST = -2, -1
 
 
 def error_code(exc: BaseException) -> int:
@@ -56,8 +53,9 @@ class KafkaApis:
     """Answers decoded requests: `handle(request)` gives response chunks, Delayed, or None (acks=0 produce)."""
 
     def __init__(self, engine, host: str, port: int, *, auto_create_topics: bool = True,
-                 default_partitions: int = 1) -> None:
+                 default_partitions: int = 1, sasl: SaslConfig | None = None) -> None:
         self.engine, self.host, self.port = engine, host, port
+        self.sasl = sasl
         self.auto_create_topics, self.default_partitions = auto_create_topics, default_partitions
         self.cluster_id = _cluster_id(engine.path)
         self._handlers = {m.API_VERSIONS.key: self.api_versions, m.METADATA.key: self.metadata,
@@ -78,13 +76,45 @@ class KafkaApis:
                           m.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
                           m.DESCRIBE_PRODUCERS.key: self.describe_producers,
                           m.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
-                          m.LIST_TRANSACTIONS.key: self.list_transactions}
+                          m.LIST_TRANSACTIONS.key: self.list_transactions,
+                          m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate}
 
     def handle(self, request: Request):
+        session = request.session
+        if session is not None and not session.authenticated and request.api.key not in _BEFORE_AUTHENTICATION:
+            return Close(f"{request.api.name} before SASL authentication")
         body = self._handlers[request.api.key](request)
         if body is None or isinstance(body, Delayed):
             return body
         return encode_response(request.api, request.version, request.correlation_id, body)
+
+    # --- SASL (engine.network.sasl) ----------------------------------------------------------------------------
+    def sasl_handshake(self, request: Request):
+        offered = self.sasl.mechanisms if self.sasl is not None else []
+        session, mechanism = request.session, request.body["mechanism"]
+        if self.sasl is None or session.authenticated or session.authenticator is not None:
+            session.close_after_send = "SaslHandshake out of place"
+            return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": offered}
+        if mechanism not in offered:
+            session.close_after_send = f"SASL mechanism {mechanism!r} is not offered"
+            return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": offered}
+        session.authenticator = Authenticator(self.sasl, mechanism)
+        return {"error_code": 0, "mechanisms": offered}
+
+    def sasl_authenticate(self, request: Request):
+        session = request.session
+        auth = session.authenticator
+        if auth is None or session.authenticated:
+            session.close_after_send = "SaslAuthenticate out of place"
+            return {"error_code": ILLEGAL_SASL_STATE, "error_message": "SaslAuthenticate out of place",
+                    "auth_bytes": b""}
+        try:
+            reply = auth.step(bytes(request.body["auth_bytes"]))
+        except AuthenticationFailed as exc:
+            session.close_after_send = f"SASL {auth.mechanism}: {exc}"
+            return {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(exc), "auth_bytes": b""}
+        session.authenticated = auth.done
+        return {"error_code": 0, "error_message": None, "auth_bytes": reply}
 
     # --- ApiVersions, Metadata, FindCoordinator ---------------------------------------------------------
     def api_versions(self, request: Request) -> dict:
@@ -104,8 +134,12 @@ class KafkaApis:
         else:
             names = [t["name"] for t in wanted]
             create = self.auto_create_topics and request.body["allow_auto_topic_creation"]
+        topics = [self._topic_metadata(name, create) for name in names]
+        if request.version < 12:  # (a topic asked for by id alone has no name to give back before v12)
+            for t in topics:
+                t["name"] = t["name"] or ""
         return {"brokers": [self._broker()], "cluster_id": self.cluster_id, "controller_id": NODE_ID,
-                "topics": [self._topic_metadata(name, create) for name in names]}
+                "topics": topics}
 
     def _topic_metadata(self, name: str | None, create: bool) -> dict:
         eng = self.engine
@@ -119,9 +153,8 @@ class KafkaApis:
                     raise
                 try:
                     eng.create_topic(name, self.default_partitions)
-                except KafkaError as exc:
-                    if getattr(exc, "code", None) != 36:  # TOPIC_ALREADY_EXISTS: a concurrent request made it
-                        raise
+                except TopicAlreadyExistsError:
+                    pass  # a concurrent request made it
                 rec = eng.admin.topic(name)
         except KafkaError as exc:
             return {"error_code": error_code(exc), "name": name, "partitions": []}

@@ -1,7 +1,9 @@
 """`Engine.serve()`'s handle: the socket server and the API handlers wired to one engine.
 
 Binding: 127.0.0.1 (or another loopback address) unless `allow_remote=True`; a non-loopback address without TLS
-logs one warning. Threads and limits: engine.network.socket_server. close() stops the listener (the engine stays
+logs one warning. `ssl_context` (a server-side ssl.SSLContext with its certificate loaded) makes every connection TLS,
+as a broker's SSL listener; `sasl` ({"mechanisms": ["PLAIN", "SCRAM-SHA-256"], "users": {name: password}}) makes
+every connection authenticate first (engine.network.sasl), as a SASL_PLAINTEXT or SASL_SSL listener. Threads and limits: engine.network.socket_server. close() stops the listener (the engine stays
 open); closing the engine closes its listeners first.
 """
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import ssl
 
 from engine.common.errors import InvalidConfigurationError
 from engine.network.kafka_apis import KafkaApis
+from engine.network.sasl import SaslConfig
 from engine.network.socket_server import SocketServer
 
 log = logging.getLogger("kafkalog.network")
@@ -32,16 +36,18 @@ class Listener:
                  advertised_host: str | None = None, auto_create_topics: bool = True, default_partitions: int = 1,
                  threads: int = 8, max_connections: int = 1000, request_max_bytes: int = 100 << 20,
                  idle_ms: int = 600_000, ssl_context=None, sasl=None) -> None:
-        if sasl is not None:
-            raise InvalidConfigurationError("SASL on the listener is not supported yet")
-        if ssl_context is not None:
-            raise InvalidConfigurationError("TLS on the listener is not supported yet")
+        sasl_config = SaslConfig(sasl) if sasl is not None else None
+        if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
+            raise InvalidConfigurationError(f"ssl_context must be an ssl.SSLContext (server side), got "
+                                            f"{type(ssl_context).__name__}")
         if not _is_loopback(host):
             if not allow_remote:
                 raise InvalidConfigurationError(f"the listener binds {host!r}, not a loopback address: pass "
                                                 f"allow_remote=True to accept connections from other hosts")
-            log.warning("kafkalog listener: %s accepts unauthenticated, unencrypted connections from other hosts",
-                        host)
+            if ssl_context is None or sasl is None:
+                log.warning("kafkalog listener: %s accepts %s connections from other hosts", host,
+                            " and ".join(w for w, off in (("unencrypted", ssl_context is None),
+                                                          ("unauthenticated", sasl is None)) if off))
         for name, value, low in (("threads", threads, 1), ("max_connections", max_connections, 1),
                                  ("request_max_bytes", request_max_bytes, 64), ("idle_ms", idle_ms, 1),
                                  ("default_partitions", default_partitions, 1)):
@@ -49,10 +55,12 @@ class Listener:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= {low}")
         self.engine = engine
         self._server = SocketServer(host, port, self._handle, threads=threads, max_connections=max_connections,
-                                    request_max_bytes=request_max_bytes, idle_ms=idle_ms)
+                                    request_max_bytes=request_max_bytes, idle_ms=idle_ms, ssl_context=ssl_context,
+                                    authenticate=sasl_config is not None)
         self.address = (self._server.host, self._server.port)
         self._apis = KafkaApis(engine, advertised_host or self._server.host, self._server.port,
-                               auto_create_topics=auto_create_topics, default_partitions=default_partitions)
+                               auto_create_topics=auto_create_topics, default_partitions=default_partitions,
+                               sasl=sasl_config)
         engine.watch(self._server)
 
     def _handle(self, request):

@@ -11,14 +11,17 @@ Limits: at most `max_connections` connections (more are closed on accept), a req
 `request_max_bytes` closes its connection, a connection idle for `idle_ms` is closed, and a connection whose
 unsent responses exceed `max_unsent_bytes` (a client that never reads) is closed. Each closed connection gets one log
 line; nothing else is affected. close() stops both kinds of thread and closes every socket.
+With an SSL context every connection is TLS: its handshake is driven by the network thread as bytes arrive.
 Crash policy: none (no files).
 """
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -33,6 +36,7 @@ log = logging.getLogger("kafkalog.network")
 _SIZE = struct.Struct(">i")
 READ_CHUNK = 1 << 16
 POLL_S = 0.01  # how often parked requests with a readiness check are looked at
+_WAKE = object()  # the selector key's data of the wake-up socket
 
 
 class Delayed:
@@ -45,8 +49,28 @@ class Delayed:
         self.deadline, self.ready = deadline, ready
 
 
+class Close:
+    """What a handler returns to close the request's connection without a response (one log line says why)."""
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class Session:
+    """What the handlers keep about one connection: its SASL state, and whether to close it once its last queued
+    response is sent (a failed authentication)."""
+    __slots__ = ("authenticated", "authenticator", "close_after_send")
+
+    def __init__(self, authenticated: bool) -> None:
+        self.authenticated = authenticated
+        self.authenticator = None
+        self.close_after_send: str | None = None
+
+
 class Connection:
-    __slots__ = ("sock", "peer", "inbuf", "outbox", "unsent", "busy", "last_active", "closed", "id")
+    __slots__ = ("sock", "peer", "inbuf", "outbox", "unsent", "busy", "last_active", "closed", "id", "handshaking",
+                 "session")
 
     def __init__(self, sock: socket.socket, peer, now: float, conn_id: int) -> None:
         self.sock, self.peer, self.id = sock, peer, conn_id
@@ -56,31 +80,39 @@ class Connection:
         self.busy = False              # a request of this connection is being handled (or parked)
         self.last_active = now
         self.closed = False
+        self.handshaking = isinstance(sock, ssl.SSLSocket)  # a TLS connection before its handshake completes
+        self.session = Session(authenticated=True)
 
 
 class SocketServer:
-    """Listens on (host, port); `handle(request) -> list of response chunks | Delayed | None (no response)`."""
+    """Listens on (host, port); `handle(request)` gives a list of response chunks, Delayed, Close, or None (no
+    response)."""
 
     def __init__(self, host: str, port: int, handle: Callable[[Request], object], *, threads: int = 8,
                  max_connections: int = 1000, request_max_bytes: int = 100 << 20, idle_ms: int = 600_000,
-                 max_unsent_bytes: int = 256 << 20, ssl_context=None) -> None:
+                 max_unsent_bytes: int = 256 << 20, ssl_context: ssl.SSLContext | None = None,
+                 authenticate: bool = False) -> None:
         self._handle = handle
+        self._authenticate = authenticate  # connections start unauthenticated (SASL)
+        self._ssl = ssl_context
         self.max_connections, self.request_max_bytes = max_connections, request_max_bytes
         self.idle_s, self.max_unsent = idle_ms / 1000, max_unsent_bytes
         self._listener = socket.create_server((host, port), reuse_port=False, backlog=128)
         self._listener.setblocking(False)
         self.host, self.port = self._listener.getsockname()[:2]
-        self._ssl = ssl_context
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ, None)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         self._lock = threading.Lock()           # guards _done and _armed (handlers and appends add, the loop takes)
-        self._done: list[tuple[Connection, object, Request]] = []
-        self._parked: list[tuple[float, int, Connection, Request]] = []  # network thread only
+        self._done: list[tuple[Connection, object, Request, int]] = []
+        self._parked: list[list] = []  # [deadline, id, connection, request, ready]: network thread only
         self._armed = False                     # a parked fetch waits for an append
+        self._appends = itertools.count(1)
+        self._last_append = 0                   # the number of the latest append seen by set() (any order)
+        self._next_idle_check = 0.0
         self._conns: dict[int, Connection] = {}
         self._next_id = 0
         self._stopping = False
@@ -91,6 +123,7 @@ class SocketServer:
     # --- called from other threads -------------------------------------------------------------------------
     def set(self) -> None:
         """An append happened (the engine calls this as one of its watchers): parked fetches run again."""
+        self._last_append = next(self._appends)  # (a fetch that found nothing just before is run again)
         if self._armed:
             with self._lock:
                 if not self._armed:
@@ -131,7 +164,7 @@ class SocketServer:
                 for key, events in self._sel.select(timeout):
                     if key.data is None:
                         self._accept()
-                    elif key.data == "wake":
+                    elif key.data is _WAKE:
                         self._drain_wake()
                     else:
                         conn = key.data
@@ -162,8 +195,11 @@ class SocketServer:
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:  # the TLS handshake is driven by _read as bytes arrive
+                sock = self._ssl.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             self._next_id += 1
             conn = Connection(sock, peer, time.monotonic(), self._next_id)
+            conn.session.authenticated = not self._authenticate
             self._conns[conn.id] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -179,9 +215,15 @@ class SocketServer:
         heapq.heapify(self._parked)
 
     def _read(self, conn: Connection) -> None:
+        sock = conn.sock
         try:
-            data = conn.sock.recv(READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
+            if conn.handshaking:
+                sock.do_handshake()
+                conn.handshaking = False
+            data = sock.recv(READ_CHUNK)
+            while isinstance(sock, ssl.SSLSocket) and sock.pending():  # decrypted bytes select() cannot see
+                data += sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError as exc:
             self._close(conn, f"read failed: {exc}")
@@ -215,10 +257,12 @@ class SocketServer:
             self._close(conn, str(exc))
             return
         conn.busy = True
+        request.session = conn.session
         self._submit(conn, request)
 
     def _submit(self, conn: Connection, request: Request) -> None:
         def run():
+            seen = self._last_append
             try:
                 result = self._handle(request)
             except Exception as exc:  # a handler bug closes this connection only
@@ -226,24 +270,29 @@ class SocketServer:
                               conn.peer)
                 result = exc
             with self._lock:
-                self._done.append((conn, result, request))
+                self._done.append((conn, result, request, seen))
             self._wake()
         self._pool.submit(run)
 
     def _take_done(self) -> None:
         with self._lock:
             done, self._done = self._done, []
-        for conn, result, request in done:
+        for conn, result, request, seen in done:
             if conn.closed:
                 continue
             if isinstance(result, Delayed):
-                heapq.heappush(self._parked, [result.deadline, id(request), conn, request, result.ready])
+                appended = result.ready is None and self._last_append != seen  # since the handler looked
+                heapq.heappush(self._parked, [0.0 if appended else result.deadline, id(request), conn, request,
+                                              result.ready])
                 with self._lock:
                     self._armed = True
                 continue
             conn.busy = False
             if isinstance(result, Exception):
                 self._close(conn, f"{request.api.name} v{request.version} failed: {result}")
+                continue
+            if isinstance(result, Close):
+                self._close(conn, result.why)
                 continue
             if result is not None:
                 for chunk in result:
@@ -279,8 +328,13 @@ class SocketServer:
     def _flush(self, conn: Connection) -> None:
         while conn.outbox:
             try:
-                sent = conn.sock.sendmsg(list(conn.outbox)[:64])
-            except (BlockingIOError, InterruptedError):
+                if conn.handshaking:
+                    break
+                if isinstance(conn.sock, ssl.SSLSocket):  # (no sendmsg over TLS: one chunk at a time)
+                    sent = conn.sock.send(conn.outbox[0])
+                else:
+                    sent = conn.sock.sendmsg(list(conn.outbox)[:64])
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             except OSError as exc:
                 self._close(conn, f"write failed: {exc}")
@@ -295,10 +349,17 @@ class SocketServer:
                 else:
                     conn.outbox[0] = head[sent:]
                     sent = 0
+        if not conn.outbox and conn.session.close_after_send:
+            self._close(conn, conn.session.close_after_send)
+            return
         self._sel.modify(conn.sock, self._events(conn), conn)
 
     def _expire_idle(self) -> None:
-        cutoff = time.monotonic() - self.idle_s
+        now = time.monotonic()
+        if now < self._next_idle_check:
+            return
+        self._next_idle_check = now + 1.0
+        cutoff = now - self.idle_s
         for conn in [c for c in self._conns.values() if c.last_active < cutoff and not c.busy]:
             self._close(conn, f"idle for {self.idle_s:.0f} s")
 

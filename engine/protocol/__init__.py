@@ -35,6 +35,7 @@ class Request:
     unsupported_version: int | None = None   # an ApiVersions request newer than ours: answered at v0 with error 35
     deadline: float | None = None   # a parked request's time.monotonic() deadline (set by its first run)
     state: object = None            # what a parked request's handler keeps between its runs (a JoinGroup's Pending)
+    session: object = None          # its connection's Session (engine.network.socket_server), set on dispatch
 
 
 def _read_header(r: Reader) -> tuple[int, int, int]:

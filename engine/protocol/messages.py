@@ -4,6 +4,7 @@ of Kafka's published message schemas, in snake case).
 
 The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format) and stop
 below the versions that address topics by id only (Produce 12+, Fetch 13+): the data path stays name-based.
+ListOffsets stops before v7, whose max-timestamp query (timestamp -3) kafkalog cannot answer yet.
 Thread-safety: module constants, immutable after import.
 """
 from __future__ import annotations
@@ -134,7 +135,7 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
       records records 0+ null=0+
 """)
 
-LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
+LIST_OFFSETS = _api(2, "ListOffsets", "1-6", 6, """
   replica_id int32 0+
   isolation_level int8 2+
   topics [] 0+
@@ -143,7 +144,6 @@ LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
       partition_index int32 0+
       current_leader_epoch int32 4+ default=-1 ignorable
       timestamp int64 0+
-  timeout_ms int32 10+ ignorable
 """, """
   throttle_time_ms int32 2+ ignorable
   topics [] 0+
@@ -673,4 +673,20 @@ LIST_TRANSACTIONS = _api(66, "ListTransactions", "0-1", 0, """
     transactional_id string 0+
     producer_id int64 0+
     transaction_state string 0+
+""")
+
+SASL_HANDSHAKE = _api(17, "SaslHandshake", "1", 1 << 15, """
+  mechanism string 0+
+""", """
+  error_code int16 0+
+  mechanisms []string 0+
+""")
+
+SASL_AUTHENTICATE = _api(36, "SaslAuthenticate", "0-2", 2, """
+  auth_bytes bytes 0+
+""", """
+  error_code int16 0+
+  error_message string 0+ null=0+
+  auth_bytes bytes 0+
+  session_lifetime_ms int64 1+ default=0 ignorable
 """)

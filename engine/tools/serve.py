@@ -3,7 +3,9 @@ interrupted (SIGINT or SIGTERM), then close it cleanly. Prints one line once lis
 from __future__ import annotations
 
 import argparse
+import json
 import signal
+import ssl
 import threading
 
 import engine
@@ -16,7 +18,11 @@ def add_serve(sub) -> None:
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; "
                                                                "port 0 picks a free one)")
     p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback address (connections are then unauthenticated and unencrypted)")
+                   help="allow a non-loopback address (without TLS and SASL, a warning says what is missing)")
+    p.add_argument("--ssl-certfile", help="PEM certificate (chain) of a TLS listener (with --ssl-keyfile)")
+    p.add_argument("--ssl-keyfile", help="PEM private key of a TLS listener")
+    p.add_argument("--sasl-config", help='a JSON file: {"mechanisms": ["PLAIN", "SCRAM-SHA-256"], '
+                                          '"users": {"name": "password"}}')
     p.add_argument("--advertised-host", help="the host name clients are told to connect to (default: the bound one)")
     p.add_argument("--no-auto-create-topics", action="store_true",
                    help="refuse Metadata's topic creation (auto.create.topics.enable=false)")
@@ -32,13 +38,28 @@ def _address(text: str) -> tuple[str, int]:
 
 def serve(args: argparse.Namespace, out: Output, stop: threading.Event | None = None) -> int:
     host, port = _address(args.listen)
+    context = sasl = None
+    if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
+        raise InvalidConfigurationError("--ssl-certfile and --ssl-keyfile go together")
+    if args.ssl_certfile:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidConfigurationError(f"cannot load the TLS certificate or key: {exc}") from None
+    if args.sasl_config:
+        try:
+            with open(args.sasl_config, encoding="utf-8") as f:
+                sasl = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise InvalidConfigurationError(f"cannot read --sasl-config {args.sasl_config}: {exc}") from None
     stop = stop or threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
         if threading.current_thread() is threading.main_thread() else {}
     try:
         with engine.open(args.data) as eng:
             listener = eng.serve(host, port, allow_remote=args.allow_remote, advertised_host=args.advertised_host,
-                                 auto_create_topics=not args.no_auto_create_topics)
+                                 auto_create_topics=not args.no_auto_create_topics, ssl_context=context, sasl=sasl)
             out.result({"bootstrap": listener.bootstrap, "data": eng.path},
                        f"kafkalog serving {eng.path} on {listener.bootstrap}")
             out.stream.flush()

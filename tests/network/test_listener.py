@@ -219,20 +219,29 @@ def test_a_non_loopback_address_must_be_asked_for(tmp_path):
     with engine.open(str(tmp_path / "d")) as eng:
         with pytest.raises(InvalidConfigurationError, match="allow_remote"):
             eng.serve("0.0.0.0", 0)
-        with pytest.raises(InvalidConfigurationError, match="not supported yet"):
+        with pytest.raises(InvalidConfigurationError, match="sasl must be"):
             eng.serve(port=0, sasl={"mechanism": "PLAIN"})
+        with pytest.raises(InvalidConfigurationError, match="not supported"):
+            eng.serve(port=0, sasl={"mechanisms": ["GSSAPI"], "users": {"a": "b"}})
 
 
 def test_kafkalog_serve_cli(tmp_path):
-    """`kafkalog serve` prints its bootstrap address, serves, and closes the directory cleanly on SIGTERM."""
+    """`kafkalog serve` prints its bootstrap address, serves (here with SASL from a --sasl-config file), and closes
+    the directory cleanly on SIGTERM; a certificate it cannot load is a bad argument (exit status 2)."""
     from kafka import KafkaProducer
 
     data = str(tmp_path / "data")
+    bad = subprocess.run([sys.executable, "-m", "engine", "serve", "--data", data, "--ssl-certfile", "nope.pem",
+                          "--ssl-keyfile", "nope.key"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "cannot load the TLS certificate" in bad.stderr
+    config = tmp_path / "sasl.json"
+    config.write_text(json.dumps({"mechanisms": ["PLAIN"], "users": {"cli": "pass"}}))
     proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--data", data, "--listen", "127.0.0.1:0",
-                             "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                             "--sasl-config", str(config), "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         line = json.loads(proc.stdout.readline())
-        producer = KafkaProducer(bootstrap_servers=line["bootstrap"], acks="all")
+        producer = KafkaProducer(bootstrap_servers=line["bootstrap"], acks="all", security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="PLAIN", sasl_plain_username="cli", sasl_plain_password="pass")
         producer.send("cli", value=b"over the wire").get(timeout=10)
         producer.close()
     finally:
@@ -399,3 +408,81 @@ def test_librdkafka_admin_client(served):
     admin.delete_topics(["adm"])["adm"].result(20)
     assert "adm" not in eng.list_topics()
 
+
+
+def test_tls_with_a_certificate_the_test_makes(tmp_path):
+    """A listener given an SSL context speaks TLS: librdkafka and kafka-python, trusting the certificate the test
+    made, produce and consume; a client speaking plaintext to it gets nowhere."""
+    import ssl
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    with engine.open(str(tmp_path / "data")) as eng, eng.serve(port=0, ssl_context=context) as listener:
+        eng.create_topic("secret", 1)
+        tls = {"bootstrap.servers": listener.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(cert)}
+        producer = Producer(tls)
+        for i in range(100):
+            producer.produce("secret", value=b"s%d" % i)
+        assert producer.flush(20) == 0
+        consumer = Consumer({**tls, "group.id": "unused", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("secret", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 100 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        consumer.close()
+        assert got == [b"s%d" % i for i in range(100)]
+        from kafka import KafkaProducer
+        kp = KafkaProducer(bootstrap_servers=listener.bootstrap, security_protocol="SSL", ssl_cafile=str(cert))
+        kp.send("secret", value=b"from kafka-python").get(timeout=20)
+        kp.close()
+        assert _records(eng, "secret")[-1][2] == b"from kafka-python"
+        with socket.create_connection(listener.address) as plain:
+            plain.sendall(encode_request(m.API_VERSIONS, 0, 1, {}))
+            assert _closed_by_peer(plain)  # the bytes are no TLS handshake
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_sasl_users_the_test_creates(tmp_path, mechanism):
+    """With SASL configured, librdkafka and kafka-python authenticate as a user the test made and then produce and
+    consume; a wrong password is refused, and a request before authenticating closes its connection."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    sasl = {"mechanisms": ["PLAIN", "SCRAM-SHA-256"], "users": {"alice": "wonder-land", "bob": "builder"}}
+    with engine.open(str(tmp_path / "data")) as eng, eng.serve(port=0, sasl=sasl) as listener:
+        eng.create_topic("auth", 1)
+        conf = {"bootstrap.servers": listener.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": "wonder-land"}
+        producer = Producer(conf)
+        producer.produce("auth", value=b"signed")
+        assert producer.flush(20) == 0
+        consumer = Consumer({**conf, "group.id": "authed", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("auth", 0, 0)])
+        msg = None
+        deadline = time.monotonic() + 20
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+        consumer.close()
+        assert msg is not None and msg.error() is None and msg.value() == b"signed"
+        from kafka import KafkaProducer
+        kp = KafkaProducer(bootstrap_servers=listener.bootstrap, security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism=mechanism, sasl_plain_username="bob", sasl_plain_password="builder")
+        kp.send("auth", value=b"bob").get(timeout=20)
+        kp.close()
+        refused = []
+        bad = Producer({**conf, "sasl.password": "wrong", "error_cb": refused.append})
+        bad.produce("auth", value=b"never")
+        bad.flush(3)
+        assert any("uthentication" in str(e) for e in refused), refused
+        with socket.create_connection(listener.address) as early:
+            early.sendall(encode_request(m.METADATA, 1, 1, {"topics": [{"name": "auth"}]}))
+            assert _closed_by_peer(early)
+        assert [r[2] for r in _records(eng, "auth")] == [b"signed", b"bob"]

@@ -4,8 +4,10 @@ field values and re-encodes to the same bytes, and what it encodes, we decode to
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import random
+import re
 
 import pytest
 
@@ -102,3 +104,12 @@ def test_requests_and_responses_agree_with_kafka_python(api, version):
         correlation_id, ours = decode_response(api, version, data[4:])
         assert correlation_id == 91
         _project(ours, body, api.response, version)
+
+
+def test_the_documented_api_table_is_what_the_listener_speaks():
+    """docs/protocol.md's table of APIs and versions is exactly engine.protocol.messages.APIS."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "protocol.md")
+    with open(path, encoding="utf-8") as f:
+        rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+)(?:–(\d+))? \|$", f.read(), re.M)
+    documented = {int(key): (name, int(lo), int(hi or lo)) for name, key, lo, hi in rows}
+    assert documented == {a.key: (a.name, a.min_version, a.max_version) for a in APIS.values()}
