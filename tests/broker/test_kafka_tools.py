@@ -1,0 +1,86 @@
+"""`make interop`: Kafka's own command-line tools and Java clients (KAFKA_HOME's) against a kafkalog listener in this
+process: TopicCommand creates and describes a topic, ConsoleProducer and ConsoleConsumer (in a group) move records,
+GetOffsetShell lists offsets, ProducerPerformance (Java's idempotent producer, acks=all) and ConsumerPerformance (a
+Java consumer group) run, and TransactionsCommand lists and describes an open transaction and its producers; the
+in-process API sees the same records and groups. Not part of `make test` (it needs a Kafka build)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+import engine
+
+RECORDS = int(os.environ.get("KAFKALOG_TOOLS_RECORDS", "200000"))
+
+
+@pytest.fixture(scope="module")
+def run_class():
+    home = os.environ.get("KAFKA_HOME")
+    if not home:
+        raise pytest.UsageError("make interop needs KAFKA_HOME: a Kafka installation or a broker build folder")
+    for name in ("bin/kafka-run-class.sh", "kafka-run-class"):
+        path = os.path.join(home, name)
+        if os.access(path, os.X_OK):
+            return path
+    raise pytest.UsageError(f"KAFKA_HOME={home!r} has no kafka-run-class")
+
+
+def _tool(run_class: str, *args: str, stdin: str = "") -> str:
+    env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx512m"}
+    quiet = os.path.join(os.path.dirname(run_class), "log4j2-tools.properties")  # (a build folder's tools logging)
+    if os.path.exists(quiet):
+        env["KAFKA_LOG4J"] = quiet
+    done = subprocess.run([run_class, *args], input=stdin, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return "\n".join(line for line in done.stdout.splitlines() if not line.startswith("["))
+
+
+def test_kafkas_tools_against_the_listener(tmp_path, run_class):
+    from confluent_kafka import Producer
+
+    with engine.open(str(tmp_path / "data")) as eng, eng.serve(port=0) as listener:
+        b = listener.bootstrap
+        _tool(run_class, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b, "--create", "--topic",
+              "tools", "--partitions", "3", "--config", "retention.ms=86400000")
+        assert eng.partitions_for("tools") == 3 and eng.describe_topic("tools").config["retention.ms"] == 86400000
+        described = _tool(run_class, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b, "--describe",
+                          "--topic", "tools")
+        assert described.count("Leader: 0") == 3 and "retention.ms=86400000" in described
+        _tool(run_class, "org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", b, "--topic", "tools",
+              "--property", "parse.key=true", stdin="k1\tv1\nk2\tv2\nk3\tv3\n")
+        consumed = _tool(run_class, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", b,
+                         "--topic", "tools", "--from-beginning", "--group", "console", "--max-messages", "3",
+                         "--timeout-ms", "20000", "--property", "print.key=true")
+        assert sorted(line for line in consumed.splitlines() if line.startswith("k")) == \
+            ["k1\tv1", "k2\tv2", "k3\tv3"]
+        assert sum(om.offset for om in eng.committed_offsets(
+            "console", [("tools", p) for p in range(3)]).values()) == 3
+        offsets = _tool(run_class, "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", b, "--topic",
+                        "tools")
+        assert sorted(w for w in offsets.split() if w.startswith("tools:")) == \
+            sorted(f"tools:{p}:{eng.partition('tools', p).high_watermark}" for p in range(3))
+        perf = _tool(run_class, "org.apache.kafka.tools.ProducerPerformance", "--topic", "tools", "--num-records",
+                     str(RECORDS), "--record-size", "100", "--throughput", "-1", "--producer-props",
+                     f"bootstrap.servers={b}", "acks=all", "enable.idempotence=true")
+        assert f"{RECORDS} records sent" in perf
+        assert sum(eng.partition("tools", p).high_watermark for p in range(3)) == RECORDS + 3
+        read = _tool(run_class, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", b, "--topic",
+                     "tools", "--messages", str(RECORDS + 3), "--timeout", "60000", "--group", "perf")
+        assert f", {RECORDS + 3}, " in read.splitlines()[-1]
+        producer = Producer({"bootstrap.servers": b, "transactional.id": "left-open"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("tools", value=b"pending", partition=0)
+        producer.flush(30)
+        listed = _tool(run_class, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", b, "list")
+        assert "left-open" in listed and "Ongoing" in listed
+        one = _tool(run_class, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", b, "describe",
+                    "--transactional-id", "left-open")
+        assert "Ongoing" in one and "tools-0" in one
+        producers = _tool(run_class, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", b,
+                          "describe-producers", "--topic", "tools", "--partition", "0")
+        open_txn = eng.describe_topic("tools").partitions[0].log_end_offset - 1
+        assert str(open_txn) in producers  # the open transaction's first offset
+        producer.abort_transaction(30)
