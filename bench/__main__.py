@@ -14,6 +14,7 @@ from bench import (
     compaction,
     kafka,
     curves,
+    listener,
     groups,
     log,
     replication,
@@ -77,12 +78,17 @@ def main(argv=None) -> int:
         # other workloads write between repetitions neither evict that log nor load the disk while it is read
         os.sync()
         doc["rows"] += runner.run([lambda: spark.workloads(q, scratch)], reps=reps, min_time=min_time)["rows"]
-        with kafka.session(scratch) as (broker, local):  # a real broker when KAFKA_HOME is given
-            doc["rows"] += runner.run([lambda: kafka.workloads(q, broker, local)], reps=reps,
+        with kafka.session(scratch) as broker:  # a real broker when KAFKA_HOME is given
+            doc["rows"] += runner.run([lambda: kafka.workloads(q, broker, scratch)], reps=reps,
                                       min_time=min_time)["rows"]
+        with listener.session(scratch) as (served, broker):  # `kafkalog serve` beside a broker (KAFKA_HOME)
+            doc["rows"] += runner.run([lambda: listener.workloads(q, served, broker)], reps=reps,
+                                      min_time=min_time)["rows"]
+            listener_figures = listener.memory_figures(served, broker)
+        listener_figures += listener.startup_figures(q, scratch)
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
                           + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
-                          + spark_stream.figures(args.quick, scratch))
+                          + spark_stream.figures(args.quick, scratch) + listener_figures)
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),

@@ -24,7 +24,10 @@ def _rows(n: int) -> list[tuple[str, str, list[str]]]:
     label = f"{n // 1000}k x {VALUE} B records, keyed, {PARTITIONS} partitions"
     return [("produce", f"per-record send() of {label}, acks=all, linger 5 ms: embedded vs to a local broker",
              ["confluent-kafka to a real broker"]),
-            ("consume", f"per-record iteration over {label}: embedded vs from a local broker",
+            ("consume", f"per-record iteration over {label}, partitions assigned: embedded vs from a local broker",
+             ["confluent-kafka from a real broker"]),
+            ("consume", f"per-record iteration over {label}, each run in a new consumer group (the broker's "
+             f"group.initial.rebalance.delay.ms=0): embedded vs from a local broker",
              ["confluent-kafka from a real broker"]),
             ("mirror", f"kafkalog mirror of {label} into a local broker (transactions of 50k records) vs "
              f"producing them with confluent-kafka (idempotent, no transactions)",
@@ -33,19 +36,19 @@ def _rows(n: int) -> list[tuple[str, str, list[str]]]:
 
 @contextlib.contextmanager
 def session(scratch: str):
-    """A started broker (stopped on exit) and an open engine; None for both without KAFKA_HOME."""
+    """A started broker (stopped on exit); None without KAFKA_HOME."""
     home = os.environ.get("KAFKA_HOME")
     if not home:
-        yield None, None
+        yield None
         return
     from bench.kafka_broker import KafkaBroker
 
-    with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker, \
-            engine.open(tempfile.mkdtemp(dir=scratch)) as local:
-        yield broker, local
+    with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker:
+        yield broker
 
 
-def workloads(quick: bool, broker, local) -> list[Workload]:
+def workloads(quick: bool, broker, scratch: str) -> list[Workload]:
+    """The rows; the engine they use is the suite's, closed after it (its group members' heartbeat thread too)."""
     n = 100_000 if quick else 1_000_000
     if broker is None:
         return [Workload(g, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
@@ -56,6 +59,7 @@ def workloads(quick: bool, broker, local) -> list[Workload]:
 
     from engine import mirror
 
+    local = engine.open(tempfile.mkdtemp(dir=scratch))
     config = {"bootstrap.servers": broker.bootstrap, "logger": QUIET}
     admin = ck.admin.AdminClient(config)
     counter = iter(range(10**9))
@@ -98,18 +102,27 @@ def workloads(quick: bool, broker, local) -> list[Workload]:
     consumed = new_topic("c")
     rdkafka_produce(lambda: consumed)
 
-    def kafkalog_iterate():  # reads each record's key and value, as the peer does
-        with local.consumer("c", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+    def kafkalog_iterate(group: bool):  # reads each record's key and value, as the peer does
+        options = {"group_id": f"g{next(counter)}", "enable_auto_commit": False} if group else {}
+        with local.consumer(*(["c"] if group else []), auto_offset_reset="earliest", consumer_timeout_ms=60_000,
+                            **options) as c:
+            if not group:
+                c.assign([("c", p) for p in range(PARTITIONS)])
             got = 0
             for rec in c:
                 rec.key, rec.value
                 got += 1
+                if got == n:
+                    break
             assert got == n
 
-    def rdkafka_iterate():
+    def rdkafka_iterate(group: bool):
         c = ck.Consumer({**config, "group.id": f"g{next(counter)}", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False})
-        c.subscribe([consumed])
+        if group:
+            c.subscribe([consumed])
+        else:
+            c.assign([ck.TopicPartition(consumed, p, 0) for p in range(PARTITIONS)])
         got, deadline = 0, time.monotonic() + 300
         while got < n and time.monotonic() < deadline:
             msg = c.poll(1)
@@ -127,8 +140,11 @@ def workloads(quick: bool, broker, local) -> list[Workload]:
     label_rows = _rows(n)
     rows = [Workload(label_rows[0][0], label_rows[0][1], n, n * VALUE,
                      [Contender("kafkalog", kafkalog_send), Contender(label_rows[0][2][0], rdkafka_produce)]),
-            Workload(label_rows[1][0], label_rows[1][1], n, n * VALUE,
-                     [Contender("kafkalog", kafkalog_iterate), Contender(label_rows[1][2][0], rdkafka_iterate)]),
-            Workload(label_rows[2][0], label_rows[2][1], n, n * VALUE,
-                     [Contender("kafkalog", kafkalog_mirror), Contender(label_rows[2][2][0], rdkafka_produce)])]
+            *(Workload(label_rows[i][0], label_rows[i][1], n, n * VALUE,
+                       [Contender("kafkalog", lambda g=group: kafkalog_iterate(g)),
+                        Contender(label_rows[i][2][0], lambda g=group: rdkafka_iterate(g))])
+              for i, group in ((1, False), (2, True))),
+            Workload(label_rows[3][0], label_rows[3][1], n, n * VALUE,
+                     [Contender("kafkalog", kafkalog_mirror), Contender(label_rows[3][2][0], rdkafka_produce)])]
+    rows[0].close = local.close
     return rows

@@ -1,0 +1,195 @@
+"""The Kafka protocol listener (`kafkalog serve`, in a process of its own) beside a real Kafka broker (KAFKA_HOME given
+to `make bench`), both on 127.0.0.1 with fresh data directories: confluent-kafka producing n x 100 B keyed records to
+each (acks=all, idempotent, linger 5 ms) and consuming them back (assigned partitions); the time from starting each
+process to its first acknowledged produce; and each process's resident memory at idle and its peak under that load.
+Without KAFKA_HOME the rows are listed as not run."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.kafka import QUIET, VALUE, PARTITIONS
+from bench.log import _figure
+from bench.runner import Contender, Workload
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEEDS = "needs a broker: make bench KAFKA_HOME=<a Kafka installation or build folder>"
+
+
+def _rows(n: int) -> list[tuple[str, str]]:
+    label = f"{n // 1000}k x {VALUE} B records, keyed, {PARTITIONS} partitions"
+    return [("listener", f"confluent-kafka produce of {label}, acks=all, idempotent, linger 5 ms: to kafkalog serve "
+                         f"vs to a broker"),
+            ("listener", f"confluent-kafka consume of {label}, partitions assigned: from kafkalog serve vs from a "
+                         f"broker")]
+
+
+class Served:
+    """`kafkalog serve` on a fresh directory, in a process of its own."""
+
+    def __init__(self, scratch: str) -> None:
+        data = tempfile.mkdtemp(prefix="serve-", dir=scratch)
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--data", data, "--listen",
+                                      "127.0.0.1:0", "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.bootstrap = json.loads(self.proc.stdout.readline())["bootstrap"]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def group_memory(pid: int) -> tuple[float, float]:
+    """(resident MiB now, peak resident MiB) summed over the processes of `pid`'s process group (a launcher script
+    and the JVM it starts count together)."""
+    rss = hwm = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pid:
+                    continue
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        rss += int(fields.get("VmRSS", "0 kB").split()[0])
+        hwm += int(fields.get("VmHWM", "0 kB").split()[0])
+    return rss / 1024, hwm / 1024
+
+
+def _first_ack(bootstrap: str) -> None:
+    """One record produced with acks=all and acknowledged (not idempotent: librdkafka's idempotent producer, made
+    before any broker is up, asks for its producer id on a 500 ms timer, whichever server it talks to)."""
+    import confluent_kafka as ck
+
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": QUIET})
+    producer.produce("first", b"x")
+    assert producer.flush(120) == 0
+
+
+def startup_seconds(scratch: str, home: str) -> tuple[float, float]:
+    """(kafkalog serve, the broker): seconds from starting the process (the broker's storage format included, as
+    its quickstart does) to the first acknowledged produce (acks=all), topic creation included."""
+    from bench.kafka_broker import KafkaBroker
+
+    t0 = time.monotonic()
+    served = Served(scratch)
+    try:
+        _first_ack(served.bootstrap)
+        ours = time.monotonic() - t0
+    finally:
+        served.close()
+    t0 = time.monotonic()
+    with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch), {"num.partitions": 1}) as broker:
+        _first_ack(broker.bootstrap)
+        theirs = time.monotonic() - t0
+    return ours, theirs
+
+
+@contextlib.contextmanager
+def session(scratch: str):
+    """(kafkalog serve, a broker), both stopped on exit; (None, None) without KAFKA_HOME."""
+    home = os.environ.get("KAFKA_HOME")
+    if not home:
+        yield None, None
+        return
+    from bench.kafka_broker import KafkaBroker
+
+    served = Served(scratch)
+    try:
+        with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker:
+            time.sleep(2)  # both settled, nothing asked of them yet
+            served.idle_mib = (group_memory(served.proc.pid)[0], group_memory(broker._proc.pid)[0])
+            yield served, broker
+    finally:
+        served.close()
+
+
+def workloads(quick: bool, served, broker) -> list[Workload]:
+    n = 100_000 if quick else 1_000_000
+    peer = "confluent-kafka with a Kafka broker"
+    if broker is None:
+        return [Workload(g, name, 0, 0, [Contender("kafkalog", None), Contender(peer, None)], not_yet=NEEDS)
+                for g, name in _rows(n)]
+    import confluent_kafka as ck
+    import confluent_kafka.admin  # noqa: F401
+
+    counter = iter(range(10**9))
+    keys = [b"key-%05d" % i for i in range(1000)]
+    values = [os.urandom(VALUE) for _ in range(1000)]
+
+    def new_topic(bootstrap: str, prefix: str) -> str:
+        topic = f"{prefix}{next(counter)}"
+        admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap, "logger": QUIET})
+        admin.create_topics([ck.admin.NewTopic(topic, PARTITIONS, 1)])[topic].result()
+        return topic
+
+    def produce(bootstrap: str, topic: str | None = None) -> str:
+        topic = topic or new_topic(bootstrap, "p")
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                "enable.idempotence": True, "logger": QUIET})
+        send, poll = producer.produce, producer.poll
+        for i in range(n):
+            while True:
+                try:
+                    send(topic, values[i % 1000], keys[i % 1000])
+                    break
+                except BufferError:
+                    poll(0.01)
+            if i % 10_000 == 0:
+                poll(0)
+        assert producer.flush(120) == 0
+        return topic
+
+    def consume(bootstrap: str, topic: str) -> None:
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                         "logger": QUIET})
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        got, deadline = 0, time.monotonic() + 300
+        while got < n and time.monotonic() < deadline:
+            msg = c.poll(1)
+            if msg is not None and msg.error() is None:
+                msg.key(), msg.value()
+                got += 1
+        c.close()
+        assert got == n
+
+    ours_topic = produce(served.bootstrap, new_topic(served.bootstrap, "c"))
+    their_topic = produce(broker.bootstrap, new_topic(broker.bootstrap, "c"))
+    (g0, produce_row), (g1, consume_row) = _rows(n)
+    return [Workload(g0, produce_row, n, n * VALUE, [Contender("kafkalog serve", lambda: produce(served.bootstrap)),
+                                                     Contender(peer, lambda: produce(broker.bootstrap))],
+                     targets={peer: 1.0}),
+            Workload(g1, consume_row, n, n * VALUE,
+                     [Contender("kafkalog serve", lambda: consume(served.bootstrap, ours_topic)),
+                      Contender(peer, lambda: consume(broker.bootstrap, their_topic))], targets={peer: 1.0})]
+
+
+def memory_figures(served, broker) -> list[dict]:
+    """Resident memory of `kafkalog serve` and of the broker: at idle (before the load rows) and at peak (after)."""
+    if broker is None:
+        return []
+    ours, theirs = group_memory(served.proc.pid), group_memory(broker._proc.pid)
+    return [_figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
+                    [served.idle_mib[1]], True),
+            _figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
+                    [theirs[1]], True)]
+
+
+def startup_figures(quick: bool, scratch: str) -> list[dict]:
+    """Start-up to the first acknowledged produce (target ≤ 0.3 s), beside the broker's."""
+    home = os.environ.get("KAFKA_HOME")
+    if not home:
+        return []
+    starts = [startup_seconds(scratch, home) for _ in range(1 if quick else 3)]
+    fig = _figure("listener: process start to the first acknowledged produce (the broker's storage format "
+                  "included)", [s[0] for s in starts], "s", "a Kafka broker", [s[1] for s in starts], True)
+    fig["ceilings"] = [["kafkalog serve", fig["value"], 0.3]]
+    return [fig]
