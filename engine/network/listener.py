@@ -1,10 +1,11 @@
 """`Engine.serve()`'s handle: the socket server and the API handlers wired to one engine.
 
-Binding: 127.0.0.1 (or another loopback address) unless `allow_remote=True`; a non-loopback address without TLS
-logs one warning. `ssl_context` (a server-side ssl.SSLContext with its certificate loaded) makes every connection TLS,
+Binding: 127.0.0.1 (or another loopback address) unless `allow_remote=True`; a non-loopback address without TLS and
+SASL logs one warning. `ssl_context` (a server-side ssl.SSLContext with its certificate loaded) makes every connection TLS,
 as a broker's SSL listener; `sasl` ({"mechanisms": ["PLAIN", "SCRAM-SHA-256"], "users": {name: password}}) makes
-every connection authenticate first (engine.network.sasl), as a SASL_PLAINTEXT or SASL_SSL listener. Threads and limits: engine.network.socket_server. close() stops the listener (the engine stays
-open); closing the engine closes its listeners first.
+every connection authenticate first (engine.network.sasl), as a SASL_PLAINTEXT or SASL_SSL listener. Threads and
+limits: engine.network.socket_server. close() stops the listener (the engine stays open); closing the engine closes
+its listeners first.
 """
 from __future__ import annotations
 

@@ -1,0 +1,151 @@
+"""The listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs and
+IncrementalAlterConfigs, answered from the engine's topic admin (engine.admin_manager). A one-node listener places
+every replica itself, so manual replica assignments are refused. Thread-safety: the engine's (handlers run on the
+listener's request handler threads at once)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.common.errors import InvalidPartitionsError, InvalidRequestError, KafkaError, TopicAlreadyExistsError
+from engine.network.api_common import INVALID_CONFIG, NODE_ID, error_code, error_of, topic_uuid
+from engine.protocol import Request
+from engine.protocol import messages as m
+from engine.segments.log_config import LogConfig
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
+SET, DELETE = 0, 1                              # IncrementalAlterConfigs' operations
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5     # DescribeConfigs' config sources
+
+
+class AdminApis:
+    def __init__(self, engine, default_partitions: int) -> None:
+        self.engine, self.default_partitions = engine, default_partitions
+
+    def handlers(self) -> dict[int, Callable]:
+        return {m.CREATE_TOPICS.key: self.create_topics, m.DELETE_TOPICS.key: self.delete_topics,
+                m.CREATE_PARTITIONS.key: self.create_partitions, m.DELETE_RECORDS.key: self.delete_records,
+                m.DESCRIBE_CONFIGS.key: self.describe_configs,
+                m.INCREMENTAL_ALTER_CONFIGS.key: self.incremental_alter_configs}
+
+    def create_topics(self, request: Request) -> dict:
+        b = request.body
+        out = []
+        for t in b["topics"]:
+            entry = {"name": t["name"], "error_code": 0, "error_message": None}
+            try:
+                if t["assignments"]:
+                    raise InvalidRequestError("manual replica assignments are not supported by a one-node listener")
+                config = {c["name"]: c["value"] for c in t["configs"]}
+                partitions = t["num_partitions"] if t["num_partitions"] != -1 else self.default_partitions
+                rf = t["replication_factor"] if t["replication_factor"] != -1 else 1
+                if b["validate_only"]:
+                    LogConfig.from_dict(config, base=self.engine.defaults)
+                    if self.engine.list_topics().count(t["name"]):
+                        raise TopicAlreadyExistsError(f"topic {t['name']!r} already exists")
+                else:
+                    self.engine.create_topic(t["name"], partitions, rf, config)
+                    entry["topic_id"] = topic_uuid(self.engine.admin.topic(t["name"]).topic_id)
+                entry.update(num_partitions=partitions, replication_factor=rf)
+            except (KafkaError, ValueError, TypeError) as exc:
+                entry.update(error_code=error_code(exc) if isinstance(exc, KafkaError) else INVALID_CONFIG,
+                             error_message=str(exc))
+            out.append(entry)
+        return {"topics": out}
+
+    def delete_topics(self, request: Request) -> dict:
+        out = []
+        for name in request.body["topic_names"]:
+            code, message = error_of(lambda name=name: self.engine.delete_topic(name))
+            out.append({"name": name, "error_code": code, "error_message": message})
+        return {"responses": out}
+
+    def create_partitions(self, request: Request) -> dict:
+        b = request.body
+        out = []
+        for t in b["topics"]:
+            def grow(t=t):
+                if t["assignments"]:
+                    raise InvalidRequestError("manual replica assignments are not supported by a one-node listener")
+                current = self.engine.partitions_for(t["name"])
+                if t["count"] <= current:
+                    raise InvalidPartitionsError(f"topic {t['name']!r} has {current} partitions already")
+                if not b["validate_only"]:
+                    self.engine.create_partitions(t["name"], t["count"])
+            code, message = error_of(grow)
+            out.append({"name": t["name"], "error_code": code, "error_message": message})
+        return {"results": out}
+
+    def delete_records(self, request: Request) -> dict:
+        topics = []
+        for t in request.body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
+                try:
+                    entry["low_watermark"] = self.engine.partition(t["name"], p["partition_index"]).delete_records(
+                        p["offset"])
+                except KafkaError as exc:
+                    entry["error_code"] = error_code(exc)
+                parts.append(entry)
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"topics": topics}
+
+    def describe_configs(self, request: Request) -> dict:
+        results = []
+        for r in request.body["resources"]:
+            entry = {"error_code": 0, "error_message": None, "resource_type": r["resource_type"],
+                     "resource_name": r["resource_name"], "configs": []}
+            try:
+                if r["resource_type"] == TOPIC_RESOURCE:
+                    described = self.engine.describe_topic(r["resource_name"])
+                    effective, overrides = described.config, described.overrides
+                elif r["resource_type"] == BROKER_RESOURCE and r["resource_name"] in ("", str(NODE_ID)):
+                    effective, overrides = self.engine.defaults.to_dict(), {}
+                else:
+                    raise InvalidRequestError(f"resource type {r['resource_type']} {r['resource_name']!r} is not "
+                                              f"described by a one-node listener")
+                keys = r["configuration_keys"]
+                for name, value in sorted(effective.items()):
+                    if keys is not None and name not in keys:
+                        continue
+                    config = {"name": name, "value": _config_text(value), "read_only": False, "is_sensitive": False,
+                              "config_source": DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG}
+                    if request.version == 0:  # (v1 replaced it with config_source)
+                        config["is_default"] = name not in overrides
+                    entry["configs"].append(config)
+            except KafkaError as exc:
+                entry.update(error_code=error_code(exc), error_message=str(exc))
+            results.append(entry)
+        return {"results": results}
+
+    def incremental_alter_configs(self, request: Request) -> dict:
+        b = request.body
+        out = []
+        for r in b["resources"]:
+            def alter(r=r):
+                if r["resource_type"] != TOPIC_RESOURCE:
+                    raise InvalidRequestError("only topic configs are altered through a one-node listener")
+                changes = {}
+                for c in r["configs"]:
+                    if c["config_operation"] not in (SET, DELETE):
+                        raise InvalidRequestError(f"config operation {c['config_operation']} (APPEND/SUBTRACT) on "
+                                                  f"{c['name']!r} is not supported yet")
+                    changes[c["name"]] = c["value"] if c["config_operation"] == SET else None
+                if b["validate_only"]:
+                    current = self.engine.describe_topic(r["resource_name"]).overrides
+                    LogConfig.from_dict({k: v for k, v in {**current, **changes}.items() if v is not None},
+                                        base=self.engine.defaults)
+                else:
+                    self.engine.alter_topic_config(r["resource_name"], changes)
+            code, message = error_of(alter)
+            out.append({"error_code": code, "error_message": message, "resource_type": r["resource_type"],
+                        "resource_name": r["resource_name"]})
+        return {"responses": out}
+
+
+
+def _config_text(value) -> str | None:
+    """A config value as Kafka writes it (booleans in lower case)."""
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)

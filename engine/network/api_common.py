@@ -1,0 +1,70 @@
+"""What every handler family of the listener shares: Kafka's error codes for exceptions, the codes the handlers
+answer with, the two ways a handler turns an engine call into a code, and topic ids as the wire carries them. No
+state; thread-safe."""
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Callable
+
+from engine.common.errors import KafkaError
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+
+NODE_ID = 0  # the one node a listener presents
+UNKNOWN_SERVER_ERROR = -1
+UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 33, 34
+UNSUPPORTED_VERSION = 35
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+OPERATION_NOT_ATTEMPTED = 55
+SASL_AUTHENTICATION_FAILED = 58
+GROUP_ID_NOT_FOUND = 69
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+
+
+def error_code(exc: BaseException) -> int:
+    """Kafka's code for an exception (UNKNOWN_SERVER_ERROR for anything not one of Kafka's errors)."""
+    return getattr(exc, "code", UNKNOWN_SERVER_ERROR) if isinstance(exc, KafkaError) else UNKNOWN_SERVER_ERROR
+
+
+def code_of(call: Callable[[], object]) -> int:
+    """0 when `call()` returns, else the Kafka code of what it raised."""
+    try:
+        call()
+        return 0
+    except KafkaError as exc:
+        return error_code(exc)
+
+
+def error_of(call: Callable[[], object]) -> tuple[int, str | None]:
+    """(0, None) when `call()` returns, else (Kafka's code, the message); a bad config value is INVALID_CONFIG."""
+    try:
+        call()
+        return 0, None
+    except KafkaError as exc:
+        return error_code(exc), str(exc)
+    except (ValueError, TypeError) as exc:
+        return INVALID_CONFIG, str(exc)
+
+
+def topic_uuid(text: str | None) -> uuid.UUID | None:
+    """A topic id's text form (22 characters of URL-safe base64, as partition.metadata holds it) as a UUID."""
+    if not text:
+        return None
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, TypeError):
+        return None
+
+
+def committed_offsets(topics: list[dict]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request carries."""
+    return {TopicPartition(t["name"], p["partition_index"]):
+            OffsetAndMetadata(p["committed_offset"], p["committed_metadata"] or "", p["committed_leader_epoch"])
+            for t in topics for p in t["partitions"]}
+
+
+def partition_codes(topics: list[dict], code: int) -> list[dict]:
+    """An OffsetCommit or TxnOffsetCommit response's topics: `code` for every partition the request named."""
+    return [{"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": code}
+                                               for p in t["partitions"]]} for t in topics]

@@ -1,0 +1,146 @@
+"""The listener's consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups and DescribeGroups, answered from the engine's group coordinator (engine.groups), whose members over the
+wire and in the process are alike. A JoinGroup or SyncGroup the coordinator holds until its rebalance moves on is
+parked by the socket server (Delayed with a readiness check), not held on a handler thread. Thread-safety: the
+engine's."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from engine.common.errors import KafkaError
+from engine.common.structs import TopicPartition
+from engine.network.api_common import GROUP_ID_NOT_FOUND, code_of, committed_offsets, error_code, partition_codes
+from engine.network.socket_server import Delayed
+from engine.protocol import Request
+from engine.protocol import messages as m
+
+
+class GroupApis:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def handlers(self) -> dict[int, Callable]:
+        return {m.JOIN_GROUP.key: self.join_group, m.SYNC_GROUP.key: self.sync_group,
+                m.HEARTBEAT.key: self.heartbeat, m.LEAVE_GROUP.key: self.leave_group,
+                m.OFFSET_COMMIT.key: self.offset_commit, m.OFFSET_FETCH.key: self.offset_fetch,
+                m.LIST_GROUPS.key: self.list_groups, m.DESCRIBE_GROUPS.key: self.describe_groups}
+
+    def _wait(self, request: Request, start, timeout_ms: int):
+        """The group coordinator's Pending for `request` (made by `start()` on its first run), or Delayed until it
+        completes; (value, error code) once it has."""
+        if request.state is None:
+            try:
+                request.state = start()
+            except KafkaError as exc:
+                return None, error_code(exc)
+            request.deadline = time.monotonic() + max(timeout_ms, 0) / 1000 + 5
+        pending = request.state
+        if not pending.done:
+            return Delayed(request.deadline, ready=lambda: pending.done), 0
+        return (pending.value, 0) if pending.error is None else (None, error_code(pending.error))
+
+    def join_group(self, request: Request):
+        b = request.body
+        rebalance_ms = b["rebalance_timeout_ms"] if b["rebalance_timeout_ms"] >= 0 else b["session_timeout_ms"]
+        result, code = self._wait(request, lambda: self.engine.groups.join_group(
+            b["group_id"], b["member_id"], request.client_id or "", b["protocol_type"],
+            [(p["name"], bytes(p["metadata"])) for p in b["protocols"]], b["session_timeout_ms"], rebalance_ms,
+            b["group_instance_id"]), rebalance_ms)
+        if isinstance(result, Delayed):
+            return result
+        if code:
+            member_id = request.state.member_id if request.state is not None else b["member_id"]
+            return {"error_code": code, "generation_id": -1, "protocol_name": None if request.version >= 7 else "",
+                    "leader": "", "member_id": member_id or b["member_id"], "members": []}
+        return {"error_code": 0, "generation_id": result.generation_id, "protocol_type": result.protocol_type,
+                "protocol_name": result.protocol_name, "leader": result.leader_id,
+                "skip_assignment": result.skip_assignment, "member_id": result.member_id,
+                "members": [{"member_id": mid, "group_instance_id": iid, "metadata": meta}
+                            for mid, iid, meta in result.members]}
+
+    def sync_group(self, request: Request):
+        b = request.body
+        assignments = {a["member_id"]: bytes(a["assignment"]) for a in b["assignments"]} or None
+        result, code = self._wait(request, lambda: self.engine.groups.sync_group(
+            b["group_id"], b["generation_id"], b["member_id"], b["protocol_type"], b["protocol_name"], assignments,
+            b["group_instance_id"]), 300_000)
+        if isinstance(result, Delayed):
+            return result
+        return {"error_code": code, "protocol_type": b["protocol_type"], "protocol_name": b["protocol_name"],
+                "assignment": result if not code else b""}
+
+    def heartbeat(self, request: Request) -> dict:
+        b = request.body
+        return {"error_code": code_of(lambda: self.engine.groups.heartbeat(
+            b["group_id"], b["member_id"], b["generation_id"], b["group_instance_id"]))}
+
+    def leave_group(self, request: Request) -> dict:
+        b = request.body
+        if request.version < 3:
+            return {"error_code": code_of(lambda: self.engine.groups.leave_group(b["group_id"],
+                                                                                    b["member_id"]))}
+        members = [{"member_id": x["member_id"], "group_instance_id": x["group_instance_id"],
+                    "error_code": code_of(lambda x=x: self.engine.groups.leave_group(
+                        b["group_id"], x["member_id"], x["group_instance_id"]))} for x in b["members"]]
+        return {"error_code": 0, "members": members}
+
+    def offset_commit(self, request: Request) -> dict:
+        b = request.body
+        committed = committed_offsets(b["topics"])
+        code = code_of(lambda: self.engine.groups.commit_offsets(
+            b["group_id"], committed, b["member_id"], b["generation_id_or_member_epoch"], b["group_instance_id"]))
+        return {"topics": partition_codes(b["topics"], code)}
+
+    def offset_fetch(self, request: Request) -> dict:
+        b = request.body
+        if request.version >= 8:
+            return {"groups": [self._group_offsets(g["group_id"], g["topics"], "partition_indexes")
+                               for g in b["groups"]]}
+        found = self._group_offsets(b["group_id"], b["topics"], "partition_indexes")
+        return {"topics": found["topics"], "error_code": found["error_code"]}
+
+    def _group_offsets(self, group_id: str, topics: list | None, key: str) -> dict:
+        try:
+            committed = self.engine.groups.fetch_offsets(group_id)
+        except KafkaError as exc:
+            return {"group_id": group_id, "topics": [], "error_code": error_code(exc)}
+        if topics is None:  # every partition the group has an offset for
+            names = sorted({tp.topic for tp in committed})
+            topics = [{"name": n, key: sorted(tp.partition for tp in committed if tp.topic == n)} for n in names]
+        out = []
+        for t in topics:
+            parts = []
+            for p in t[key]:
+                om = committed.get(TopicPartition(t["name"], p))
+                parts.append({"partition_index": p, "committed_offset": om.offset if om else -1,
+                              "committed_leader_epoch": om.leader_epoch if om else -1,
+                              "metadata": om.metadata if om else "", "error_code": 0})
+            out.append({"name": t["name"], "partitions": parts})
+        return {"group_id": group_id, "topics": out, "error_code": 0}
+
+    def list_groups(self, request: Request) -> dict:
+        wanted = {s.lower() for s in request.body["states_filter"]}
+        groups = [{"group_id": gid, "protocol_type": ptype, "group_state": state}
+                  for gid, state, ptype in self.engine.groups.list_groups()
+                  if not wanted or state.lower() in wanted]
+        return {"error_code": 0, "groups": groups}
+
+    def describe_groups(self, request: Request) -> dict:
+        out = []
+        for gid in request.body["groups"]:
+            try:
+                d = self.engine.groups.describe_group(gid)
+            except KafkaError as exc:
+                code = error_code(exc)
+                out.append({"error_code": 0 if code == GROUP_ID_NOT_FOUND else code, "group_id": gid,
+                            "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []})
+                continue
+            out.append({"error_code": 0, "group_id": gid, "group_state": d.state, "protocol_type": d.protocol_type,
+                        "protocol_data": d.protocol, "members": [
+                            {"member_id": x["member_id"], "group_instance_id": x["group_instance_id"],
+                             "client_id": x["client_id"], "client_host": x["client_host"],
+                             "member_metadata": x["metadata"], "member_assignment": x["assignment_bytes"]}
+                            for x in d.members]})
+        return {"groups": out}
+

@@ -1,0 +1,135 @@
+"""The listener's transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+and the describing ones (DescribeProducers, DescribeTransactions, ListTransactions), answered from the engine's
+transaction coordinator (engine.transactions) and partitions' producer state. Thread-safety: the engine's."""
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.common.errors import KafkaError
+from engine.common.structs import ConsumerGroupMetadata, TopicPartition
+from engine.network.api_common import (
+    OPERATION_NOT_ATTEMPTED,
+    code_of,
+    committed_offsets,
+    error_code,
+    partition_codes,
+)
+from engine.protocol import Request
+from engine.protocol import messages as m
+
+TRANSACTION_STATES = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+                      "PrepareEpochFence", "Dead"}
+
+
+class TxnApis:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def handlers(self) -> dict[int, Callable]:
+        return {m.INIT_PRODUCER_ID.key: self.init_producer_id,
+                m.ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
+                m.ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn, m.END_TXN.key: self.end_txn,
+                m.TXN_OFFSET_COMMIT.key: self.txn_offset_commit, m.DESCRIBE_PRODUCERS.key: self.describe_producers,
+                m.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
+                m.LIST_TRANSACTIONS.key: self.list_transactions}
+
+    def init_producer_id(self, request: Request) -> dict:
+        b = request.body
+        try:
+            if b["transactional_id"] is None:
+                return {"error_code": 0, "producer_id": self.engine.allocate_producer_id(), "producer_epoch": 0}
+            pid, epoch = self.engine.transactions.init_producer_id(b["transactional_id"],
+                                                                   b["transaction_timeout_ms"])
+            return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+        except KafkaError as exc:
+            return {"error_code": error_code(exc), "producer_id": -1, "producer_epoch": -1}
+
+
+
+    def add_partitions_to_txn(self, request: Request) -> dict:
+        b = request.body
+        wanted = [TopicPartition(t["name"], p) for t in b["v3_and_below_topics"] for p in t["partitions"]]
+        codes = {}
+        for tp in wanted:  # every partition must exist; otherwise none is added (Kafka answers the others 111)
+            try:
+                self.engine.partition(*tp)
+            except KafkaError as exc:
+                codes[tp] = error_code(exc)
+        if codes:
+            codes = {tp: codes.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        else:
+            code = code_of(lambda: self.engine.transactions.coordinator.add_partitions(
+                b["v3_and_below_transactional_id"], b["v3_and_below_producer_id"], b["v3_and_below_producer_epoch"],
+                wanted))
+            codes = dict.fromkeys(wanted, code)
+        return {"results_by_topic_v3_and_below": [
+            {"name": t["name"], "results_by_partition": [
+                {"partition_index": p, "partition_error_code": codes[TopicPartition(t["name"], p)]}
+                for p in t["partitions"]]} for t in b["v3_and_below_topics"]]}
+
+    def add_offsets_to_txn(self, request: Request) -> dict:
+        b = request.body
+        return {"error_code": code_of(lambda: self.engine.transactions.add_offsets(
+            b["transactional_id"], b["producer_id"], b["producer_epoch"], b["group_id"]))}
+
+    def end_txn(self, request: Request) -> dict:
+        b = request.body
+        return {"error_code": code_of(lambda: self.engine.transactions.coordinator.end_txn(
+            b["transactional_id"], b["producer_id"], b["producer_epoch"], b["committed"]))}
+
+    def txn_offset_commit(self, request: Request) -> dict:
+        b = request.body
+        committed = committed_offsets(b["topics"])
+        member = ConsumerGroupMetadata(b["group_id"], b["generation_id"], b["member_id"], b["group_instance_id"])
+        code = code_of(lambda: self.engine.groups.commit_transactional(
+            member, committed, b["producer_id"], b["producer_epoch"]))
+        return {"topics": partition_codes(b["topics"], code)}
+
+    def describe_producers(self, request: Request) -> dict:
+        topics = []
+        for t in request.body["topics"]:
+            parts = []
+            for index in t["partition_indexes"]:
+                entry = {"partition_index": index, "error_code": 0, "active_producers": []}
+                try:
+                    state = self.engine.partition(t["name"], index).log.producer_state
+                    for pid, e in sorted(dict(state.producers).items()):
+                        entry["active_producers"].append({
+                            "producer_id": pid, "producer_epoch": e.epoch, "last_sequence": e.last_seq,
+                            "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
+                            "current_txn_start_offset": e.txn_first_offset if e.txn_first_offset is not None
+                            else -1})
+                except KafkaError as exc:
+                    entry.update(error_code=error_code(exc), error_message=str(exc))
+                parts.append(entry)
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"topics": topics}
+
+    def describe_transactions(self, request: Request) -> dict:
+        out = []
+        for tid in request.body["transactional_ids"]:
+            try:
+                d = self.engine.transactions.coordinator.describe(tid)
+            except KafkaError as exc:
+                out.append({"error_code": error_code(exc), "transactional_id": tid, "transaction_state": "",
+                            "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
+                            "producer_epoch": -1, "topics": []})
+                continue
+            names = sorted({tp.topic for tp in d.partitions})
+            out.append({"error_code": 0, "transactional_id": tid, "transaction_state": d.state,
+                        "transaction_timeout_ms": d.timeout_ms, "transaction_start_time_ms": d.start_ms,
+                        "producer_id": d.producer_id, "producer_epoch": d.producer_epoch,
+                        "topics": [{"topic": n, "partitions": sorted(tp.partition for tp in d.partitions
+                                                                     if tp.topic == n)} for n in names]})
+        return {"transaction_states": out}
+
+    def list_transactions(self, request: Request) -> dict:
+        b = request.body
+        states, pids = set(b["state_filters"]), set(b["producer_id_filters"])
+        now = self.engine.clock.time_ms()
+        listed = [d for d in self.engine.transactions.coordinator.list()
+                  if (not states or d.state in states) and (not pids or d.producer_id in pids)
+                  and (b["duration_filter"] < 0 or d.start_ms >= 0 and now - d.start_ms >= b["duration_filter"])]
+        return {"error_code": 0, "unknown_state_filters": sorted(states - TRANSACTION_STATES),
+                "transaction_states": [{"transactional_id": d.transactional_id, "producer_id": d.producer_id,
+                                        "transaction_state": d.state} for d in listed]}
