@@ -34,6 +34,26 @@ def _rows(n: int) -> list[tuple[str, str, list[str]]]:
              ["confluent-kafka produce to a real broker"])]
 
 
+def rdkafka_send(config: dict, topic: str, n: int, keys: list[bytes], values: list[bytes]) -> None:
+    """n keyed records (keys and values taken in turn) produced with confluent-kafka as its users produce fast:
+    acks=all, idempotent, linger 5 ms, polling for delivery reports every 10,000 records and when the queue is full;
+    returns once every record is acknowledged."""
+    import confluent_kafka as ck
+
+    producer = ck.Producer({**config, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+    produce, poll = producer.produce, producer.poll
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, values[i % len(values)], keys[i % len(keys)])
+                break
+            except BufferError:
+                poll(0.01)
+        if i % 10_000 == 0:
+            poll(0)
+    assert producer.flush(120) == 0
+
+
 @contextlib.contextmanager
 def session(scratch: str):
     """A started broker (stopped on exit); None without KAFKA_HOME."""
@@ -80,19 +100,7 @@ def workloads(quick: bool, broker, scratch: str) -> list[Workload]:
                 send(topic, values[i % 1000], keys[i % 1000])
 
     def rdkafka_produce(topic_of=lambda: new_topic("p")):
-        topic = topic_of()
-        producer = ck.Producer({**config, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
-        produce, poll = producer.produce, producer.poll
-        for i in range(n):
-            while True:
-                try:
-                    produce(topic, values[i % 1000], keys[i % 1000])
-                    break
-                except BufferError:
-                    poll(0.01)
-            if i % 10_000 == 0:
-                poll(0)
-        assert producer.flush(120) == 0
+        rdkafka_send(config, topic_of(), n, keys, values)
 
     # data to consume: the same records in kafkalog and in the broker
     local.create_topic("c", PARTITIONS)

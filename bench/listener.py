@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from bench.kafka import QUIET, VALUE, PARTITIONS
+from bench.kafka import PARTITIONS, QUIET, VALUE, rdkafka_send
 from bench.log import _figure
 from bench.runner import Contender, Workload
 
@@ -133,19 +133,7 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
 
     def produce(bootstrap: str, topic: str | None = None) -> str:
         topic = topic or new_topic(bootstrap, "p")
-        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                                "enable.idempotence": True, "logger": QUIET})
-        send, poll = producer.produce, producer.poll
-        for i in range(n):
-            while True:
-                try:
-                    send(topic, values[i % 1000], keys[i % 1000])
-                    break
-                except BufferError:
-                    poll(0.01)
-            if i % 10_000 == 0:
-                poll(0)
-        assert producer.flush(120) == 0
+        rdkafka_send({"bootstrap.servers": bootstrap, "logger": QUIET}, topic, n, keys, values)
         return topic
 
     def consume(bootstrap: str, topic: str) -> None:
