@@ -486,3 +486,50 @@ def test_sasl_users_the_test_creates(tmp_path, mechanism):
             early.sendall(encode_request(m.METADATA, 1, 1, {"topics": [{"name": "auth"}]}))
             assert _closed_by_peer(early)
         assert [r[2] for r in _records(eng, "auth")] == [b"signed", b"bob"]
+
+
+def test_kafka_python_and_aiokafka_transactions_and_groups(served):
+    """kafka-python's and aiokafka's transactional producers commit and abort through the listener (read_committed
+    sees only the committed records), and an aiokafka consumer group member gets every partition and commits."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    eng, listener = served
+    eng.create_topic("tx2", 2)
+    kp = KafkaProducer(bootstrap_servers=listener.bootstrap, transactional_id="kp-tx")
+    kp.init_transactions()
+    kp.begin_transaction()
+    kp.send("tx2", value=b"kp-commit", partition=0)
+    kp.commit_transaction()
+    kp.begin_transaction()
+    kp.send("tx2", value=b"kp-abort", partition=0)
+    kp.abort_transaction()
+    kp.close()
+
+    async def run():
+        producer = AIOKafkaProducer(bootstrap_servers=listener.bootstrap, transactional_id="aio-tx")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait("tx2", b"aio-commit", partition=1)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("tx2", bootstrap_servers=listener.bootstrap, group_id="aio-group",
+                                    auto_offset_reset="earliest", isolation_level="read_committed",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            values = []
+            while len(values) < 2:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
+                values += [r.value for rs in batch.values() for r in rs]
+            await consumer.commit()
+            return values, {tp.partition for tp in consumer.assignment()}
+        finally:
+            await consumer.stop()
+
+    values, assigned = asyncio.run(run())
+    assert sorted(values) == [b"aio-commit", b"kp-commit"] and assigned == {0, 1}
+    committed = eng.committed_offsets("aio-group", [("tx2", 0), ("tx2", 1)])
+    assert {tp.partition: om.offset for tp, om in committed.items()} == \
+        {p: eng.partition("tx2", p).high_watermark for p in (0, 1)}
