@@ -54,6 +54,26 @@ def rdkafka_send(config: dict, topic: str, n: int, keys: list[bytes], values: li
     assert producer.flush(120) == 0
 
 
+def rdkafka_read(config: dict, topic: str, n: int, group_id: str, subscribe: bool) -> None:
+    """Read n records of `topic` from its start with confluent-kafka, one poll per record, reading each key and
+    value: as a member of `group_id` (subscribe) or with every partition assigned."""
+    import confluent_kafka as ck
+
+    c = ck.Consumer({**config, "group.id": group_id, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    if subscribe:
+        c.subscribe([topic])
+    else:
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got, deadline = 0, time.monotonic() + 300
+    while got < n and time.monotonic() < deadline:
+        msg = c.poll(1)
+        if msg is not None and msg.error() is None:
+            msg.key(), msg.value()
+            got += 1
+    c.close()
+    assert got == n
+
+
 @contextlib.contextmanager
 def session(scratch: str):
     """A started broker (stopped on exit); None without KAFKA_HOME."""
@@ -125,20 +145,7 @@ def workloads(quick: bool, broker, scratch: str) -> list[Workload]:
             assert got == n
 
     def rdkafka_iterate(group: bool):
-        c = ck.Consumer({**config, "group.id": f"g{next(counter)}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-        if group:
-            c.subscribe([consumed])
-        else:
-            c.assign([ck.TopicPartition(consumed, p, 0) for p in range(PARTITIONS)])
-        got, deadline = 0, time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
-            msg = c.poll(1)
-            if msg is not None and msg.error() is None:
-                msg.key(), msg.value()
-                got += 1
-        c.close()
-        assert got == n
+        rdkafka_read(config, consumed, n, f"g{next(counter)}", subscribe=group)
 
     def kafkalog_mirror():
         summary = mirror.to_kafka(local, config, name=f"bench{next(counter)}", topics=["c"],

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from bench.kafka import PARTITIONS, QUIET, VALUE, rdkafka_send
+from bench.kafka import PARTITIONS, QUIET, VALUE, rdkafka_read, rdkafka_send
 from bench.log import _figure
 from bench.runner import Contender, Workload
 
@@ -137,17 +137,7 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
         return topic
 
     def consume(bootstrap: str, topic: str) -> None:
-        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                         "logger": QUIET})
-        c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got, deadline = 0, time.monotonic() + 300
-        while got < n and time.monotonic() < deadline:
-            msg = c.poll(1)
-            if msg is not None and msg.error() is None:
-                msg.key(), msg.value()
-                got += 1
-        c.close()
-        assert got == n
+        rdkafka_read({"bootstrap.servers": bootstrap, "logger": QUIET}, topic, n, "unused", subscribe=False)
 
     ours_topic = produce(served.bootstrap, new_topic(served.bootstrap, "c"))
     their_topic = produce(broker.bootstrap, new_topic(broker.bootstrap, "c"))

@@ -2,7 +2,7 @@
 
 Byte layout (all integers big-endian, as every Kafka request and response):
 - int8/int16/int32/int64, uint16: fixed width; float64: IEEE 754; bool: one byte, 0 or 1 (any non-zero reads true);
-- varint/varlong: zigzag base-128 (the record format's); unsigned varint: plain base-128 (compact lengths, tags);
+- unsigned varint: plain base-128 (compact lengths and counts, tags, tagged fields' sizes);
 - string: int16 length then UTF-8 (-1: null); compact string: unsigned varint length+1 (0: null);
 - bytes / records: int32 length (-1: null); compact: unsigned varint length+1;
 - array: int32 count (-1: null); compact array: unsigned varint count+1;
@@ -79,14 +79,6 @@ class Reader:
             shift += 7
         raise MalformedRequestError(f"varint longer than {max_bytes} bytes at byte {self.pos}")
 
-    def varint(self) -> int:
-        v = self.uvarint(5)
-        return (v >> 1) ^ -(v & 1)
-
-    def varlong(self) -> int:
-        v = self.uvarint(10)
-        return (v >> 1) ^ -(v & 1)
-
     def length(self, compact: bool, wide: bool = False) -> int:
         """A length or count prefix: -1 for null."""
         if compact:
@@ -162,12 +154,6 @@ class Writer:
             v >>= 7
         out.append(v)
 
-    def varint(self, v: int) -> None:
-        self.uvarint(((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
-
-    def varlong(self, v: int) -> None:
-        self.uvarint(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
     def length(self, n: int, compact: bool, wide: bool = False) -> None:
         if compact:
             self.uvarint(n + 1)
@@ -196,8 +182,6 @@ class Writer:
             self.out = bytearray()
         else:
             self.out += v
-
-    records = bytes
 
     def size(self) -> int:
         return sum(len(p) for p in self.parts) + len(self.out)
