@@ -129,8 +129,8 @@ class GroupDescription(NamedTuple):
 class GroupCoordinator:
     """Kafka's GroupCoordinator in process: JoinGroup, SyncGroup, Heartbeat and LeaveGroup on each group's state
     machine, OffsetCommit and OffsetFetch (plain and transactional), the session and rebalance deadlines, offset
-    expiry, and the admin calls (list, describe, reset). Every handler works on the same groups under one lock, which
-    is why they stay one class of about 500 lines; a group's own state is engine.groups.group_metadata's."""
+    expiry, and the admin calls (list, describe, reset, delete). Every handler works on the same groups under one
+    lock, which is why they stay one class of about 530 lines; a group's own state is engine.groups.group_metadata's."""
 
     def __init__(self, storage: GroupLog, clock, config: GroupConfig | None = None) -> None:
         self._log = storage
@@ -559,6 +559,26 @@ class GroupCoordinator:
             if g is not None and g.state not in (EMPTY, DEAD):
                 raise NonEmptyGroupError(f"group {group_id!r} has active members ({g.state}); stop them first")
             self.commit_offsets(group_id, committed)
+
+    def delete_group(self, group_id: str) -> None:
+        """DeleteGroups (kafka-consumer-groups.sh --delete): an empty group's committed offsets and its record become
+        tombstones. NonEmptyGroupError while it has members; GroupIdNotFoundError for a group that does not exist."""
+        with self._lock:
+            now = self.tick()
+            g = self.groups.get(group_id)
+            committed = self.offsets.offsets(group_id)
+            if (g is None or g.state == DEAD) and not committed:
+                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+            if g is not None and g.state not in (EMPTY, DEAD):
+                raise NonEmptyGroupError(f"group {group_id!r} has active members ({g.state}); stop them first")
+            rows = [(offsets.encode_key(group_id, tp), None) for tp in sorted(committed)]
+            rows.append((group_metadata.encode_key(group_id), None))
+            self._log.append(offsets.partition(group_id), rows, now)
+            self.offsets.put(group_id, dict.fromkeys(committed))
+            if g is not None:
+                g.transition(DEAD, now)
+                del self.groups[group_id]
+            log.info("group %s deleted with %d committed offsets", group_id, len(committed))
 
     def expire_offsets(self) -> int:
         """Tombstone offsets past offsets.retention.minutes, and empty groups left without offsets; the count."""

@@ -1,5 +1,5 @@
 """The listener's consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups and DescribeGroups, answered from the engine's group coordinator (engine.groups), whose members over the
+ListGroups, DescribeGroups and DeleteGroups, answered from the engine's group coordinator (engine.groups), whose members over the
 wire and in the process are alike. A JoinGroup or SyncGroup the coordinator holds until its rebalance moves on is
 parked by the socket server (Delayed with a readiness check), not held on a handler thread. Thread-safety: the
 engine's."""
@@ -24,7 +24,8 @@ class GroupApis:
         return {m.JOIN_GROUP.key: self.join_group, m.SYNC_GROUP.key: self.sync_group,
                 m.HEARTBEAT.key: self.heartbeat, m.LEAVE_GROUP.key: self.leave_group,
                 m.OFFSET_COMMIT.key: self.offset_commit, m.OFFSET_FETCH.key: self.offset_fetch,
-                m.LIST_GROUPS.key: self.list_groups, m.DESCRIBE_GROUPS.key: self.describe_groups}
+                m.LIST_GROUPS.key: self.list_groups, m.DESCRIBE_GROUPS.key: self.describe_groups,
+                m.DELETE_GROUPS.key: self.delete_groups}
 
     def _wait(self, request: Request, start, timeout_ms: int):
         """The group coordinator's Pending for `request` (made by `start()` on its first run), or Delayed until it
@@ -144,3 +145,8 @@ class GroupApis:
                             for x in d.members]})
         return {"groups": out}
 
+
+    def delete_groups(self, request: Request) -> dict:
+        return {"throttle_time_ms": 0, "results": [
+            {"group_id": gid, "error_code": code_of(lambda gid=gid: self.engine.groups.delete_group(gid))}
+            for gid in request.body["groups_names"]]}

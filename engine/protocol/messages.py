@@ -464,6 +464,15 @@ DESCRIBE_GROUPS = _api(15, "DescribeGroups", "0-5", 5, """
     authorized_operations int32 3+ default=-2147483648
 """)
 
+DELETE_GROUPS = _api(42, "DeleteGroups", "0-2", 2, """
+  groups_names []string 0+
+""", """
+  throttle_time_ms int32 0+
+  results [] 0+
+    group_id string 0+
+    error_code int16 0+
+""")
+
 CREATE_TOPICS = _api(19, "CreateTopics", "0-7", 5, """
   topics [] 0+
     name string 0+

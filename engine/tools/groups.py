@@ -1,5 +1,6 @@
 """`kafkalog groups`: kafka-consumer-groups.sh over a log directory: list groups, describe one (members,
-assignment, committed offset, log end offset and lag per partition), reset an empty group's offsets.
+assignment, committed offset, log end offset and lag per partition), reset an empty group's offsets, delete an empty
+group.
 
 Opens the directory with `engine.open` (holding its lock while it runs); prints Kafka's column layout, or one
 JSON document with `--json`. --reset-offsets prints the plan and applies it only with --execute, as Kafka's tool.
@@ -17,12 +18,13 @@ from engine.tools.output import Output
 
 
 def add_groups(sub) -> None:
-    p = sub.add_parser("groups", help="list, describe and reset consumer groups (kafka-consumer-groups.sh)")
+    p = sub.add_parser("groups", help="list, describe, reset and delete consumer groups (kafka-consumer-groups.sh)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="every group id")
     action.add_argument("--describe", action="store_true", help="members, offsets and lag of --group")
     action.add_argument("--reset-offsets", action="store_true", help="set --group's offsets (the group must be empty)")
-    p.add_argument("--group", help="the group (--describe, --reset-offsets)")
+    action.add_argument("--delete", action="store_true", help="delete --group and its offsets (it must be empty)")
+    p.add_argument("--group", help="the group (--describe, --reset-offsets, --delete)")
     p.add_argument("--topic", action="append", help="topic, or topic:p1,p2 (--reset-offsets; default: the group's)")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
@@ -42,9 +44,14 @@ def groups(args: argparse.Namespace, out: Output) -> int:
             out.result(rows, "\n".join(r["group"] for r in rows))
             return 0
         if not args.group:
-            raise InvalidConfigurationError("--describe and --reset-offsets need --group")
+            raise InvalidConfigurationError("--describe, --reset-offsets and --delete need --group")
         if args.describe:
             return _describe(eng, args.group, out)
+        if args.delete:
+            coordinator.delete_group(args.group)
+            out.result({"deleted": args.group}, f"Deletion of requested consumer groups ('{args.group}') was "
+                                                 f"successful.")
+            return 0
         return _reset(eng, args, out)
 
 

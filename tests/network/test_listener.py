@@ -363,7 +363,8 @@ def test_librdkafka_transactions_commit_abort_and_read_committed(served):
 
 def test_librdkafka_admin_client(served):
     """confluent-kafka's AdminClient: create topics (and refuse a duplicate), describe and alter configs, grow a
-    topic, delete records, describe the cluster, list and describe groups, delete a topic; the engine agrees."""
+    topic, delete records, describe the cluster, list, describe and delete groups, delete a topic; the engine
+    agrees."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import (
         AdminClient,
@@ -405,6 +406,11 @@ def test_librdkafka_admin_client(served):
     assert "idle-group" in {g.group_id for g in listed.valid}
     described = admin.describe_consumer_groups(["idle-group"])["idle-group"].result(20)
     assert described.group_id == "idle-group" and not described.members
+    admin.delete_consumer_groups(["idle-group"])["idle-group"].result(20)
+    assert eng.committed("idle-group", EngineTopicPartition("adm", 0)) is None
+    assert "idle-group" not in {g for g, _, _ in eng.groups.list_groups()}
+    with pytest.raises(Exception, match="GROUP_ID_NOT_FOUND|does not exist"):
+        admin.delete_consumer_groups(["idle-group"])["idle-group"].result(20)
     admin.delete_topics(["adm"])["adm"].result(20)
     assert "adm" not in eng.list_topics()
 
@@ -533,3 +539,43 @@ def test_kafka_python_and_aiokafka_transactions_and_groups(served):
     committed = eng.committed_offsets("aio-group", [("tx2", 0), ("tx2", 1)])
     assert {tp.partition: om.offset for tp, om in committed.items()} == \
         {p: eng.partition("tx2", p).high_watermark for p in (0, 1)}
+
+
+def _kcat(listener, *args: str, stdin: str | None = None) -> str:
+    """Run Debian's kcat against the listener; its standard output. CI installs kcat and sets
+    KAFKALOG_REQUIRE_KCAT=1, so there a missing kcat fails rather than skips."""
+    import shutil
+
+    if shutil.which("kcat") is None:
+        if os.environ.get("KAFKALOG_REQUIRE_KCAT") == "1":
+            pytest.fail("kcat is required (KAFKALOG_REQUIRE_KCAT=1) and not on PATH")
+        pytest.skip("kcat is not installed (apt-get install kcat)")
+    done = subprocess.run(["kcat", "-b", listener.bootstrap, *args], input=stdin, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kcat_lists_produces_consumes_joins_a_group_and_queries_offsets(served):
+    eng, listener = served
+    eng.create_topic("kc", 2)
+    with eng.producer() as inproc:
+        for i in range(5):
+            inproc.send("kc", key=b"k%d" % i, value=b"v%d" % i, partition=0, timestamp_ms=1000 + i).get()
+    listed = json.loads(_kcat(listener, "-L", "-J"))
+    assert listed["brokers"] == [{"id": 0, "name": listener.bootstrap}]
+    assert [(t["topic"], [p["leader"] for p in t["partitions"]]) for t in listed["topics"]] == [("kc", [0, 0])]
+    got = [json.loads(line) for line in _kcat(listener, "-C", "-t", "kc", "-p", "0", "-o", "beginning", "-e",
+                                               "-J").splitlines()]
+    assert [(g["offset"], g["key"], g["payload"], g["ts"]) for g in got] == \
+        [(o, k.decode(), v.decode(), 1000 + o) for o, k, v in _records(eng, "kc", 0)]
+    _kcat(listener, "-P", "-t", "kc", "-p", "1", "-K", ":", "-X", "enable.idempotence=true", stdin="a:1\nb:2\nc:3\n")
+    assert _records(eng, "kc", 1) == [(0, b"a", b"1"), (1, b"b", b"2"), (2, b"c", b"3")]
+    assert next(eng.log("kc", 1).read(0, max_bytes=1 << 20).batches()).producer_id >= 0
+    members = [json.loads(line) for line in _kcat(listener, "-G", "kc-group", "-X", "auto.offset.reset=earliest",
+                                                   "-c", "8", "-J", "kc").splitlines()]
+    assert sorted((g["partition"], g["offset"]) for g in members) == [(0, o) for o in range(5)] + \
+        [(1, o) for o in range(3)]
+    committed = eng.committed_offsets("kc-group", [("kc", 0), ("kc", 1)])  # committed as kcat left the group
+    assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 5, 1: 3}
+    assert _kcat(listener, "-Q", "-t", "kc:0:1002").split() == ["kc", "[0]", "offset", "2"]

@@ -20,6 +20,7 @@ from engine.common.errors import (
     CorruptRecordError,
     KafkaError,
     FencedInstanceIdError,
+    GroupIdNotFoundError,
     IllegalGenerationError,
     IllegalStateError,
     InconsistentGroupProtocolError,
@@ -1077,6 +1078,32 @@ def test_groups_and_offsets_survive_a_restart(tmp_path):
             == described.generation
 
 
+def test_deleting_a_group_tombstones_its_offsets_and_record_and_refuses_a_live_one(tmp_path):
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=2)
+        produce(e, "t", 6)
+        with e.consumer("t", group_id="live", session_timeout_ms=6000, heartbeat_interval_ms=100,
+                        enable_auto_commit=False, auto_offset_reset="earliest") as member:
+            poll_until([member], lambda: member.assignment())
+            member.commit({TP("t", 0): 2})
+            with pytest.raises(NonEmptyGroupError):  # not while it has a member; nothing is written
+                e.groups.delete_group("live")
+            assert e.committed("live", TP("t", 0)).offset == 2
+        e.groups.commit_offsets("offsets-only", {TP("t", 1): OffsetAndMetadata(4)})
+        with pytest.raises(GroupIdNotFoundError):
+            e.groups.delete_group("never")
+        e.groups.delete_group("live")
+        e.groups.delete_group("offsets-only")
+        assert e.committed("live", TP("t", 0)) is None and e.committed("offsets-only", TP("t", 1)) is None
+        assert [g for g, _, _ in e.groups.list_groups()] == []
+        tail = offsets_records(e, "live")[-2:]  # decoded by independent code from Kafka's schemas
+        assert tail == [("offset", ("live", "t", 0), None), ("group", "live", None)]
+        with pytest.raises(GroupIdNotFoundError):  # a deleted group is gone
+            e.groups.delete_group("live")
+    with engine.open(tmp_path, group_config=FAST) as e:  # and stays gone after a restart
+        assert e.groups.list_groups() == [] and e.committed("live", TP("t", 0)) is None
+
+
 def test_kafkalog_groups_cli(tmp_path, capsys):
     from engine.tools.cli import main
     with engine.open(tmp_path) as e:
@@ -1114,6 +1141,11 @@ def test_kafkalog_groups_cli(tmp_path, capsys):
             poll_until([member], lambda: member.assignment())
             with pytest.raises(NonEmptyGroupError):  # not while the group has a member
                 e.groups.reset_offsets("billing", {TP("t", 0): OffsetAndMetadata(3)})
+    assert main(["groups", "--delete", "--group", "billing", *data]) == 0
+    assert "successful" in capsys.readouterr().out
+    assert main(["groups", "--list", *data]) == 0
+    assert capsys.readouterr().out.split() == []
+    assert main(["groups", "--delete", "--group", "billing", *data]) != 0  # no such group any more
     assert main(["groups", "--describe", *data]) == 2  # --group is required
 
 
