@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-interpreter test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm interop
+.PHONY: run test test-fast test-interpreter test-pythons dist fuzz crash soak stress sanitize bench bench-quick clean setup jvm interop \
+	client-suites
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +126,11 @@ sanitize: $(STAMP)
 # handing a directory to the broker and the broker's directory back to kafkalog (tests/broker)
 INTEROP_RECORDS ?= 1000000
 INTEROP_KILLS ?= 5
+# kafka-python's own integration tests against a listener, from the source distribution of the installed release
+# (downloaded once into .cache/client-suites); fails when a test outside the documented list does not pass
+client-suites: setup
+	$(PY) -m tests.client_suites.kafka_python
+
 interop: setup
 	@[ -n "$(KAFKA_HOME)" ] || { echo "make interop: set KAFKA_HOME to a Kafka installation or a broker build folder" >&2; exit 2; }
 	KAFKA_HOME=$(KAFKA_HOME) KAFKALOG_INTEROP_RECORDS=$(INTEROP_RECORDS) KAFKALOG_INTEROP_KILLS=$(INTEROP_KILLS) \

@@ -128,6 +128,12 @@ class InvalidReplicationFactorError(KafkaError):
     code = 38
 
 
+class InvalidReplicaAssignmentError(KafkaError):
+    """INVALID_REPLICA_ASSIGNMENT: a manual replica assignment naming brokers that do not exist, or uneven."""
+
+    code = 39
+
+
 class InvalidRequiredAcksError(KafkaError):
     """INVALID_REQUIRED_ACKS: acks other than 0, 1 or -1 ('all')."""
 

@@ -1,12 +1,20 @@
 """The listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs and
-IncrementalAlterConfigs, answered from the engine's topic admin (engine.admin_manager). A one-node listener places
-every replica itself, so manual replica assignments are refused. Thread-safety: the engine's (handlers run on the
-listener's request handler threads at once)."""
+IncrementalAlterConfigs, answered from the engine's topic admin (engine.admin_manager). A one-node listener has one
+broker, so a manual replica assignment is accepted only when it places each partition's one replica on node 0
+(INVALID_REPLICA_ASSIGNMENT otherwise). DescribeConfigs gives each config Kafka's type and source: a topic's
+overrides are dynamic topic configs, the rest defaults; the node's listener settings are static broker configs.
+Thread-safety: the engine's (handlers run on the listener's request handler threads at once)."""
 from __future__ import annotations
 
 from typing import Callable
 
-from engine.common.errors import InvalidPartitionsError, InvalidRequestError, KafkaError, TopicAlreadyExistsError
+from engine.common.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+)
 from engine.network.api_common import INVALID_CONFIG, NODE_ID, error_code, error_of, topic_uuid
 from engine.protocol import Request
 from engine.protocol import messages as m
@@ -14,12 +22,18 @@ from engine.segments.log_config import LogConfig
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
 SET, DELETE = 0, 1                              # IncrementalAlterConfigs' operations
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5     # DescribeConfigs' config sources
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # DescribeConfigs' config sources
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7          # and config types
+_INT_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "node.id",
+                "num.partitions", "min.insync.replicas", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level"}
+_LIST_CONFIGS = {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                 "advertised.listeners", "sasl.enabled.mechanisms"}
 
 
 class AdminApis:
-    def __init__(self, engine, default_partitions: int) -> None:
+    def __init__(self, engine, default_partitions: int, static_configs: dict) -> None:
         self.engine, self.default_partitions = engine, default_partitions
+        self.static_configs = static_configs  # the node's own settings, described as STATIC_BROKER_CONFIG
 
     def handlers(self) -> dict[int, Callable]:
         return {m.CREATE_TOPICS.key: self.create_topics, m.DELETE_TOPICS.key: self.delete_topics,
@@ -33,11 +47,17 @@ class AdminApis:
         for t in b["topics"]:
             entry = {"name": t["name"], "error_code": 0, "error_message": None}
             try:
-                if t["assignments"]:
-                    raise InvalidRequestError("manual replica assignments are not supported by a one-node listener")
                 config = {c["name"]: c["value"] for c in t["configs"]}
                 partitions = t["num_partitions"] if t["num_partitions"] != -1 else self.default_partitions
                 rf = t["replication_factor"] if t["replication_factor"] != -1 else 1
+                if t["assignments"]:
+                    if t["num_partitions"] != -1 or t["replication_factor"] != -1:
+                        raise InvalidRequestError("both a replica assignment and a partition count or replication "
+                                                  "factor were given")
+                    _check_assignment([a["broker_ids"] for a in sorted(t["assignments"],
+                                                                        key=lambda a: a["partition_index"])],
+                                      [a["partition_index"] for a in t["assignments"]])
+                    partitions = len(t["assignments"])
                 if b["validate_only"]:
                     LogConfig.from_dict(config, base=self.engine.defaults)
                     if self.engine.list_topics().count(t["name"]):
@@ -64,11 +84,14 @@ class AdminApis:
         out = []
         for t in b["topics"]:
             def grow(t=t):
-                if t["assignments"]:
-                    raise InvalidRequestError("manual replica assignments are not supported by a one-node listener")
                 current = self.engine.partitions_for(t["name"])
                 if t["count"] <= current:
                     raise InvalidPartitionsError(f"topic {t['name']!r} has {current} partitions already")
+                if t["assignments"] is not None:
+                    if len(t["assignments"]) != t["count"] - current:
+                        raise InvalidReplicaAssignmentError(f"{len(t['assignments'])} replica assignments for "
+                                                            f"{t['count'] - current} new partitions")
+                    _check_assignment([a["broker_ids"] for a in t["assignments"]])
                 if not b["validate_only"]:
                     self.engine.create_partitions(t["name"], t["count"])
             code, message = error_of(grow)
@@ -100,7 +123,7 @@ class AdminApis:
                     described = self.engine.describe_topic(r["resource_name"])
                     effective, overrides = described.config, described.overrides
                 elif r["resource_type"] == BROKER_RESOURCE and r["resource_name"] in ("", str(NODE_ID)):
-                    effective, overrides = self.engine.defaults.to_dict(), {}
+                    effective, overrides = {**self.engine.defaults.to_dict(), **self.static_configs}, {}
                 else:
                     raise InvalidRequestError(f"resource type {r['resource_type']} {r['resource_name']!r} is not "
                                               f"described by a one-node listener")
@@ -108,8 +131,11 @@ class AdminApis:
                 for name, value in sorted(effective.items()):
                     if keys is not None and name not in keys:
                         continue
-                    config = {"name": name, "value": _config_text(value), "read_only": False, "is_sensitive": False,
-                              "config_source": DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG}
+                    static = r["resource_type"] == BROKER_RESOURCE and name in self.static_configs
+                    config = {"name": name, "value": _config_text(value), "read_only": static, "is_sensitive": False,
+                              "config_source": STATIC_BROKER_CONFIG if static else
+                              DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
+                              "config_type": _config_type(name, value)}
                     if request.version == 0:  # (v1 replaced it with config_source)
                         config["is_default"] = name not in overrides
                     entry["configs"].append(config)
@@ -142,6 +168,28 @@ class AdminApis:
                         "resource_name": r["resource_name"]})
         return {"responses": out}
 
+
+
+def _check_assignment(replicas: list[list[int]], indexes: list[int] | None = None) -> None:
+    """A manual assignment a one-node listener can honour: partitions 0..n-1, each with node 0 as its one replica."""
+    if indexes is not None and sorted(indexes) != list(range(len(indexes))):
+        raise InvalidReplicaAssignmentError(f"the assignment's partitions {sorted(indexes)} are not 0 to "
+                                            f"{len(indexes) - 1}")
+    for ids in replicas:
+        if list(ids) != [NODE_ID]:
+            raise InvalidReplicaAssignmentError(f"replicas {list(ids)}: this listener is one node, id {NODE_ID}, "
+                                                f"and holds every partition's one replica")
+
+
+def _config_type(name: str, value) -> int:
+    """Kafka's ConfigType of a config, from its value's type and, for numbers and strings, its name."""
+    if isinstance(value, bool):
+        return BOOLEAN
+    if isinstance(value, float):
+        return DOUBLE
+    if isinstance(value, int):
+        return INT if name in _INT_CONFIGS else LONG
+    return LIST if name in _LIST_CONFIGS else STRING
 
 
 def _config_text(value) -> str | None:

@@ -49,7 +49,8 @@ class KafkaApis:
     """Answers decoded requests: `handle(request)` gives response chunks, Delayed, or None (acks=0 produce)."""
 
     def __init__(self, engine, host: str, port: int, *, auto_create_topics: bool = True,
-                 default_partitions: int = 1, sasl: SaslConfig | None = None) -> None:
+                 default_partitions: int = 1, sasl: SaslConfig | None = None,
+                 security_protocol: str = "PLAINTEXT") -> None:
         self.engine, self.host, self.port = engine, host, port
         self.sasl = sasl
         self.auto_create_topics, self.default_partitions = auto_create_topics, default_partitions
@@ -60,7 +61,12 @@ class KafkaApis:
                           m.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
                           m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate,
                           **GroupApis(engine).handlers(), **TxnApis(engine).handlers(),
-                          **AdminApis(engine, default_partitions).handlers()}
+                          **AdminApis(engine, default_partitions, {
+                              "advertised.listeners": f"{security_protocol}://{host}:{port}",
+                              "auto.create.topics.enable": auto_create_topics, "node.id": NODE_ID,
+                              "num.partitions": default_partitions,
+                              "sasl.enabled.mechanisms": ",".join(sasl.mechanisms) if sasl is not None else ""},
+                          ).handlers()}
         if set(self._handlers) != set(APIS):
             raise RuntimeError(f"APIs without a handler or handlers without an API: {set(APIS) ^ set(self._handlers)}")
 

@@ -59,9 +59,10 @@ class Listener:
                                     request_max_bytes=request_max_bytes, idle_ms=idle_ms, ssl_context=ssl_context,
                                     authenticate=sasl_config is not None)
         self.address = (self._server.host, self._server.port)
+        protocol = ("SASL_" if sasl is not None else "") + ("SSL" if ssl_context is not None else "PLAINTEXT")
         self._apis = KafkaApis(engine, advertised_host or self._server.host, self._server.port,
                                auto_create_topics=auto_create_topics, default_partitions=default_partitions,
-                               sasl=sasl_config)
+                               sasl=sasl_config, security_protocol=protocol)
         engine.watch(self._server)
 
     def _handle(self, request):

@@ -393,6 +393,16 @@ def test_librdkafka_admin_client(served):
     assert eng.describe_topic("adm").config["cleanup.policy"] == "compact"
     admin.create_partitions([NewPartitions("adm", 4)])["adm"].result(20)
     assert eng.partitions_for("adm") == 4
+    admin.create_partitions([NewPartitions("adm", 5, replica_assignment=[[0]])])["adm"].result(20)
+    assert eng.partitions_for("adm") == 5  # an assignment naming node 0, the one node, is honoured
+    admin.create_topics([NewTopic("placed", 2, replica_assignment=[[0], [0]])])["placed"].result(20)
+    assert eng.partitions_for("placed") == 2
+    for bad in ([[1]], [[0, 0]]):  # a node that does not exist; the one node twice
+        with pytest.raises(Exception, match="INVALID_REPLICA_ASSIGNMENT|one node"):
+            admin.create_topics([NewTopic("misplaced", 1, replica_assignment=bad)])["misplaced"].result(20)
+        with pytest.raises(Exception, match="INVALID_REPLICA_ASSIGNMENT|one node"):
+            admin.create_partitions([NewPartitions("adm", 6, replica_assignment=bad)])["adm"].result(20)
+    assert "misplaced" not in eng.list_topics() and eng.partitions_for("adm") == 5
     with eng.producer() as inproc:
         for i in range(10):
             inproc.send("adm", key=b"%d" % i, value=b"v", partition=0).get()
@@ -579,3 +589,36 @@ def test_kcat_lists_produces_consumes_joins_a_group_and_queries_offsets(served):
     committed = eng.committed_offsets("kc-group", [("kc", 0), ("kc", 1)])  # committed as kcat left the group
     assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 5, 1: 3}
     assert _kcat(listener, "-Q", "-t", "kc:0:1002").split() == ["kc", "[0]", "offset", "2"]
+
+
+def test_kafka_python_admin_reads_config_types_sources_and_groups(served):
+    """kafka-python's KafkaAdminClient decodes DescribeConfigs' types and sources as Kafka's ConfigType and
+    ConfigSource enums name them, and lists and deletes a group."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    eng, listener = served
+    eng.create_topic("typed", 1, config={"retention.ms": "60000"})
+    admin = KafkaAdminClient(bootstrap_servers=listener.bootstrap)
+    try:
+        topic = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "typed")],
+                                       config_filter="all")["topic"]["typed"]
+        assert {k: topic[k]["config_type"] for k in ("retention.bytes", "segment.bytes", "cleanup.policy",
+                                                     "compression.type", "preallocate",
+                                                     "min.cleanable.dirty.ratio")} == \
+            {"retention.bytes": "LONG", "segment.bytes": "INT", "cleanup.policy": "LIST", "compression.type": "STRING",
+             "preallocate": "BOOLEAN", "min.cleanable.dirty.ratio": "DOUBLE"}
+        assert topic["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG" and topic["retention.ms"]["value"] \
+            == "60000"
+        assert topic["retention.bytes"]["config_source"] == "DEFAULT_CONFIG" and not topic["retention.bytes"][
+            "read_only"]
+        node = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
+        advertised = node["broker"]["0"]["advertised.listeners"]
+        assert advertised["value"] == f"PLAINTEXT://{listener.bootstrap}" and advertised["read_only"] is True
+        assert advertised["config_source"] == "STATIC_BROKER_CONFIG" and advertised["config_type"] == "LIST"
+        eng.groups.commit_offsets("kp-admin", {EngineTopicPartition("typed", 0): OffsetAndMetadata(0)})
+        assert [g["group_id"] for g in admin.list_groups()] == ["kp-admin"]
+        assert admin.delete_groups(["kp-admin"]) == {"kp-admin": "OK"} and eng.groups.list_groups() == []
+        assert admin.delete_groups(["kp-admin"]) == {"kp-admin": "GroupIdNotFoundError"}
+    finally:
+        admin.close()
