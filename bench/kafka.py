@@ -56,10 +56,14 @@ def rdkafka_send(config: dict, topic: str, n: int, keys: list[bytes], values: li
 
 def rdkafka_read(config: dict, topic: str, n: int, group_id: str, subscribe: bool) -> None:
     """Read n records of `topic` from its start with confluent-kafka, one poll per record, reading each key and
-    value: as a member of `group_id` (subscribe) or with every partition assigned."""
+    value: as a member of `group_id` (subscribe) or with every partition assigned. With librdkafka's default
+    fetch.queue.backoff.ms (1 s: it stops fetching for that long whenever 100,000 records are queued) such a loop
+    reads about 135,000 records a second from any server, a broker or kafkalog's listener alike; at 10 ms it reads
+    several times as fast, so both sides get that."""
     import confluent_kafka as ck
 
-    c = ck.Consumer({**config, "group.id": group_id, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = ck.Consumer({**config, "group.id": group_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "fetch.queue.backoff.ms": 10})
     if subscribe:
         c.subscribe([topic])
     else:

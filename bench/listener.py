@@ -1,8 +1,10 @@
 """The Kafka protocol listener (`kafkalog serve`, in a process of its own) beside a real Kafka broker (KAFKA_HOME given
 to `make bench`), both on 127.0.0.1 with fresh data directories: confluent-kafka producing n x 100 B keyed records to
 each (acks=all, idempotent, linger 5 ms) and consuming them back (assigned partitions); the time from starting each
-process to its first acknowledged produce; and each process's resident memory at idle and its peak under that load.
-Without KAFKA_HOME the rows are listed as not run."""
+process to its first acknowledged produce; each process's resident memory at idle and its peak under that load; and
+the CPU time each server process spends per million records it takes or serves (confluent-kafka's consumer, not the
+server, bounds the consume row's rate on this machine: both servers are idle most of the time it runs). Without
+KAFKA_HOME the rows are listed as not run."""
 from __future__ import annotations
 
 import contextlib
@@ -38,16 +40,41 @@ class Served:
                                       "127.0.0.1:0", "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.bootstrap = json.loads(self.proc.stdout.readline())["bootstrap"]
+        self.cpu: dict[str, dict[bool, list[float]]] = {}  # "taken"/"served": {ours?: CPU s per 1M records}
 
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)
 
 
+def _group(pid: int):
+    """(stat fields after the command name, status fields) of each live process in `pid`'s process group (a
+    launcher script and the JVM it starts count together)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            if int(stat[2]) != pid:
+                continue
+            with open(f"/proc/{entry}/status") as f:
+                yield stat, dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+
+
 def group_memory(pid: int) -> tuple[float, float]:
-    """(resident MiB now, peak resident MiB) summed over the processes of `pid`'s process group (a launcher script
-    and the JVM it starts count together)."""
-    rss = hwm = 0
+    """(resident MiB now, peak resident MiB) summed over `pid`'s process group."""
+    found = [(int(st.get("VmRSS", "0 kB").split()[0]), int(st.get("VmHWM", "0 kB").split()[0]))
+             for _, st in _group(pid)]
+    return sum(r for r, _ in found) / 1024, sum(h for _, h in found) / 1024
+
+
+def group_cpu(pid: int) -> float:
+    """CPU seconds used so far by the threads of `pid`'s process group (the scheduler's nanosecond count: the clock
+    ticks of /proc/PID/stat are too coarse for a quick run)."""
+    total = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -55,13 +82,12 @@ def group_memory(pid: int) -> tuple[float, float]:
             with open(f"/proc/{entry}/stat") as f:
                 if int(f.read().rsplit(")", 1)[1].split()[2]) != pid:
                     continue
-            with open(f"/proc/{entry}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            for task in os.listdir(f"/proc/{entry}/task"):
+                with open(f"/proc/{entry}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        rss += int(fields.get("VmRSS", "0 kB").split()[0])
-        hwm += int(fields.get("VmHWM", "0 kB").split()[0])
-    return rss / 1024, hwm / 1024
+    return total / 1e9
 
 
 def _first_ack(bootstrap: str) -> None:
@@ -131,16 +157,27 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
         admin.create_topics([ck.admin.NewTopic(topic, PARTITIONS, 1)])[topic].result()
         return topic
 
+    def server_cpu(bootstrap: str, kind: str, call) -> None:
+        """Run `call`, adding the CPU time the server it talks to spent meanwhile to served.cpu[kind]."""
+        pid = served.proc.pid if bootstrap == served.bootstrap else broker._proc.pid
+        before = group_cpu(pid)
+        call()
+        served.cpu.setdefault(kind, {}).setdefault(bootstrap == served.bootstrap, []).append(
+            (group_cpu(pid) - before) * 1e6 / n)
+
     def produce(bootstrap: str, topic: str | None = None) -> str:
         topic = topic or new_topic(bootstrap, "p")
-        rdkafka_send({"bootstrap.servers": bootstrap, "logger": QUIET}, topic, n, keys, values)
+        server_cpu(bootstrap, "taken", lambda: rdkafka_send({"bootstrap.servers": bootstrap, "logger": QUIET},
+                                                             topic, n, keys, values))
         return topic
 
     def consume(bootstrap: str, topic: str) -> None:
-        rdkafka_read({"bootstrap.servers": bootstrap, "logger": QUIET}, topic, n, "unused", subscribe=False)
+        server_cpu(bootstrap, "served", lambda: rdkafka_read({"bootstrap.servers": bootstrap, "logger": QUIET},
+                                                              topic, n, "unused", subscribe=False))
 
     ours_topic = produce(served.bootstrap, new_topic(served.bootstrap, "c"))
     their_topic = produce(broker.bootstrap, new_topic(broker.bootstrap, "c"))
+    served.cpu.clear()  # (the topics' filling is not a measured repetition)
     (g0, produce_row), (g1, consume_row) = _rows(n)
     return [Workload(g0, produce_row, n, n * VALUE, [Contender("kafkalog serve", lambda: produce(served.bootstrap)),
                                                      Contender(peer, lambda: produce(broker.bootstrap))],
@@ -151,14 +188,18 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
 
 
 def memory_figures(served, broker) -> list[dict]:
-    """Resident memory of `kafkalog serve` and of the broker: at idle (before the load rows) and at peak (after)."""
+    """Resident memory of `kafkalog serve` and of the broker: at idle (before the load rows) and at peak (after);
+    and the CPU time each server spent per million records in the load rows' repetitions."""
     if broker is None:
         return []
     ours, theirs = group_memory(served.proc.pid), group_memory(broker._proc.pid)
     return [_figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
                     [served.idle_mib[1]], True),
             _figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
-                    [theirs[1]], True)]
+                    [theirs[1]], True)] + \
+        [_figure(f"listener: server CPU seconds per 1 M records {kind} ({row} row)",
+                 served.cpu[kind][True], "s", "a Kafka broker", served.cpu[kind][False], True)
+         for kind, row in (("taken", "produce"), ("served", "consume")) if kind in served.cpu]
 
 
 def startup_figures(quick: bool, scratch: str) -> list[dict]:
