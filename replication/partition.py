@@ -50,7 +50,15 @@ from engine.replication.replica import Replica
 from engine.replication.replica import load as load_replica
 from engine.segments.local_log import FetchData
 from engine.segments.txn_index import AbortedTxn
-from engine.txn.unified_log import CLIENT, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AppendInfo, UnifiedLog
+from engine.txn.unified_log import (
+    CLIENT,
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AppendInfo,
+    UnifiedLog,
+)
 
 NewReplica, high_watermark = load_replica(codec.IMPL)  # the twin of codec.IMPL: its Replica type and HW rule
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
@@ -101,10 +109,14 @@ class PartitionView:
 
     def offset_for_timestamp(self, timestamp: int, isolation: str = READ_UNCOMMITTED) -> tuple[int, int] | None:
         """ListOffsets: (timestamp, offset) of the first visible record whose timestamp is >= `timestamp`,
-        None when there is none; -2 gives the log start and -1 the fetch bound (timestamp -1)."""
+        None when there is none; -2 gives the log start and -1 the fetch bound (timestamp -1); -3 the first visible
+        record with the largest timestamp; -4 the log start too (every segment is local) and -5 offset -1 (nothing
+        is in tiered storage)."""
         bound = self.fetch_upper_bound(isolation)
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return -1, self.log.log_start_offset
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
         if timestamp == LATEST_TIMESTAMP:
             return -1, bound
         found = self.log.offset_for_timestamp(timestamp)

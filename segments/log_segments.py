@@ -16,6 +16,11 @@ from engine.segments.fs import new_lock
 from engine.segments.segment import LogSegment
 
 
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest): the log end, the log start, the first record with the
+# largest timestamp, the local log's start (every segment is local here) and the last offset in tiered storage (none)
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -1, -2, -3, -4, -5
+
+
 class LogSegments:
     def __init__(self) -> None:
         self._lock = new_lock(reentrant=False)  # native with the core loaded: a reader takes it from C
@@ -95,9 +100,22 @@ class LogSegments:
             yield from chunk
             last = chunk[-1].base_offset
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record carrying the log's largest timestamp, found as Kafka's
+        ListOffsets MAX_TIMESTAMP finds it: in the first segment with the largest max timestamp; None for an empty
+        log."""
+        best = None
+        for seg in self.all():
+            if seg.size and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                best = seg
+        return None if best is None else best.find_offset_by_timestamp(best.max_timestamp_so_far, 0)
+
     def offset_for_timestamp(self, timestamp: int, log_start_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record at or after `log_start_offset` whose timestamp is
-        >= `timestamp`, found through the time and offset indexes; None when no record is that late."""
+        >= `timestamp`, found through the time and offset indexes; None when no record is that late. MAX_TIMESTAMP
+        asks for max_timestamp_offset()."""
+        if timestamp == MAX_TIMESTAMP:
+            return self.max_timestamp_offset()
         for seg in self.all():
             if seg.size and seg.max_timestamp_so_far >= timestamp:
                 found = seg.find_offset_by_timestamp(timestamp, log_start_offset)

@@ -20,8 +20,10 @@ from engine.common.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from engine.network.admin_apis import AdminApis
+from engine.network.cluster_apis import ClusterApis
 from engine.network.api_common import (
     FENCED_LEADER_EPOCH,
     ILLEGAL_SASL_STATE,
@@ -45,6 +47,10 @@ from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 _BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 
 
+# ListOffsets' special timestamps and the version each needs (MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED)
+_TIMESTAMP_VERSIONS = {-3: 7, -4: 8, -5: 9}
+
+
 class KafkaApis:
     """Answers decoded requests: `handle(request)` gives response chunks, Delayed, or None (acks=0 produce)."""
 
@@ -60,7 +66,9 @@ class KafkaApis:
                           m.PRODUCE.key: self.produce, m.FETCH.key: self.fetch, m.LIST_OFFSETS.key: self.list_offsets,
                           m.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
                           m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate,
+                          m.DESCRIBE_TOPIC_PARTITIONS.key: self.describe_topic_partitions,
                           **GroupApis(engine).handlers(), **TxnApis(engine).handlers(),
+                          **ClusterApis(engine).handlers(),
                           **AdminApis(engine, default_partitions, {
                               "advertised.listeners": f"{security_protocol}://{host}:{port}",
                               "auto.create.topics.enable": auto_create_topics, "node.id": NODE_ID,
@@ -160,6 +168,32 @@ class KafkaApis:
                           "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
         return {"error_code": 0, "name": name, "topic_id": topic_uuid(rec.topic_id), "partitions": parts}
 
+    def describe_topic_partitions(self, request: Request) -> dict:
+        """Metadata's topics paged by partition: topics in name order (every topic when none is named) from the
+        cursor's, at most `response_partition_limit` partitions, then a cursor to the next one."""
+        b = request.body
+        names = sorted({t["name"] for t in b["topics"]}) or self.engine.list_topics()
+        cursor, room = b["cursor"], max(b["response_partition_limit"], 1)
+        topics, next_cursor = [], None
+        for name in names:
+            if cursor is not None and name < cursor["topic_name"]:
+                continue
+            if room == 0:
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            t = self._topic_metadata(name, create=False)
+            first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
+            parts = [dict(p, eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
+                     for p in t["partitions"][first:]]
+            if len(parts) > room:
+                next_cursor = {"topic_name": name, "partition_index": parts[room]["partition_index"]}
+                parts = parts[:room]
+            room -= len(parts)
+            topics.append({**t, "partitions": parts, "is_internal": False})
+            if next_cursor is not None:
+                break
+        return {"topics": topics, "next_cursor": next_cursor}
+
     def find_coordinator(self, request: Request) -> dict:
         b = request.body
         if request.version < 4:
@@ -258,12 +292,15 @@ class KafkaApis:
             for p in topic["partitions"]:
                 out = {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
                 try:
+                    if request.version < _TIMESTAMP_VERSIONS.get(p["timestamp"], 0):
+                        raise UnsupportedVersionError(f"timestamp {p['timestamp']} needs ListOffsets v"
+                                                      f"{_TIMESTAMP_VERSIONS[p['timestamp']]}")
                     part = self.engine.partition(topic["name"], p["partition_index"])
                     found = part.offset_for_timestamp(p["timestamp"], isolation)
                     if found is not None:
                         out["timestamp"], out["offset"] = found
                         if request.version >= 4:  # (a field of v4+ that is not ignorable)
-                            out["leader_epoch"] = part.leader_epoch
+                            out["leader_epoch"] = part.leader_epoch if found[1] >= 0 else -1
                 except KafkaError as exc:
                     out["error_code"] = error_code(exc)
                 parts.append(out)

@@ -135,7 +135,7 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
       records records 0+ null=0+
 """)
 
-LIST_OFFSETS = _api(2, "ListOffsets", "1-6", 6, """
+LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
   replica_id int32 0+
   isolation_level int8 2+
   topics [] 0+
@@ -144,6 +144,7 @@ LIST_OFFSETS = _api(2, "ListOffsets", "1-6", 6, """
       partition_index int32 0+
       current_leader_epoch int32 4+ default=-1 ignorable
       timestamp int64 0+
+  timeout_ms int32 10+ ignorable
 """, """
   throttle_time_ms int32 2+ ignorable
   topics [] 0+
@@ -611,6 +612,126 @@ DESCRIBE_CLUSTER = _api(60, "DescribeCluster", "0-1", 0, """
     port int32 0+
     rack string 0+ null=0+ default=null
   cluster_authorized_operations int32 0+ default=-2147483648
+""")
+
+DESCRIBE_TOPIC_PARTITIONS = _api(75, "DescribeTopicPartitions", "0", 0, """
+  topics [] 0+
+    name string 0+
+  response_partition_limit int32 0+ default=2000
+  cursor {} 0+ null=0+ default=null
+    topic_name string 0+
+    partition_index int32 0+
+""", """
+  throttle_time_ms int32 0+ ignorable
+  topics [] 0+
+    error_code int16 0+
+    name string 0+ null=0+
+    topic_id uuid 0+ ignorable
+    is_internal bool 0+ default=false ignorable
+    partitions [] 0+
+      error_code int16 0+
+      partition_index int32 0+
+      leader_id int32 0+
+      leader_epoch int32 0+ default=-1 ignorable
+      replica_nodes []int32 0+
+      isr_nodes []int32 0+
+      eligible_leader_replicas []int32 0+ null=0+ default=null
+      last_known_elr []int32 0+ null=0+ default=null
+      offline_replicas []int32 0+ ignorable
+    topic_authorized_operations int32 0+ default=-2147483648
+  next_cursor {} 0+ null=0+ default=null
+    topic_name string 0+
+    partition_index int32 0+
+""")
+
+ELECT_LEADERS = _api(43, "ElectLeaders", "0-2", 2, """
+  election_type int8 1+
+  topic_partitions [] 0+ null=0+
+    topic string 0+
+    partitions []int32 0+
+  timeout_ms int32 0+ default=60000
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 1+
+  replica_election_results [] 0+
+    topic string 0+
+    partition_result [] 0+
+      partition_id int32 0+
+      error_code int16 0+
+      error_message string 0+ null=0+
+""")
+
+DESCRIBE_LOG_DIRS = _api(35, "DescribeLogDirs", "0-4", 2, """
+  topics [] 0+ null=0+
+    topic string 0+
+    partitions []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 3+ ignorable
+  results [] 0+
+    error_code int16 0+
+    log_dir string 0+
+    topics [] 0+
+      name string 0+
+      partitions [] 0+
+        partition_index int32 0+
+        partition_size int64 0+
+        offset_lag int64 0+
+        is_future_key bool 0+
+    total_bytes int64 4+ default=-1 ignorable
+    usable_bytes int64 4+ default=-1 ignorable
+""")
+
+ALTER_REPLICA_LOG_DIRS = _api(34, "AlterReplicaLogDirs", "0-2", 2, """
+  dirs [] 0+
+    path string 0+
+    topics [] 0+
+      name string 0+
+      partitions []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  results [] 0+
+    topic_name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+""")
+
+ALTER_PARTITION_REASSIGNMENTS = _api(45, "AlterPartitionReassignments", "0", 0, """
+  timeout_ms int32 0+ default=60000
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      replicas []int32 0+ null=0+ default=null
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+
+  responses [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      error_message string 0+ null=0+
+""")
+
+LIST_PARTITION_REASSIGNMENTS = _api(46, "ListPartitionReassignments", "0", 0, """
+  timeout_ms int32 0+ default=60000
+  topics [] 0+ null=0+ default=null
+    name string 0+
+    partition_indexes []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      replicas []int32 0+
+      adding_replicas []int32 0+
+      removing_replicas []int32 0+
 """)
 
 OFFSET_FOR_LEADER_EPOCH = _api(23, "OffsetForLeaderEpoch", "0-4", 4, """

@@ -113,6 +113,8 @@ def _read_value(r: Reader, f: Field, type_: str, version: int, flexible: bool):
     elif type_ in ("bytes", "records"):
         v = r.records(compact) if type_ == "records" else r.bytes(compact)
     elif type_ == "{}":
+        if f.nullable_in(version) and r.int8() < 0:  # a nullable struct: -1 for null, else 1 and the struct
+            return None
         return read_struct(r, f.fields, version, flexible)
     elif type_.startswith("[]"):
         n = r.length(compact, wide=True)
@@ -179,6 +181,10 @@ def _write_value(w: Writer, f: Field, type_: str, v, version: int, flexible: boo
     elif type_ in ("bytes", "records"):
         w.bytes(v, compact)
     elif type_ == "{}":
+        if f.nullable_in(version):
+            w.int8(-1 if v is None else 1)
+            if v is None:
+                return
         write_struct(w, f.fields, v or {}, version, flexible)
     elif type_.startswith("[]"):
         if v is None:

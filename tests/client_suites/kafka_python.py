@@ -35,6 +35,7 @@ KAFKA_VERSION = "4.0.0"
 SUITE_DEPENDENCIES = ["pytest", "pytest-mock", "pytest-timeout", "py", "cramjam", "lz4", "zstandard",
                       "python-snappy"]
 
+
 def _unserved(api: str, why: str = "") -> str:
     return f"asks for {api}, which the listener does not serve (it is not in its ApiVersions)" + \
         (f": {why}" if why else "")
@@ -44,18 +45,8 @@ _OWN_BROKER = "starts its own broker with {what} (it cannot target a running one
 NOT_PASSING = {
     "test_admin_integration.py::test_create_describe_delete_acls": _unserved(
         "CreateAcls, DescribeAcls and DeleteAcls", "kafkalog has no authorizer"),
-    "test_admin_integration.py::test_elect_leaders": _unserved("ElectLeaders", "node 0 leads every partition"),
-    "test_admin_integration.py::test_describe_log_dirs": _unserved("DescribeLogDirs"),
-    "test_admin_integration.py::test_alter_replica_log_dirs": _unserved("DescribeLogDirs"),
     "test_admin_integration.py::test_describe_metadata_quorum": _unserved("DescribeQuorum",
                                                                           "there is no KRaft quorum"),
-    "test_admin_integration.py::test_alter_partition_reassignments": _unserved(
-        "AlterPartitionReassignments", "one node holds every replica"),
-    "test_admin_integration.py::test_list_partition_reassignments": _unserved("ListPartitionReassignments"),
-    "test_admin_integration.py::test_describe_topic_partitions": _unserved("DescribeTopicPartitions"),
-    "test_admin_integration.py::test_describe_topic_partitions_pagination": _unserved("DescribeTopicPartitions"),
-    "test_consumer_integration.py::test_kafka_version_infer": "kafka-python infers the broker's release from "
-    "ApiVersions; Produce and Fetch stop below their topic-id versions, so it infers 3.8, not 4.0",
     "test_ssl_integration.py::TestSSLConnection::test_ssl_handshake": _OWN_BROKER.format(what="a TLS listener"),
     "test_ssl_integration.py::TestSSLConnection::test_legacy_kafka_client_ssl": _OWN_BROKER.format(
         what="a TLS listener"),

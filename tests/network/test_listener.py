@@ -188,6 +188,25 @@ def test_api_versions_newer_than_ours_gets_version_0_with_the_ranges(served):
     assert ranges == {a.key: (a.min_version, a.max_version) for a in m.APIS.values()}
 
 
+def test_list_offsets_answers_each_special_timestamp_from_the_version_that_brought_it(served):
+    """-3 (the largest timestamp) needs v7, -4 (the local log's start) v8, -5 (the last offset in tiered storage)
+    v9: an older request gets UNSUPPORTED_VERSION for that partition, as from Kafka."""
+    eng, listener = served
+    eng.create_topic("when", 1)
+    with eng.producer() as inproc:
+        for ts in (10, 30, 20):
+            inproc.send("when", value=b"v", timestamp_ms=ts).get()
+    want = {-3: (30, 1), -4: (-1, 0), -5: (-1, -1), -2: (-1, 0), -1: (-1, 3), 15: (30, 1), 5: (10, 0)}
+    needs = {-3: 7, -4: 8, -5: 9}
+    with socket.create_connection(listener.address) as sock:
+        for version in (6, 7, 8, 9, 10):
+            answer = _call(sock, m.LIST_OFFSETS, version, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": "when", "partitions": [{"partition_index": 0, "timestamp": ts} for ts in want]}]})
+            got = {ts: (p["error_code"], p["timestamp"], p["offset"])
+                   for ts, p in zip(want, answer["topics"][0]["partitions"])}
+            assert got == {ts: (35, -1, -1) if version < needs.get(ts, 0) else (0, *w) for ts, w in want.items()}
+
+
 @pytest.mark.parametrize("frame", [
     struct.pack(">i", 5) + b"\x00\x03\x00",                                  # truncated header (then nothing)
     struct.pack(">i", 8) + struct.pack(">hhi", 999, 0, 1),                   # an unknown API key
@@ -591,16 +610,49 @@ def test_kcat_lists_produces_consumes_joins_a_group_and_queries_offsets(served):
     assert _kcat(listener, "-Q", "-t", "kc:0:1002").split() == ["kc", "[0]", "offset", "2"]
 
 
-def test_kafka_python_admin_reads_config_types_sources_and_groups(served):
-    """kafka-python's KafkaAdminClient decodes DescribeConfigs' types and sources as Kafka's ConfigType and
-    ConfigSource enums name them, and lists and deletes a group."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import ConfigResource, ConfigResourceType
+def test_kafka_python_admin_client(served):
+    """kafka-python's KafkaAdminClient: DescribeConfigs' types and sources as Kafka's ConfigType and ConfigSource
+    enums name them; groups listed and deleted; the offset of the largest timestamp; and the cluster operations a
+    one-node cluster answers (elections, reassignments, log directories, partitions paged)."""
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
+    from kafka.errors import ElectionNotNeededError, InvalidReplicationAssignmentError, NoError
+    from kafka.structs import TopicPartitionReplica
 
     eng, listener = served
     eng.create_topic("typed", 1, config={"retention.ms": "60000"})
+    eng.create_topic("paged", 3)
+    with eng.producer() as inproc:
+        for ts in (1000, 5000, 3000, 5000, 2000):
+            inproc.send("paged", value=b"v", partition=1, timestamp_ms=ts).get()
     admin = KafkaAdminClient(bootstrap_servers=listener.bootstrap)
     try:
+        newest = admin.list_partition_offsets({TopicPartition("paged", 1): OffsetSpec.MAX_TIMESTAMP})
+        assert (newest[TopicPartition("paged", 1)].offset, newest[TopicPartition("paged", 1)].timestamp) == (1, 5000)
+        elected = admin.elect_leaders(0, {"paged": [0, 2]}, raise_errors=False)
+        assert [(p[0], p[1]) for p in elected.replica_election_results[0][1]] == \
+            [(0, ElectionNotNeededError.errno), (2, ElectionNotNeededError.errno)]
+        assert admin.alter_partition_reassignments({TopicPartition("paged", 0): [0]}) == \
+            {TopicPartition("paged", 0): None}
+        assert admin.alter_partition_reassignments({TopicPartition("paged", 0): [1]}) == \
+            {TopicPartition("paged", 0): InvalidReplicationAssignmentError}
+        assert admin.list_partition_reassignments() == {}
+        (node,) = admin.describe_log_dirs()
+        (directory,) = node["log_dirs"]
+        assert directory["log_dir"] == os.path.abspath(eng.path) and directory["usable_bytes"] > 0
+        sizes = {(t["name"], p["partition_index"]): p["partition_size"] for t in directory["topics"]
+                 for p in t["partitions"]}
+        assert sizes[("paged", 1)] == eng.partition("paged", 1).log.size_in_bytes() > 0
+        assert admin.alter_replica_log_dirs({TopicPartitionReplica("paged", 0, 0): eng.path}) == \
+            {TopicPartitionReplica("paged", 0, 0): NoError}
+        pages, cursor = [], None
+        while True:
+            page = admin.describe_topic_partitions(["paged", "typed"], response_partition_limit=2, cursor=cursor)
+            pages.append([(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in page["topics"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [[("paged", [0, 1])], [("paged", [2]), ("typed", [0])]]
         topic = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "typed")],
                                        config_filter="all")["topic"]["typed"]
         assert {k: topic[k]["config_type"] for k in ("retention.bytes", "segment.bytes", "cleanup.policy",

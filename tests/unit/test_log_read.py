@@ -17,6 +17,7 @@ from engine.common.errors import CorruptRecordError, KafkaStorageError, OffsetOu
 from engine.segments.fs import FileSystem
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
+from engine.segments.log_segments import MAX_TIMESTAMP
 from engine.segments import residency, segment_reads
 from engine.segments.residency import RELEASE_BYTES
 from engine.segments.segment_reads import WINDOW_BYTES
@@ -147,6 +148,10 @@ def test_the_one_call_lookup_by_time_answers_as_the_layers_and_a_model_do(tmp_pa
             want = late[0] if late else None
             assert lg.local.segments.offset_for_timestamp(target, lg.log_start_offset) == want, (step, want)
             assert lg.offset_for_timestamp(target) == want
+            kept = [(t, o) for t, o in model if o >= lg.local.segments.all()[0].base_offset]
+            largest = [(t, o) for t, o in kept if t == max(t for t, _ in kept)][:1] if kept else [None]
+            assert lg.offset_for_timestamp(MAX_TIMESTAMP) == largest[0]  # Kafka's MAX_TIMESTAMP: not bounded by
+            # the log start, but by the segments still held
             for impl, reader in readers.items():
                 assert reader.offset_for_timestamp(target) == (want if impl == "cython" else False), impl
     lg.close()

@@ -162,6 +162,10 @@ def test_live_and_directory_views_apply_the_same_bound(tmp_path):
             assert view.offset_for_timestamp(T0 + 2) == (T0 + 2, 2)
             assert view.offset_for_timestamp(T0 + 50) is None     # only offsets 4-6 are that late
             assert view.offset_for_timestamp(-2) == (-1, 0) and view.offset_for_timestamp(-1) == (-1, 4)
+            assert view.offset_for_timestamp(-4) == (-1, 0) and view.offset_for_timestamp(-5) == (-1, -1)
+            # the largest timestamp (T0+100, offset 4) is past the bound: Kafka answers nothing rather than an
+            # earlier record
+            assert view.offset_for_timestamp(-3) is None
             if isinstance(view.log, PartitionReader):
                 continue  # a bare directory reader knows no transactions: Spark wraps it in a CommittedLog
             assert view.fetch_upper_bound(READ_COMMITTED) == 4  # no transaction: the LSO is the HW

@@ -1,0 +1,104 @@
+"""The listener's cluster-operation APIs, answered as a one-node cluster answers them: ElectLeaders (node 0 already
+leads every partition: ELECTION_NOT_NEEDED), AlterPartitionReassignments and ListPartitionReassignments (every
+replica is on node 0, so moving one there is done and no reassignment is ever in progress), DescribeLogDirs (the
+engine's directory, each partition's size) and AlterReplicaLogDirs (a replica may only "move" to the directory it is
+in). Thread-safety: the engine's (handlers run on the listener's request handler threads at once)."""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from engine.common.errors import KafkaError, UnknownTopicOrPartitionError
+from engine.network.api_common import NODE_ID, error_code
+from engine.protocol import Request
+from engine.protocol import messages as m
+
+INVALID_REPLICA_ASSIGNMENT, LOG_DIR_NOT_FOUND, ELECTION_NOT_NEEDED, NO_REASSIGNMENT_IN_PROGRESS = 39, 57, 84, 85
+
+
+class ClusterApis:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def handlers(self) -> dict[int, Callable]:
+        return {m.ELECT_LEADERS.key: self.elect_leaders, m.DESCRIBE_LOG_DIRS.key: self.describe_log_dirs,
+                m.ALTER_REPLICA_LOG_DIRS.key: self.alter_replica_log_dirs,
+                m.ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
+                m.LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments}
+
+    def _code(self, topic: str, partition: int) -> int:
+        """0 when the partition exists, else its error's code."""
+        try:
+            self.engine.partition(topic, partition)
+            return 0
+        except KafkaError as exc:
+            return error_code(exc)
+
+    def _all_partitions(self) -> list[tuple[str, list[int]]]:
+        return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()]
+
+    def elect_leaders(self, request: Request) -> dict:
+        asked = request.body["topic_partitions"]
+        wanted = self._all_partitions() if asked is None else [(t["topic"], t["partitions"]) for t in asked]
+        results = []
+        for topic, partitions in wanted:
+            out = []
+            for p in partitions:
+                code = self._code(topic, p) or ELECTION_NOT_NEEDED
+                if asked is None and code == ELECTION_NOT_NEEDED:
+                    continue  # (an election of every partition reports only those it changed, as Kafka's)
+                why = f"node {NODE_ID} already leads {topic}-{p}: it is every partition's only replica"
+                out.append({"partition_id": p, "error_code": code,
+                            "error_message": why if code == ELECTION_NOT_NEEDED else None})
+            if out:
+                results.append({"topic": topic, "partition_result": out})
+        return {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": results}
+
+    def alter_partition_reassignments(self, request: Request) -> dict:
+        responses = []
+        for t in request.body["topics"]:
+            out = []
+            for p in t["partitions"]:
+                code, message = self._code(t["name"], p["partition_index"]), None
+                if not code and p["replicas"] is None:
+                    code, message = NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is in progress to cancel"
+                elif not code and list(p["replicas"]) != [NODE_ID]:
+                    code, message = INVALID_REPLICA_ASSIGNMENT, (f"replicas {list(p['replicas'])}: this listener is "
+                                                                 f"one node, id {NODE_ID}")
+                out.append({"partition_index": p["partition_index"], "error_code": code, "error_message": message})
+            responses.append({"name": t["name"], "partitions": out})
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+
+    def list_partition_reassignments(self, request: Request) -> dict:
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": []}  # never one ongoing
+
+    def describe_log_dirs(self, request: Request) -> dict:
+        asked = request.body["topics"]
+        wanted = self._all_partitions() if asked is None else [(t["topic"], t["partitions"]) for t in asked]
+        topics = []
+        for topic, partitions in wanted:
+            parts = []
+            for p in partitions:
+                try:
+                    size = self.engine.partition(topic, p).log.size_in_bytes()
+                except UnknownTopicOrPartitionError:
+                    continue  # (Kafka describes the partitions the directory holds)
+                parts.append({"partition_index": p, "partition_size": size, "offset_lag": 0, "is_future_key": False})
+            if parts:
+                topics.append({"name": topic, "partitions": parts})
+        disk = os.statvfs(self.engine.path)
+        return {"throttle_time_ms": 0, "error_code": 0, "results": [
+            {"error_code": 0, "log_dir": os.path.abspath(self.engine.path), "topics": topics,
+             "total_bytes": disk.f_blocks * disk.f_frsize, "usable_bytes": disk.f_bavail * disk.f_frsize}]}
+
+    def alter_replica_log_dirs(self, request: Request) -> dict:
+        here = os.path.realpath(self.engine.path)
+        results: dict[str, list[dict]] = {}
+        for d in request.body["dirs"]:
+            same = os.path.realpath(d["path"]) == here
+            for t in d["topics"]:
+                for p in t["partitions"]:
+                    code = self._code(t["name"], p) if same else LOG_DIR_NOT_FOUND
+                    results.setdefault(t["name"], []).append({"partition_index": p, "error_code": code})
+        return {"throttle_time_ms": 0, "results": [{"topic_name": name, "partitions": parts}
+                                                   for name, parts in results.items()]}
