@@ -61,6 +61,11 @@ def test_kafkas_tools_against_the_listener(tmp_path, run_class):
                         "tools")
         assert sorted(w for w in offsets.split() if w.startswith("tools:")) == \
             sorted(f"tools:{p}:{eng.partition('tools', p).high_watermark}" for p in range(3))
+        newest = _tool(run_class, "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", b, "--topic",
+                       "tools", "--time", "-3")  # the record with the largest timestamp (the Admin API's ListOffsets)
+        assert sorted(w for w in newest.split() if w.startswith("tools:")) == \
+            sorted(f"tools:{p}:{eng.partition('tools', p).offset_for_timestamp(-3)[1]}" for p in range(3)
+                   if eng.partition("tools", p).high_watermark)
         perf = _tool(run_class, "org.apache.kafka.tools.ProducerPerformance", "--topic", "tools", "--num-records",
                      str(RECORDS), "--record-size", "100", "--throughput", "-1", "--producer-props",
                      f"bootstrap.servers={b}", "acks=all", "enable.idempotence=true")
