@@ -18,7 +18,8 @@ from engine.segments.segment import LogSegment
 
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest): the log end, the log start, the first record with the
 # largest timestamp, the local log's start (every segment is local here) and the last offset in tiered storage (none)
-LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -1, -2, -3, -4, -5
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP = -1, -2, -3
+EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -4, -5
 
 
 class LogSegments:

@@ -25,7 +25,8 @@ SET, DELETE = 0, 1                              # IncrementalAlterConfigs' opera
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # DescribeConfigs' config sources
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7          # and config types
 _INT_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "node.id",
-                "num.partitions", "min.insync.replicas", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level"}
+                "num.partitions", "min.insync.replicas", "compression.gzip.level", "compression.lz4.level",
+                "compression.zstd.level"}
 _LIST_CONFIGS = {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
                  "advertised.listeners", "sasl.enabled.mechanisms"}
 
@@ -137,7 +138,7 @@ class AdminApis:
                               DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
                               "config_type": _config_type(name, value)}
                     if request.version == 0:  # (v1 replaced it with config_source)
-                        config["is_default"] = name not in overrides
+                        config["is_default"] = name not in overrides and not static
                     entry["configs"].append(config)
             except KafkaError as exc:
                 entry.update(error_code=error_code(exc), error_message=str(exc))
@@ -167,7 +168,6 @@ class AdminApis:
             out.append({"error_code": code, "error_message": message, "resource_type": r["resource_type"],
                         "resource_name": r["resource_name"]})
         return {"responses": out}
-
 
 
 def _check_assignment(replicas: list[list[int]], indexes: list[int] | None = None) -> None:

@@ -34,14 +34,16 @@ class ClusterApis:
         except KafkaError as exc:
             return error_code(exc)
 
-    def _all_partitions(self) -> list[tuple[str, list[int]]]:
-        return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()]
+    def _wanted(self, asked: list[dict] | None) -> list[tuple[str, list[int]]]:
+        """(topic, partitions) named by a request's `topic`/`partitions` entries; None: every partition."""
+        if asked is None:
+            return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()]
+        return [(t["topic"], t["partitions"]) for t in asked]
 
     def elect_leaders(self, request: Request) -> dict:
         asked = request.body["topic_partitions"]
-        wanted = self._all_partitions() if asked is None else [(t["topic"], t["partitions"]) for t in asked]
         results = []
-        for topic, partitions in wanted:
+        for topic, partitions in self._wanted(asked):
             out = []
             for p in partitions:
                 code = self._code(topic, p) or ELECTION_NOT_NEEDED
@@ -73,10 +75,8 @@ class ClusterApis:
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": []}  # never one ongoing
 
     def describe_log_dirs(self, request: Request) -> dict:
-        asked = request.body["topics"]
-        wanted = self._all_partitions() if asked is None else [(t["topic"], t["partitions"]) for t in asked]
         topics = []
-        for topic, partitions in wanted:
+        for topic, partitions in self._wanted(request.body["topics"]):
             parts = []
             for p in partitions:
                 try:

@@ -1,8 +1,8 @@
 """The listener's consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups, answered from the engine's group coordinator (engine.groups), whose members over the
-wire and in the process are alike. A JoinGroup or SyncGroup the coordinator holds until its rebalance moves on is
-parked by the socket server (Delayed with a readiness check), not held on a handler thread. Thread-safety: the
-engine's."""
+ListGroups, DescribeGroups and DeleteGroups, answered from the engine's group coordinator (engine.groups), whose
+members over the wire and in the process are alike. A JoinGroup or SyncGroup the coordinator holds until its
+rebalance moves on is parked by the socket server (Delayed with a readiness check), not held on a handler thread.
+Thread-safety: the engine's."""
 from __future__ import annotations
 
 import time

@@ -23,7 +23,6 @@ from engine.common.errors import (
     UnsupportedVersionError,
 )
 from engine.network.admin_apis import AdminApis
-from engine.network.cluster_apis import ClusterApis
 from engine.network.api_common import (
     FENCED_LEADER_EPOCH,
     ILLEGAL_SASL_STATE,
@@ -36,6 +35,7 @@ from engine.network.api_common import (
     error_code,
     topic_uuid,
 )
+from engine.network.cluster_apis import ClusterApis
 from engine.network.group_apis import GroupApis
 from engine.network.sasl import AuthenticationFailed, Authenticator, SaslConfig
 from engine.network.socket_server import Close, Delayed
