@@ -1,9 +1,10 @@
 """Spark reads and writes log directories directly: `spark.read.format("kafkalog")` (and readStream, write,
 writeStream), through one of two implementations of the same source:
 
-- the JVM source (engine.spark.jvm: kafkalog-spark.jar, Java, columnar), used when the jar is on the session's
-  classpath: build the session with `configure(SparkSession.builder)` (it adds the jar to `spark.jars`), or pass
-  the jar with `--jars` / `spark.jars` on a cluster;
+- the JVM source (engine.spark.jvm: kafkalog-spark.jar, Java, columnar), used when the jar fits the running Spark:
+  `register(spark)` adds it to a session built the ordinary way (to the driver's class loader and the executors),
+  `configure(SparkSession.builder)` puts it in `spark.jars` from the start, and on a cluster `--jars` /
+  `spark.jars` does;
 - the Python source (engine.spark.source, stream, sink: Spark's Python Data Source API), used otherwise.
 
 `register(spark)` makes the format known to a session and says in one line which implementation serves it.
@@ -41,19 +42,25 @@ def configure(builder, require: bool = False):
     mode = os.environ.get(SOURCE_ENV, "auto")
     if mode == "python":
         return builder
-    why = jvm.problem(pyspark.__version__)
-    if why is not None and jvm.javac() is not None:
-        try:
-            jvm.build()
-            why = jvm.problem(pyspark.__version__)
-        except (RuntimeError, OSError) as exc:  # javac refused, or the package is read-only: the Python source
-            why = str(exc).splitlines()[0]       # serves, unless required
-    if why is not None:
+    why = _jar_problem(pyspark.__version__)
+    if why is not None:  # the Python source serves, unless the JVM one is required
         if require or mode == "jvm":
             raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but {why}")
         return builder
     existing = getattr(builder, "_options", {}).get("spark.jars")
     return builder.config("spark.jars", ",".join(p for p in (existing, jvm.JAR) if p))
+
+
+def _jar_problem(version: str) -> str | None:
+    """Why kafkalog-spark.jar cannot serve Spark `version` (building it first when javac is there); None if it can."""
+    why = jvm.problem(version)
+    if why is not None and jvm.javac() is not None:
+        try:
+            jvm.build()
+            why = jvm.problem(version)
+        except (RuntimeError, OSError) as exc:  # javac refused, or the package is read-only
+            why = str(exc).splitlines()[0]
+    return why
 
 
 def _mode(spark) -> str:
@@ -85,25 +92,49 @@ def register(spark, pushdown: bool | None = None) -> str:
     while that setting is false, so register again after changing it); the JVM source always does."""
     mode = _mode(spark)
     present = _has_jvm_source(spark)
+    why = None
+    if present is False and mode != "python":
+        present, why = _add_jar(spark)
     if present is None:  # Spark Connect: the server has the jar if it refuses a Python source of the same name
         present = _register_python(spark, pushdown, probe=True)
     elif not present and mode != "jvm":
         _register_python(spark, pushdown)
     if mode == "jvm" and not present:
-        raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but this session does not load "
-                           f"kafkalog-spark.jar: build it with engine.spark.configure(SparkSession.builder), or pass "
-                           f"{jvm.JAR} with --jars")
+        raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but this session cannot load "
+                           f"kafkalog-spark.jar ({why or 'Spark Connect: start the server with --jars ' + jvm.JAR})")
     if mode == "python" and present:
         raise RuntimeError(f"kafkalog: the Python source was required ({SOURCE_ENV}=python) but this session loads "
                            f"kafkalog-spark.jar (spark.jars), and Spark refuses two sources named kafkalog")
     path = "jvm" if present else "python"
     if path not in _said:
         _said.add(path)
+        if not present and why is None:
+            why = f"{SOURCE_ENV}=python" if mode == "python" else "the Spark Connect server does not load its jar"
         print("kafkalog: Spark reads and writes through the " + (
-            f"JVM source ({jvm.JAR})" if present else
-            f"Python source ({jvm.problem(spark.version) or 'the session was not built with engine.spark.configure()'})"),
-            file=sys.stderr)
+            f"JVM source ({jvm.JAR})" if present else f"Python source ({why})"), file=sys.stderr)
     return path
+
+
+def _add_jar(spark) -> tuple[bool, str | None]:
+    """Add kafkalog-spark.jar to a running session: (whether the session now loads the JVM source, why not). The jar
+    goes into the driver's base class loader (the one Spark's own `--jars` use, so the driver's planning and the
+    task results it reads see one copy of its classes) and to the executors through the SparkContext. Spark's
+    `ADD JAR` is not used: it loads the classes a second time in the session's own loader, and a write's commit
+    then misses what its tasks staged."""
+    why = _jar_problem(spark.version)
+    if why is not None:
+        return False, why
+    try:
+        base = spark._jsparkSession.sharedState().jarClassLoader().getParent()
+        if base.getClass().getName() != "org.apache.spark.util.MutableURLClassLoader":
+            return False, f"the driver's class loader ({base.getClass().getName()}) takes no jar at run time"
+        base.addURL(spark._jvm.java.io.File(jvm.JAR).toURI().toURL())
+        spark.sparkContext._jsc.addJar(jvm.JAR)
+    except Exception as exc:  # py4j's error: the session refused the jar
+        return False, f"adding the jar failed: {str(exc).splitlines()[0]}"
+    if not _has_jvm_source(spark):
+        return False, "the driver was given kafkalog-spark.jar but does not load the source"
+    return True, None
 
 
 def _register_python(spark, pushdown: bool | None, probe: bool = False) -> bool:

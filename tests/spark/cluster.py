@@ -122,14 +122,16 @@ def _values(rows) -> list[int]:
 
 
 def job(master: str, log: str, out: str) -> dict:
-    """On the cluster: a batch read, an AvailableNow stream into Parquet, a write back into the log."""
+    """On the cluster: a batch read, an AvailableNow stream into Parquet, a write back into the log. The session is
+    built the ordinary way (no engine.spark.configure): `register` alone brings the JVM source to the driver and the
+    executors."""
     import engine.spark
     from pyspark.sql import SparkSession
 
     engine.spark.use_this_python()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    spark = (engine.spark.configure(SparkSession.builder).master(master).appName("kafkalog-cluster-test")
+    spark = (SparkSession.builder.master(master).appName("kafkalog-cluster-test")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.executor.memory", "512m")
              .config("spark.executor.cores", "1").config("spark.cores.max", "2")

@@ -27,6 +27,79 @@ def test_the_session_is_served_by_the_path_make_test_asked_for(spark, capsys):
     assert (got == "jvm") == (asked != "python" and jvm.problem(pyspark.__version__) is None)
 
 
+_PLAIN_SESSION = """
+import json, sys
+import engine.spark
+from pyspark.sql import SparkSession
+engine.spark.use_this_python()
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+out = {}
+if sys.argv[2] == "add-jar":  # what a user may try: Spark's own ADD JAR, then register
+    spark.sql("ADD JAR '" + engine.spark.jvm.JAR + "'")
+try:
+    out["path"] = engine.spark.register(spark)
+    df = spark.read.format("kafkalog").option("subscribe", "multiseg").load(sys.argv[1])
+    out["plan"] = [line for line in df._jdf.queryExecution().executedPlan().toString().splitlines() if "Scan" in line]
+    out["offsets"] = sorted(r.offset for r in df.collect())
+    df.selectExpr("key", "value").write.format("kafkalog").option("topic", "copy").mode("append").save(sys.argv[1])
+except Exception as exc:
+    out["error"] = str(exc).splitlines()[0] + " " + " ".join(l for l in str(exc).splitlines() if "kafkalog" in l)
+out["copied"] = spark.read.format("kafkalog").option("subscribe", "copy").load(sys.argv[1]).count()
+print(json.dumps(out))
+spark.stop()
+"""
+
+
+def _plain_session(tmp_path, how: str) -> tuple[dict, str]:
+    """A SparkSession built without engine.spark.configure() in a process of its own: what it registered, planned,
+    read and copied into topic `copy`, and its stderr."""
+    import json
+    import subprocess
+    import sys
+
+    shutil.copytree(vectors.case_dir("multiseg-0"), tmp_path / "multiseg-0")
+    with engine.open(str(tmp_path)) as eng:  # (adopts Kafka's partition as topic multiseg)
+        eng.create_topic("copy")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([sys.executable, "-c", _PLAIN_SESSION, str(tmp_path), how], capture_output=True,
+                          text=True, timeout=300, env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _jvm_expected() -> bool:
+    import pyspark
+    return os.environ.get("KAFKALOG_SPARK_SOURCE") != "python" and jvm.problem(pyspark.__version__) is None
+
+
+def test_a_session_built_the_ordinary_way_gets_the_jvm_source_from_register(tmp_path):
+    """SparkSession.builder.getOrCreate() without engine.spark.configure(), then register(): the jar is added to the
+    running session and its plan scans through the JVM source; it reads what Kafka wrote, and a write through it
+    lands every row."""
+    got, stderr = _plain_session(tmp_path, "register")
+    want = "jvm" if _jvm_expected() else "python"
+    assert "error" not in got and got["path"] == want, got
+    assert any("(JVM)" in line for line in got["plan"]) == (want == "jvm"), got["plan"]
+    assert got["offsets"] == sorted(r[2] for r in expected_from_dump("multiseg-0"))
+    assert got["copied"] == len(got["offsets"])
+    assert f"through the {'JVM' if want == 'jvm' else 'Python'} source" in stderr
+
+
+def test_a_jar_loaded_twice_fails_a_write_instead_of_committing_nothing(tmp_path):
+    """Spark's ADD JAR loads the jar's classes a second time, in the session's loader: the tasks' commit messages
+    are then of a class the committer does not know. The write fails, naming the cause, and writes nothing (it once
+    reported success and committed no row)."""
+    got, _ = _plain_session(tmp_path, "add-jar")
+    if not _jvm_expected():  # the Python path was asked for: a session holding the jar is refused at register
+        assert "the Python source was required" in got["error"], got
+    else:
+        assert got["path"] == "jvm" and len(got["offsets"]) == 1500, got
+        assert "loaded twice" in got["error"] and "nothing was written" in got["error"], got
+    assert got["copied"] == 0
+
+
 def test_a_brokers_live_directory_with_preallocated_indexes(spark, tmp_path):
     """A running broker keeps its active segment's .index and .timeindex preallocated (10 MiB of zeros past the
     entries): they read as exactly their entries."""

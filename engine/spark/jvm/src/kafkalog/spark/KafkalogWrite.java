@@ -334,7 +334,13 @@ final class KafkalogWrite {
         req.put("job", job);
         ArrayNode files = req.putArray("files");
         for (WriterCommitMessage m : messages) {
-            if (m instanceof Staged && ((Staged) m).file != null) files.add(((Staged) m).file);
+            if (!(m instanceof Staged)) {  // never commit without a task's rows: fail, and Spark aborts the job
+                throw KafkalogError.badWrite("commit", "refused: a task answered with "
+                        + (m == null ? "nothing" : "a " + m.getClass().getName() + " from another class loader")
+                        + " (is kafkalog-spark.jar loaded twice, by ADD JAR? use engine.spark.register or --jars);"
+                        + " nothing was written");
+            }
+            if (((Staged) m).file != null) files.add(((Staged) m).file);
         }
         req.put("transactional_id", s.transactionalId);
         req.put("sink_id", s.sinkId);
