@@ -48,18 +48,18 @@ class Served:
 
 
 def _group(pid: int):
-    """(stat fields after the command name, status fields) of each live process in `pid`'s process group (a
-    launcher script and the JVM it starts count together)."""
+    """(its /proc folder, its status fields) for each live process of `pid`'s process group (a launcher script and
+    the JVM it starts count together)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        folder = f"/proc/{entry}"
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read().rsplit(")", 1)[1].split()
-            if int(stat[2]) != pid:
-                continue
-            with open(f"/proc/{entry}/status") as f:
-                yield stat, dict(line.split(":", 1) for line in f if ":" in line)
+            with open(f"{folder}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pid:
+                    continue
+            with open(f"{folder}/status") as f:
+                yield folder, dict(line.split(":", 1) for line in f if ":" in line)
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
 
@@ -75,18 +75,13 @@ def group_cpu(pid: int) -> float:
     """CPU seconds used so far by the threads of `pid`'s process group (the scheduler's nanosecond count: the clock
     ticks of /proc/PID/stat are too coarse for a quick run)."""
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for folder, _ in _group(pid):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != pid:
-                    continue
-            for task in os.listdir(f"/proc/{entry}/task"):
-                with open(f"/proc/{entry}/task/{task}/schedstat") as f:
+            for task in os.listdir(f"{folder}/task"):
+                with open(f"{folder}/task/{task}/schedstat") as f:
                     total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+        except (OSError, ValueError):
+            continue  # a thread or the process gone meanwhile
     return total / 1e9
 
 

@@ -50,15 +50,13 @@ from engine.replication.replica import Replica
 from engine.replication.replica import load as load_replica
 from engine.segments.local_log import FetchData
 from engine.segments.txn_index import AbortedTxn
-from engine.txn.unified_log import (
-    CLIENT,
+from engine.segments.log_segments import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
-    AppendInfo,
-    UnifiedLog,
 )
+from engine.txn.unified_log import CLIENT, AppendInfo, UnifiedLog
 
 NewReplica, high_watermark = load_replica(codec.IMPL)  # the twin of codec.IMPL: its Replica type and HW rule
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"

@@ -53,13 +53,7 @@ from engine.segments.fs import FileSystem, new_lock
 from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
 from engine.segments.local_log import FetchData, LocalLog
 from engine.segments.log_config import LogConfig
-from engine.segments.log_segments import (  # (re-exported: ListOffsets' special timestamps)
-    EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIERED_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-)
+from engine.segments.log_segments import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from engine.segments.names import INTERNAL_TOPICS, parse_partition_dir
 from engine.segments.segment import INT32_MAX, LogSegment
 from engine.segments.segment_reads import WINDOW_BYTES
@@ -438,16 +432,13 @@ class UnifiedLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` (ListOffsets);
-        -2 (and -4, the local log's start) gives the log start offset, -1 the log end offset, -3 the first record
-        with the largest timestamp, -5 (the last offset in tiered storage) offset -1; None when no record is that
-        late."""
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        -2 gives the log start offset, -1 the log end offset, -3 the first record with the largest timestamp; None
+        when no record is that late."""
+        if timestamp == EARLIEST_TIMESTAMP:
             return -1, self.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return -1, self.log_end_offset
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return -1, -1
-        if timestamp == MAX_TIMESTAMP:
+        if timestamp == MAX_TIMESTAMP:  # (before the native lookup, which knows no special timestamps)
             return self.local.segments.max_timestamp_offset()
         found = self._reader.offset_for_timestamp(timestamp)  # the one-call lookup
         return self.local.segments.offset_for_timestamp(timestamp, self.log_start_offset) if found is False else found

@@ -15,7 +15,7 @@ from engine.common.errors import (
     KafkaError,
     TopicAlreadyExistsError,
 )
-from engine.network.api_common import INVALID_CONFIG, NODE_ID, error_code, error_of, topic_uuid
+from engine.network.api_common import INVALID_CONFIG, NODE_ID, check_assignment, error_code, error_of, topic_uuid
 from engine.protocol import Request
 from engine.protocol import messages as m
 from engine.segments.log_config import LogConfig
@@ -55,7 +55,7 @@ class AdminApis:
                     if t["num_partitions"] != -1 or t["replication_factor"] != -1:
                         raise InvalidRequestError("both a replica assignment and a partition count or replication "
                                                   "factor were given")
-                    _check_assignment([a["broker_ids"] for a in sorted(t["assignments"],
+                    check_assignment([a["broker_ids"] for a in sorted(t["assignments"],
                                                                         key=lambda a: a["partition_index"])],
                                       [a["partition_index"] for a in t["assignments"]])
                     partitions = len(t["assignments"])
@@ -92,7 +92,7 @@ class AdminApis:
                     if len(t["assignments"]) != t["count"] - current:
                         raise InvalidReplicaAssignmentError(f"{len(t['assignments'])} replica assignments for "
                                                             f"{t['count'] - current} new partitions")
-                    _check_assignment([a["broker_ids"] for a in t["assignments"]])
+                    check_assignment([a["broker_ids"] for a in t["assignments"]])
                 if not b["validate_only"]:
                     self.engine.create_partitions(t["name"], t["count"])
             code, message = error_of(grow)
@@ -168,17 +168,6 @@ class AdminApis:
             out.append({"error_code": code, "error_message": message, "resource_type": r["resource_type"],
                         "resource_name": r["resource_name"]})
         return {"responses": out}
-
-
-def _check_assignment(replicas: list[list[int]], indexes: list[int] | None = None) -> None:
-    """A manual assignment a one-node listener can honour: partitions 0..n-1, each with node 0 as its one replica."""
-    if indexes is not None and sorted(indexes) != list(range(len(indexes))):
-        raise InvalidReplicaAssignmentError(f"the assignment's partitions {sorted(indexes)} are not 0 to "
-                                            f"{len(indexes) - 1}")
-    for ids in replicas:
-        if list(ids) != [NODE_ID]:
-            raise InvalidReplicaAssignmentError(f"replicas {list(ids)}: this listener is one node, id {NODE_ID}, "
-                                                f"and holds every partition's one replica")
 
 
 def _config_type(name: str, value) -> int:

@@ -7,7 +7,7 @@ import base64
 import uuid
 from typing import Callable
 
-from engine.common.errors import KafkaError
+from engine.common.errors import InvalidReplicaAssignmentError, KafkaError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 
 NODE_ID = 0  # the one node a listener presents
@@ -45,6 +45,18 @@ def error_of(call: Callable[[], object]) -> tuple[int, str | None]:
         return error_code(exc), str(exc)
     except (ValueError, TypeError) as exc:
         return INVALID_CONFIG, str(exc)
+
+
+def check_assignment(replicas: list[list[int]], indexes: list[int] | None = None) -> None:
+    """A manual replica assignment a one-node listener can honour: partitions 0..n-1 (`indexes`, when the request
+    numbers them), each with node 0 as its one replica; InvalidReplicaAssignmentError otherwise."""
+    if indexes is not None and sorted(indexes) != list(range(len(indexes))):
+        raise InvalidReplicaAssignmentError(f"the assignment's partitions {sorted(indexes)} are not 0 to "
+                                            f"{len(indexes) - 1}")
+    for ids in replicas:
+        if list(ids) != [NODE_ID]:
+            raise InvalidReplicaAssignmentError(f"replicas {list(ids)}: this listener is one node, id {NODE_ID}, "
+                                                f"and holds every partition's one replica")
 
 
 def topic_uuid(text: str | None) -> uuid.UUID | None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from engine.common.errors import KafkaError, UnknownTopicOrPartitionError
-from engine.network.api_common import NODE_ID, error_code
+from engine.common.errors import UnknownTopicOrPartitionError
+from engine.network.api_common import NODE_ID, check_assignment, code_of, error_of
 from engine.protocol import Request
 from engine.protocol import messages as m
 
-INVALID_REPLICA_ASSIGNMENT, LOG_DIR_NOT_FOUND, ELECTION_NOT_NEEDED, NO_REASSIGNMENT_IN_PROGRESS = 39, 57, 84, 85
+LOG_DIR_NOT_FOUND, ELECTION_NOT_NEEDED, NO_REASSIGNMENT_IN_PROGRESS = 57, 84, 85
 
 
 class ClusterApis:
@@ -28,11 +28,7 @@ class ClusterApis:
 
     def _code(self, topic: str, partition: int) -> int:
         """0 when the partition exists, else its error's code."""
-        try:
-            self.engine.partition(topic, partition)
-            return 0
-        except KafkaError as exc:
-            return error_code(exc)
+        return code_of(lambda: self.engine.partition(topic, partition))
 
     def _wanted(self, asked: list[dict] | None) -> list[tuple[str, list[int]]]:
         """(topic, partitions) named by a request's `topic`/`partitions` entries; None: every partition."""
@@ -64,9 +60,8 @@ class ClusterApis:
                 code, message = self._code(t["name"], p["partition_index"]), None
                 if not code and p["replicas"] is None:
                     code, message = NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is in progress to cancel"
-                elif not code and list(p["replicas"]) != [NODE_ID]:
-                    code, message = INVALID_REPLICA_ASSIGNMENT, (f"replicas {list(p['replicas'])}: this listener is "
-                                                                 f"one node, id {NODE_ID}")
+                elif not code:  # every replica is on node 0 already: moving it there is done
+                    code, message = error_of(lambda p=p: check_assignment([p["replicas"]]))
                 out.append({"partition_index": p["partition_index"], "error_code": code, "error_message": message})
             responses.append({"name": t["name"], "partitions": out})
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}

@@ -43,12 +43,13 @@ from engine.network.txn_apis import TxnApis
 from engine.protocol import APIS, Request, encode_response
 from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
+from engine.segments.log_segments import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
 
 _BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 
 
-# ListOffsets' special timestamps and the version each needs (MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED)
-_TIMESTAMP_VERSIONS = {-3: 7, -4: 8, -5: 9}
+# the ListOffsets version each later special timestamp needs
+_TIMESTAMP_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 
 
 class KafkaApis:
