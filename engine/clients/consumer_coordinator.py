@@ -110,11 +110,17 @@ class ConsumerCoordinator:
         """Keep membership current (join, sync) until `deadline_ms` at most; True when stable."""
         if self._fatal is not None:
             raise self._fatal
-        now = self._clock.time_ms()
-        self._last_poll = now
+        self._last_poll = self._clock.time_ms()
+        return not self.rebalancing() or self._ensure_active_group(deadline_ms)
+
+    def rebalancing(self) -> bool:
+        """Whether the next poll joins, or waits for a round under way (it may call the rebalance listener)."""
         with self._lock:
-            rejoin = self._rejoin or self.generation < 0 or self._joining is not None or self._syncing is not None
-        return not rejoin or self._ensure_active_group(deadline_ms)
+            return self._rejoin or self.generation < 0 or self._joining is not None or self._syncing is not None
+
+    def in_flight(self) -> Pending | None:
+        """The JoinGroup or SyncGroup answer a poll waits for, if any (to be woken by it instead of waiting)."""
+        return self._syncing or self._joining
 
     def _ensure_active_group(self, deadline_ms: int) -> bool:
         while True:
@@ -256,11 +262,15 @@ class ConsumerCoordinator:
                 self._revoke({tp for tp in self.owned if tp.topic not in subscribed}, lost=False)
 
     def _revoke(self, partitions: set[TopicPartition], lost: bool, always: bool = False) -> None:
+        """The listener is told while the partitions are still assigned (as the Java consumer does: a commit() in
+        on_partitions_revoked commits their positions); they go whatever it raises."""
         partitions = set(partitions)
-        self.owned -= partitions
-        self._consumer._set_assignment(self.owned)
-        if partitions or always:
-            (self.listener.on_partitions_lost if lost else self.listener.on_partitions_revoked)(partitions)
+        try:
+            if partitions or always:
+                (self.listener.on_partitions_lost if lost else self.listener.on_partitions_revoked)(partitions)
+        finally:
+            self.owned -= partitions
+            self._consumer._set_assignment(self.owned)
 
     def _on_join_complete(self, generation: int, data: bytes) -> None:
         assignment = cp.decode_assignment(data) if data else cp.Assignment([])

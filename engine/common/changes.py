@@ -6,9 +6,11 @@ only for the partitions that changed).
 fetch bound (the high watermark, the last stable offset, the log start) and, for every engine, each change to which
 partition object leads a topic-partition. A reader takes `LOGS.value` before it reads bounds; when the value is
 still the same later, no bound it read moved. A writer bumps after its change, never before. The count only grows:
-a reader never sees an old value again.
+a reader never sees an old value again. A waiter that cannot block a thread on it (an asyncio consumer) registers
+with `listen()`: each bump then calls its `set()`, after the count moved.
 Byte layout: none. Crash policy: none (memory only). Thread-safety: bump() from any thread, under a lock (two
-threads' increments are never one).
+threads' increments are never one); listen/unlisten from any thread; a listener's set() runs in the bumping thread,
+often under a log's lock, so it must only hand the wake-up on (asyncio's call_soon_threadsafe does).
 """
 from __future__ import annotations
 
@@ -21,10 +23,21 @@ class ChangeCount:
     def __init__(self) -> None:
         self.value = 0
         self._lock = threading.Lock()
+        self._listeners: set = set()
 
     def bump(self) -> None:
         with self._lock:
             self.value += 1
+        if self._listeners:
+            for listener in list(self._listeners):  # (a copy: another thread may listen or unlisten meanwhile)
+                listener.set()
+
+    def listen(self, listener) -> None:
+        """Call `listener.set()` on every bump until `unlisten`."""
+        self._listeners.add(listener)
+
+    def unlisten(self, listener) -> None:
+        self._listeners.discard(listener)
 
 
 LOGS = ChangeCount()

@@ -32,7 +32,7 @@ class Pending:
     """A response the coordinator completes later (a JoinGroup or SyncGroup held until the rebalance moves on).
     Its event is made on first use: most answers are collected by a poll that does not wait for them."""
 
-    __slots__ = ("member_id", "sync", "value", "error", "done", "_event")  # (a rebalance makes two per member)
+    __slots__ = ("member_id", "sync", "value", "error", "done", "_event", "_watchers")  # (two per member a rebalance)
 
     def __init__(self, member_id: str = "") -> None:
         self.member_id = member_id  # a JoinGroup's member id, known before the join completes (as KIP-394)
@@ -41,15 +41,26 @@ class Pending:
         self.error: KafkaError | None = None
         self.done = False
         self._event: threading.Event | None = None
+        self._watchers: list | None = None
 
     def complete(self, value=None, error: KafkaError | None = None) -> None:
         with _EVENTS:
             if self.done:
                 return
             self.value, self.error, self.done = value, error, True
-            event = self._event
+            event, watchers = self._event, self._watchers
         if event is not None:
             event.set()
+        for watcher in watchers or ():
+            watcher.set()
+
+    def watch(self, watcher) -> None:
+        """Call `watcher.set()` once the answer is in (at once if it is): a waiter that cannot block on the event."""
+        with _EVENTS:
+            if not self.done:
+                self._watchers = (self._watchers or []) + [watcher]
+                return
+        watcher.set()
 
     @property
     def event(self) -> threading.Event:

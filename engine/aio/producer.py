@@ -1,0 +1,370 @@
+"""aiokafka's AIOKafkaProducer over an open engine: the same names, the engine's semantics.
+
+The records go through the synchronous producer's machinery (engine.clients.producer): the native accumulator
+encodes each one as it is sent, batches are sealed and appended whole, idempotence and transactions are the same
+code. What this class adds is the waiting: `send()` returns a `RecordFuture` at once, an awaitable that follows
+asyncio's Future protocol (await it, gather it, add_done_callback), resolved when its batch is appended; its
+metadata is made only when asked for. A batch's completion reaches the loop as one `call_soon_threadsafe` (none
+when the loop's own thread appended it).
+Who appends: in an engine of one broker, a full batch is appended by the thread that filled it (the loop's, as the
+synchronous producer does: an append is a copy into the page cache, no wait); the producer's sender thread appends
+what linger_ms sealed. In an engine with followers, acks='all' waits for them, so there every batch is handed to
+the sender thread and the loop never waits; `send()` then waits (asynchronously) while more than
+`max_pending_batches` batches are sealed and not yet appended.
+Defaults are aiokafka's where they differ from the synchronous producer's: acks=1 and enable_idempotence=False
+(acks='all' with a transactional_id or enable_idempotence=True), request_timeout_ms=40000, and the batch size is
+named max_batch_size. The synchronous producer's other configs (retries, delivery_timeout_ms, compression levels,
+max_block_ms, ...) are taken as they are. Configs that only mean something on a network (bootstrap_servers,
+security and SASL settings, metadata ages) are refused: against `kafkalog serve`, aiokafka itself is the client.
+Threads: one sender thread per producer (the synchronous producer's) from construction until stop() or the
+engine's close(). Use a producer from its loop's thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from engine.clients.producer import Producer
+from engine.common.errors import IllegalStateError, InvalidConfigurationError, ProducerFencedError
+from engine.common.structs import RecordMetadata
+
+NETWORK_ONLY = frozenset((
+    "bootstrap_servers", "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_password",
+    "sasl_plain_username", "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "sasl_oauth_token_provider",
+    "metadata_max_age_ms", "connections_max_idle_ms", "api_version", "loop", "client_rack"))
+_MISSING = object()
+
+
+def refuse_network_configs(configs: dict, kind: str) -> None:
+    """InvalidConfigurationError naming the configs that only a networked client has."""
+    found = sorted(NETWORK_ONLY.intersection(configs))
+    if found:
+        raise InvalidConfigurationError(
+            f"{', '.join(found)}: no meaning for an in-process {kind} (it is given engine=); to reach "
+            f"`kafkalog serve` over the network, use aiokafka's own client")
+
+
+class _LoopProducer(Producer):
+    """The synchronous producer, with full batches handed to its sender thread when `hand_off` is set."""
+
+    hand_off = False
+
+    def _drain_full(self) -> None:
+        if not self.hand_off:
+            super()._drain_full()
+            return
+        self._wake.set()
+        if hasattr(self._clock, "wake"):
+            self._clock.wake()
+
+
+class RecordFuture:
+    """The outcome of one `send()`: `await` it for the record's RecordMetadata (or its error). It keeps asyncio's
+    Future protocol (done, result, exception, add_done_callback, cancel), so asyncio.gather, wait and wait_for take
+    it; cancelling it only stops the waiting: the record is sent all the same."""
+
+    __slots__ = ("_producer", "_batch", "_index", "_cancelled", "_asyncio_future_blocking")
+
+    def __init__(self, producer: "AIOKafkaProducer", batch, index: int) -> None:
+        self._producer, self._batch, self._index = producer, batch, index
+        self._cancelled = False
+        self._asyncio_future_blocking = False
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._producer._loop
+
+    def done(self) -> bool:
+        return self._cancelled or self._batch.done
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self, msg=None) -> bool:
+        if self.done():
+            return False
+        self._cancelled = True
+        self._producer._run_callbacks(self)
+        return True
+
+    def result(self) -> RecordMetadata:
+        if self._cancelled:
+            raise asyncio.CancelledError()
+        if not self._batch.done:
+            raise asyncio.InvalidStateError("the record is not appended yet")
+        return self._batch.result(self._index)
+
+    def exception(self) -> BaseException | None:
+        if self._cancelled:
+            raise asyncio.CancelledError()
+        if not self._batch.done:
+            raise asyncio.InvalidStateError("the record is not appended yet")
+        return self._batch.error
+
+    def add_done_callback(self, fn, *, context=None) -> None:
+        if self.done():
+            self._producer._loop.call_soon(fn, self, context=context)
+        else:
+            self._producer._waiting[self._batch].append((self, fn, context))
+
+    def remove_done_callback(self, fn) -> int:
+        waiting = self._producer._waiting.get(self._batch)
+        if not waiting:
+            return 0
+        kept = [entry for entry in waiting if entry[0] is not self or entry[1] != fn]
+        waiting[:] = kept
+        return len(waiting) - len(kept)
+
+    def __await__(self):
+        if not self.done():
+            self._asyncio_future_blocking = True
+            yield self
+        return self.result()
+
+    __iter__ = __await__
+
+
+class BatchBuilder:
+    """aiokafka's BatchBuilder: records gathered for one `send_batch()` to one partition."""
+
+    def __init__(self, max_size: int, key_serializer, value_serializer) -> None:
+        self._max, self._size = max_size, 0
+        self._key_ser, self._value_ser = key_serializer, value_serializer
+        self._records: list[tuple] = []
+        self._closed = False
+
+    def append(self, *, timestamp=None, key=None, value=None, headers=()):
+        """Add a record; None (nothing added) once the batch would pass the producer's max_batch_size."""
+        if self._closed:
+            raise IllegalStateError("the batch was already sent")
+        if self._key_ser is not None and key is not None:
+            key = self._key_ser(key)
+        if self._value_ser is not None and value is not None:
+            value = self._value_ser(value)
+        size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or ()) + 21
+        if self._records and self._size + size > self._max:
+            return None
+        self._size += size
+        self._records.append((key, value, list(headers or ()) or None, timestamp))
+        return len(self._records) - 1
+
+    def record_count(self) -> int:
+        return len(self._records)
+
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class AIOKafkaProducer:
+    """`AIOKafkaProducer(engine=eng, **configs)`: start/stop or `async with`, send (an awaitable of a RecordFuture),
+    send_and_wait, create_batch/send_batch, flush, partitions_for, and transactions (begin/commit/abort_transaction,
+    `async with producer.transaction()`, send_offsets_to_transaction)."""
+
+    def __init__(self, *, engine, acks=_MISSING, enable_idempotence: bool = False, max_batch_size: int = 16384,
+                 request_timeout_ms: int = 40000, transactional_id: str | None = None,
+                 max_pending_batches: int = 1024, **configs) -> None:
+        refuse_network_configs(configs, "producer")
+        if "batch_size" in configs:
+            raise InvalidConfigurationError("batch_size is named max_batch_size here (aiokafka's name)")
+        if transactional_id is not None:
+            enable_idempotence = True  # (as aiokafka: a transactional producer is idempotent)
+        if enable_idempotence is True:
+            acks = "all" if acks is _MISSING else acks
+        elif acks is _MISSING:
+            acks = 1
+        if type(max_pending_batches) is not int or max_pending_batches < 1:
+            raise InvalidConfigurationError(f"max_pending_batches={max_pending_batches!r} must be an int >= 1")
+        self._engine = engine
+        self._producer: _LoopProducer = engine._register(_LoopProducer(
+            engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
+            request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
+        self._producer.hand_off = len(engine.replicas.brokers) > 1
+        self._max_pending = max_pending_batches
+        self._transactional = transactional_id is not None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        self._waiting: dict = {}  # batch -> [(future, callback, context)] of its futures' done callbacks
+        self._drained: asyncio.Event | None = None  # set whenever no batch tracked here is pending
+        self._room: asyncio.Event | None = None  # set while fewer than max_pending_batches are pending
+        self._stopped = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind to the running loop; a transactional producer registers its transactional_id (fencing older ones)."""
+        if self._stopped:
+            raise IllegalStateError("the producer was stopped")
+        if self._loop is not None:
+            return
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        self._drained, self._room = asyncio.Event(), asyncio.Event()
+        self._drained.set()
+        self._room.set()
+        if self._transactional:
+            self._producer.init_transactions()
+
+    async def stop(self) -> None:
+        """Append everything sent, then stop the sender thread; later sends raise IllegalStateError."""
+        if self._stopped:
+            return
+        try:
+            if self._loop is not None:
+                await self.flush()
+        finally:
+            self._stopped = True
+            self._producer.close()
+
+    async def __aenter__(self) -> "AIOKafkaProducer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def _check(self) -> None:
+        if self._loop is None or self._stopped:
+            raise IllegalStateError("the producer is not started" if self._loop is None else
+                                    "the producer is stopped")
+
+    # --- sending --------------------------------------------------------------------------------
+    async def send(self, topic: str, value=None, key=None, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers=None) -> RecordFuture:
+        """Add the record to its partition's batch; returns its RecordFuture (await it for the metadata). Errors
+        that the record itself causes (size, type, an unknown topic) are raised here."""
+        self._check()
+        if not self._room.is_set():
+            await self._room.wait()
+        sent = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        batch = sent.batch
+        if batch not in self._waiting:
+            self._track(batch)
+        return RecordFuture(self, batch, sent.index)
+
+    async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
+                            timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
+        """send(), then the record's metadata once it is appended (its batch is sealed at once, as a get() does)."""
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        if not future.done():
+            if self._producer.hand_off:
+                self._producer._acc.seal(future._batch)
+                self._producer._drain_full()
+            else:
+                self._producer._force(future._batch)
+        return await future
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(self._producer.batch_size, self._producer._key_ser, self._producer._value_ser)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> RecordFuture:
+        """Send the records of `batch` to `partition`, together; returns the future of the first one's metadata."""
+        self._check()
+        batch.close()
+        if not batch._records:
+            raise InvalidConfigurationError("send_batch() of an empty batch")
+        if self._transactional and not self._producer._txn.in_transaction:
+            self._producer._txn.check_send()
+        spans = self._producer._acc.send_many(topic, batch._records, partition)
+        for b, _first, _last in spans:
+            if b not in self._waiting:
+                self._track(b)
+            self._producer._acc.seal(b)
+        self._push()
+        first, index, _ = spans[0]
+        return RecordFuture(self, first, index)
+
+    async def flush(self) -> None:
+        """Until every record sent so far is appended (or failed)."""
+        self._check()
+        self._producer._acc.seal_all()
+        self._push()
+        await self._drained.wait()
+
+    def _push(self) -> None:
+        """Have the sealed batches appended: by the sender thread (hand-off), or now, on this thread."""
+        if self._producer.hand_off:
+            self._producer._drain_full()
+        else:
+            self._producer._drain(settle=False)
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return self._producer.partitions_for(topic)
+
+    # --- batches' completion --------------------------------------------------------------------
+    def _track(self, batch) -> None:
+        """Follow a batch first seen here until it is appended: its futures' callbacks, flush() and the pending
+        count wait for it."""
+        self._waiting[batch] = []
+        self._drained.clear()
+        if len(self._waiting) >= self._max_pending and self._producer.hand_off:
+            self._room.clear()
+        loop, loop_thread, in_loop = self._loop, self._loop_thread, self._done_in_loop
+
+        def done(_result) -> None:  # (any thread: the one that appended the batch)
+            if threading.get_ident() == loop_thread:
+                in_loop(batch)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing awaits the batch any more
+                    loop.call_soon_threadsafe(in_loop, batch)
+
+        batch.on_done(0, done, done)
+
+    def _done_in_loop(self, batch) -> None:
+        for future, fn, context in self._waiting.pop(batch, ()):
+            self._loop.call_soon(fn, future, context=context)
+        if len(self._waiting) < self._max_pending:
+            self._room.set()
+        if not self._waiting:
+            self._drained.set()
+
+    def _run_callbacks(self, future: RecordFuture) -> None:
+        """A cancelled future's callbacks, now."""
+        waiting = self._waiting.get(future._batch, [])
+        for entry in [e for e in waiting if e[0] is future]:
+            waiting.remove(entry)
+            self._loop.call_soon(entry[1], future, context=entry[2])
+
+    # --- transactions -----------------------------------------------------------------------------
+    async def begin_transaction(self) -> None:
+        self._check()
+        self._producer.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Append everything sent in the transaction, then commit it (TransactionAbortableError if a send failed)."""
+        await self._end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        await self._end(commit=False)
+
+    async def _end(self, commit: bool) -> None:
+        self._check()
+        txn = self._producer._transactional()
+        (txn.check_commit if commit else txn.check_abort)()
+        await self.flush()
+        (self._producer.commit_transaction if commit else self._producer.abort_transaction)()
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_id) -> None:
+        """Commit `offsets` for the group (its id, or a consumer's group_metadata()) with the transaction."""
+        self._check()
+        self._producer.send_offsets_to_transaction(offsets, group_id)
+
+    def transaction(self) -> "_Transaction":
+        """`async with producer.transaction():` begins; commits when the block ends, aborts when it raises."""
+        return _Transaction(self)
+
+
+class _Transaction:
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> "_Transaction":
+        await self._producer.begin_transaction()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            await self._producer.commit_transaction()
+            return
+        if not isinstance(exc, ProducerFencedError):  # (a fenced producer cannot abort: its error goes up as it is)
+            await self._producer.abort_transaction()
