@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from bench import (
+    aio,
     clients,
     codec,
     compaction,
@@ -79,7 +80,8 @@ def main(argv=None) -> int:
         os.sync()
         doc["rows"] += runner.run([lambda: spark.workloads(q, scratch)], reps=reps, min_time=min_time)["rows"]
         with kafka.session(scratch) as broker:  # a real broker when KAFKA_HOME is given
-            doc["rows"] += runner.run([lambda: kafka.workloads(q, broker, scratch)], reps=reps,
+            doc["rows"] += runner.run([lambda: kafka.workloads(q, broker, scratch),
+                                       lambda: aio.workloads(q, broker, scratch)], reps=reps,
                                       min_time=min_time)["rows"]
         with listener.session(scratch) as (served, broker):  # `kafkalog serve` beside a broker (KAFKA_HOME)
             doc["rows"] += runner.run([lambda: listener.workloads(q, served, broker)], reps=reps,
@@ -88,7 +90,8 @@ def main(argv=None) -> int:
         listener_figures += listener.startup_figures(q, scratch)
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
                           + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
-                          + spark_stream.figures(args.quick, scratch) + listener_figures)
+                          + spark_stream.figures(args.quick, scratch) + aio.figures(args.quick, scratch)
+                          + listener_figures)
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),

@@ -16,7 +16,7 @@ README = os.path.join(ROOT, "README.md")
 START = "<!-- benchmark tables: written by `python -m bench.readme_tables` from bench/results/latest.md -->"
 END = "<!-- end of benchmark tables -->"
 HEADLINE_GROUPS = ("codec encode", "codec decode, read every field", "produce", "consume", "log append", "spark",
-                   "mirror", "listener")
+                   "mirror", "listener", "async produce", "async consume")
 
 
 def _tables(text: str) -> tuple[list[str], list[list[str]]]:

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The producer's hot loop: Kafka's RecordAccumulator with its built-in partitioner (murmur2, sticky
-partitions) and the futures send() returns; the twin is engine.clients.accumulator.
+partitions) and the futures send() returns (kafka-python's RecordFuture; AsyncRecordFuture, asyncio's Future protocol,
+for engine.aio); the twin is engine.clients.accumulator.
 
 Records are checked in C by the core's field checks (keys, values and header values as bytes or any C-contiguous
 buffer, headers as a list or tuple of (str, value) tuples); one they do not take goes through the shared
@@ -30,6 +31,7 @@ from engine._native._lock cimport (
     wait_for,
 )
 
+import asyncio as _asyncio
 import random as _random_module
 
 from engine.record import batch_format as bf
@@ -121,6 +123,67 @@ cdef class RecordFuture:
         g = _bind(f, args, kwargs)
         self.batch.on_done(self.index, g, g)
         return self
+
+
+@cython.freelist(256)
+cdef class AsyncRecordFuture:
+    """The outcome of one engine.aio send(): asyncio's Future protocol over the record's batch (see
+    engine.clients.accumulator.AsyncRecordFuture, its twin, for the owner it reports to)."""
+
+    cdef readonly object batch
+    cdef readonly Py_ssize_t index
+    cdef object _owner
+    cdef bint _cancelled
+    cdef public object _asyncio_future_blocking
+
+    def __init__(self, owner, batch, Py_ssize_t index):
+        self._owner, self.batch, self.index = owner, batch, index
+        self._asyncio_future_blocking = False
+
+    def get_loop(self):
+        return self._owner._loop
+
+    def done(self):
+        return self._cancelled or self.batch.done
+
+    def cancelled(self):
+        return self._cancelled
+
+    def cancel(self, msg=None):
+        if self._cancelled or self.batch.done:
+            return False
+        self._cancelled = True
+        self._owner._run_callbacks(self)
+        return True
+
+    def result(self):
+        self._check_done()
+        return self.batch.result(self.index)
+
+    def exception(self):
+        self._check_done()
+        return self.batch.error
+
+    cdef _check_done(self):
+        if self._cancelled:
+            raise _asyncio.CancelledError()
+        if not self.batch.done:
+            raise _asyncio.InvalidStateError("the record is not appended yet")
+
+    def add_done_callback(self, fn, *, context=None):
+        if self._cancelled or self.batch.done:
+            self._owner._loop.call_soon(fn, self, context=context)
+        else:
+            self._owner._waiting[self.batch].append((self, fn, context))
+
+    def remove_done_callback(self, fn):
+        return self._owner._remove_callback(self, fn)
+
+    def __await__(self):
+        if not (self._cancelled or self.batch.done):
+            self._asyncio_future_blocking = True
+            yield self
+        return self.result()
 
 
 cdef class _Topic:
@@ -224,6 +287,20 @@ cdef class RecordAccumulator:
         cdef RecordFuture f = RecordFuture.__new__(RecordFuture)
         f.batch = self._add(topic, value, key, headers, partition, timestamp_ms, &flags, &f.index)
         if flags:
+            self._notify(flags)
+        return f
+
+    def send_async(self, owner, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """send() for engine.aio: returns an AsyncRecordFuture reporting to `owner`, whose `_track(batch)` is called
+        once for each batch this opens, before any batch is pushed out."""
+        cdef int flags = 0
+        cdef AsyncRecordFuture f = AsyncRecordFuture.__new__(AsyncRecordFuture)
+        f.batch = self._add(topic, value, key, headers, partition, timestamp_ms, &flags, &f.index)
+        f._owner = owner
+        f._asyncio_future_blocking = False
+        if flags:
+            if flags & 1:
+                owner._track(f.batch)
             self._notify(flags)
         return f
 

@@ -2,6 +2,6 @@
 `AIOKafkaProducer(engine=eng, ...)` and `AIOKafkaConsumer(*topics, engine=eng, ...)`. No thread per call and no
 polling: a waiting consumer is woken by the append it waits for, a waiting send by its batch's append."""
 from engine.aio.consumer import AIOKafkaConsumer, ConsumerRebalanceListener
-from engine.aio.producer import AIOKafkaProducer, BatchBuilder, RecordFuture
+from engine.aio.producer import AIOKafkaProducer, BatchBuilder
 
-__all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "BatchBuilder", "ConsumerRebalanceListener", "RecordFuture"]
+__all__ = ["AIOKafkaConsumer", "AIOKafkaProducer", "BatchBuilder", "ConsumerRebalanceListener"]

@@ -2,10 +2,10 @@
 
 The records go through the synchronous producer's machinery (engine.clients.producer): the native accumulator
 encodes each one as it is sent, batches are sealed and appended whole, idempotence and transactions are the same
-code. What this class adds is the waiting: `send()` returns a `RecordFuture` at once, an awaitable that follows
-asyncio's Future protocol (await it, gather it, add_done_callback), resolved when its batch is appended; its
-metadata is made only when asked for. A batch's completion reaches the loop as one `call_soon_threadsafe` (none
-when the loop's own thread appended it).
+code. What this class adds is the waiting: `send()` returns the accumulator's AsyncRecordFuture (made by the native
+core with the record), an awaitable that follows asyncio's Future protocol (await it, gather it,
+add_done_callback), done when its batch is appended; its metadata is made only when asked for. A batch's completion
+reaches the loop as one `call_soon_threadsafe` (none when the loop's own thread appended it).
 Who appends: in an engine of one broker, a full batch is appended by the thread that filled it (the loop's, as the
 synchronous producer does: an append is a copy into the page cache, no wait); the producer's sender thread appends
 what linger_ms sealed. In an engine with followers, acks='all' waits for them, so there every batch is handed to
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 
+from engine.clients import accumulator
 from engine.clients.producer import Producer
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, ProducerFencedError
 from engine.common.structs import RecordMetadata
@@ -57,71 +59,6 @@ class _LoopProducer(Producer):
         self._wake.set()
         if hasattr(self._clock, "wake"):
             self._clock.wake()
-
-
-class RecordFuture:
-    """The outcome of one `send()`: `await` it for the record's RecordMetadata (or its error). It keeps asyncio's
-    Future protocol (done, result, exception, add_done_callback, cancel), so asyncio.gather, wait and wait_for take
-    it; cancelling it only stops the waiting: the record is sent all the same."""
-
-    __slots__ = ("_producer", "_batch", "_index", "_cancelled", "_asyncio_future_blocking")
-
-    def __init__(self, producer: "AIOKafkaProducer", batch, index: int) -> None:
-        self._producer, self._batch, self._index = producer, batch, index
-        self._cancelled = False
-        self._asyncio_future_blocking = False
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._producer._loop
-
-    def done(self) -> bool:
-        return self._cancelled or self._batch.done
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self, msg=None) -> bool:
-        if self.done():
-            return False
-        self._cancelled = True
-        self._producer._run_callbacks(self)
-        return True
-
-    def result(self) -> RecordMetadata:
-        if self._cancelled:
-            raise asyncio.CancelledError()
-        if not self._batch.done:
-            raise asyncio.InvalidStateError("the record is not appended yet")
-        return self._batch.result(self._index)
-
-    def exception(self) -> BaseException | None:
-        if self._cancelled:
-            raise asyncio.CancelledError()
-        if not self._batch.done:
-            raise asyncio.InvalidStateError("the record is not appended yet")
-        return self._batch.error
-
-    def add_done_callback(self, fn, *, context=None) -> None:
-        if self.done():
-            self._producer._loop.call_soon(fn, self, context=context)
-        else:
-            self._producer._waiting[self._batch].append((self, fn, context))
-
-    def remove_done_callback(self, fn) -> int:
-        waiting = self._producer._waiting.get(self._batch)
-        if not waiting:
-            return 0
-        kept = [entry for entry in waiting if entry[0] is not self or entry[1] != fn]
-        waiting[:] = kept
-        return len(waiting) - len(kept)
-
-    def __await__(self):
-        if not self.done():
-            self._asyncio_future_blocking = True
-            yield self
-        return self.result()
-
-    __iter__ = __await__
 
 
 class BatchBuilder:
@@ -182,6 +119,7 @@ class AIOKafkaProducer:
             engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
             request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
         self._producer.hand_off = len(engine.replicas.brokers) > 1
+        self._send = self._producer.send_chain(functools.partial(self._producer._acc.send_async, self))
         self._max_pending = max_pending_batches
         self._transactional = transactional_id is not None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -230,17 +168,14 @@ class AIOKafkaProducer:
 
     # --- sending --------------------------------------------------------------------------------
     async def send(self, topic: str, value=None, key=None, partition: int | None = None,
-                   timestamp_ms: int | None = None, headers=None) -> RecordFuture:
+                   timestamp_ms: int | None = None, headers=None):
         """Add the record to its partition's batch; returns its RecordFuture (await it for the metadata). Errors
         that the record itself causes (size, type, an unknown topic) are raised here."""
-        self._check()
+        if self._stopped or self._loop is None:
+            self._check()
         if not self._room.is_set():
             await self._room.wait()
-        sent = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
-        batch = sent.batch
-        if batch not in self._waiting:
-            self._track(batch)
-        return RecordFuture(self, batch, sent.index)
+        return self._send(topic, value, key, headers, partition, timestamp_ms)
 
     async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
                             timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
@@ -248,16 +183,16 @@ class AIOKafkaProducer:
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         if not future.done():
             if self._producer.hand_off:
-                self._producer._acc.seal(future._batch)
+                self._producer._acc.seal(future.batch)
                 self._producer._drain_full()
             else:
-                self._producer._force(future._batch)
+                self._producer._force(future.batch)
         return await future
 
     def create_batch(self) -> BatchBuilder:
         return BatchBuilder(self._producer.batch_size, self._producer._key_ser, self._producer._value_ser)
 
-    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> RecordFuture:
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int):
         """Send the records of `batch` to `partition`, together; returns the future of the first one's metadata."""
         self._check()
         batch.close()
@@ -272,7 +207,7 @@ class AIOKafkaProducer:
             self._producer._acc.seal(b)
         self._push()
         first, index, _ = spans[0]
-        return RecordFuture(self, first, index)
+        return accumulator.selected.AsyncRecordFuture(self, first, index)
 
     async def flush(self) -> None:
         """Until every record sent so far is appended (or failed)."""
@@ -318,12 +253,21 @@ class AIOKafkaProducer:
         if not self._waiting:
             self._drained.set()
 
-    def _run_callbacks(self, future: RecordFuture) -> None:
+    def _run_callbacks(self, future) -> None:
         """A cancelled future's callbacks, now."""
-        waiting = self._waiting.get(future._batch, [])
+        waiting = self._waiting.get(future.batch, [])
         for entry in [e for e in waiting if e[0] is future]:
             waiting.remove(entry)
             self._loop.call_soon(entry[1], future, context=entry[2])
+
+    def _remove_callback(self, future, fn) -> int:
+        waiting = self._waiting.get(future.batch)
+        if not waiting:
+            return 0
+        kept = [entry for entry in waiting if entry[0] is not future or entry[1] != fn]
+        removed = len(waiting) - len(kept)
+        waiting[:] = kept
+        return removed
 
     # --- transactions -----------------------------------------------------------------------------
     async def begin_transaction(self) -> None:

@@ -8,7 +8,8 @@ on after `batch_size` bytes), appends it to that partition's open `ProducerBatch
 `RecordFuture`. A batch is sealed when the next record would not fit (`batch_size`, capped by
 `max_request_size` and the topic's `max.message.bytes`), when its linger expires
 (`seal_expired`), or when asked (`seal`, `seal_all`); sealed batches wait, in sealing order, in
-`take_sealed()`, and `on_full()` is called after a full batch is sealed. Records are encoded into
+`take_sealed()`, and `on_full()` is called after a full batch is sealed. `send_async()` is send() for engine.aio:
+its `AsyncRecordFuture` keeps asyncio's Future protocol. Records are encoded into
 their batch's RecordsBuilder as they are added (validation: engine.record.batch_format.check_send).
 Thread-safety: both accumulators take a lock around their state (the native one a PyThread lock,
 running no Python code while it holds it), so sends from many threads are safe. A batch is completed
@@ -16,6 +17,7 @@ once, by whichever thread appended it; callbacks run in that thread.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -173,6 +175,65 @@ class RecordFuture:
         return self
 
 
+class AsyncRecordFuture:
+    """The outcome of one engine.aio send(): asyncio's Future protocol (await, done, result, exception,
+    add_done_callback, cancel) over the record's batch. Its `owner` (the AIOKafkaProducer) has the `_loop`, the
+    `_waiting` callbacks of each batch not yet done, `_run_callbacks` (a cancelled future's) and `_remove_callback`.
+    Cancelling it only stops the waiting: the record is sent all the same."""
+
+    __slots__ = ("batch", "index", "_owner", "_cancelled", "_asyncio_future_blocking")
+
+    def __init__(self, owner, batch: ProducerBatch, index: int) -> None:
+        self.batch, self.index, self._owner = batch, index, owner
+        self._cancelled = False
+        self._asyncio_future_blocking = False
+
+    def get_loop(self):
+        return self._owner._loop
+
+    def done(self) -> bool:
+        return self._cancelled or self.batch.done
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self, msg=None) -> bool:
+        if self._cancelled or self.batch.done:
+            return False
+        self._cancelled = True
+        self._owner._run_callbacks(self)
+        return True
+
+    def result(self) -> RecordMetadata:
+        self._check_done()
+        return self.batch.result(self.index)
+
+    def exception(self) -> BaseException | None:
+        self._check_done()
+        return self.batch.error
+
+    def _check_done(self) -> None:
+        if self._cancelled:
+            raise asyncio.CancelledError()
+        if not self.batch.done:
+            raise asyncio.InvalidStateError("the record is not appended yet")
+
+    def add_done_callback(self, fn, *, context=None) -> None:
+        if self._cancelled or self.batch.done:
+            self._owner._loop.call_soon(fn, self, context=context)
+        else:
+            self._owner._waiting[self.batch].append((self, fn, context))
+
+    def remove_done_callback(self, fn) -> int:
+        return self._owner._remove_callback(self, fn)
+
+    def __await__(self):
+        if not (self._cancelled or self.batch.done):
+            self._asyncio_future_blocking = True
+            yield self
+        return self.result()
+
+
 class _Topic:
     __slots__ = ("count", "limit", "cap", "open", "sizes", "sticky", "sticky_bytes", "all")
 
@@ -214,6 +275,16 @@ class RecordAccumulator:
         batch, index, flags = self._add(topic, value, key, headers, partition, timestamp_ms)
         self._notify(flags)
         return RecordFuture(batch, index)
+
+    def send_async(self, owner, topic, value=None, key=None, headers=None, partition=None,
+                   timestamp_ms=None) -> AsyncRecordFuture:
+        """send() for engine.aio: an AsyncRecordFuture reporting to `owner`, whose `_track(batch)` is called once for
+        each batch this opens, before any batch is pushed out."""
+        batch, index, flags = self._add(topic, value, key, headers, partition, timestamp_ms)
+        if flags & OPENED:
+            owner._track(batch)
+        self._notify(flags)
+        return AsyncRecordFuture(owner, batch, index)
 
     def send_many(self, topic, records, partition=None) -> list[ProducerBatch]:
         """Add (key, value) or (key, value, headers, timestamp_ms) records without futures; returns
@@ -332,14 +403,14 @@ def load(impl: str) -> SimpleNamespace:
     """The accumulator, future type and murmur2 of one implementation ("cython" or "python")."""
     if impl == "python":
         return SimpleNamespace(IMPL=impl, RecordAccumulator=RecordAccumulator, RecordFuture=RecordFuture,
-                               murmur2=murmur2)
+                               AsyncRecordFuture=AsyncRecordFuture, murmur2=murmur2)
     from engine._native import _accumulator as native
 
     class NativeRecordAccumulator(native.RecordAccumulator):
         batch_class = ProducerBatch
 
     return SimpleNamespace(IMPL=impl, RecordAccumulator=NativeRecordAccumulator, RecordFuture=native.RecordFuture,
-                           murmur2=native.murmur2)
+                           AsyncRecordFuture=native.AsyncRecordFuture, murmur2=native.murmur2)
 
 
 selected = load(codec.IMPL)

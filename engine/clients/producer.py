@@ -131,31 +131,35 @@ class Producer:
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine.partition_layout,
             drain=self._force, on_full=self._drain_full, on_open=self._on_open, clock=clock, partitioner=partitioner)
         self._key_ser, self._value_ser = key_serializer, value_serializer
-        if self._txn is not None:
-            self.send = self._send_transactional
-        elif key_serializer is None and value_serializer is None:
-            self.send = self._acc.send  # the per-record path is the native accumulator, nothing in between
-        else:
-            self.send = self._send_serialized
+        self.send = self.send_chain(self._acc.send)
         self._thread = threading.Thread(target=self._run, name="kafkalog-producer-sender", daemon=True)
         self._thread.start()
 
-    def _send_transactional(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        if not self._txn.in_transaction:
-            self._txn.check_send()
-        try:
-            if self._key_ser is None and self._value_ser is None:
-                return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
-            return self._send_serialized(topic, value, key, headers, partition, timestamp_ms)
-        except KafkaError as exc:  # as Kafka's client: a record refused in send() makes the transaction abort-only
-            raise self._txn.on_failed(exc) from None
+    def send_chain(self, add):
+        """send() over `add` (the accumulator's send, or its send_async with the owner bound): the configured
+        serializers applied, and in a transactional producer the transaction checked. With neither, `add` itself:
+        the per-record path is then the native accumulator, nothing in between."""
+        key_ser, value_ser, txn = self._key_ser, self._value_ser, self._txn
+        if key_ser is None and value_ser is None:
+            serialized = add
+        else:
+            def serialized(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+                if value_ser is not None and value is not None:
+                    value = value_ser(value)
+                if key_ser is not None and key is not None:
+                    key = key_ser(key)
+                return add(topic, value, key, headers, partition, timestamp_ms)
+        if txn is None:
+            return serialized
 
-    def _send_serialized(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        if self._value_ser is not None and value is not None:
-            value = self._value_ser(value)
-        if self._key_ser is not None and key is not None:
-            key = self._key_ser(key)
-        return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
+        def transactional(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+            if not txn.in_transaction:
+                txn.check_send()
+            try:
+                return serialized(topic, value, key, headers, partition, timestamp_ms)
+            except KafkaError as exc:  # as Kafka's client: a record refused in send() makes the transaction abort-only
+                raise txn.on_failed(exc) from None
+        return transactional
 
     # --- moving batches -------------------------------------------------------------------------
     def _drain(self, settle: bool = True) -> None:

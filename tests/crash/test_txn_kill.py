@@ -27,23 +27,29 @@ def _records(e, topic: str) -> list[bytes]:
     return [r.value for r in c]
 
 
-@pytest.mark.parametrize("seed", range(TRIALS))
-def test_every_record_reaches_the_sink_exactly_once(tmp_path, seed):
+def kill_then_finish(tmp_path, seed: int, child: str, finish, **config) -> None:
+    """Fill A, run `child` (a module of tests.crash) until it kills itself at the seed's point, reopen the directory
+    (with `config`), `finish(engine)` the work, and check B holds A exactly once with the offsets at A's end."""
     rng = random.Random(seed)
-    with engine.open(tmp_path) as e:
+    with engine.open(tmp_path, **config) as e:
         e.create_topic(txn_pipeline.SOURCE, txn_pipeline.PARTITIONS)
         e.create_topic(txn_pipeline.SINK, 3)
         with e.producer() as p:
             for i in range(rng.randint(40, 120)):
                 p.send(txn_pipeline.SOURCE, b"record-%d" % i, key=b"%d" % (i % 7))
-    child = subprocess.run([sys.executable, "-m", "tests.crash.txn_pipeline", str(tmp_path), str(seed)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]  # it died where the seed said
-    with engine.open(tmp_path) as e:  # recovery: a PrepareCommit completes, an Ongoing one is aborted by init
-        txn_pipeline.run(e, random.Random(seed + 1))
+    done = subprocess.run([sys.executable, "-m", f"tests.crash.{child}", str(tmp_path), str(seed)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]  # it died where the seed said
+    with engine.open(tmp_path, **config) as e:  # recovery: a PrepareCommit completes, an Ongoing one is aborted
+        finish(e)
         source = _records(e, txn_pipeline.SOURCE)
         sink = _records(e, txn_pipeline.SINK)
         assert Counter(sink) == Counter(source), f"seed {seed}: duplicates or losses in the sink"
         for p in range(txn_pipeline.PARTITIONS):
             tp = TopicPartition(txn_pipeline.SOURCE, p)
             assert e.committed(txn_pipeline.GROUP, tp).offset == e.log(txn_pipeline.SOURCE, p).log_end_offset
+
+
+@pytest.mark.parametrize("seed", range(TRIALS))
+def test_every_record_reaches_the_sink_exactly_once(tmp_path, seed):
+    kill_then_finish(tmp_path, seed, "txn_pipeline", lambda e: txn_pipeline.run(e, random.Random(seed + 1)))

@@ -21,6 +21,16 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def die_during_markers() -> None:
+    """The coordinator's next commit writes one partition's marker, then the process dies."""
+    written = Transactions.write_markers
+
+    def one_marker_then_die(self, pid, epoch, coordinator_epoch, partitions, commit):
+        written(self, pid, epoch, coordinator_epoch, partitions[:1], commit)
+        die()
+    Transactions.write_markers = one_marker_then_die
+
+
 def run(e, rng: random.Random, kill: tuple[str, int] | None = None) -> int:
     """Move every record of A to B exactly once; `kill` = (point, round) dies there. Returns rounds committed."""
     producer = e.producer(transactional_id="pipeline-tx")
@@ -50,12 +60,7 @@ def run(e, rng: random.Random, kill: tuple[str, int] | None = None) -> int:
             producer.flush()
             die()
         if here == "during-markers":
-            written = Transactions.write_markers
-
-            def one_marker_then_die(self, pid, epoch, coordinator_epoch, partitions, commit):
-                written(self, pid, epoch, coordinator_epoch, partitions[:1], commit)
-                die()
-            Transactions.write_markers = one_marker_then_die
+            die_during_markers()
         producer.commit_transaction()
         rounds += 1
         sys.stdout.write(f"COMMITTED {rounds}\n")

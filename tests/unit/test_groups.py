@@ -997,6 +997,34 @@ def test_commits_auto_commit_and_auto_offset_reset(tmp_path):
             assert [r.offset for r in again.poll(0)[tp]] == [8, 9]
 
 
+def test_a_commit_in_on_partitions_revoked_commits_the_revoked_partitions_positions(tmp_path):
+    """As the Java consumer: the listener is told while the partitions are still assigned, so commit() there commits
+    their positions (the next owner starts after what this member read)."""
+    with engine.open(tmp_path, group_config=FAST) as e:
+        e.create_topic("t", partitions=2)
+        produce(e, "t", 20)
+        seen_in_callback = []
+
+        class CommitOnRevoke(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                seen_in_callback.append((set(revoked), a.assignment(), {tp: a.position(tp) for tp in revoked}))
+                if revoked:
+                    a.commit()
+
+        a = e.consumer(group_id="r", auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=3,
+                       partition_assignment_strategy="range")
+        a.subscribe(["t"], listener=CommitOnRevoke())
+        assert sum(len(v) for v in a.poll(5000).values()) == 3
+        b = e.consumer("t", group_id="r", auto_offset_reset="earliest", enable_auto_commit=False,
+                       partition_assignment_strategy="range")
+        poll_until([a, b], lambda: a.assignment() and b.assignment())
+        revoked, assigned_then, positions = seen_in_callback[-1]
+        assert revoked == assigned_then == {TP("t", 0), TP("t", 1)} and sum(positions.values()) >= 3
+        assert {tp: e.committed("r", tp).offset for tp in positions} == positions
+        a.close()
+        b.close()
+
+
 def test_a_member_of_an_older_generation_cannot_commit(coordinator):
     c, clock, e = coordinator
     a = Member(c, "a")
