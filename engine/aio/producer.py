@@ -119,7 +119,9 @@ class AIOKafkaProducer:
             engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
             request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
         self._producer.hand_off = len(engine.replicas.brokers) > 1
-        self._send = self._producer.send_chain(functools.partial(self._producer._acc.send_async, self))
+        self._add = self._producer._acc.send_async  # (owner, topic, value, key, headers, partition, timestamp)
+        chain = self._producer.send_chain(functools.partial(self._add, self))
+        self._send = None if isinstance(chain, functools.partial) else chain  # None: no serializer, no transaction
         self._max_pending = max_pending_batches
         self._transactional = transactional_id is not None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +130,7 @@ class AIOKafkaProducer:
         self._drained: asyncio.Event | None = None  # set whenever no batch tracked here is pending
         self._room: asyncio.Event | None = None  # set while fewer than max_pending_batches are pending
         self._stopped = False
+        self._ready = False  # started, not stopped, and below max_pending_batches: send() goes straight through
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -140,6 +143,7 @@ class AIOKafkaProducer:
         self._drained, self._room = asyncio.Event(), asyncio.Event()
         self._drained.set()
         self._room.set()
+        self._ready = True
         if self._transactional:
             self._producer.init_transactions()
 
@@ -151,7 +155,7 @@ class AIOKafkaProducer:
             if self._loop is not None:
                 await self.flush()
         finally:
-            self._stopped = True
+            self._stopped, self._ready = True, False
             self._producer.close()
 
     async def __aenter__(self) -> "AIOKafkaProducer":
@@ -171,11 +175,13 @@ class AIOKafkaProducer:
                    timestamp_ms: int | None = None, headers=None):
         """Add the record to its partition's batch; returns its RecordFuture (await it for the metadata). Errors
         that the record itself causes (size, type, an unknown topic) are raised here."""
-        if self._stopped or self._loop is None:
+        if not self._ready:
             self._check()
-        if not self._room.is_set():
             await self._room.wait()
-        return self._send(topic, value, key, headers, partition, timestamp_ms)
+        send = self._send
+        if send is None:
+            return self._add(self, topic, value, key, headers, partition, timestamp_ms)
+        return send(topic, value, key, headers, partition, timestamp_ms)
 
     async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
                             timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
@@ -234,6 +240,7 @@ class AIOKafkaProducer:
         self._drained.clear()
         if len(self._waiting) >= self._max_pending and self._producer.hand_off:
             self._room.clear()
+            self._ready = False
         loop, loop_thread, in_loop = self._loop, self._loop_thread, self._done_in_loop
 
         def done(_result) -> None:  # (any thread: the one that appended the batch)
@@ -248,8 +255,9 @@ class AIOKafkaProducer:
     def _done_in_loop(self, batch) -> None:
         for future, fn, context in self._waiting.pop(batch, ()):
             self._loop.call_soon(fn, future, context=context)
-        if len(self._waiting) < self._max_pending:
+        if len(self._waiting) < self._max_pending and not self._room.is_set():
             self._room.set()
+            self._ready = not self._stopped
         if not self._waiting:
             self._drained.set()
 
