@@ -49,13 +49,16 @@ def workloads(quick: bool, broker, scratch: str) -> list[Workload]:
         counter = iter(range(10**9))
 
         async def broker_topic(prefix: str) -> str:
-            topic = f"{prefix}{next(counter)}"
+            """A new topic of its own (the broker is shared with bench.kafka's rows: the names differ)."""
+            topic = f"aio-{prefix}{next(counter)}"
             admin = aiokafka.admin.AIOKafkaAdminClient(bootstrap_servers=bootstrap)
             await admin.start()
             try:
-                await admin.create_topics([aiokafka.admin.NewTopic(topic, PARTITIONS, 1)])
+                answer = await admin.create_topics([aiokafka.admin.NewTopic(topic, PARTITIONS, 1)])
             finally:
                 await admin.close()
+            errors = [e for e in answer.topic_errors if e[1] != 0]
+            assert not errors, f"the broker did not create {topic}: {errors}"
             return topic
 
         async def fill() -> str:

@@ -127,6 +127,41 @@ def test_create_batch_send_batch_and_typed_errors(eng, run):
     assert sync_read(eng) == [(2, i, b"k", b"x" * 50) for i in range(n)]
 
 
+def test_serializers_partitions_for_and_a_serializing_transactional_producer(eng, run):
+    async def main():
+        async with AIOKafkaProducer(engine=eng, key_serializer=str.encode,
+                                    value_serializer=lambda v: repr(v).encode()) as p:
+            assert await p.partitions_for("events") == {0, 1, 2}
+            md = await within(p.send_and_wait("events", {"n": 1}, key="car-1"))
+            assert md.partition == (accumulator.selected.murmur2(b"car-1") & 0x7FFFFFFF) % 3
+        async with AIOKafkaProducer(engine=eng, transactional_id="ser", value_serializer=str.encode) as p:
+            async with p.transaction():
+                await p.send("events", "in a transaction", partition=0)
+    run(main())
+    assert sorted(v for _p, _o, _k, v in sync_read(eng, isolation="read_committed")) == \
+        [b"in a transaction", b"{'n': 1}"]
+
+
+def test_stop_from_any_point_ends_every_wait_and_leaves_nothing_running(eng, run):
+    async def main():
+        c = AIOKafkaConsumer("events", engine=eng, group_id="stopper")
+        p = AIOKafkaProducer(engine=eng, linger_ms=LONG_MS)
+        await c.start()
+        await p.start()
+        many = asyncio.ensure_future(c.getmany(timeout_ms=LONG_MS))
+        one = asyncio.ensure_future(c.getone())
+        await asyncio.sleep(0)
+        fut = await p.send("events", b"pending", partition=0)  # held by linger_ms
+        await within(asyncio.gather(c.stop(), p.stop()))
+        assert await within(many) == {}
+        with pytest.raises(IllegalStateError):
+            await within(one)
+        return fut.done() and (await fut).offset
+    assert run(main()) == 0  # stop() flushed the pending record
+    assert not [t for t in threading.enumerate() if t.name == "kafkalog-producer-sender"]
+    assert eng.groups.describe_group("stopper").state.lower() in ("empty", "dead")
+
+
 def test_configs_are_aiokafkas_and_network_only_ones_are_refused(eng):
     p = AIOKafkaProducer(engine=eng)
     assert (p._producer.acks, p._producer.idempotent, p._producer.request_timeout_ms) == (1, False, 40000)
