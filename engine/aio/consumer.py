@@ -184,7 +184,7 @@ class AIOKafkaConsumer:
         self._consumer: _BufferedConsumer = engine._register(_BufferedConsumer(
             engine, max_poll_records=max_poll_records or 2**31 - 1,
             partition_assignment_strategy=partition_assignment_strategy, **configs))
-        self._topics = topics
+        self._before_start: tuple | None = ("subscribe", (topics,), {}) if topics else None  # applied by start()
         self._pattern: re.Pattern | None = None
         self._matched: list[str] = []
         self._listener = None
@@ -203,8 +203,9 @@ class AIOKafkaConsumer:
             return
         self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         self._wake = LoopWake(self._loop)
-        if self._topics:
-            self.subscribe(self._topics)
+        if self._before_start is not None:
+            name, args, kwargs = self._before_start
+            getattr(self, name)(*args, **kwargs)
 
     async def stop(self) -> None:
         """Commit positions (enable_auto_commit), leave the group (a static member does not)."""
@@ -234,7 +235,11 @@ class AIOKafkaConsumer:
     # --- assignment -------------------------------------------------------------------------------
     def subscribe(self, topics=(), pattern: str | None = None, listener=None) -> None:
         """Subscribe to `topics`, or to every topic matching `pattern` (new ones join as they are created);
-        `listener` is called around each rebalance (its callbacks may be coroutine functions)."""
+        `listener` is called around each rebalance (its callbacks may be coroutine functions). Before start(), the
+        call is kept for start() to make (as aiokafka allows)."""
+        if self._loop is None and not self._stopping:
+            self._before_start = ("subscribe", (topics, pattern, listener), {})
+            return
         self._check()
         if (not topics) == (pattern is None):
             raise InvalidConfigurationError("subscribe() takes topics or a pattern, one of them")
@@ -266,6 +271,10 @@ class AIOKafkaConsumer:
             self._consumer.unsubscribe()
 
     def assign(self, partitions) -> None:
+        """Read exactly these partitions (before start(): kept for start() to make)."""
+        if self._loop is None and not self._stopping:
+            self._before_start = ("assign", (list(partitions),), {})
+            return
         self._check()
         self._current = None
         self._consumer.assign(partitions)
@@ -457,6 +466,8 @@ class AIOKafkaConsumer:
         loop, wake, consumer = self._loop, self._wake, self._consumer
         deadline = loop.time() + timeout_s
         while True:
+            if self._stopping:  # (a stop() during the wait: no rejoin after it left the group)
+                return {}
             if self._pattern is not None:
                 self._match()
             await self._membership()

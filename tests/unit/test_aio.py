@@ -180,6 +180,20 @@ def test_configs_are_aiokafkas_and_network_only_ones_are_refused(eng):
             AIOKafkaConsumer(engine=eng, **bad)
 
 
+def test_subscribe_and_assign_before_start_are_made_by_start(eng, run):
+    eng.producer().send("events", b"early", partition=1).get()
+
+    async def main():
+        subscribed = AIOKafkaConsumer(engine=eng, auto_offset_reset="earliest")
+        subscribed.subscribe(["events"])
+        assigned = AIOKafkaConsumer(engine=eng, auto_offset_reset="earliest")
+        assigned.assign([TopicPartition("events", 1)])
+        async with subscribed, assigned:
+            return [(await within(c.getone())).value for c in (subscribed, assigned)], assigned.assignment()
+    values, assignment = run(main())
+    assert values == [b"early", b"early"] and assignment == {TopicPartition("events", 1)}
+
+
 def test_calls_before_start_and_after_stop_raise(eng, run):
     async def main():
         p, c = AIOKafkaProducer(engine=eng), AIOKafkaConsumer("events", engine=eng)
