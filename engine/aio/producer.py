@@ -96,9 +96,9 @@ class BatchBuilder:
 
 
 class AIOKafkaProducer:
-    """`AIOKafkaProducer(engine=eng, **configs)`: start/stop or `async with`, send (an awaitable of a RecordFuture),
-    send_and_wait, create_batch/send_batch, flush, partitions_for, and transactions (begin/commit/abort_transaction,
-    `async with producer.transaction()`, send_offsets_to_transaction)."""
+    """`AIOKafkaProducer(engine=eng, **configs)`: start/stop or `async with`, send (an awaitable of the record's
+    future), send_and_wait, create_batch/send_batch, flush, partitions_for, and transactions
+    (begin/commit/abort_transaction, `async with producer.transaction()`, send_offsets_to_transaction)."""
 
     def __init__(self, *, engine, acks=_MISSING, enable_idempotence: bool = False, max_batch_size: int = 16384,
                  request_timeout_ms: int = 40000, transactional_id: str | None = None,
@@ -173,7 +173,7 @@ class AIOKafkaProducer:
     # --- sending --------------------------------------------------------------------------------
     async def send(self, topic: str, value=None, key=None, partition: int | None = None,
                    timestamp_ms: int | None = None, headers=None):
-        """Add the record to its partition's batch; returns its RecordFuture (await it for the metadata). Errors
+        """Add the record to its partition's batch; returns its AsyncRecordFuture (await it for the metadata). Errors
         that the record itself causes (size, type, an unknown topic) are raised here."""
         if not self._ready:
             self._check()
