@@ -478,7 +478,7 @@ class AIOKafkaConsumer:
                 pending = consumer._group.in_flight() if consumer._group is not None else None
                 if pending is not None:
                     pending.watch(wake)
-                got = self._fetch_now(partitions, limit)
+                got = consumer._fetch(limit, set(partitions) if partitions else None)
                 left = deadline - loop.time()
                 if got or left <= 0 or self._stopping:
                     return got
@@ -486,17 +486,6 @@ class AIOKafkaConsumer:
             finally:
                 consumer._waiting = None
                 LOGS.unlisten(wake)
-
-    def _fetch_now(self, partitions, limit: int) -> dict[TopicPartition, list]:
-        consumer = self._consumer
-        if not partitions:
-            return consumer._fetch(limit)
-        held, consumer._paused = consumer._paused, consumer._paused | (consumer.assignment() - set(partitions))
-        consumer._idle = None
-        try:
-            return consumer._fetch(limit)
-        finally:
-            consumer._paused, consumer._idle = held, None
 
     def _wait_bound_s(self) -> float:
         """How long a wait may last before the membership must be looked at again: the heartbeat interval (what the

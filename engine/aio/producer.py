@@ -30,6 +30,7 @@ from engine.clients import accumulator
 from engine.clients.producer import Producer
 from engine.common.errors import IllegalStateError, InvalidConfigurationError, ProducerFencedError
 from engine.common.structs import RecordMetadata
+from engine.record import batch_format as bf
 
 NETWORK_ONLY = frozenset((
     "bootstrap_servers", "security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_password",
@@ -78,11 +79,11 @@ class BatchBuilder:
             key = self._key_ser(key)
         if self._value_ser is not None and value is not None:
             value = self._value_ser(value)
-        size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or ()) + 21
+        value, key, headers, size, timestamp = bf.check_send(value, key, headers, timestamp)  # (typed errors here)
         if self._records and self._size + size > self._max:
             return None
         self._size += size
-        self._records.append((key, value, list(headers or ()) or None, timestamp))
+        self._records.append((key, value, headers, timestamp))
         return len(self._records) - 1
 
     def record_count(self) -> int:
@@ -188,11 +189,8 @@ class AIOKafkaProducer:
         """send(), then the record's metadata once it is appended (its batch is sealed at once, as a get() does)."""
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         if not future.done():
-            if self._producer.hand_off:
-                self._producer._acc.seal(future.batch)
-                self._producer._drain_full()
-            else:
-                self._producer._force(future.batch)
+            self._producer._acc.seal(future.batch)
+            self._push()
         return await future
 
     def create_batch(self) -> BatchBuilder:

@@ -240,13 +240,13 @@ class Consumer:
         return pos
 
     def _reset_unset(self, positions: dict, order: list[TopicPartition], leaders: list[Partition | None]) -> None:
-        """_reset for the partitions of `positions` (the map `order`, its keys, came from; `leaders`: their
-        partitions_of) without a position (a rebalance just assigned them), their committed offsets looked up at once;
-        one without a leader for now keeps no position (the fetch skips it)."""
+        """_reset for the partitions of `order` (keys of the map `positions`, all of them or the fetch's `only`;
+        `leaders`: their partitions_of) without a position (a rebalance just assigned them), their committed offsets
+        looked up at once; one without a leader for now keeps no position (the fetch skips it)."""
         unset_count = operator.countOf(positions.values(), None)  # (at C speed, as every step up to the resets)
         if not unset_count:  # (the common case)
             return
-        if unset_count == len(order) and not self._paused:  # every one of them (just assigned)
+        if unset_count == len(positions) and not self._paused:  # every one of them (just assigned)
             unset, partitions = order, leaders
         else:
             unset_at = list(map(operator.is_, map(positions.get, order), itertools.repeat(None)))
@@ -385,14 +385,15 @@ class Consumer:
             log.warning("consumer %s of group %s: commit failed: %s", self.client_id, self.group_id, exc)
 
     # --- fetching ---------------------------------------------------------------------------------
-    def _fetch(self, max_records: int) -> dict[TopicPartition, list]:
+    def _fetch(self, max_records: int, only: set[TopicPartition] | None = None) -> dict[TopicPartition, list]:
+        """Records of the assignment (of `only` among it, if given: engine.aio's getmany(*partitions))."""
         out: dict[TopicPartition, list] = {}
         budget, remaining = self.fetch_max_bytes, max_records
         changes, positions = LOGS.value, self._positions  # (the count first: a change after it moves it)
         idle = self._idle
         if idle is not None and idle[0] == changes and idle[1] is positions:
             return out  # no bound, leader or position moved since a fetch found nothing
-        order = list(positions)
+        order = list(positions) if only is None else [tp for tp in positions if tp in only]
         if not order:
             return out
         start = self._next % len(order)
@@ -441,7 +442,7 @@ class Consumer:
             if records:
                 out[tp] = self._deserialize(records) if self._key_de or self._value_de else records
                 remaining -= len(records)
-        if not looked:
+        if not looked and only is None:  # (a part found idle says nothing of the rest)
             self._idle = (changes, positions)
         return out
 

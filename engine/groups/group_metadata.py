@@ -58,7 +58,8 @@ class Pending:
         """Call `watcher.set()` once the answer is in (at once if it is): a waiter that cannot block on the event."""
         with _EVENTS:
             if not self.done:
-                self._watchers = (self._watchers or []) + [watcher]
+                if watcher not in (self._watchers or ()):  # (a waiter looks again while the answer is out)
+                    self._watchers = (self._watchers or []) + [watcher]
                 return
         watcher.set()
 

@@ -308,6 +308,25 @@ def test_seeks_pause_offsets_and_bounds(eng, run):
     run(main())
 
 
+def test_getmany_of_some_partitions_returns_only_theirs_and_leaves_the_rest_to_read(eng, run):
+    with eng.producer() as sp:
+        for p in (0, 1):
+            sp.send("events", b"p%d" % p, partition=p)
+    tp0, tp1 = TopicPartition("events", 0), TopicPartition("events", 1)
+
+    async def main():
+        async with AIOKafkaConsumer(engine=eng, auto_offset_reset="earliest") as c:
+            c.assign([tp0, tp1])
+            first = await c.getmany(tp0, timeout_ms=0)
+            nothing = await c.getmany(tp0, timeout_ms=0)  # tp0 read to its end: idle, but only tp0 is
+            rest = await c.getmany(timeout_ms=0)
+            return first, nothing, rest
+    first, nothing, rest = run(main())
+    assert {tp: [r.value for r in rs] for tp, rs in first.items()} == {tp0: [b"p0"]}
+    assert nothing == {}
+    assert {tp: [r.value for r in rs] for tp, rs in rest.items()} == {tp1: [b"p1"]}
+
+
 def test_cancelling_a_wait_moves_nothing_and_loses_nothing(eng, run):
     tp = TopicPartition("events", 0)
 
