@@ -103,9 +103,11 @@ crash: $(STAMP)
 	KAFKALOG_CRASH_TRIALS=500 KAFKALOG_POWER_LOSS_TRIALS=1000 KAFKALOG_REPLICATED_KILLS=60 KAFKALOG_TXN_KILLS=500 \
 	KAFKALOG_CLEANER_KILLS=250 KAFKALOG_STAGED_KILLS=100 KAFKALOG_AIO_KILLS=200 $(PY) -m pytest -q tests/crash
 
-# the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB)
+# the bounded-resources checks at full size: memory while consuming a 10 GiB log (CI: 1 GiB), and a directory of
+# 100,000 partitions under ulimit -n 1024 (make test: 10,000)
 soak: $(STAMP)
 	KAFKALOG_BIG_LOG_BYTES=10737418240 $(PY) -m pytest -q tests/unit/test_bounded_resources.py
+	KAFKALOG_SCALE_PARTITIONS=100000 $(PY) -m pytest -q tests/unit/test_many_partitions.py -k ulimit
 
 # the concurrency stress harness and the closed-map scenario (tests/stress), each for STRESS_SECONDS on each twin
 # (make test: a few seconds each)

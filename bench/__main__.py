@@ -1,5 +1,6 @@
 """`python -m bench [--quick] [--long]`: every benchmark with its peers, interleaved in one run; writes
-bench/results/latest.md, latest.json and the scaling plots (record_size.png, partitions.png, log_size.png)."""
+bench/results/latest.md, latest.json, the scaling plots (record_size.png, partitions.png, log_size.png) and the
+many-partitions curve (many_partitions.md/.json/.png, and the README's table of it)."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +17,7 @@ from bench import (
     kafka,
     curves,
     listener,
+    many_partitions,
     groups,
     log,
     replication,
@@ -98,6 +100,7 @@ def main(argv=None) -> int:
             "log_size": curves.log_size_curve(args.quick, args.long, scratch),
             "memory": curves.memory_curve(args.quick, scratch),
             "spark_memory": spark.memory_curve(args.quick, scratch),
+            "many_partitions": many_partitions.curve(args.quick, scratch),
         }
     md, js = runner.write(doc, args.out)
     c = doc["curves"]
@@ -108,6 +111,10 @@ def main(argv=None) -> int:
           "Append throughput vs partitions (16 KiB batches, round-robin)", "partitions", "MB/s", logy=False)
     _plot(c["log_size"], "log_bytes", os.path.join(args.out, "log_size.png"),
           "Append and consume throughput vs log size (1 MiB batches)", "log size (bytes)", "MB/s", logy=False)
+    many_md = many_partitions.write(c["many_partitions"], args.out)
+    if not args.quick and args.out == RESULTS:
+        with open(many_md) as f:
+            many_partitions.write_readme(f.read())
     with open(md, "a") as f:
         for mem in (c["memory"], c["spark_memory"]):
             f.write("\n| peak RSS (MiB) | " + " | ".join(f"{n:,} records" for n in mem["records"]) + " |\n")

@@ -53,24 +53,28 @@ def render(latest_md: str) -> str:
 def update(latest_path: str = LATEST, readme_path: str = README) -> bool:
     """Replace the README's section between the markers; True if it changed."""
     with open(latest_path) as f:
-        section = render(f.read())
-    with open(readme_path) as f:
-        readme = f.read()
-    head, start, rest = readme.partition(START)
-    old, end, tail = rest.partition(END)
+        return replace_between(readme_path, START, END, render(f.read()))
+
+
+def replace_between(path: str, start_marker: str, end_marker: str, section: str) -> bool:
+    """Put `section` between the two marker lines of the file at `path`; True if that changed it."""
+    with open(path) as f:
+        text = f.read()
+    head, start, rest = text.partition(start_marker)
+    _, end, tail = rest.partition(end_marker)
     if not start or not end:
-        raise ValueError(f"{readme_path} lacks the benchmark-table markers")
-    new = f"{head}{START}\n{section}\n{END}{tail}"
-    if new == readme:
+        raise ValueError(f"{path} lacks the markers {start_marker!r} and {end_marker!r}")
+    new = f"{head}{start_marker}\n{section.rstrip()}\n{end_marker}{tail}"
+    if new == text:
         return False
-    with open(readme_path, "w") as f:
+    with open(path, "w") as f:
         f.write(new)
     return True
 
 
-def generated_section(readme: str) -> str:
-    """The README's section between the markers, as render() would have written it."""
-    return readme.partition(START)[2].partition(END)[0].strip("\n")
+def generated_section(readme: str, start_marker: str = START, end_marker: str = END) -> str:
+    """The README's section between the markers, as written."""
+    return readme.partition(start_marker)[2].partition(end_marker)[0].strip("\n")
 
 
 if __name__ == "__main__":

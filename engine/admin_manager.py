@@ -30,6 +30,7 @@ from engine.common.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from engine.common.gc_pause import gc_paused
 from engine.metadata import COMPACTED_INTERNAL_TOPICS, INTERNAL_TOPICS, Catalogue, TopicRecord
 from engine.record import batch_format as bf
 from engine.replica_manager import ReplicaManager
@@ -85,6 +86,7 @@ class AdminManager:
         self._lock, self._check_open, self._registered = admin_lock, check_open, registered
         self.leaders, self.brokers = replicas.leaders, replicas.brokers
         self.creating: set[str] = set()  # topics being created: unknown to clients until whole
+        self._configs: dict[str, tuple[dict | None, LogConfig]] = {}  # each topic's effective config, by overrides
 
     @property
     def logs(self) -> LogManager:
@@ -92,44 +94,52 @@ class AdminManager:
         return self.brokers[0].logs
 
     def log_config(self, topic: str) -> LogConfig:
-        """A topic's effective config: its overrides over the engine's defaults."""
-        return self.catalogue.log_config(topic, self.defaults)
+        """A topic's effective config: its overrides over the engine's defaults (made once per overrides: a
+        LogConfig is immutable, so a topic's partitions share it)."""
+        rec = self.catalogue.topics.get(topic)
+        overrides = rec.config if rec is not None else None
+        cached = self._configs.get(topic)
+        if cached is None or cached[0] is not overrides:
+            cached = self._configs[topic] = (overrides, self.catalogue.log_config(topic, self.defaults))
+        return cached[1]
 
     def reconcile(self, adopt: bool) -> None:
-        """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside."""
-        for (topic, partition), lg in sorted(self.logs.logs().items()):
+        """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside. With a
+        catalogue, a directory's name is matched, not its partition.metadata: a partition's topic id is checked as
+        its log loads (replication.log_manager: a missing file is written again, another topic's directory is set
+        aside as a stray then), so opening reads nothing per partition."""
+        topics = self.catalogue.topics
+        found = self.logs.logs().items()
+        if not adopt:  # (only the names the catalogue lacks are looked at)
+            found = [(tp, lg) for tp, lg in found
+                     if tp[0] not in INTERNAL_TOPICS and (tp[0] not in topics or tp[1] >= topics[tp[0]].partitions)]
+        for (topic, partition), lg in sorted(found, key=lambda item: item[0]):
             if topic in INTERNAL_TOPICS:
                 continue  # a broker's internal topics stay as they are, outside the catalogue
-            rec = self.catalogue.topics.get(topic)
+            rec = topics.get(topic)
+            if not adopt:
+                if rec is None or partition >= rec.partitions:
+                    why = "no topic of that name" if rec is None else f"the topic has {rec.partitions} partitions"
+                    moved = self.logs.set_aside(topic, partition, "stray")
+                    self.logs.repairs.append(f"set {lg.dir} aside as {moved}: the catalogue has {why}")
+                    log.warning("%s", self.logs.repairs[-1])
+                continue
             try:
                 topic_id = partition_metadata.read(self.fs, lg.dir)
-            except KafkaStorageError as exc:  # unreadable: the catalogue (or a new id) says which topic it is
-                topic_id = rec.topic_id if rec is not None else None
+            except KafkaStorageError as exc:  # unreadable: a new id says which topic it is
+                topic_id = None
                 lg.recovery.note(f"rewrote {exc.file}: {exc.message}")
-                if topic_id is not None:
-                    partition_metadata.write(self.fs, lg.dir, topic_id)
-            if adopt:
-                if rec is None:
-                    rec = self.catalogue.topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
-                rec.partitions = max(rec.partitions, partition + 1)
-                if topic_id is None:
-                    partition_metadata.write(self.fs, lg.dir, rec.topic_id)
-            elif topic_id is None and rec is not None and partition < rec.partitions:
-                # partition.metadata lost (deleted, or an unclean shutdown) in a partition the catalogue names: Kafka
-                # takes it for a stray that never received data (LogManager.isStrayKraftReplica) and its records
-                # vanish from the topic; the catalogue says whose it is, so it keeps them
+            if rec is None:
+                rec = topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
+            rec.partitions = max(rec.partitions, partition + 1)
+            if topic_id is None:
                 partition_metadata.write(self.fs, lg.dir, rec.topic_id)
-                lg.recovery.note(f"wrote the missing partition.metadata of {lg.dir} with topic {topic!r}'s id "
-                                 f"{rec.topic_id}, keeping its {lg.log_end_offset - lg.log_start_offset} records")
-            elif rec is None or topic_id != rec.topic_id or partition >= rec.partitions:
-                why = ("no topic of that name" if rec is None else f"topic id {topic_id}, not {rec.topic_id}"
-                       if topic_id != rec.topic_id else f"the topic has {rec.partitions} partitions")
-                moved = self.logs.set_aside(topic, partition, "stray")
-                self.logs.repairs.append(f"set {lg.dir} aside as {moved}: the catalogue has {why}")
-                log.warning("%s", self.logs.repairs[-1])
+        have = self.logs.logs()
         for name, rec in self.catalogue.topics.items():
             for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
-                self.logs.create_log(name, p, rec.topic_id)
+                if (name, p) not in have:
+                    self.logs.create_log(name, p, rec.topic_id)
+        self.logs.sync_created()
         for b, broker in self.brokers.items():  # the other brokers hold only the replicas assigned to them
             for (topic, partition) in sorted(broker.logs.logs()) if b else ():
                 rec = self.catalogue.topics.get(topic)
@@ -175,7 +185,12 @@ class AdminManager:
                 raise
             finally:
                 self.creating.discard(name)
-            return self.describe_topic(name)
+            return self.describe_topic(name, range(partitions))
+
+    def topic_id_of(self, topic: str) -> str | None:
+        """The catalogue's id of a topic that is not internal (None for an internal or unknown one)."""
+        rec = self.catalogue.topics.get(topic) if topic not in INTERNAL_TOPICS else None
+        return rec.topic_id if rec is not None else None
 
     def check_capacity(self, adding: int, what: str) -> None:
         """engine.limits.check_capacity for `adding` more partition replicas (nothing is created when it raises)."""
@@ -183,13 +198,21 @@ class AdminManager:
         limits.check_capacity(self.path, hosted, adding, self.max_partitions, self.fs.fd_budget, what)
 
     def add_partitions(self, name: str, start: int, end: int) -> None:
+        with gc_paused():  # (many partitions' objects made at once)
+            self._add_partitions(name, start, end)
+
+    def _add_partitions(self, name: str, start: int, end: int) -> None:
         rec = self.catalogue.topics[name]
-        for p in range(start, end):
-            if self.catalogue.brokers > 1:
-                with self.replicas.controller_lock:
-                    state = rec.states[p] = self.replicas.controller.new_partition(p, rec.replication_factor)
-                    self.replicas.controller.elect(state, False)  # a dead preferred leader: the next live replica
+        if self.catalogue.brokers == 1:
+            self.replicas.add_partitions(name, range(start, end))
+        for p in range(start, end) if self.catalogue.brokers > 1 else ():
+            with self.replicas.controller_lock:
+                state = rec.states[p] = self.replicas.controller.new_partition(p, rec.replication_factor)
+                self.replicas.controller.elect(state, False)  # a dead preferred leader: the next live replica
             self.replicas.add_partition(name, p)
+        for broker in self.brokers.values():  # one sync per broker for the whole request, before the catalogue
+            if broker.alive:                  # names the partitions
+                broker.logs.sync_created()
 
     def drop_partitions(self, name: str, start: int, end: int) -> None:
         rec = self.catalogue.topics.get(name)
@@ -276,9 +299,10 @@ class AdminManager:
                 self.creating.discard(name)
             return True
 
-    def describe_topic(self, name: str) -> TopicDescription:
+    def describe_topic(self, name: str, fresh: range = range(0)) -> TopicDescription:
         """Partitions (log start, LEO, high watermark, bytes, segments; leader, epoch, replicas, ISR and each
-        live replica's LEO and HW) and the effective config."""
+        live replica's LEO and HW) and the effective config. The partitions in `fresh` were created by the caller
+        just now: those not loaded since are described as the empty logs they are, without loading them."""
         with self._lock:
             self._check_open()
             rec = self.topic(name)
@@ -288,6 +312,9 @@ class AdminManager:
                 part = self.leaders.get((name, p))
                 hosted = {b: broker.partitions[(name, p)] for b, broker in self.brokers.items()
                           if (name, p) in broker.partitions}
+                if p in fresh and all(not r.log.loaded for r in hosted.values()):
+                    parts.append(self._describe_new(p, state, part, hosted))
+                    continue
                 for replica in hosted.values():
                     replica.take_linked()  # (a linked follower's LEO as its link wrote it)
                 shown = part or hosted.get(0) or next(iter(hosted.values()), None)
@@ -302,6 +329,16 @@ class AdminManager:
                     log_to_clean((name, p), shown.log, self.clock.time_ms()).ratio
                     if shown and shown.log.config.compact else None))
             return TopicDescription(name, rec.topic_id, parts, self.log_config(name).to_dict(), dict(rec.config))
+
+    def _describe_new(self, p: int, state, part, hosted: dict) -> PartitionDescription:
+        """What describe_topic says of a partition just created, whose logs are empty and not loaded yet: one empty
+        segment each, every offset 0."""
+        replicas = state.replicas if state else [0]
+        return PartitionDescription(
+            p, 0, 0, 0 if part else -1, 0, 1, part.broker_id if part else -1, state.leader_epoch if state else 0,
+            list(replicas), sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []),
+            {b: ReplicaDescription(0, 0) for b in sorted(hosted)},
+            0.0 if next(iter(hosted.values())).log.config.compact else None)
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:
         """Grow `name` to `count` partitions (Kafka's CreatePartitions); producers and subscribed consumers
@@ -325,7 +362,7 @@ class AdminManager:
                 raise
             for client in self._registered():
                 client.on_topic_changed(name)
-            return self.describe_topic(name)
+            return self.describe_topic(name, range(old, count))
 
     def alter_topic_config(self, name: str, config: dict) -> dict:
         """Set config overrides (a None value removes one); returns the effective config."""

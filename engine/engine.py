@@ -46,6 +46,7 @@ from engine.common.errors import (
     UnknownTopicOrPartitionError,
     not_supported_yet,
 )
+from engine.common.gc_pause import gc_paused
 from engine.common.health import TaskFailure
 from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
 from engine.coordinators import Coordinators
@@ -136,7 +137,8 @@ class Engine:
         log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self.admin.log_config, background=background,
-            log_options=log_options, cleaner_config=cleaner, hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
+            log_options=log_options, topic_ids=self.admin.topic_id_of, cleaner_config=cleaner,
+            hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
             tasks={name: (every, self._while_open(task)) for name, (every, task) in {
                 "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                 "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.replicas.shrink_isrs),
@@ -156,10 +158,11 @@ class Engine:
                     self.replicas.new_partition)
             self.admin.reconcile(adopt=found is None)
             for name, rec in sorted(self._catalogue.topics.items()):
-                for p in range(rec.partitions):
-                    self.replicas.add_partition(name, p)
+                self.replicas.add_partitions(name, range(rec.partitions))
             self.replicas.start_fetchers()
-            highest = max((lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
+            # a catalogue's block end is past every id handed out; a directory adopted without one says in its logs
+            highest = -1 if found is not None else max(
+                (lg.producer_state.max_producer_id() for lg in self._logs.logs().values()), default=-1)
             self._next_pid = max(self._catalogue.producer_id_block_end, highest + 1)
             self._catalogue.producer_id_block_end = self._next_pid
             self.admin.save()
@@ -308,19 +311,30 @@ class Engine:
     def partitions_for(self, topic: str) -> int:
         return self.admin.topic(topic).partitions
 
+    def closed_cleanly(self) -> bool:
+        """Whether the last close of every live broker's directory was clean (no log needs recovering)."""
+        return all(b.logs.clean_shutdown for b in self._brokers.values() if b.alive)
+
     def recovery_notes(self) -> list[str]:
-        """What opening the directory (and reading it since) found damaged and repaired, in words."""
+        """What opening the directory (and reading it since) found damaged and repaired, in words. After an unclean
+        shutdown every log is recovered first (what the background recovery has not reached yet, in this thread);
+        after a clean one, the logs not used yet have not been read, so have nothing to report."""
         notes = []
         for b, broker in sorted(self._brokers.items()):
             where = f"broker {b}: " if b else ""
             notes += [where + what for what in broker.logs.repairs]
+            if broker.alive and not broker.logs.clean_shutdown:
+                broker.logs.recover_all()
             for (topic, p), lg in sorted(broker.logs.logs().items()):
-                notes += [f"{where}{topic}-{p}: {what}" for what in lg.recovery.describe()]
+                if lg.loaded:
+                    notes += [f"{where}{topic}-{p}: {what}" for what in lg.recovery.describe()]
         return notes
 
     def log(self, topic: str, partition: int) -> UnifiedLog:
-        """The log of one partition (for tools and tests; clients go through `partition()`)."""
-        return self.partition(topic, partition).log
+        """The log of one partition, loaded (for tools and tests; clients go through `partition()`)."""
+        lg = self.partition(topic, partition).log
+        lg.load()
+        return lg
 
     def partitions_of(self, tps: list[TopicPartition]) -> list[Partition | None]:
         """`partition()` of many partitions at once (a consumer's poll over its assignment): None where it would
@@ -441,7 +455,7 @@ class Engine:
             return pid
 
     def expire_producers(self) -> int:
-        return sum(lg.remove_expired_producers() for lg in self._logs.logs().values())
+        return sum(lg.remove_expired_producers() for lg in self._logs.loaded_logs())
 
     # --- clients --------------------------------------------------------------------------------
     def producer(self, **config):
@@ -496,9 +510,38 @@ class Engine:
             steps.run(broker.stop_fetcher)
         if self.replicas.native_fetcher is not None:
             steps.run(self.replicas.native_fetcher.close)
+        steps.run(self._note_loaded_logs)
         for broker in self._brokers.values():
             steps.run(broker.close)
         steps.raise_first()
+
+    def _note_loaded_logs(self) -> None:
+        """Before the logs close: the catalogue notes what the logs loaded in this open hold that the next open
+        must know without loading every log: the partitions with an open transaction (with those noted before whose
+        log was not loaded), and a producer-id block past every producer id in them (one a tool appended with an id
+        the engine never handed out)."""
+        with self._lock:
+            noted, highest = set(), -1
+            for broker in self._brokers.values():  # (a follower's log holds its leader's transactions too)
+                for tp, lg in broker.logs.loaded_items() if broker.alive else ():
+                    if lg.producer_state.ongoing():
+                        noted.add(tp)
+                    highest = max(highest, lg.producer_state.max_producer_id())
+            leaders = self._partitions
+            noted |= {tp for tp in self._catalogue.open_transactions
+                      if tp in leaders and not leaders[tp].log.loaded}
+            with self._registry_lock:
+                block_end = max(self._catalogue.producer_id_block_end, highest + 1)
+                if noted != self._catalogue.open_transactions or block_end != self._catalogue.producer_id_block_end:
+                    self._catalogue.open_transactions, self._catalogue.producer_id_block_end = noted, block_end
+                    self.admin.save()
+
+    def transaction_partitions(self) -> set[tuple[str, int]] | None:
+        """The partitions not loaded yet that may hold a transaction its coordinator already ended: those the last
+        clean close noted with an open transaction; None (every partition) after an unclean shutdown."""
+        if not self.closed_cleanly():
+            return None
+        return set(self._catalogue.open_transactions)
 
     def __enter__(self) -> "Engine":
         return self
@@ -544,5 +587,7 @@ def _log_dir_path(path) -> str:
 
 
 def open(path: str, **config) -> Engine:  # noqa: A001 (engine.open mirrors the built-in's role)
-    """Open (creating if needed) the log directory `path`; see Engine for the options."""
-    return Engine(path, **config)
+    """Open (creating if needed) the log directory `path`; see Engine for the options. The cyclic garbage collector
+    is paused meanwhile (engine.common.gc_pause): a directory of many partitions makes many objects at once."""
+    with gc_paused():
+        return Engine(path, **config)

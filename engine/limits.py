@@ -1,8 +1,10 @@
 """What one engine can hold, checked before a topic or partitions are created (nothing is created when it says no).
 
 A partition replica costs the engine a directory of files (`partition.metadata`, the active segment's `.log`,
-`.index` and `.timeindex`, its checkpoints) and a few kilobytes of memory; descriptors and mappings are not per
-partition: the descriptor pool (segments.fs) keeps at most `fd_budget` of both open, whatever the partition count.
+`.index` and `.timeindex`, its checkpoints) and, until it is used, about a kilobyte of memory (partitions load on
+first use: docs/architecture.md, Lazy partitions; a loaded one costs some tens of kilobytes); descriptors and mappings
+are not per partition: the descriptor pool (segments.fs) keeps at most `fd_budget` of both open, whatever the
+partition count.
 So the limits are:
 - `max_partitions` (engine option `max_partitions`, default DEFAULT_MAX_PARTITIONS): partition replicas hosted by the
   engine's brokers, internal topics included;
@@ -18,7 +20,7 @@ import resource
 
 from engine.common.errors import InvalidConfigurationError, InvalidPartitionsError, KafkaStorageError
 
-DEFAULT_MAX_PARTITIONS = 20_000  # twice the 10,000 that tests/unit/test_bounded_resources.py holds under ulimit -n 1024
+DEFAULT_MAX_PARTITIONS = 200_000  # twice the 100,000 that `make soak` opens under ulimit -n 1024 (test_many_partitions)
 FILES_PER_PARTITION = 8     # the directory, partition.metadata, .log/.index/.timeindex, checkpoint files, a spare
 RESERVED_DESCRIPTORS = 64   # the interpreter's own, sockets, the CLI's files: never the pool's
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"

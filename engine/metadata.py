@@ -4,8 +4,10 @@ overrides (Kafka's dotted names), and the end of the last producer-id block hand
 
 Byte layout: UTF-8 JSON `{"version": 1, "topics": {name: {"id", "partitions", "config",
 "replication_factor", "states": {partition: {"replicas", "leader", "leader_epoch", "isr"}}}},
-"producer_id_block_end": N, "brokers": N, "controller_epoch": N}` (the last two and each topic's last two
-are absent from files written before replication, which read as one broker and RF 1). Kafka ignores the file; topic ids match each `partition.metadata`.
+"producer_id_block_end": N, "brokers": N, "controller_epoch": N, "open_transactions": [[topic, partition]]}` (the
+partitions whose log held an open transaction at the last clean close; absent when none did. "brokers",
+"controller_epoch" and each topic's last two are absent from files written before replication, which read as one
+broker and RF 1). Kafka ignores the file; topic ids match each `partition.metadata`.
 Crash policy: rewritten whole (tmp + fsync + rename + dir fsync), so a crash leaves the old or the
 new catalogue, never a mix. A directory without it (a Kafka broker's, or an old one) is adopted from
 its partition directories. Thread-safety: the Engine serialises writes.
@@ -44,6 +46,9 @@ class Catalogue:
     producer_id_block_end: int = 0
     brokers: int = 1
     controller_epoch: int = 0
+    # partitions whose log held an open transaction at the last clean close (the only ones a clean open looks at
+    # for transactions its coordinator already ended)
+    open_transactions: set[tuple[str, int]] = field(default_factory=set)
 
     def log_config(self, topic: str, defaults: LogConfig) -> LogConfig:
         """A topic's effective config: its overrides over `defaults` (an internal topic Kafka compacts is compacted
@@ -73,7 +78,8 @@ def parse(data: bytes, path: str | None = None) -> Catalogue:
             {int(p): PartitionState.from_dict(st) for p, st in t.get("states", {}).items()})
             for name, t in doc["topics"].items()}
         return Catalogue(topics, int(doc["producer_id_block_end"]), int(doc.get("brokers", 1)),
-                         int(doc.get("controller_epoch", 0)))
+                         int(doc.get("controller_epoch", 0)),
+                         {(names.validate_topic(t), int(p)) for t, p in doc.get("open_transactions", [])})
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidTopicError) as exc:
         raise KafkaStorageError(
             f"unreadable engine metadata ({exc}); it holds the topics' configs, so the engine will not guess "
@@ -89,6 +95,8 @@ def render(cat: Catalogue) -> bytes:
                       for name, t in sorted(cat.topics.items())},
            "producer_id_block_end": cat.producer_id_block_end, "brokers": cat.brokers,
            "controller_epoch": cat.controller_epoch}
+    if cat.open_transactions:
+        doc["open_transactions"] = sorted(cat.open_transactions)
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 

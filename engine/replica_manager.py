@@ -58,12 +58,21 @@ class ReplicaManager:
 
     def add_partition(self, topic: str, index: int) -> None:
         """Host `topic`-`index` on its replicas' brokers and give each its role."""
+        self.add_partitions(topic, range(index, index + 1))
+
+    def add_partitions(self, topic: str, indexes: range) -> None:
+        """`add_partition` of each of `indexes` (a single replica's partitions in one pass)."""
         rec = self.catalogue.topics[topic]
-        state = rec.states.get(index)
-        if state is None:  # a single replica on broker 0, leading in the log's own latest epoch
-            self.leaders[leader_key(topic, index)] = part = self.brokers[0].host(topic, index, rec.topic_id)
-            part.make_leader()
-            return
+        keys = topic_partitions(topic, indexes)
+        alone = [key for key in keys if key[1] not in rec.states] if rec.states else keys
+        # a single replica on broker 0, leading in its log's latest epoch
+        self.leaders.update(self.brokers[0].lead_alone(alone, rec.topic_id))
+        for key in keys if rec.states else ():
+            if key[1] in rec.states:
+                self._add_replicated(rec, topic, key[1])
+
+    def _add_replicated(self, rec, topic: str, index: int) -> None:
+        state = rec.states[index]
         for b in state.replicas:
             if self.brokers[b].alive:
                 self.brokers[b].host(topic, index, rec.topic_id)
@@ -286,7 +295,7 @@ class ReplicaManager:
         """fsync every partition's unflushed appends; KafkaStorageError if that (or background work) fails."""
         self._check_open()
         for broker in list(self.brokers.values()):
-            for lg in broker.logs.logs().values():
+            for lg in broker.logs.loaded_logs():  # (an unloaded log has nothing unflushed)
                 lg.flush()
             broker.logs.check_health()
 

@@ -116,9 +116,13 @@ class Transactions:
         """Close transactions of this coordinator's producers left open in a partition where the coordinator has
         none open (a power loss kept a partition's data but not its marker): COMMIT where the coordinator completed
         that commit, ABORT otherwise (as `kafka-transactions.sh abort` does for a hanging transaction). Producers
-        it does not know are left alone. The count closed."""
+        it does not know are left alone. The count closed. A coordinator that knows no transactional id has nothing to
+        close; after a clean shutdown only the partitions the catalogue noted with an open transaction, and the ones
+        loaded since, are looked at (engine.transaction_partitions); after an unclean one, every partition."""
+        if not self.coordinator.txns:
+            return 0
         closed = 0
-        for o in self.open_transactions():
+        for o in self.open_transactions(self._eng.transaction_partitions()):
             if o.transactional_id is None:
                 continue  # a producer this coordinator never knew (a broker's, in an adopted directory)
             md = self.coordinator.txns[o.transactional_id]
@@ -140,10 +144,13 @@ class Transactions:
             closed += 1
         return closed
 
-    def open_transactions(self) -> list[OpenTransaction]:
-        """Every partition's open transactions (hanging ones included), from the partitions' producer state."""
+    def open_transactions(self, among: set[tuple[str, int]] | None = None) -> list[OpenTransaction]:
+        """Every partition's open transactions (hanging ones included), from the partitions' producer state; with
+        `among`, only those partitions' and the ones whose log is loaded already (the others are not loaded)."""
         out = []
         for (topic, p), part in sorted(self._eng.leaders().items()):
+            if among is not None and (topic, p) not in among and not part.log.loaded:
+                continue
             for pid, entry in sorted(part.log.producer_state.ongoing().items()):
                 out.append(OpenTransaction(topic, p, pid, entry.epoch, entry.txn_first_offset, entry.last_timestamp,
                                            self.coordinator.transactional_id_of(pid)))

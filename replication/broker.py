@@ -14,7 +14,7 @@ from typing import Callable
 
 from engine.common.closing import Steps
 from engine.replication.log_manager import LogManager
-from engine.replication.partition import Partition
+from engine.replication.partition import LazyPartition, Partition, only_replica_loaded
 from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
 
 BROKERS_DIR = "brokers"
@@ -32,6 +32,7 @@ class Broker:
         self._new_partition = partition_factory
         self.wake = threading.Event()
         self.fetcher: ReplicaFetcher | None = None  # the fetch logic its thread runs (a waiter may run it too)
+        logs.on_loaded = self._log_loaded
         self._fetcher: ReplicaFetcherThread | None = None
 
     def host(self, topic: str, index: int, topic_id: str | None = None) -> Partition:
@@ -39,8 +40,34 @@ class Broker:
         key = (topic, index)
         part = self.partitions.get(key)
         if part is None:
-            log = self.logs.logs().get(key) or self.logs.create_log(topic, index, topic_id)
+            log = self.logs.get(key) or self.logs.create_log(topic, index, topic_id)
             part = self.partitions[key] = self._new_partition(topic, index, log, self.id)
+        return part
+
+    def lead_alone(self, keys: list[tuple[str, int]], topic_id: str | None = None) -> dict:
+        """This broker's replicas of `keys` as their only replicas, leading them (make_leader() without arguments),
+        by key: a LazyPartition for each whose log is not loaded (made into the Partition when first used)."""
+        out, hosted, logs, make = {}, self.partitions, self.logs, self._make_leader
+        for key in keys:
+            part = hosted.get(key)
+            if part is None:
+                log = logs.get(key) or logs.create_log(key[0], key[1], topic_id)
+                if not log.loaded:  # (reading the log alone settles its HW: `_log_loaded`)
+                    out[key] = hosted[key] = LazyPartition(key[0], key[1], log, self.id, make)
+                    continue
+                part = hosted[key] = self._new_partition(key[0], key[1], log, self.id)
+            part.make_leader()
+            out[key] = part
+        return out
+
+    def _log_loaded(self, tp: tuple[str, int], log) -> None:
+        """As a log of this broker loads: the only replica of a partition not made yet has its HW at its log end."""
+        if type(self.partitions.get(tp)) is LazyPartition:
+            only_replica_loaded(log)
+
+    def _make_leader(self, lazy: LazyPartition) -> Partition:
+        part = self._new_partition(lazy.topic, lazy.index, lazy.log, self.id)
+        part.make_leader()
         return part
 
     def stop_hosting(self, topic: str, index: int) -> None:
@@ -53,7 +80,7 @@ class Broker:
     def drop(self, topic: str, index: int) -> None:
         """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
         self.stop_hosting(topic, index)
-        if (topic, index) in self.logs.logs():
+        if self.logs.get((topic, index)) is not None:
             self.logs.delete_log(topic, index)
 
     def followers(self) -> list[Partition]:

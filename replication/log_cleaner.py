@@ -94,10 +94,11 @@ def _max_lag_passed(lg: UnifiedLog, first_dirty: int, now_ms: int) -> bool:
 
 class LogCleaner:
     def __init__(self, directory: str, fs: FileSystem, clock: Clock, logs: Callable[[], dict],
-                 config: CleanerConfig, background: bool) -> None:
-        """Clean the compacted logs `logs()` returns (by (topic, partition)); with `background` and
-        `log_cleaner_enable`, on a thread of its own."""
+                 config: CleanerConfig, background: bool, loaded: Callable[[], dict] | None = None) -> None:
+        """Clean the compacted logs among `loaded()` (by (topic, partition); `logs()` without it), and keep the
+        checkpoint of all of `logs()`; with `background` and `log_cleaner_enable`, on a thread of its own."""
         self.dir, self.fs, self.clock, self._logs, self.config = directory, fs, clock, logs, config
+        self._loaded = loaded or logs
         self._clean_lock = threading.Lock()  # one clean at a time
         self._stop = threading.Event()
         self._paused: set[tuple[str, int]] = set()  # logs being closed or deleted: a clean of one stops
@@ -113,14 +114,15 @@ class LogCleaner:
     def write_checkpoint(self) -> None:
         offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.CLEANER),
                                 {tp: lg.cleaner_checkpoint for tp, lg in self._logs().items()
-                                 if lg.config.compact and lg.cleaner_checkpoint is not None})
+                                 if lg.cleaner_checkpoint is not None and (not lg.loaded or lg.config.compact)})
 
     # --- choosing -------------------------------------------------------------------------------------
     def cleanable_logs(self) -> list[LogToClean]:
-        """Every compacted log that is due for a clean, dirtiest first."""
+        """Every loaded compacted log that is due for a clean, dirtiest first (an unloaded one is looked at once it
+        is used: nothing was appended to it since the open)."""
         now = self.clock.time_ms()
         due = []
-        for tp, lg in sorted(self._logs().items()):
+        for tp, lg in sorted(self._loaded().items()):
             if lg.config.compact:
                 found = log_to_clean(tp, lg, now)
                 if (found.needs_compaction_now and found.cleanable_bytes > 0) or \

@@ -1,5 +1,10 @@
 """A log directory: its partitions' logs and the files at its root (Kafka's LogManager).
 
+Lazy partitions: opening reads the root files and the partition directories' names, and loads no log: each is a
+`UnifiedLog.unloaded` holding its checkpointed offsets until its first use loads it (checking its topic id against
+`topic_ids` when it was found on open). Housekeeping (flush, retention, the cleaner, checkpoints) follows the loaded
+logs; a checkpoint keeps the unloaded ones' entries as read and is rewritten only when it would change.
+
 Root files: `.lock` (held with a POSIX record lock while open), `meta.properties` (Java
 Properties text), `.kafka_cleanshutdown` (its presence means the last close was clean; deleted as
 soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoint`,
@@ -7,24 +12,30 @@ soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoin
 `replication-offset-checkpoint` (high watermarks), and the cleaner's `cleaner-offset-checkpoint`
 (replication.log_cleaner).
 Crash policy: checkpoints are atomic (tmp + fsync + rename + dir fsync); an unreadable one is
-treated as absent (full recovery). The clean-shutdown marker is written last on close, after
-every log is flushed and every checkpoint written.
+treated as absent (full recovery). New partition directories are made durable by one sync of the file system
+(`sync_created`, at the end of the request that created them). The clean-shutdown marker is written last on close,
+after every loaded log is closed (their fsyncs made one sync of the file system) and every checkpoint written, and
+only when no log is left that an unclean shutdown left unloaded (unrecovered) or that failed to load.
 Deleted logs (Kafka's asyncDelete): a deleted log is closed and its directory renamed `<dir>.<id>-delete` at once;
 the background thread removes it once the log's `file.delete.delay.ms` has passed (Kafka's kafka-delete-logs task), so
 deleting a topic does not wait for the kernel to drop its pages. `close()` removes the ones still waiting; a crash
 leaves them, and the next open removes every `-delete` directory it finds. Without the background thread a deleted
 log's directory is removed at once.
 Threads: one background thread runs the flush (`flush.ms`), retention, checkpoint and delete tasks on the
-injected clock, and the log cleaner has its own; both stop on `close()`. Public methods are thread-safe.
+injected clock, and the log cleaner has its own; after an unclean shutdown RECOVERY_THREADS load the logs no one used
+yet; all stop on `close()`. Public methods are thread-safe; a log loads under its own lock, then joins the loaded ones
+under the manager's.
 """
 from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import threading
 import time
 import uuid
+from typing import Callable
 
 from engine.common.clock import Clock, SystemClock
 from engine.common.closing import Steps
@@ -41,15 +52,25 @@ from engine.segments import names, offset_checkpoint, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog
+from engine.txn.unified_log import Loading, UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
+
+_RECOVERY_POINT = operator.attrgetter("recovery_point")
+_HIGH_WATERMARK = operator.attrgetter("high_watermark")
+
+
+def _LOG_START(lg: UnifiedLog) -> int | None:
+    """A loaded log's entry in `log-start-offset-checkpoint`: only a start above its first segment's base."""
+    return lg.log_start_offset if lg.log_start_offset > lg.local.segments.first.base_offset else None
+
 
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 PROBE_FILE = ".kafkalog-write-probe"  # `run_storage_tasks` writes it and removes it at once
 PROBE_BYTES = 1 << 20  # room for one default-sized produce request (max.request.size)
+RECOVERY_THREADS = 2  # the pool that loads, and so recovers, an unclean shutdown's logs in the background
 
 _held: set[str] = set()             # directories this process has open (POSIX locks are per process)
 _held_lock = threading.Lock()
@@ -66,14 +87,19 @@ class LogManager:
                  configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
                  log_options: dict | None = None,
                  tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None,
-                 hw_checkpoint_interval_ms: int | None = None) -> None:
-        """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config;
+                 hw_checkpoint_interval_ms: int | None = None,
+                 topic_ids: Callable[[str], str | None] | None = None) -> None:
+        """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config and
+        `topic_ids(topic)` its id, which a log found on open must have in its partition.metadata when it loads;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
         background thread's schedule; `cleaner_config` is the log cleaner's."""
         self.dir = os.path.abspath(directory)
         self.fs = fs or FileSystem()
         self.clock = clock or SystemClock()
         self._configs = configs or (lambda topic: LogConfig())
+        self._topic_ids = topic_ids or (lambda topic: None)
+        # `on_loaded(tp, log)` runs as each log loads, before anyone else sees it (the broker hosting the logs sets it)
+        self.on_loaded: Callable[[tuple[str, int], UnifiedLog], None] | None = None
         self._log_class, self._log_options = log_class, dict(log_options or {})
         self._tasks = {"flush": (self.FLUSH_CHECK_MS, self.flush_due_logs),
                        "retention": (self.RETENTION_CHECK_MS, self.cleanup_logs),
@@ -88,6 +114,8 @@ class LogManager:
         self.health = Health(self.dir, log)  # and what the log and `Engine.health()` say of them
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
+        self._unsynced = False  # logs created since the last sync_created()
+        self._written: dict[str, dict] = {}  # each checkpoint's entries as this manager last wrote them
         self.node_id = node_id
         self._background = background
         self.cleaner_config = cleaner_config or CleanerConfig()
@@ -110,13 +138,39 @@ class LogManager:
         self._start_background()
 
     def _start_background(self) -> None:
-        self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.logs, self.cleaner_config, self._background)
+        self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.logs, self.cleaner_config, self._background,
+                                  self._loaded_map)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set to make the thread look at its schedule again (a deletion, close)
         self._thread = None
+        self._recovering: list[threading.Thread] = []
         if self._background:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-manager:{self.dir}", daemon=True)
             self._thread.start()
+            if not self.clean_shutdown and self._logs:
+                waiting = iter(self.logs().values())
+                self._recovering = [threading.Thread(target=self._recover, args=(waiting,), daemon=True,
+                                                     name=f"kafkalog-log-recovery-{i}:{self.dir}")
+                                    for i in range(RECOVERY_THREADS)]
+                for thread in self._recovering:
+                    thread.start()
+
+    def _recover(self, waiting) -> None:
+        """A recovery thread after an unclean shutdown: load (and so recover) the logs not loaded yet, one at a time,
+        until none is left or the manager stops. A log that fails to load is left to its first use, which raises."""
+        for lg in waiting:  # (the threads share one iterator: each log is taken once)
+            if self._stop.is_set():
+                return
+            try:
+                lg.load()
+            except Exception as exc:  # noqa: BLE001 - its first user gets the error; this thread goes on
+                log.warning("could not recover %s in the background (its first use will try again): %s", lg.dir, exc)
+
+    def recover_all(self) -> None:
+        """Load every log an unclean shutdown left and no one loaded yet, in this thread (what the recovery threads
+        would do): after it, every log's recovery is done and reported."""
+        for lg in self.logs().values():
+            lg.load()
 
     def _stop_background(self) -> None:
         if self.cleaner is not None:
@@ -127,6 +181,8 @@ class LogManager:
             self.clock.wake()
         if self._thread is not None:
             self._thread.join()
+        for thread in self._recovering:
+            thread.join()
 
     # --- directory ownership ------------------------------------------------------------------
     def _acquire_lock(self):
@@ -162,30 +218,92 @@ class LogManager:
     def _checkpoint(self, name: str) -> dict:
         path = os.path.join(self.dir, name)
         try:
-            return offset_checkpoint.read(self.fs, path)
+            entries = offset_checkpoint.read(self.fs, path)
         except KafkaError as exc:
             self.repairs.append(f"ignored an unreadable checkpoint (its logs are recovered in full): {exc}")
             log.warning("%s", self.repairs[-1])
             return {}
+        self._written[name] = entries  # what the file says: written again only once that differs
+        return entries
 
     def _load_logs(self) -> None:
+        self._written = {}
         recovery = self._checkpoint(offset_checkpoint.RECOVERY_POINT)
         starts = self._checkpoint(offset_checkpoint.LOG_START)
         hws = self._checkpoint(offset_checkpoint.HIGH_WATERMARK)
         cleaned = self._checkpoint(offset_checkpoint.CLEANER)
-        for entry in sorted(self.fs.listdir(self.dir)):
-            path = os.path.join(self.dir, entry)
-            tp = names.parse_partition_dir(entry)
+        self._loading = Loading(self._configs, self._log_options, self._on_load)
+        self._loaded, self._created = {}, set()
+        self._unloaded = ({}, {}, {})  # the unloaded logs' recovery points, log starts (the nonzero ones) and HWs
+        unloaded = self._log_class.unloaded
+        fs, clock, loading, clean, parse = self.fs, self.clock, self._loading, self.clean_shutdown, \
+            names.parse_partition_dir
+        root = os.path.join(self.dir, "")
+        recovery_of, start_of, hw_of, cleaned_of = recovery.get, starts.get, hws.get, cleaned.get
+        for entry in sorted(self.fs.subdirectories(self.dir)):
+            path = root + entry
+            tp = parse(entry)
             if tp is not None and tp[0] == names.METADATA_TOPIC:
                 continue  # a KRaft broker's metadata log: not a topic partition, and never touched (Kafka's too)
-            if tp is None or not self.fs.isdir(path):
-                if entry.endswith("-delete") and self.fs.isdir(path):
+            if tp is None:
+                if entry.endswith("-delete"):
                     self.fs.rmtree(path)  # a deletion that did not finish
                 continue
-            self._logs[tp] = self._log_class(
-                self.fs, path, self._configs(tp[0]), self.clock, recovery_point=recovery.get(tp, 0),
-                log_start_offset=starts.get(tp, 0), high_watermark=hws.get(tp, 0),
-                clean_shutdown=self.clean_shutdown, cleaner_checkpoint=cleaned.get(tp), **self._log_options)
+            point, start, hw = recovery_of(tp, 0), start_of(tp, 0), hw_of(tp, 0)
+            self._logs[tp] = unloaded(fs, path, clock, loading, recovery_point=point, log_start_offset=start,
+                                      high_watermark=hw, clean_shutdown=clean, cleaner_checkpoint=cleaned_of(tp))
+            self._unloaded[0][tp], self._unloaded[2][tp] = point, hw
+            if start:
+                self._unloaded[1][tp] = start
+
+    def _on_load(self, lg: UnifiedLog, loaded: UnifiedLog) -> UnifiedLog:
+        """As a log loads (`loaded`: its state, not yet visible): a log found on open has its topic id checked (a
+        directory of another topic id is set aside and the partition starts empty in a new one, whose state is
+        returned), and the log joins the loaded ones, which housekeeping and the checkpoints follow."""
+        tp = names.parse_partition_dir(os.path.basename(lg.dir))
+        if tp not in self._created and not self._topic_id_matches(tp[0], loaded):
+            loaded = self._replace_stray(tp, loaded)
+        if self.on_loaded is not None:
+            self.on_loaded(tp, loaded)
+        with self._lock:
+            if self._loading.closed:  # (the manager closed meanwhile: this log would be left open)
+                raise KafkaStorageError("the log directory was closed", file=lg.dir)
+            if self._logs.get(tp) is lg:
+                self._loaded[tp] = lg
+        return loaded
+
+    def _replace_stray(self, tp: tuple[str, int], stray: UnifiedLog) -> UnifiedLog:
+        """Set the directory of `stray` (another topic's, of the same name: one deleted while a crash kept its
+        directory) aside as `-stray`, as KRaft brokers do, and load an empty log in a new directory of the topic."""
+        stray.close(flush=False)
+        moved = f"{stray.dir}.{uuid.uuid4().hex}-stray"
+        self.fs.rename(stray.dir, moved)
+        self.fs.makedirs(stray.dir)
+        partition_metadata.write(self.fs, stray.dir, self._topic_ids(tp[0]))
+        self.fs.fsync_dir(self.dir)
+        self.repairs.append(f"set {stray.dir} aside as {moved}: the catalogue has topic id {self._topic_ids(tp[0])}")
+        log.warning("%s", self.repairs[-1])
+        return self._log_class(self.fs, stray.dir, self._configs(tp[0]), self.clock, clean_shutdown=True,
+                               **self._log_options)
+
+    def _topic_id_matches(self, topic: str, lg: UnifiedLog) -> bool:
+        """A log found on open, as it loads: whether its partition.metadata has the topic id `topic_ids` gives (none:
+        the topic is not in a catalogue, and any id matches). A missing or unreadable file is written again with that
+        id, and said."""
+        expected = self._topic_ids(topic)
+        if expected is None:
+            return True
+        try:
+            found = partition_metadata.read(self.fs, lg.dir)
+        except KafkaStorageError as exc:
+            found, why = None, f"rewrote {exc.file}: {exc.message}"
+        else:
+            why = (f"wrote the missing partition.metadata of {lg.dir} with topic {topic!r}'s id {expected}, keeping "
+                   f"its {lg.log_end_offset - lg.log_start_offset} records")
+        if found is None:
+            partition_metadata.write(self.fs, lg.dir, expected)
+            lg.recovery.note(why)
+        return found is None or found == expected
 
     # --- logs ---------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> UnifiedLog:
@@ -194,13 +312,42 @@ class LogManager:
         except KeyError:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir) from None
 
+    def get(self, tp: tuple[str, int]) -> UnifiedLog | None:
+        """The log of `tp` (loaded or not), None when the directory has none."""
+        return self._logs.get(tp)
+
     def logs(self) -> dict[tuple[str, int], UnifiedLog]:
+        """Every log, loaded or not (touching an unloaded one's state loads it)."""
         with self._lock:
             return dict(self._logs)
 
+    def loaded_logs(self) -> list[UnifiedLog]:
+        """The logs loaded so far: the only ones housekeeping has anything to do for."""
+        with self._lock:
+            return list(self._loaded.values())
+
+    def _loaded_map(self) -> dict[tuple[str, int], UnifiedLog]:
+        with self._lock:
+            return dict(self._loaded)
+
+    def loaded_items(self) -> list[tuple[tuple[str, int], UnifiedLog]]:
+        """(topic-partition, log) of each log loaded so far."""
+        with self._lock:
+            return list(self._loaded.items())
+
+    def _forget(self, tp: tuple[str, int]) -> UnifiedLog | None:
+        """Drop `tp`'s log from every map (the lock held); the log, if there was one."""
+        self._loaded.pop(tp, None)
+        self._created.discard(tp)
+        for values in self._unloaded:
+            values.pop(tp, None)
+        return self._logs.pop(tp, None)
+
     def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> UnifiedLog:
-        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log). A failure is a
-        KafkaStorageError and leaves no directory behind that it made."""
+        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log), unloaded: its
+        first segment is made when it is first used. Neither is synced here: `sync_created()` makes every creation
+        since the last one durable at once. A failure is a KafkaStorageError and leaves no directory behind that
+        it made."""
         with self._lock:
             key = (topic, partition)
             if key in self._logs:
@@ -209,10 +356,12 @@ class LogManager:
             made = not self.fs.exists(path)
             try:
                 self.fs.makedirs(path)
-                partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id())
-                self.fs.fsync_dir(self.dir)
-                self._logs[key] = self._log_class(self.fs, path, self._configs(topic), self.clock,
-                                                  **self._log_options)
+                partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id(), sync=False)
+                self._unsynced = True
+                self._logs[key] = self._log_class.unloaded(self.fs, path, self.clock, self._loading,
+                                                           clean_shutdown=True)
+                self._created.add(key)
+                self._unloaded[0][key] = self._unloaded[2][key] = 0
             except (OSError, KafkaError) as exc:
                 if made and self.fs.exists(path):
                     try:
@@ -223,6 +372,17 @@ class LogManager:
                     raise
                 raise KafkaStorageError(f"cannot create the log of {topic}-{partition}: {exc}", file=path) from exc
             return self._logs[key]
+
+    def sync_created(self) -> None:
+        """Make the logs created since the last call durable, with one sync of the file system (the end of a
+        request that created partitions: a crash before it leaves them to the catalogue's repair on open)."""
+        with self._lock:
+            if self._unsynced:
+                try:
+                    self.fs.sync_filesystem(self.dir)
+                except OSError as exc:
+                    raise KafkaStorageError(f"cannot sync the new partitions: {exc}", file=self.dir) from exc
+                self._unsynced = False
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log and move its directory aside (`...-delete`), to be removed by the background thread once the
@@ -264,7 +424,7 @@ class LogManager:
         """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`). A log set
         aside to be deleted is closed without a flush, as Kafka's asyncDelete leaves it: its bytes are going."""
         with self.cleaner.paused((topic, partition)), self._lock:
-            lg = self._logs.pop((topic, partition), None)
+            lg = self._forget((topic, partition))
             if lg is None:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
             lg.close(flush=kind != "delete")
@@ -349,27 +509,42 @@ class LogManager:
                                         file=error.file or self.dir) from error
 
     def flush_due_logs(self) -> int:
-        return sum(lg.maybe_flush_on_time() for lg in self.logs().values())
+        return sum(lg.maybe_flush_on_time() for lg in self.loaded_logs())
 
     def cleanup_logs(self) -> int:
-        """Retention for every log, then removal of `.deleted` files past their delay."""
+        """Retention for every loaded log, then removal of `.deleted` files past their delay (an unloaded log has
+        had nothing appended since the open: its retention is applied once it is used)."""
         removed = 0
-        for lg in self.logs().values():
+        for lg in self.loaded_logs():
             removed += lg.delete_old_segments()
             lg.delete_pending_files()
         return removed
 
+    def _checkpoint_entries(self, which: int, live) -> dict[tuple[str, int], int]:
+        """A checkpoint's entries: the unloaded logs' as read on open (`which` of `_unloaded`), the loaded ones'
+        `live(log)` (None: no entry). Its work beyond a copy is proportional to the logs loaded."""
+        with self._lock:
+            entries, loaded = dict(self._unloaded[which]), list(self._loaded.items())
+        for tp, lg in loaded:
+            value = live(lg)
+            if value is None:
+                entries.pop(tp, None)
+            else:
+                entries[tp] = value
+        return entries
+
+    def _write_checkpoint(self, name: str, entries: dict[tuple[str, int], int]) -> None:
+        """Write one offset checkpoint, unless it would say what it said when last written by this manager."""
+        if self._written.get(name) != entries:
+            offset_checkpoint.write(self.fs, os.path.join(self.dir, name), entries)
+            self._written[name] = entries
+
     def checkpoint_recovery_points(self) -> None:
-        logs = self.logs()
-        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.RECOVERY_POINT),
-                                {tp: lg.recovery_point for tp, lg in logs.items()})
-        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.LOG_START),
-                                {tp: lg.log_start_offset for tp, lg in logs.items()
-                                 if lg.log_start_offset > lg.segments[0].base_offset})
+        self._write_checkpoint(offset_checkpoint.RECOVERY_POINT, self._checkpoint_entries(0, _RECOVERY_POINT))
+        self._write_checkpoint(offset_checkpoint.LOG_START, self._checkpoint_entries(1, _LOG_START))
 
     def checkpoint_high_watermarks(self) -> None:
-        offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.HIGH_WATERMARK),
-                                {tp: lg.high_watermark for tp, lg in self.logs().items()})
+        self._write_checkpoint(offset_checkpoint.HIGH_WATERMARK, self._checkpoint_entries(2, _HIGH_WATERMARK))
 
     # --- shutdown -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -384,16 +559,44 @@ class LogManager:
         steps.run(self._stop_background)
         try:
             steps.run(self._delete_waiting)
-            for lg in self.logs().values():  # each log is closed whatever the one before raised
-                steps.run(lg.close)
+            steps.run(self.sync_created)
+            steps.run(self._close_logs)
             steps.run(self.checkpoint_recovery_points)
             steps.run(self.checkpoint_high_watermarks)
             steps.run(self.cleaner.write_checkpoint)
-            if not steps.errors:  # the marker says every log is clean: only then
+            # the marker says every log is clean: not while one that an unclean shutdown left was never loaded
+            if not steps.errors and self._all_recovered():
                 steps.run(self.fs.atomic_write, os.path.join(self.dir, CLEAN_SHUTDOWN),
                           json.dumps({"version": 0, "brokerEpoch": 0}, separators=(",", ":")).encode())
         finally:
             self._release_lock()
+        steps.raise_first()
+
+    def _all_recovered(self) -> bool:
+        """Whether no log is left that an unclean shutdown left and no one loaded (recovered) since, and no log
+        failed to load (the next open must recover it)."""
+        if self._loading.failed:
+            return False
+        if self.clean_shutdown:
+            return True
+        with self._lock:
+            logs = list(self._logs.values())
+        return all(lg.loaded or lg.unloaded_state()[3] for lg in logs)
+
+    def _close_logs(self) -> None:
+        """No log loads any more; close every loaded one, each whatever the one before raised (an unloaded one
+        holds nothing), their fsyncs made by one sync of the file system at the end (KafkaStorageError if it
+        fails); the first error raised."""
+        with self._lock:
+            self._loading.closed = True
+            logs = list(self._loaded.values())
+        steps = Steps()
+        try:
+            with self.fs.deferred_syncs(self.dir):
+                for lg in logs:
+                    steps.run(lg.close)
+        except OSError as exc:
+            steps.errors.append(KafkaStorageError(f"cannot sync the closed logs: {exc}", file=self.dir))
         steps.raise_first()
 
     def _delete_waiting(self) -> None:
@@ -412,7 +615,8 @@ class LogManager:
         flush, checkpoint or clean-shutdown marker; the directory stays locked (this engine still owns it)."""
         self._stop_background()
         with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
+            self._loading.closed = True  # (no log loads any more)
+            logs, self._logs, self._loaded = list(self._loaded.values()), {}, {}
             self._pending_deletes = []  # a dead process removes nothing more: the next open does
         for lg in logs:
             lg.close(flush=False)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import operator
 import threading
+from types import MappingProxyType
 from typing import Callable, NamedTuple, Protocol
 
 from engine.common.clock import Clock, SystemClock
@@ -121,6 +122,12 @@ class PartitionView:
         return found if found is not None and found[1] < bound else None
 
 
+def only_replica_loaded(log: UnifiedLog) -> None:
+    """As the log of a partition's only replica loads: its HW is its log end (a checkpointed HW may lag it)."""
+    if log.log_end_offset > log.high_watermark:
+        log.update_high_watermark(log.log_end_offset)
+
+
 class FollowerFetch(NamedTuple):
     """A leader's answer to a follower: records from the fetch offset (None if none), the leader's high
     watermark and log start, and the (epoch, end offset) to truncate to when the follower's log diverged."""
@@ -156,8 +163,9 @@ class Partition(PartitionView):
         self.link = None  # as a follower: its link to the native replica fetcher, while it has one
         self.links = None  # as leader: its side of its followers' links (engine._native._replica_fetcher.Leader)
         self.controller_epoch = -1
+        self._settling = False  # make_leader() left its reading of the log to the log's loading
         self._lock = threading.RLock()
-        self._hw_changed = threading.Condition(self._lock)
+        self._hw_changed: threading.Condition | None = None  # made by the first wait for the HW (under the lock)
 
     # --- roles ----------------------------------------------------------------------------------
     @property
@@ -173,16 +181,29 @@ class Partition(PartitionView):
         partition had: every ISR member holds that much, so the visible HW never goes down across a failover)."""
         with self._lock:
             self._check_controller(controller_epoch)
-            self.unlink()
+            if self.link is not None:
+                self.unlink()
             self._close_links()
             self.leader_id = self.broker_id
-            self.replicas = list(replicas) if replicas is not None else [self.broker_id]
-            self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
-            now = self.clock.time_ms()
-            self.remote = {b: NewReplica(b) for b in self.replicas if b != self.broker_id}
-            self._tail_read = None
-            for b, r in self.remote.items():
-                r.reset(now if b in self.isr else 0)
+            self._tail_read, self._settling = None, False
+            if replicas is None and isr is None:  # the only replica
+                self.replicas, self.isr, self.remote = [self.broker_id], frozenset((self.broker_id,)), {}
+                if leader_epoch is None and not high_watermark_floor and not self.log.loaded:
+                    # a lazy partition's log is not loaded: its epoch and HW are settled as it loads (nothing can
+                    # read or append before then; a reader of the epoch loads it)
+                    self._settling = True
+                    self.__dict__.pop("leader_epoch", None)
+                    self.__dict__.pop("leader_epoch_start_offset", None)
+                    if self.log.when_loaded(self._settle_lead):
+                        return
+                    self._settling = False  # (it loaded meanwhile)
+            else:
+                self.replicas = list(replicas) if replicas is not None else [self.broker_id]
+                self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
+                now = self.clock.time_ms()
+                self.remote = {b: NewReplica(b) for b in self.replicas if b != self.broker_id}
+                for b, r in self.remote.items():
+                    r.reset(now if b in self.isr else 0)
             if leader_epoch is None:
                 self.leader_epoch = max(self.log.leader_epochs.latest_epoch or 0, 0)
             else:
@@ -193,10 +214,38 @@ class Partition(PartitionView):
                 self.log.update_high_watermark(high_watermark_floor)
             self._maybe_increment_hw()
 
+    def _notify_hw(self) -> None:
+        """Wake the waits for the HW (the lock held)."""
+        if self._hw_changed is not None:
+            self._hw_changed.notify_all()
+
+    def _settle_lead(self, log: UnifiedLog) -> None:
+        """make_leader()'s reading of the log, which the log runs as it loads, unless the role changed since (a
+        partition's hooks are all this method: the first to run while `_settling` acts)."""
+        if self._settling:
+            self._settling = False
+            self.leader_epoch = max(log.leader_epochs.latest_epoch or 0, 0)
+            self.leader_epoch_start_offset = log.log_end_offset
+            only_replica_loaded(log)
+
+    def __getattr__(self, name: str):
+        """Only for an attribute the instance lacks: the epoch of a leader whose log was not loaded when it took the
+        lead (loading it settles them; read as make_leader() would have, if its role changed since)."""
+        if name in ("leader_epoch", "leader_epoch_start_offset") and "log" in self.__dict__:
+            log = self.log
+            log.load()  # (runs the settling make_leader() left)
+            with self._lock:  # (a make_leader() in progress sets them before it lets go)
+                if name not in self.__dict__:
+                    self.leader_epoch = max(log.leader_epochs.latest_epoch or 0, 0)
+                    self.leader_epoch_start_offset = log.log_end_offset
+                return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def make_follower(self, leader_id: int, leader_epoch: int, replicas=None, isr=None,
                       controller_epoch: int | None = None) -> None:
         """Follow `leader_id` in `leader_epoch`; the replica fetcher truncates the log by epoch before fetching."""
         with self._lock:
+            self._settling = False
             self._check_controller(controller_epoch)
             self.unlink()
             self._close_links()
@@ -207,17 +256,18 @@ class Partition(PartitionView):
                 self.isr = frozenset(isr)
             self.remote, self._tail_read = {}, None
             self.truncation_pending = True
-            self._hw_changed.notify_all()
+            self._notify_hw()
 
     def make_offline(self, discard: bool = False) -> None:
         """No leader (the broker hosting this replica stopped, or no replica could be elected); with `discard`, what
         a link wrote is left to recovery (the broker died) or to the log's deletion."""
         with self._lock:
+            self._settling = False
             self.unlink(discard)
             self._close_links()
             self.leader_id = None
             self.remote, self._tail_read = {}, None
-            self._hw_changed.notify_all()
+            self._notify_hw()
 
     def unlink(self, discard: bool = False) -> None:
         """As a follower: end its link to the native replica fetcher, if any, and bring its log up to what the link
@@ -345,6 +395,8 @@ class Partition(PartitionView):
                 if left <= 0:
                     raise KafkaTimeoutError(f"offset {offset} of {self.topic}-{self.index} was not replicated to "
                                             f"the ISR in {timeout_ms} ms", file=self.log.dir, offset=offset)
+                if self._hw_changed is None:
+                    self._hw_changed = threading.Condition(self._lock)
                 self._hw_changed.wait(min(left, 50) / 1000.0)  # short slices: a test's clock moves by hand
             if len(self.isr) < self.log.config.min_insync_replicas:
                 raise NotEnoughReplicasAfterAppendError(
@@ -487,7 +539,7 @@ class Partition(PartitionView):
         if not isr >= self.isr:
             self._close_links()  # a follower left the ISR: the HW is the rule's over the rest, in Python
         self.isr = frozenset(isr)
-        self._hw_changed.notify_all()
+        self._notify_hw()
         return True
 
     def _maybe_increment_hw(self) -> bool:
@@ -500,7 +552,7 @@ class Partition(PartitionView):
         if candidate <= hw:
             return False
         log.update_high_watermark(candidate)
-        self._hw_changed.notify_all()
+        self._notify_hw()
         return True
 
     # --- readers --------------------------------------------------------------------------------
@@ -520,3 +572,36 @@ class Partition(PartitionView):
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset to `offset` (-1: the HW); never past the HW."""
         return self.log.delete_records(offset)
+
+
+_MAKING = threading.Lock()  # (a leaf lock: held while a LazyPartition is made into its Partition)
+
+
+class LazyPartition:
+    """The only replica of a partition, leading it, whose log is not loaded: a Partition made (`make()`, which must
+    give one leading it) the first time anything is asked of it but what its class answers below, which a look over
+    every partition reads (a broker's failover and ISR checks, the fetcher's followers) and is what a Partition
+    leading as the only replica answers too. Until then it costs one small object; after, it is that Partition (the
+    same object, its class and state replaced in one step, so every map holding it holds the Partition)."""
+
+    remote = MappingProxyType({})  # no followers
+    link = links = None
+    is_leader = True
+
+    def __init__(self, topic: str, index: int, log: UnifiedLog, broker_id: int,
+                 make: Callable[[LazyPartition], Partition]) -> None:
+        self.topic, self.index, self.log, self.broker_id, self.leader_id, self._make = \
+            topic, index, log, broker_id, broker_id, make
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with _MAKING:
+            if type(self) is LazyPartition:
+                made = self._make(self)
+                self.__dict__ = made.__dict__  # (every attribute at once, then the methods)
+                self.__class__ = type(made)
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        return f"LazyPartition({self.topic}-{self.index})"

@@ -1,5 +1,5 @@
-"""The file-system seam: every open, read, write, fsync (and writeback hint), rename, truncate, remove and mmap of the
-storage layers.
+"""The file-system seam: every open, read, write, fsync (and writeback hint, and sync of the whole file system),
+rename, truncate, remove and mmap of the storage layers.
 
 `FileSystem` does the real thing with unbuffered files (a returned write() is in the page cache, so it
 survives a process crash; only fsync makes it survive a power loss). Long-lived handles (a segment's
@@ -17,6 +17,8 @@ Thread-safety: every method may be called from many threads.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import mmap
@@ -26,6 +28,7 @@ import resource
 import shutil
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import BinaryIO
 
 from engine.common.errors import KafkaStorageError
@@ -33,6 +36,18 @@ from engine.record import codec
 
 
 HANDLE_MODES = ("ab+", "r+b")  # the modes of pooled handles (`release` looks each up by path)
+
+
+def _load_libc():
+    """The C library, for syncfs (None where it has none)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return libc if hasattr(libc, "syncfs") else None
+    except OSError:
+        return None
+
+
+_libc = _load_libc()
 
 
 def default_fd_budget() -> int:
@@ -84,6 +99,7 @@ class FileSystem:
         self.fd_budget = fd_budget or default_fd_budget()
         self._handles: OrderedDict[tuple, object] = OrderedDict()  # (path, mode) -> _Handle; ("map", id) -> owner
         self._pool_lock = new_lock(reentrant=False)
+        self._local = threading.local()  # `deferred_syncs` of this thread: None outside one, else whether one is owed
 
     # --- the descriptor pool ------------------------------------------------------------------
     def handle(self, path: str, mode: str) -> _Handle:
@@ -223,7 +239,35 @@ class FileSystem:
                 n = os.writev(f.fileno(), views)
 
     def fsync(self, f: BinaryIO) -> None:
-        os.fsync(f.fileno())
+        if not self._owed():
+            os.fsync(f.fileno())
+
+    def _owed(self) -> bool:
+        """Inside `deferred_syncs` on this thread: note that a sync is owed (True), instead of syncing now."""
+        local = self._local
+        if getattr(local, "owed", None) is None:
+            return False
+        local.owed = True
+        return True
+
+    @contextmanager
+    def deferred_syncs(self, path: str):
+        """Within the block, on this thread, an fsync of a file or a directory only notes that one is owed; leaving
+        the block normally syncs the file system of `path` once if one is (closing many logs: every fsync of
+        each would cost more). A block inside another leaves the syncing to the outer one."""
+        local = self._local
+        if getattr(local, "owed", None) is not None:
+            yield
+            return
+        local.owed = False
+        try:
+            yield
+        except BaseException:
+            local.owed = None
+            raise
+        owed, local.owed = local.owed, None
+        if owed:
+            self.sync_filesystem(path)
 
     def start_writeback(self, f: BinaryIO) -> None:
         """Begin writing `f`'s dirty pages to the device without waiting (with the native core, on Linux): the fsync
@@ -233,7 +277,9 @@ class FileSystem:
             start_writeback(f.fileno())
 
     def fsync_path(self, path: str) -> None:
-        """fsync the file at `path` through a pooled handle."""
+        """fsync the file at `path` through a pooled handle (none taken inside `deferred_syncs`)."""
+        if self._owed():
+            return
         with self.handle(path, "r+b") as f:
             self.fsync(f)
 
@@ -257,6 +303,8 @@ class FileSystem:
         shutil.rmtree(path)
 
     def fsync_dir(self, path: str) -> None:
+        if self._owed():
+            return
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
@@ -283,6 +331,25 @@ class FileSystem:
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
 
+    def subdirectories(self, path: str) -> list[str]:
+        """The names of the directories in `path` (from the directory's own entries: no stat per entry)."""
+        with os.scandir(path) as entries:
+            return [e.name for e in entries if e.is_dir()]
+
+    def sync_filesystem(self, path: str) -> None:
+        """Make everything written to the file system holding `path` durable, in one call (Linux's syncfs; a
+        sync of every file system elsewhere): for many new files at once, where an fsync of each costs more."""
+        if _libc is None:
+            os.sync()
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if _libc.syncfs(fd) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"syncfs: {os.strerror(code)}", path)
+        finally:
+            os.close(fd)
+
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
@@ -303,13 +370,23 @@ class FileSystem:
 
     def atomic_write(self, path: str, data: bytes) -> None:
         """Write `path` as Kafka writes checkpoints: tmp file, fsync, rename, fsync the directory."""
+        self._replace(path, data, True)
+
+    def replace_unsynced(self, path: str, data: bytes) -> None:
+        """`atomic_write` without its fsyncs: a reader sees the old file or the new one; a power loss may leave
+        either, or an empty one."""
+        self._replace(path, data, False)
+
+    def _replace(self, path: str, data: bytes, sync: bool) -> None:
         tmp = path + ".tmp"
         try:
             with self.open(tmp, "wb+") as f:
                 self.write(f, data)
-                self.fsync(f)
+                if sync:
+                    self.fsync(f)
             self.rename(tmp, path)
-            self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+            if sync:
+                self.fsync_dir(os.path.dirname(os.path.abspath(path)))
         except OSError as exc:
             if os.path.exists(tmp):
                 os.remove(tmp)
@@ -463,6 +540,20 @@ class FaultyFileSystem(FileSystem):
         with self._lock:
             self._entries.pop(directory, None)
             self._track_dir(directory)
+
+    def sync_filesystem(self, path: str) -> None:
+        self._check("fsync", f"sync of the file system of {path}")
+        super().sync_filesystem(path)
+        with self._lock:  # every tracked directory's entries and every written file are durable as they are now
+            for directory in list(self._entries):
+                self._entries.pop(directory)
+                self._track_dir(directory)
+            for directory, entries in self._entries.items():
+                for name, ino in entries.items():
+                    if ino in self._dirty:
+                        with open(os.path.join(directory, name), "rb") as f:
+                            self._durable[ino] = bytearray(f.read())
+                        del self._dirty[ino]
 
     def truncate(self, f: BinaryIO, size: int) -> None:
         self._check("truncate", f"truncate of {f.name}")

@@ -4,12 +4,13 @@ Byte layout: fixed-size big-endian entries, no header, no checksum. While a segm
 its index file is preallocated to `segment.index.bytes` (rounded down to whole entries) and
 filled from the start; it is trimmed to `entries * entry_size` on roll and close. Like Kafka,
 opening an existing file trusts its whole length as valid entries, which is why trimming matters.
-Lookups binary-search a read mapping; new entries are buffered and written with one pwrite() per
-64 (or before any read of the index) into the same page cache (a store into a shared mapping takes
+A new file is created at its preallocated length and mapped by its first lookup, not before (a directory of many
+new partitions maps nothing until they are read). Lookups binary-search a read mapping; new entries are buffered
+and written with one pwrite() per 64 (or before any read of the index) into the same page cache (a store into a shared mapping takes
 a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
 under a steady append load).
-Crash policy: `flush()` writes buffered entries and fsyncs; `close()` fsyncs a file it trimmed. A crash can lose buffered entries,
-which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its
+Crash policy: `flush()` writes buffered entries and fsyncs; `close()` fsyncs a file it trimmed. A crash can lose
+buffered entries, which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its
 index rebuilt) unless it lies below the recovery point, and every flushed segment has its entries.
 Thread-safety: one writer; lookups may run concurrently with appends (a lookup sees a prefix). The mapping is
 searched, resized, remapped and closed only under the index's lock. A read-only index (a reader beside a writer it
@@ -43,14 +44,16 @@ class MmapIndex(ABC):
         self._lock = new_lock()
         self._pending = bytearray()  # entries counted in `entries` but not yet written
         self._last = None  # the last entry's raw fields, cached
+        self._map = None
         try:
             new = not fs.exists(path)
-            if new and writable:
+            if new and writable:  # created preallocated, and mapped by its first use (`_mapped`)
+                length = self._round(max_index_size)
                 with fs.open(path, "wb+") as f:
-                    fs.truncate(f, self._round(max_index_size))
-            length = 0 if new else fs.size(path)  # read-only, a missing index reads as empty
-            self._map = None
-            self._map_file(length)
+                    fs.truncate(f, length)
+                self.max_entries = length // self.entry_size
+            else:
+                self._map_file(0 if new else fs.size(path))  # read-only, a missing index reads as empty
         except OSError as exc:
             raise KafkaStorageError(f"cannot open index: {exc}", file=path) from exc
         self.entries = 0 if new else self.max_entries
@@ -212,7 +215,7 @@ class MmapIndex(ABC):
         with self._lock:
             self._write_pending()
             length = max(self._round(new_size), self.size_in_bytes())
-            if self._map is not None and len(self._map) == length:
+            if self.max_entries * self.entry_size == length:  # (the file's length, mapped or not)
                 return False
             old = self.max_entries * self.entry_size
             self._drop_map()
@@ -249,13 +252,23 @@ class MmapIndex(ABC):
                 self.fs.fsync_path(self.path)
 
     def close(self, durable: bool = True) -> None:
-        """Trim, release the mapping and the handle; `durable`: fsync a file it trimmed (a clean shutdown's)."""
+        """Release the mapping and the handle, and trim the file to its entries; `durable`: fsync a file it trimmed
+        (a clean shutdown's: the trimmed length survives a power loss)."""
         with self._lock:
-            if self.writable and self.trim_to_valid_size() and durable:
-                self.fs.fsync_path(self.path)  # the trimmed length survives a power loss after a clean close
+            self._write_pending()
             self._drop_map()
             self.fs.untrack_map(self)
-            self.release_handle()
+            self.fs.release(self.path)
+            length = self.size_in_bytes()
+            if self.writable and self.max_entries * self.entry_size != length:
+                try:
+                    with self.fs.open(self.path, "r+b") as f:  # (no pooled handle, no mapping: it is closing)
+                        self.fs.truncate(f, length)
+                        if durable:
+                            self.fs.fsync(f)
+                except OSError as exc:
+                    raise KafkaStorageError(f"cannot trim the index: {exc}", file=self.path) from exc
+                self.max_entries = length // self.entry_size
 
     def rename_to(self, path: str) -> None:
         with self._lock:

@@ -3,10 +3,12 @@
 
 Byte layout (UTF-8 text, '\\n' line ends): version `0`, the entry count, then ascending
 `<epoch> <startOffset>` lines.
-Crash policy: rewritten whole on every change, tmp + fsync + rename + dir fsync; an unreadable file is
-logged and read as empty, and entries at or past the log end are dropped on load, as Kafka does. The log's
-load then checks the entries against its batch headers and rebuilds them from the headers when they disagree
-(txn.unified_log): a checkpoint may lag batches that reached the log unaccounted.
+Crash policy: rewritten whole on every change, tmp + rename; a truncation's change is fsynced (file and
+directory) at once, an append's new epoch (`assign`) only by the log's next flush (`sync`), so a partition's
+first append costs no fsync (Kafka fsyncs it at once). An unreadable file is logged and read as empty, and
+entries at or past the log end are dropped on load, as Kafka does. The log's load then checks the entries
+against its batch headers and rebuilds them from the headers when they disagree (txn.unified_log): after an
+unclean shutdown a checkpoint may lag the batches, whether an entry was not synced or a batch was unaccounted.
 Thread-safety: `render`/`parse` are pure; a cache is changed only under its log's lock.
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ class LeaderEpochCache:
         self.fs, self.path = fs, os.path.join(directory, FILE)
         self.entries: list[tuple[int, int]] = []
         self.load_error: KafkaStorageError | None = None  # why the file on disk was ignored, if it was
+        self.unsynced = False  # written by `assign` and not fsynced since
         if fs.exists(self.path):
             try:
                 self.entries = parse(fs.read_bytes(self.path).decode("utf-8", "replace"), self.path)
@@ -70,7 +73,7 @@ class LeaderEpochCache:
         if self.entries and self.entries[-1][0] == epoch and self.entries[-1][1] <= start_offset:
             return
         self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
-        self._save()
+        self._save(sync=False)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (the largest known epoch <= `epoch`, the offset where it ended): the log end
@@ -112,5 +115,14 @@ class LeaderEpochCache:
         self.entries = [(before[-1][0], start_offset)] + self.entries[len(before):]
         self._save()
 
-    def _save(self) -> None:
-        self.fs.atomic_write(self.path, render(self.entries))
+    def _save(self, sync: bool = True) -> None:
+        (self.fs.atomic_write if sync else self.fs.replace_unsynced)(self.path, render(self.entries))
+        self.unsynced = not sync
+
+    def sync(self) -> None:
+        """fsync what `assign` wrote (the log's flush calls this)."""
+        if self.unsynced:
+            with self.fs.open(self.path, "rb") as f:  # (not a pooled handle: the file is replaced whole)
+                self.fs.fsync(f)
+            self.fs.fsync_dir(os.path.dirname(self.path))
+            self.unsynced = False

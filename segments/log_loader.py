@@ -80,11 +80,14 @@ class LoadedLog:
 def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int,
          log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
     """Open `directory` (created if missing) as the module docstring says."""
-    fs.makedirs(directory)
+    try:
+        files = fs.listdir(directory)
+    except FileNotFoundError:
+        fs.makedirs(directory)
+        files = []
     report = RecoveryReport(clean_shutdown=clean_shutdown)
-    _remove_leftovers(fs, directory, config, clock, report)
+    files = _remove_leftovers(fs, directory, config, clock, report, files)
     segments = LogSegments()
-    files = fs.listdir(directory)
     logs = {names.offset_from_file_name(f) for f in files if f.endswith(names.LOG)}
     for f in files:
         if f.endswith((names.INDEX, names.TIME_INDEX, names.TXN_INDEX)) and names.offset_from_file_name(f) not in logs:
@@ -127,6 +130,9 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
                      next_offset if clean_shutdown else min(recovery_point, next_offset), report)
 
 
+_IN_FLIGHT = (names.DELETED, names.CLEANED, names.SWAP, ".truncating", ".tmp")
+
+
 def _indexes_usable(seg: LogSegment) -> bool:
     if not seg.index_files_exist() or not seg.index_sizes_valid():
         return False
@@ -144,8 +150,11 @@ def _drop(segments: LogSegments, doomed: list[LogSegment], report: RecoveryRepor
         report.segments_dropped.append(seg.base_offset)
 
 
-def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, report: RecoveryReport) -> None:
-    files = fs.listdir(directory)
+def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, report: RecoveryReport,
+                      files: list[str]) -> list[str]:
+    """Resolve the in-flight files among `files` (the directory's listing); the listing after it."""
+    if not any(f.endswith(_IN_FLIGHT) for f in files):
+        return files
     for f in files:
         if f.endswith((names.DELETED, names.CLEANED, ".truncating", ".tmp")):
             fs.remove(os.path.join(directory, f))
@@ -168,3 +177,4 @@ def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: 
     for f in fs.listdir(directory):
         if f.endswith(names.SWAP):
             fs.rename(os.path.join(directory, f), os.path.join(directory, f[:-len(names.SWAP)]))
+    return fs.listdir(directory)

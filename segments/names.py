@@ -6,6 +6,7 @@ Pure functions; thread-safe.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from engine.common.errors import InvalidTopicError
@@ -56,8 +57,14 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not part.isascii() or not part.isdigit() or not topic or part != str(int(part)) \
             or int(part) > MAX_PARTITION:
         return None  # Kafka's partition is an int32 and its directory name carries it without leading zeros
+    return (topic, int(part)) if _legal_topic(topic) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _legal_topic(topic: str) -> bool:
+    """Whether `validate_topic` takes `topic` (remembered: a directory of many partitions names few topics)."""
     try:
         validate_topic(topic)
     except InvalidTopicError:
-        return None
-    return topic, int(part)
+        return False
+    return True

@@ -34,12 +34,12 @@ def parse(text: str, path: str = "") -> dict[tuple[str, int], int]:
         if int(lines[0]) != 0:
             raise ValueError(f"unsupported version {lines[0]}")
         count = int(lines[1])
-        entries = {}
-        for line in lines[2:]:
-            topic, partition, offset = line.split(" ")
-            if int(partition) < 0 or int(offset) < 0:
-                raise ValueError(f"negative partition or offset in {line!r}")
-            entries[(topic, int(partition))] = int(offset)
+        fields = [line.split(" ") for line in lines[2:]]
+        if any(len(f) != 3 for f in fields):
+            raise ValueError(f"a line that is not '<topic> <partition> <offset>' in {lines[2:]!r:.200}")
+        entries = {(topic, int(partition)): int(offset) for topic, partition, offset in fields}
+        if entries and (min(entries.values()) < 0 or min(p for _, p in entries) < 0):
+            raise ValueError("a negative partition or offset")
         if len(entries) != count or len(lines) - 2 != count:
             raise ValueError(f"expected {count} entries, found {len(lines) - 2}")
     except (ValueError, IndexError) as exc:

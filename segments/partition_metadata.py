@@ -1,8 +1,9 @@
 """`partition.metadata`: the topic id of a partition directory (Kafka's PartitionMetadataFile).
 
 Byte layout: exactly `version: 0\\ntopic_id: <Uuid>` with no trailing newline, where the Uuid is
-the URL-safe base64 (no padding) of its 16 bytes. Crash policy: written tmp + fsync + rename
-before the first append. Thread-safety: written once by the log manager.
+the URL-safe base64 (no padding) of its 16 bytes. Crash policy: written tmp + fsync + rename, or (a new partition,
+among many) unsynced until one sync of the file system makes the whole request durable.
+Thread-safety: written once by the log manager.
 """
 from __future__ import annotations
 
@@ -22,8 +23,15 @@ def new_topic_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def write(fs: FileSystem, directory: str, topic_id: str) -> None:
-    fs.atomic_write(os.path.join(directory, FILE), f"version: 0\ntopic_id: {topic_id}".encode())
+def write(fs: FileSystem, directory: str, topic_id: str, sync: bool = True) -> None:
+    """Write the file (tmp + fsync + rename; with `sync=False` in place and unsynced, for a new directory that the
+    caller syncs with others: a torn or lost one is written again from the catalogue on the next open)."""
+    data = f"version: 0\ntopic_id: {topic_id}".encode()
+    if sync:
+        fs.atomic_write(os.path.join(directory, FILE), data)
+        return
+    with fs.open(os.path.join(directory, FILE), "wb") as f:
+        fs.write(f, data)
 
 
 def read(fs: FileSystem, directory: str) -> str | None:

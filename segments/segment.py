@@ -84,7 +84,10 @@ class LogSegment:
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
 
     def _path(self, kind: str) -> str:
-        return os.path.join(self.dir, names.file_name(self.base_offset, kind) + self.suffix)
+        prefix = self.__dict__.get("_prefix")
+        if prefix is None:
+            prefix = self._prefix = os.path.join(self.dir, names.file_name(self.base_offset, ""))
+        return prefix + kind + self.suffix
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.appender.size})"
@@ -444,6 +447,8 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """One past the last offset of the last batch, or the base offset when empty."""
+        if not self.appender.size:
+            return self.base_offset
         position = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
         nxt = self.base_offset
         for batch in self.batches(position):

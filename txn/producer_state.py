@@ -114,6 +114,7 @@ class ProducerStateManager:
         self.last_snapshot_offset = -1
         self.unreplicated: list[CompletedTxn] = []  # closed, their marker not yet below the HW
         self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
+        self._snapshots: list[int] | None = None  # the snapshot files' offsets, as listed once and kept since
 
     # --- checks and updates ---------------------------------------------------------------------
     def find_duplicate(self, batch) -> BatchMetadata | None:
@@ -260,7 +261,12 @@ class ProducerStateManager:
 
     # --- snapshots --------------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
-        return sorted(names.offset_from_file_name(f) for f in self.fs.listdir(self.dir) if f.endswith(SNAPSHOT))
+        """The offsets of the snapshot files, ascending (the directory is listed once: this manager writes and
+        deletes every snapshot of it after that)."""
+        if self._snapshots is None:
+            self._snapshots = sorted(names.offset_from_file_name(f) for f in self.fs.listdir(self.dir)
+                                     if f.endswith(SNAPSHOT))
+        return list(self._snapshots)
 
     def _path(self, offset: int) -> str:
         return os.path.join(self.dir, names.file_name(offset, SNAPSHOT))
@@ -270,12 +276,14 @@ class ProducerStateManager:
         if self.map_end_offset <= self.last_snapshot_offset:
             return False
         data = producer_snapshot.encode([e.snapshot_entry() for e in self.producers.values()])
+        self._snapshots = None  # (listed again after a write, whether it failed or not)
         self.fs.atomic_write(self._path(self.map_end_offset), data)
         self.last_snapshot_offset = self.map_end_offset
         return True
 
     def delete_snapshot(self, offset: int) -> None:
         path = self._path(offset)
+        self._snapshots = None
         if self.fs.exists(path):
             self.fs.remove(path)
 

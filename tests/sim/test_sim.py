@@ -65,7 +65,10 @@ class Sim:
     def produce(self) -> None:
         p = self.rng.randrange(self.partitions)
         values = self._values()
-        lg = self.e.log(TOPIC, p)
+        try:
+            lg = self.e.log(TOPIC, p)
+        except KafkaStorageError:
+            return  # its first use failed to load the log (a fault): nothing was written, the next use loads it
         leo = lg.log_end_offset
         self._may_write(p, leo, values)
         try:

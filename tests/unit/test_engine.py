@@ -87,11 +87,11 @@ def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
     reached, release = threading.Event(), threading.Event()
 
     class Stalling(FileSystem):
-        def atomic_write(self, path, data):
-            if f"{creating}-1{os.sep}" in path and not reached.is_set():
+        def makedirs(self, path):  # (the creation of a partition's directory)
+            if path.endswith(f"{os.sep}{creating}-1") and not reached.is_set():
                 reached.set()
                 release.wait(60)
-            super().atomic_write(path, data)
+            super().makedirs(path)
 
     e = engine.open(str(tmp_path), fs=Stalling(), brokers=3)
     e.create_topic("events", replication_factor=3)
@@ -149,12 +149,12 @@ def test_a_failed_creation_is_undone_in_the_catalogue_another_thread_wrote_meanw
     reached, release = threading.Event(), threading.Event()
 
     class Failing(FileSystem):
-        def atomic_write(self, path, data):
-            if f"slow-1{os.sep}" in path:
+        def makedirs(self, path):  # (the creation of a partition's directory)
+            if path.endswith(f"{os.sep}slow-1"):
                 reached.set()
                 release.wait(60)
                 raise OSError(28, "No space left on device", path)
-            super().atomic_write(path, data)
+            super().makedirs(path)
 
     e = engine.open(str(tmp_path), fs=Failing())
     failed = []

@@ -395,11 +395,12 @@ def test_garbage_in_a_trusted_segment_is_a_typed_error_naming_file_and_position(
     good = seg.stat().st_size
     with open(seg, "ab") as f:
         f.write(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"garbage!")  # a size below 14
-    # after a clean shutdown the segment is trusted, as in Kafka: reading its end meets the garbage
-    with pytest.raises(CorruptRecordError) as info:
-        LogManager(str(tmp_path), background=False)
+    # after a clean shutdown the segment is trusted, as in Kafka: loading the log (its first use) meets the garbage
+    with LogManager(str(tmp_path), background=False) as manager:
+        with pytest.raises(CorruptRecordError) as info:
+            manager.get_log("t", 0).log_end_offset
     assert info.value.file == str(seg) and info.value.position == good
-    assert not (tmp_path / ".kafka_cleanshutdown").exists()  # consumed: the next open recovers
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()  # not written again by that close: the next open recovers
     with LogManager(str(tmp_path), background=False) as manager:  # unclean: recovered, tail cut
         lg = manager.get_log("t", 0)
         assert lg.recovery.bytes_truncated == 20 and lg.log_end_offset == 3

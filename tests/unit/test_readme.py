@@ -59,3 +59,28 @@ def test_benchmark_tables_are_the_generated_ones():
     latest = (ROOT / "bench" / "results" / "latest.md").read_text()
     section = readme_tables.generated_section(README.read_text())
     assert section == readme_tables.render(latest)
+
+
+def test_the_many_partitions_table_is_the_generated_one():
+    """The README's many-partitions table is bench/results/many_partitions.md, as bench.many_partitions wrote it, and
+    each verdict in it is its figure against the target bench.many_partitions holds."""
+    import re
+
+    from bench import many_partitions, readme_tables
+
+    written = (ROOT / "bench" / "results" / "many_partitions.md").read_text()
+    section = readme_tables.generated_section(README.read_text(), many_partitions.START, many_partitions.END)
+    assert section == written.strip("\n")
+    rows = [line.split("|")[1:-1] for line in written.splitlines() if line.startswith("| ") and "---" not in line]
+    counts = [int(c.split()[0].replace(",", "")) for c in rows[0][1:]]
+    verdicts = 0
+    for phase, *cells in rows[1:]:
+        for n, cell in zip(counts, cells):
+            target = many_partitions.TARGETS.get((phase.strip(), n)) or many_partitions.TARGETS.get(
+                (phase.strip() + " MiB", n))
+            found = re.fullmatch(r"\s*([\d.]+) (?:s|MiB)(?: \(target ≤ ([\d.]+): (met|\*\*not met\*\*)\))?\s*", cell)
+            if target is None or found is None:
+                continue
+            assert float(found.group(2)) == target and (found.group(3) == "met") == (float(found.group(1)) <= target)
+            verdicts += 1
+    assert verdicts == len(many_partitions.TARGETS), written

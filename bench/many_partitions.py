@@ -1,0 +1,299 @@
+"""The many-partitions curve: what one topic of N partitions costs (N = 1,000, 10,000, 100,000; --quick: 100 and
+1,000). Each phase runs in a fresh interpreter that has imported kafkalog and opened an empty directory first (a
+process that already uses the library), after os.sync(), so no phase pays for the imports or for the previous
+phase's dirty pages:
+- create: `create_topic(N)` in an open engine;
+- produce: 2 N keyed records into the new topic (murmur2 spreads them: the first use of most partitions, which loads
+  each), then one record to each partition, each timed to the end of `flush()`;
+- close: the engine's `close()` after that;
+- clean open: `engine.open()` of the closed directory, and the process's RSS then (idle: no partition used);
+- consume: one record from each partition (assign all, poll until N records are read);
+- after kill -9: a process appends to one partition and is killed; then `engine.open()` and the first read of one
+  other partition, which recovers that partition before it serves;
+- with KAFKA_HOME, up to BROKER_MAX partitions: a real Kafka broker (bench.kafka_broker) creates the topic, stops,
+  is handed the clean directory's logs (`kafkalog handoff`) and starts again; its figure is the time it reports for
+  loading them ("Loaded N logs in T ms"), beside kafkalog's clean open.
+Up to 10,000 partitions each figure is the median of REPEATS runs of the whole sequence; 100,000 is run once.
+`python -m bench.many_partitions [--quick]` writes bench/results/many_partitions.{md,json,png} and, unless --quick,
+the README's many-partitions table (between its markers, never by hand); `python -m bench` includes it."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+from bench import readme_tables
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+START = "<!-- many-partitions table: written by `python -m bench.many_partitions` from one run -->"
+END = "<!-- end of the many-partitions table -->"
+REPEATS = 3
+TARGETS = {  # (phase, partitions): seconds or MiB, from the issue that set them; None where none was set
+    ("create", 10_000): 2.0, ("clean open", 10_000): 0.3, ("close", 10_000): 0.5,
+    ("produce 2N keyed", 10_000): 1.0, ("idle RSS MiB", 10_000): 100,
+    ("create", 100_000): 20.0, ("clean open", 100_000): 1.0, ("first read after kill -9", 100_000): 0.05,
+}
+
+_PRELUDE = """
+import json, os, signal, sys, tempfile, time
+import engine
+engine.open(tempfile.mkdtemp()).close()  # a process that already uses the library
+path, n = sys.argv[1], int(sys.argv[2])
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+def timed(call):
+    os.sync()
+    t = time.perf_counter()
+    result = call()
+    return time.perf_counter() - t, result
+"""
+
+_WRITE = _PRELUDE + """
+e = engine.open(path, max_partitions=max(n + 100, 20_000))
+out = {}
+out["create"], _ = timed(lambda: e.create_topic("many", n))
+keys = [b"k%d" % i for i in range(2 * n)]
+def produce(count, partitioned):
+    with e.producer() as p:
+        for i in range(count):
+            p.send("many", b"v", key=keys[i], partition=i if partitioned else None)
+        p.flush()
+out["produce 2N keyed"], _ = timed(lambda: produce(2 * n, False))  # (the first use of most partitions)
+out["produce one to each"], _ = timed(lambda: produce(n, True))
+out["close"], _ = timed(e.close)
+print(json.dumps(out))
+"""
+
+_OPEN = _PRELUDE + """
+base = rss_mib()
+out = {}
+out["clean open"], e = timed(lambda: engine.open(path, max_partitions=max(n + 100, 20_000)))
+out["idle RSS MiB"] = rss_mib()
+out["idle RSS added MiB"] = rss_mib() - base
+out["loaded on open"] = len(e._logs.loaded_logs())
+def consume():
+    with e.consumer(auto_offset_reset="earliest", max_poll_records=100_000) as c:
+        c.assign([engine.TopicPartition("many", p) for p in range(n)])
+        seen = set()
+        while len(seen) < n:
+            for tp, recs in c.poll(timeout_ms=10_000).items():
+                if recs:
+                    seen.add(tp.partition)
+                    c.pause(tp)
+        return len(seen)
+out["consume one from each"], out["partitions read"] = timed(consume)
+e.close()
+print(json.dumps(out))
+"""
+
+_KILLED = _PRELUDE + """
+e = engine.open(path, max_partitions=max(n + 100, 20_000))
+with e.producer(linger_ms=0) as p:
+    p.send("many", b"after", partition=0).get()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+_AFTER_KILL = _PRELUDE + """
+out = {}
+out["open after kill -9"], e = timed(lambda: engine.open(path, max_partitions=max(n + 100, 20_000)))
+def first_read():
+    with e.consumer(auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+        c.assign([engine.TopicPartition("many", n // 2)])
+        return len(list(c))
+out["first read after kill -9"], out["records read"] = timed(first_read)
+e.close()
+print(json.dumps(out))
+"""
+
+
+def _child(code: str, path: str, n: int, killed: bool = False) -> dict:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path, str(n)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=3600)
+    if killed:
+        if done.returncode != -signal.SIGKILL:
+            raise RuntimeError(f"the process to kill ended with {done.returncode}: {done.stderr[-2000:]}")
+        return {}
+    if done.returncode:
+        raise RuntimeError(f"a many-partitions phase failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+BROKER_MAX = 10_000  # the largest point handed to a real broker (its controller creates the partitions one by one)
+BROKER_STEP = 5_000  # partitions a request to its controller creates at once
+LOADED = re.compile(rb"Loaded (\d+) logs in (\d+)ms")
+
+
+def _broker_load(home: str, n: int, data: str, scratch: str) -> float | None:
+    """Seconds a real Kafka broker (KAFKA_HOME) takes to load the `n` partition logs of the clean kafkalog directory
+    `data`, handed to it (`kafkalog handoff`): its own "Loaded N logs in T ms" as it starts (None above
+    BROKER_MAX)."""
+    if n > BROKER_MAX:
+        return None
+    import confluent_kafka.admin as ck_admin
+
+    from bench.kafka_broker import KafkaBroker
+    from engine.tools.handoff import handoff
+
+    broker = KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch))
+    with broker:
+        admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        # (a KRaft controller takes at most 10,000 records per request: the topic grows a step at a time)
+        admin.create_topics([ck_admin.NewTopic("many", min(n, BROKER_STEP), 1)])["many"].result(600)
+        for count in range(2 * BROKER_STEP, n + BROKER_STEP, BROKER_STEP):
+            admin.create_partitions([ck_admin.NewPartitions("many", min(count, n))])["many"].result(600)
+        del admin  # (before the broker stops: a client left would log its failing reconnects)
+        deadline = time.monotonic() + 600
+        while sum(d.startswith("many-") for d in os.listdir(broker.data)) < n and time.monotonic() < deadline:
+            time.sleep(1)
+    handoff(data, broker.data, ["many"])
+    with open(broker.log_path, "rb") as f:
+        seen = len(f.read())
+    with broker:
+        with open(broker.log_path, "rb") as f:
+            found = [m for m in LOADED.finditer(f.read()[seen:]) if int(m.group(1)) >= n]
+    shutil.rmtree(broker.workdir)
+    if not found:
+        raise RuntimeError(f"the broker did not say it loaded the {n} logs: see {broker.log_path}")
+    return int(found[0].group(2)) / 1000
+
+
+def _point(n: int, scratch: str, broker: bool) -> dict:
+    """Every phase at `n` partitions, in a directory of its own (and, with `broker` and KAFKA_HOME, a real broker's
+    load of it)."""
+    path = tempfile.mkdtemp(dir=scratch)
+    got = {**_child(_WRITE, path, n), **_child(_OPEN, path, n)}
+    home = os.environ.get("KAFKA_HOME")
+    if home:
+        got["Kafka broker loading the same logs"] = _broker_load(home, n, path, scratch) if broker else None
+    _child(_KILLED, path, n, killed=True)
+    got.update(_child(_AFTER_KILL, path, n))
+    if got["partitions read"] != n or got["loaded on open"]:
+        raise RuntimeError(f"{n} partitions: read {got['partitions read']}, {got['loaded on open']} loaded on open")
+    shutil.rmtree(path)
+    return got
+
+
+def curve(quick: bool, scratch: str) -> dict:
+    """Each phase's figure at each partition count (seconds, or MiB for RSS): the median of REPEATS runs of the
+    whole sequence up to 10,000 partitions (this VM's disk varies several-fold from one minute to the next), one run
+    at 100,000; the broker's load, in the first run only."""
+    points = [100, 1_000] if quick else [1_000, 10_000, 100_000]
+    rows: dict[str, list[float]] = {}
+    for n in points:
+        runs = [_point(n, scratch, broker=not i) for i in range(1 if quick or n > 10_000 else REPEATS)]
+        for phase in runs[0]:
+            values = [run[phase] for run in runs if run[phase] is not None]
+            rows.setdefault(phase, []).append(statistics.median(values) if values else None)
+    return {"partitions": points, "rows": rows, "repeats": [1 if quick or n > 10_000 else REPEATS for n in points],
+            "filesystem": _filesystem(scratch)}
+
+
+def _filesystem(path: str) -> str:
+    """The type of the file system holding `path` and its mount point (from /proc/mounts), e.g. "tmpfs at /dev/shm"."""
+    best = ("", "unknown")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                _, mount, kind = line.split()[:3]
+                if os.path.abspath(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best[0]):
+                    best = (mount, kind)
+    except OSError:
+        pass
+    return f"{best[1]} at {best[0] or '?'}"
+
+
+PHASES = ["create", "produce 2N keyed", "produce one to each", "close", "clean open",
+          "Kafka broker loading the same logs", "idle RSS MiB", "consume one from each", "open after kill -9",
+          "first read after kill -9"]
+
+
+def markdown(c: dict) -> str:
+    """The curve as a table: each phase at each partition count, with its target where one was set."""
+    where = f"The directories were on {c['filesystem']}.\n\n" if "filesystem" in c else ""
+    head = "| phase | " + " | ".join(f"{n:,} partitions" for n in c["partitions"]) + " |"
+    lines = [head, "|---|" + "---|" * len(c["partitions"])]
+    for phase in [p for p in PHASES if p in c["rows"]]:
+        cells = []
+        for n, value in zip(c["partitions"], c["rows"][phase]):
+            if value is None:
+                cells.append(f"not run (above {BROKER_MAX:,} partitions)" if n > BROKER_MAX else "not run")
+                continue
+            unit = " MiB" if "MiB" in phase else " s"
+            target = TARGETS.get((phase, n))
+            mark = "" if target is None else (f" (target ≤ {target:g}: met)" if value <= target
+                                              else f" (target ≤ {target:g}: **not met**)")
+            cells.append(f"{value:.0f}{unit}{mark}" if "MiB" in phase else f"{value:.3f}{unit}{mark}")
+        lines.append(f"| {phase.replace(' MiB', '')} | " + " | ".join(cells) + " |")
+    return where + "\n".join(lines) + "\n"
+
+
+def plot(c: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for phase in [p for p in PHASES if p in c["rows"] and "MiB" not in p]:
+        points = [(n, v) for n, v in zip(c["partitions"], c["rows"][phase]) if v is not None]
+        ax.plot([n for n, _ in points], [v for _, v in points], marker="o", label=phase,
+                linestyle="--" if phase.startswith("Kafka") else "-")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("partitions in one topic")
+    ax.set_ylabel("seconds")
+    ax.set_title("What N partitions cost (each phase in a fresh process)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(c: dict, out_dir: str) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    md = os.path.join(out_dir, "many_partitions.md")
+    with open(md, "w") as f:
+        f.write(markdown(c))
+    with open(os.path.join(out_dir, "many_partitions.json"), "w") as f:
+        json.dump(c, f, indent=1)
+    plot(c, os.path.join(out_dir, "many_partitions.png"))
+    return md
+
+
+def write_readme(md: str, readme: str = README) -> None:
+    """Put one run's table between the README's markers."""
+    readme_tables.replace_between(readme, START, END, md)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.many_partitions")
+    parser.add_argument("--quick", action="store_true", help="100 and 1,000 partitions")
+    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--scratch", default=None, help="where the directories are written (default: the temp dir)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
+        md = write(curve(args.quick, scratch), args.out)
+    with open(md) as f:
+        table = f.read()
+    if not args.quick:
+        write_readme(table)
+    sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
