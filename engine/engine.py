@@ -138,7 +138,7 @@ class Engine:
         self._logs = LogManager(
             self.path, fs=self.fs, clock=self.clock, configs=self.admin.log_config, background=background,
             log_options=log_options, topic_ids=self.admin.topic_id_of, cleaner_config=cleaner,
-            hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
+            hw_checkpoint_interval_ms=hw_checkpoint_interval_ms, start_recovery=False,
             tasks={name: (every, self._while_open(task)) for name, (every, task) in {
                 "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                 "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.replicas.shrink_isrs),
@@ -154,7 +154,7 @@ class Engine:
                 self._brokers[b] = Broker(b, LogManager(
                     broker_dir(self.path, b), fs=self.fs, clock=self.clock, configs=self.admin.log_config,
                     background=background, log_options=log_options, node_id=b, cleaner_config=cleaner,
-                    hw_checkpoint_interval_ms=hw_checkpoint_interval_ms),
+                    hw_checkpoint_interval_ms=hw_checkpoint_interval_ms, start_recovery=False),
                     self.replicas.new_partition)
             self.admin.reconcile(adopt=found is None)
             for name, rec in sorted(self._catalogue.topics.items()):
@@ -167,6 +167,9 @@ class Engine:
             self._catalogue.producer_id_block_end = self._next_pid
             self.admin.save()
             self.coordinators.load_existing()
+            for broker in self._brokers.values():  # (every partition has its role: no log loads before it knows)
+                if broker.alive:
+                    broker.logs.start_recovery()
         except BaseException:
             steps = Steps()  # each broker closed, then the native fetcher (its links unlinked by then), whatever raised
             for broker in self._brokers.values():

@@ -263,6 +263,7 @@ class ReplicaManager:
                                                controller_epoch=self.controller.epoch)
             if self.background:
                 broker.start_fetcher(self.leader_of, self.native())
+            broker.logs.start_recovery()  # (once every partition of the broker has its role again)
 
     def _broker(self, broker_id, alive: bool) -> Broker:
         broker = self.brokers.get(broker_id) if type(broker_id) is int else None

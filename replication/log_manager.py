@@ -88,9 +88,10 @@ class LogManager:
                  log_options: dict | None = None,
                  tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None,
                  hw_checkpoint_interval_ms: int | None = None,
-                 topic_ids: Callable[[str], str | None] | None = None) -> None:
+                 topic_ids: Callable[[str], str | None] | None = None, start_recovery: bool = True) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config and
         `topic_ids(topic)` its id, which a log found on open must have in its partition.metadata when it loads;
+        without `start_recovery` the owner calls `start_recovery()` itself;
         logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
         background thread's schedule; `cleaner_config` is the log cleaner's."""
         self.dir = os.path.abspath(directory)
@@ -98,6 +99,7 @@ class LogManager:
         self.clock = clock or SystemClock()
         self._configs = configs or (lambda topic: LogConfig())
         self._topic_ids = topic_ids or (lambda topic: None)
+        self._start_recovery = start_recovery
         # `on_loaded(tp, log)` runs as each log loads, before anyone else sees it (the broker hosting the logs sets it)
         self.on_loaded: Callable[[tuple[str, int], UnifiedLog], None] | None = None
         self._log_class, self._log_options = log_class, dict(log_options or {})
@@ -147,13 +149,20 @@ class LogManager:
         if self._background:
             self._thread = threading.Thread(target=self._run, name=f"kafkalog-log-manager:{self.dir}", daemon=True)
             self._thread.start()
-            if not self.clean_shutdown and self._logs:
-                waiting = iter(self.logs().values())
-                self._recovering = [threading.Thread(target=self._recover, args=(waiting,), daemon=True,
-                                                     name=f"kafkalog-log-recovery-{i}:{self.dir}")
-                                    for i in range(RECOVERY_THREADS)]
-                for thread in self._recovering:
-                    thread.start()
+        if self._start_recovery:
+            self.start_recovery()
+
+    def start_recovery(self) -> None:
+        """After an unclean shutdown, with background threads: start the recovery threads (once per open or
+        restart). An owner that gives its logs roles first (the engine) starts them after that, so that no log loads
+        before its partition knows it is loading."""
+        if self._background and not self.clean_shutdown and self._logs and not self._recovering:
+            waiting = iter(self.logs().values())
+            self._recovering = [threading.Thread(target=self._recover, args=(waiting,), daemon=True,
+                                                 name=f"kafkalog-log-recovery-{i}:{self.dir}")
+                                for i in range(RECOVERY_THREADS)]
+            for thread in self._recovering:
+                thread.start()
 
     def _recover(self, waiting) -> None:
         """A recovery thread after an unclean shutdown: load (and so recover) the logs not loaded yet, one at a time,
