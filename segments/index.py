@@ -6,8 +6,8 @@ filled from the start; it is trimmed to `entries * entry_size` on roll and close
 opening an existing file trusts its whole length as valid entries, which is why trimming matters.
 A new file is created at its preallocated length and mapped by its first lookup, not before (a directory of many
 new partitions maps nothing until they are read). Lookups binary-search a read mapping; new entries are buffered
-and written with one pwrite() per 64 (or before any read of the index) into the same page cache (a store into a shared mapping takes
-a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
+and written with one pwrite() per 64 (or before any read of the index) into the same page cache (a store into a
+shared mapping takes a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
 under a steady append load).
 Crash policy: `flush()` writes buffered entries and fsyncs; `close()` fsyncs a file it trimmed. A crash can lose
 buffered entries, which only makes the sparse index sparser; after an unclean shutdown the segment is recovered (its

@@ -114,7 +114,7 @@ class ProducerStateManager:
         self.last_snapshot_offset = -1
         self.unreplicated: list[CompletedTxn] = []  # closed, their marker not yet below the HW
         self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
-        self._snapshots: list[int] | None = None  # the snapshot files' offsets, as listed once and kept since
+        self._snapshots: list[int] | None = None  # the snapshot files' offsets as last listed (None: list again)
 
     # --- checks and updates ---------------------------------------------------------------------
     def find_duplicate(self, batch) -> BatchMetadata | None:
@@ -261,8 +261,8 @@ class ProducerStateManager:
 
     # --- snapshots --------------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
-        """The offsets of the snapshot files, ascending (the directory is listed once: this manager writes and
-        deletes every snapshot of it after that)."""
+        """The offsets of the snapshot files, ascending (the directory is listed once, and again after this manager
+        writes or deletes a snapshot: a load asks several times and changes nothing in between)."""
         if self._snapshots is None:
             self._snapshots = sorted(names.offset_from_file_name(f) for f in self.fs.listdir(self.dir)
                                      if f.endswith(SNAPSHOT))
