@@ -19,6 +19,7 @@ the README's many-partitions table (between its markers, never by hand); `python
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -204,14 +205,11 @@ def curve(quick: bool, scratch: str) -> dict:
 def _filesystem(path: str) -> str:
     """The type of the file system holding `path` and its mount point (from /proc/mounts), e.g. "tmpfs at /dev/shm"."""
     best = ("", "unknown")
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                _, mount, kind = line.split()[:3]
-                if os.path.abspath(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best[0]):
-                    best = (mount, kind)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/mounts") as f:
+        for line in f:
+            _, mount, kind = line.split()[:3]
+            if os.path.abspath(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best[0]):
+                best = (mount, kind)
     return f"{best[1]} at {best[0] or '?'}"
 
 

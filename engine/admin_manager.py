@@ -205,11 +205,12 @@ class AdminManager:
         rec = self.catalogue.topics[name]
         if self.catalogue.brokers == 1:
             self.replicas.add_partitions(name, range(start, end))
-        for p in range(start, end) if self.catalogue.brokers > 1 else ():
-            with self.replicas.controller_lock:
-                state = rec.states[p] = self.replicas.controller.new_partition(p, rec.replication_factor)
-                self.replicas.controller.elect(state, False)  # a dead preferred leader: the next live replica
-            self.replicas.add_partition(name, p)
+        else:
+            for p in range(start, end):
+                with self.replicas.controller_lock:
+                    state = rec.states[p] = self.replicas.controller.new_partition(p, rec.replication_factor)
+                    self.replicas.controller.elect(state, False)  # a dead preferred leader: the next live replica
+                self.replicas.add_partition(name, p)
         for broker in self.brokers.values():  # one sync per broker for the whole request, before the catalogue
             if broker.alive:                  # names the partitions
                 broker.logs.sync_created()
@@ -312,33 +313,28 @@ class AdminManager:
                 part = self.leaders.get((name, p))
                 hosted = {b: broker.partitions[(name, p)] for b, broker in self.brokers.items()
                           if (name, p) in broker.partitions}
+                shown = part or hosted.get(0) or next(iter(hosted.values()), None)
+                replicas = state.replicas if state else [0]
+                roles = (part.broker_id if part else -1, state.leader_epoch if state else 0, list(replicas),
+                         sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []))
                 if p in fresh and all(not r.log.loaded for r in hosted.values()):
-                    parts.append(self._describe_new(p, state, part, hosted))
+                    # (just created and not loaded since: the empty logs they are, one empty segment each)
+                    parts.append(PartitionDescription(
+                        p, 0, 0, 0 if part else -1, 0, 1, *roles, {b: ReplicaDescription(0, 0) for b in sorted(hosted)},
+                        0.0 if shown.log.config.compact else None))
                     continue
                 for replica in hosted.values():
                     replica.take_linked()  # (a linked follower's LEO as its link wrote it)
-                shown = part or hosted.get(0) or next(iter(hosted.values()), None)
-                replicas = state.replicas if state else [0]
+                if part:  # (a single replica's epoch is its log's latest: read as the log loads)
+                    roles = (roles[0], part.leader_epoch, *roles[2:])
                 parts.append(PartitionDescription(
                     p, shown.log_start_offset if shown else -1, shown.log_end_offset if shown else -1,
                     part.high_watermark if part else -1, shown.log.size_in_bytes() if shown else 0,
-                    len(shown.log.segments) if shown else 0,
-                    part.broker_id if part else -1, part.leader_epoch if part else (state.leader_epoch if state else 0),
-                    list(replicas), sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []),
+                    len(shown.log.segments) if shown else 0, *roles,
                     {b: ReplicaDescription(r.log_end_offset, r.log.high_watermark) for b, r in sorted(hosted.items())},
                     log_to_clean((name, p), shown.log, self.clock.time_ms()).ratio
                     if shown and shown.log.config.compact else None))
             return TopicDescription(name, rec.topic_id, parts, self.log_config(name).to_dict(), dict(rec.config))
-
-    def _describe_new(self, p: int, state, part, hosted: dict) -> PartitionDescription:
-        """What describe_topic says of a partition just created, whose logs are empty and not loaded yet: one empty
-        segment each, every offset 0."""
-        replicas = state.replicas if state else [0]
-        return PartitionDescription(
-            p, 0, 0, 0 if part else -1, 0, 1, part.broker_id if part else -1, state.leader_epoch if state else 0,
-            list(replicas), sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []),
-            {b: ReplicaDescription(0, 0) for b in sorted(hosted)},
-            0.0 if next(iter(hosted.values())).log.config.compact else None)
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:
         """Grow `name` to `count` partitions (Kafka's CreatePartitions); producers and subscribed consumers

@@ -94,11 +94,11 @@ def _max_lag_passed(lg: UnifiedLog, first_dirty: int, now_ms: int) -> bool:
 
 class LogCleaner:
     def __init__(self, directory: str, fs: FileSystem, clock: Clock, logs: Callable[[], dict],
-                 config: CleanerConfig, background: bool, loaded: Callable[[], dict] | None = None) -> None:
-        """Clean the compacted logs among `loaded()` (by (topic, partition); `logs()` without it), and keep the
+                 config: CleanerConfig, background: bool, loaded: Callable[[], dict]) -> None:
+        """Clean the compacted logs among `loaded()` (the logs loaded so far, by (topic, partition)), and keep the
         checkpoint of all of `logs()`; with `background` and `log_cleaner_enable`, on a thread of its own."""
         self.dir, self.fs, self.clock, self._logs, self.config = directory, fs, clock, logs, config
-        self._loaded = loaded or logs
+        self._loaded = loaded
         self._clean_lock = threading.Lock()  # one clean at a time
         self._stop = threading.Event()
         self._paused: set[tuple[str, int]] = set()  # logs being closed or deleted: a clean of one stops

@@ -588,9 +588,8 @@ class LogManager:
             return False
         if self.clean_shutdown:
             return True
-        with self._lock:
-            logs = list(self._logs.values())
-        return all(lg.loaded or lg.unloaded_state()[3] for lg in logs)
+        with self._lock:  # (a log created since the open is new, so clean)
+            return all(lg.loaded or tp in self._created for tp, lg in self._logs.items())
 
     def _close_logs(self) -> None:
         """No log loads any more; close every loaded one, each whatever the one before raised (an unloaded one

@@ -588,6 +588,14 @@ class LazyPartition:
     link = links = None
     is_leader = True
 
+    @property
+    def replicas(self) -> list[int]:
+        return [self.broker_id]
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return frozenset((self.broker_id,))
+
     def __init__(self, topic: str, index: int, log: UnifiedLog, broker_id: int,
                  make: Callable[[LazyPartition], Partition]) -> None:
         self.topic, self.index, self.log, self.broker_id, self.leader_id, self._make = \

@@ -182,7 +182,7 @@ class UnifiedLog:
         """A log of the partition directory `directory` loaded the first time anything of it is asked for, by
         whichever thread asks first (the others wait), as the constructor would with these offsets and `shared`'s
         config and options. Until then it holds no descriptor, mapping, segment or producer state: `loaded` is
-        False, `unloaded_state()` answers what its checkpoints said and `close()` has nothing to do."""
+        False and `close()` has nothing to do."""
         self = cls.__new__(cls)
         self.__dict__ = {"fs": fs, "dir": directory, "clock": clock, "cleaner_checkpoint": cleaner_checkpoint,
                          "_pending": _Pending(shared, recovery_point, log_start_offset, high_watermark,
@@ -248,14 +248,6 @@ class UnifiedLog:
                 pending.hooks = []
             pending.hooks.append(hook)
             return True
-
-    def unloaded_state(self) -> tuple[int, int, int, bool] | None:
-        """(recovery point, log start offset, high watermark, whether its last close was clean) as the checkpoints
-        gave them to this unloaded log; None once it is loaded."""
-        pending = self.__dict__.get("_pending")
-        if pending is None:
-            return None
-        return pending.recovery_point, pending.log_start_offset, pending.high_watermark, pending.clean_shutdown
 
     # --- what the segments say ----------------------------------------------------------------
     @property
