@@ -46,6 +46,7 @@ from engine.common.errors import (
     StaleControllerEpochError,
     UnknownLeaderEpochError,
 )
+from engine.common.shared_state import adopt_state
 from engine.record import codec
 from engine.replication.replica import Replica
 from engine.replication.replica import load as load_replica
@@ -607,7 +608,7 @@ class LazyPartition:
         with _MAKING:
             if type(self) is LazyPartition:
                 made = self._make(self)
-                self.__dict__ = made.__dict__  # (every attribute at once, then the methods)
+                adopt_state(self, made)  # (every attribute at once, then the methods)
                 self.__class__ = type(made)
         return getattr(self, name)
 

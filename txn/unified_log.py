@@ -50,6 +50,7 @@ from engine.common.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from engine.common.shared_state import adopt_state
 from engine.record import batch_format as bf
 from engine.record import codec
 from engine.segments import segment_appender
@@ -223,7 +224,7 @@ class UnifiedLog:
                 raise
             # one step makes every attribute visible at once: this object and the one that loaded share them (the
             # native appenders and readers were given the other)
-            self.__dict__ = real.__dict__
+            adopt_state(self, real)
 
     def load(self) -> None:
         """Load an unloaded log now (nothing for a loaded one, or one closed before it was loaded)."""
