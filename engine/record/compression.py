@@ -2,10 +2,11 @@
 
 Codec ids are attribute bits 0-2: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
 - gzip: one standard gzip member (zlib), its header as Java's GZIPOutputStream writes it (XFL 0, OS 255), so a
-  batch compresses to Kafka's bytes; concatenated members accepted on read.
+  batch compresses to Kafka's bytes; on read, as Kafka's reader: concatenated members, header flag bits it does
+  not know ignored, bytes after the last member ignored.
 - snappy: xerial framing on write (16-byte header `82 'SNAPPY' 00`, int32 BE
   version 1, int32 BE compat 1, then `[int32 BE length][raw snappy block]` per
-  32 KiB of input); on read xerial or a bare raw snappy block.
+  32 KiB of input); on read xerial or a bare raw snappy block (also a stream shorter than the xerial header).
 - lz4: one LZ4 frame, FLG 0x60 (version 01, independent blocks), BD 0x40
   (64 KiB blocks), HC = second byte of xxh32(FLG, BD); `[int32 LE size][block]`
   per block (bit 31 = stored), end mark 0. Dependent-block frames are rejected
@@ -112,14 +113,42 @@ def _too_large(name: str, limit: int) -> RecordTooLargeError:
 
 
 # --- gzip ------------------------------------------------------------------------------------
+_FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 2, 4, 8, 16
+
+
+def _gzip_header_end(data: bytes, pos: int) -> int:
+    """End of the gzip member header at data[pos:], read as Kafka's reader (java.util.zip.GZIPInputStream) reads
+    it: magic, method 8, the optional fields the flags name, their CRC-16 when FHCRC is set, other flag bits
+    ignored. ValueError when there is no whole header there."""
+    if data[pos:pos + 3] != b"\x1f\x8b\x08" or len(data) < pos + 10:
+        raise ValueError("no gzip member header")
+    flags, end = data[pos + 3], pos + 10
+    if flags & _FEXTRA:
+        end += 2 + int.from_bytes(data[end:end + 2], "little")
+    for field in (_FNAME, _FCOMMENT):
+        if flags & field:
+            zero = data.find(b"\0", end)
+            end = len(data) + 1 if zero < 0 else zero + 1
+    if flags & _FHCRC:
+        if data[end:end + 2] != (zlib.crc32(data[pos:end]) & 0xFFFF).to_bytes(2, "little"):
+            raise ValueError("gzip header CRC mismatch")
+        end += 2
+    if end > len(data):
+        raise ValueError("gzip header is truncated")
+    return end
+
+
 def _gzip_decompress(data, limit: int) -> bytearray:
-    """Inflate every gzip member, 1 MiB at a time into one buffer, so a stream far past `limit` costs no
-    more than `limit` bytes of memory before it is refused."""
+    """Inflate gzip members as Kafka's reader does, 1 MiB at a time into one buffer, so a stream far past `limit`
+    costs no more than `limit` bytes of memory before it is refused. Each member's trailer (CRC-32, size) must
+    match; bytes after a member that do not start another are ignored, as Kafka ignores them."""
     out = bytearray()
     rest = bytes(data)
+    pos = _gzip_header_end(rest, 0)
     while True:
-        d = zlib.decompressobj(31)
-        pending = rest
+        start = len(out)
+        d = zlib.decompressobj(-15)
+        pending = memoryview(rest)[pos:]
         while pending and not d.eof:
             out += d.decompress(pending, min(_GZIP_STEP, limit - len(out) + 1))
             if len(out) > limit:
@@ -130,7 +159,13 @@ def _gzip_decompress(data, limit: int) -> bytearray:
             if not d.eof:
                 raise CorruptRecordError("gzip stream is truncated")
         rest = d.unused_data
-        if not rest:
+        if len(rest) < 8 or struct.unpack_from("<II", rest) != (zlib.crc32(memoryview(out)[start:]),
+                                                                 (len(out) - start) & 0xFFFFFFFF):
+            raise CorruptRecordError("gzip member trailer is truncated or does not match its data")
+        rest = rest[8:]
+        try:
+            pos = _gzip_header_end(rest, 0)
+        except ValueError:
             return out
 
 
@@ -147,8 +182,8 @@ def _xerial_compress(data) -> bytes:
 
 def _snappy_decompress(data, limit: int) -> bytearray:
     mv = memoryview(data)
-    if bytes(mv[:8]) != _XERIAL_HEADER[:8]:
-        blocks = [mv]
+    if bytes(mv[:8]) != _XERIAL_HEADER[:8] or len(mv) < len(_XERIAL_HEADER):
+        blocks = [mv]  # raw snappy, as Kafka's reader (snappy-java) takes a stream without a whole xerial header
     else:
         blocks = []
         pos = 16

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 
 import cramjam
 import pytest
@@ -199,6 +200,40 @@ def test_decompression_bomb_is_bounded(codec_name):
 def test_undecodable_compressed_streams_are_corrupt(codec_name, payload):
     data = _compressed_batch(comp.codec_id(codec_name), payload, 1)
     _same_error(lambda impl: _decode_all(impl, data), E.CorruptRecordError)
+
+
+def _gzip_member(data: bytes, flags: int = 0, fields: bytes = b"") -> bytes:
+    """One gzip member built by hand (RFC 1952): header with `flags` and the optional `fields` they name, raw
+    deflate, CRC-32 and size."""
+    raw = zlib.compressobj(6, zlib.DEFLATED, -15)
+    body = raw.compress(data) + raw.flush()
+    return (b"\x1f\x8b\x08" + bytes([flags]) + b"\x00" * 4 + b"\x00\xff" + fields + body
+            + struct.pack("<II", zlib.crc32(data), len(data)))
+
+
+def test_gzip_streams_decode_as_kafkas_reader_decodes_them():
+    """java.util.zip.GZIPInputStream, Kafka's gzip reader, ignores header flag bits it does not know and bytes after
+    the last member that do not start another; it reads optional header fields and concatenated members, and refuses
+    a trailer that does not match."""
+    section = bytes(_batch())[61:]
+    named = b"name\x00"
+    accepted = [
+        _gzip_member(section, flags=0xE0),  # reserved bits
+        _gzip_member(section) + b"\x00\x01garbage",  # trailing bytes that are no member
+        _gzip_member(section, flags=0x08, fields=named),  # FNAME
+        _gzip_member(section, flags=0x02, fields=(zlib.crc32(b"\x1f\x8b\x08\x02" + b"\x00" * 4 + b"\x00\xff")
+                                                   & 0xFFFF).to_bytes(2, "little")),  # FHCRC
+        _gzip_member(section[:10]) + _gzip_member(section[10:]),  # two members
+    ]
+    for payload in accepted:
+        data = _compressed_batch(comp.codec_id("gzip"), payload, 3)
+        for impl in IMPLS:
+            (batch,) = impl.iter_batches(data)
+            assert [(r.key, r.value) for r in batch.records()] == [(b"key", b"value")] * 3
+    bad_trailer = bytearray(_gzip_member(section))
+    bad_trailer[-5] ^= 1  # the size
+    _same_error(lambda impl: _decode_all(impl, _compressed_batch(comp.codec_id("gzip"), bytes(bad_trailer), 3)),
+                E.CorruptRecordError)
 
 
 def test_read_only_and_mmap_buffers(tmp_path):

@@ -41,6 +41,21 @@ public final class KafkalogError extends RuntimeException {
         return new KafkalogError("CorruptRecordError", 2, true, where(message, file, position, offset));
     }
 
+    /** INVALID_RECORD (87): a record whose framing breaks Kafka's rules (its batch's CRC matched). */
+    public static KafkalogError invalidRecord(String message, String file, long position, long offset) {
+        return new KafkalogError("InvalidRecordError", 87, false, where(message, file, position, offset));
+    }
+
+    /** UNSUPPORTED_MESSAGE_FORMAT (43): a legacy (magic 0 or 1) message set. */
+    public static KafkalogError unsupportedFormat(String message, String file, long position, long offset) {
+        return new KafkalogError("UnsupportedMessageFormatError", 43, false, where(message, file, position, offset));
+    }
+
+    /** UNSUPPORTED_COMPRESSION_TYPE (76): a codec id outside 0-4. */
+    public static KafkalogError unsupportedCodec(String message, String file, long position, long offset) {
+        return new KafkalogError("UnsupportedCompressionTypeError", 76, false, where(message, file, position, offset));
+    }
+
     /** MESSAGE_TOO_LARGE (10): a batch that inflates past maxDecompressedBytes. */
     public static KafkalogError tooLarge(String message, String file, long position, long offset) {
         return new KafkalogError("RecordTooLargeError", 10, false, where(message, file, position, offset));

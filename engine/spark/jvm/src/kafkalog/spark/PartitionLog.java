@@ -319,24 +319,24 @@ final class PartitionLog {
             }
 
             boolean next() {
-                int n = RecordBatch.entrySize(win, i, winLen);
-                if (n < 0 || i + n > winLen) {
+                String path = seg.log.getPath();
+                if (!batch.at(win, i, winLen, path, winStart + i)) {
                     long at = winStart + i;
                     long avail = seg.size() - at;
                     if (avail <= 0) return end(at, avail);
+                    long n = RecordBatch.entrySize(win, i, winLen);
                     fill(at, (int) Math.min(avail, Math.max(chunk, Math.max(n, RecordBatch.HEADER))));
                     n = RecordBatch.entrySize(win, 0, winLen);
-                    if (n < 0 || n > avail) return end(at, avail);
-                    if (n > winLen) fill(at, n);
+                    if (n > winLen && n <= avail) fill(at, (int) n);
+                    if (!batch.at(win, 0, winLen, path, at)) return end(at, avail);
                 }
-                batch.at(win, i, winLen, seg.log.getPath(), winStart + i);
                 long first = batch.baseOffset(), last = batch.lastOffset();
                 if (first <= prevLast && prevLast >= 0 || last < first || (seg.nextBase >= 0 && last >= seg.nextBase)) {
                     throw batch.corrupt("batch offsets [" + first + ", " + last + "] do not follow offset " + prevLast
                             + (seg.nextBase >= 0 ? " and end below " + seg.nextBase : ""));
                 }
                 prevLast = last;
-                i += n;
+                i += batch.size;
                 return true;
             }
 

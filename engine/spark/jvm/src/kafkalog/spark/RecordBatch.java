@@ -1,13 +1,6 @@
 package kafkalog.spark;
 
-import com.github.luben.zstd.ZstdInputStreamNoFinalizer;
-import java.io.ByteArrayInputStream;
-import java.io.IOException;
-import java.io.InputStream;
 import java.util.zip.CRC32C;
-import java.util.zip.GZIPInputStream;
-import net.jpountz.lz4.LZ4FrameInputStream;
-import org.xerial.snappy.SnappyInputStream;
 
 /**
  * One RecordBatch (magic 2) in a byte array, as kafka-format.md lays it out (all big-endian):
@@ -17,13 +10,15 @@ import org.xerial.snappy.SnappyInputStream;
  * producerEpoch int16 @51, baseSequence int32 @53, records count int32 @57, records @61 (compressed as a whole
  * by the codec). A record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint, key
  * (varint length, -1 null), value (likewise), header count varint, headers (key: varint length + UTF-8; value:
- * varint length, -1 null). Codecs come from the jars Spark ships (zstd-jni, lz4-java, snappy-java) and the JDK
- * (gzip); CRC-32C from java.util.zip.CRC32C.
+ * varint length, -1 null). Compression inflates a compressed section; CRC-32C from java.util.zip.CRC32C.
  * A mutable cursor: `at` points it at a header, `records` gives its record bytes. Not thread-safe (one per task).
  */
 final class RecordBatch {
     static final int HEADER = 61;
     static final int LOG_OVERHEAD = 12;
+    static final int UP_TO_MAGIC = 17;
+    static final int MIN_ENTRY = 14;        // the smallest size field Kafka's file iterator accepts
+    static final int MIN_RECORD_SIZE = 7;   // length, attributes, timestamp and offset deltas, key, value, headers
     static final int ABORT = 0;
 
     byte[] buf;
@@ -44,22 +39,38 @@ final class RecordBatch {
         return (short) ((b[i] << 8) | (b[i + 1] & 0xFF));
     }
 
-    /** Size of the whole batch starting at `i` (-1 when fewer than 12 bytes remain). */
-    static int entrySize(byte[] b, int i, int limit) {
-        return limit - i < LOG_OVERHEAD ? -1 : LOG_OVERHEAD + getInt(b, i + 8);
+    /** Size of the whole batch starting at `i` as its size field says (-1 when fewer than 12 bytes remain). */
+    static long entrySize(byte[] b, int i, int limit) {
+        return limit - i < LOG_OVERHEAD ? -1 : LOG_OVERHEAD + (long) getInt(b, i + 8);
     }
 
-    /** Point at the batch at b[i..]; false at a partial tail (the rest is a write in progress). */
+    /**
+     * Point at the batch at b[i..]; false where Kafka's file iterator stops (fewer than 17 bytes, or a batch running
+     * past `limit`: a write in progress). A size below 14 or a header that cannot be a RecordBatch v2 is refused, as
+     * the Cython decoder refuses it.
+     */
     boolean at(byte[] b, int i, int limit, String file, long filePosition) {
-        int n = entrySize(b, i, limit);
-        if (n < 0 || i + n > limit) return false;
+        if (limit - i < UP_TO_MAGIC) return false;
         this.buf = b;
         this.pos = i;
-        this.size = n;
         this.file = file;
         this.filePosition = filePosition;
-        if (n < HEADER) throw corrupt("batch length " + (n - LOG_OVERHEAD) + " is shorter than a header");
-        if (b[i + 16] != 2) throw corrupt("magic " + b[i + 16] + " is not 2 (only RecordBatch v2 is read)");
+        int length = getInt(b, i + 8);
+        if (length < MIN_ENTRY) throw corrupt("record size " + length + " is smaller than the minimum " + MIN_ENTRY);
+        if (length > limit - i - LOG_OVERHEAD) return false;
+        this.size = LOG_OVERHEAD + length;
+        byte magic = b[i + 16];
+        if (magic == 0 || magic == 1) {
+            throw KafkalogError.unsupportedFormat("legacy message format (magic " + magic + ") is not supported", file,
+                    filePosition, baseOffset());
+        }
+        if (magic != 2) throw corrupt("unknown magic (magic " + magic + ") is not supported");
+        if (size < HEADER) throw corrupt("batch size " + size + " is below the 61-byte header");
+        long base = baseOffset();
+        int lastDelta = getInt(b, i + 23);
+        if (base < 0 || lastDelta < 0 || base >= Long.MAX_VALUE - lastDelta) {
+            throw corrupt("batch offsets are negative, or its next offset overflows int64");
+        }
         return true;
     }
 
@@ -73,10 +84,15 @@ final class RecordBatch {
     long baseTimestamp() { return getLong(buf, pos + 27); }
     long maxTimestamp() { return getLong(buf, pos + 35); }
     long producerId() { return getLong(buf, pos + 43); }
+    int lastOffsetDelta() { return getInt(buf, pos + 23); }
     int count() { return getInt(buf, pos + 57); }
 
     KafkalogError corrupt(String why) {
         return KafkalogError.corrupt(why, file, filePosition, buf == null ? -1 : getLong(buf, pos));
+    }
+
+    KafkalogError invalid(String why) {
+        return KafkalogError.invalidRecord(why, file, filePosition, getLong(buf, pos));
     }
 
     void checkCrc() {
@@ -88,79 +104,51 @@ final class RecordBatch {
         }
     }
 
-    /** The record bytes [0, length) of this batch: the batch's own array, or inflated (bounded by maxBytes). */
+    /**
+     * The record bytes [range[0], range[1]) of this batch: the batch's own array, or inflated (bounded by maxBytes).
+     * A negative record count is refused before any inflating, and a count that cannot fit the bytes after it.
+     */
     byte[] records(int[] range, long maxBytes) {
-        if (codec() == 0) {
+        if (count() < 0) throw invalid("invalid record count " + count());
+        byte[] out = section(range, maxBytes);
+        if ((long) count() * MIN_RECORD_SIZE > range[1] - range[0]) {
+            throw invalid("record count " + count() + " cannot fit in " + (range[1] - range[0]) + " bytes");
+        }
+        return out;
+    }
+
+    private byte[] section(int[] range, long maxBytes) {
+        int codec = codec();
+        if (codec == 0) {
             range[0] = pos + HEADER;
             range[1] = pos + size;
             return buf;
         }
-        int codec = codec();
-        try (InputStream in = inflater(codec, new ByteArrayInputStream(buf, pos + HEADER, size - HEADER))) {
-            byte[] out = new byte[(int) Math.min(Math.max(4 * (size - HEADER), 1024), maxBytes + 1)];
-            int n = 0;
-            while (true) {
-                if (n == out.length) {
-                    if (n > maxBytes) {
-                        throw KafkalogError.tooLarge("a " + codecName(codec) + " batch inflates past maxDecompressedBytes="
-                                + maxBytes, file, filePosition, baseOffset());
-                    }
-                    byte[] grown = new byte[(int) Math.min((long) out.length * 2, maxBytes + 1)];
-                    System.arraycopy(out, 0, grown, 0, n);
-                    out = grown;
-                }
-                int r = in.read(out, n, out.length - n);
-                if (r < 0) break;
-                n += r;
-            }
-            if (n > maxBytes) {
-                throw KafkalogError.tooLarge("a " + codecName(codec) + " batch inflates past maxDecompressedBytes="
-                        + maxBytes, file, filePosition, baseOffset());
-            }
-            range[0] = 0;
-            range[1] = n;
-            return out;
-        } catch (IOException | RuntimeException e) {
-            if (e instanceof KafkalogError) throw (KafkalogError) e;
-            throw corrupt("the " + codecName(codec) + " records do not decompress: " + e.getMessage());
-        }
+        if (codec > 4) throw KafkalogError.unsupportedCodec("unknown compression codec id " + codec, file, filePosition, baseOffset());
+        int[] n = new int[1];
+        byte[] out = Compression.inflate(this, codec, buf, pos + HEADER, pos + size, maxBytes, n);
+        range[0] = 0;
+        range[1] = n[0];
+        return out;
     }
 
-    private InputStream inflater(int codec, InputStream raw) throws IOException {
-        switch (codec) {
-            case 1: return new GZIPInputStream(raw, 64 << 10);
-            case 2: return new SnappyInputStream(raw);
-            case 3: return new LZ4FrameInputStream(raw);
-            case 4: return new ZstdInputStreamNoFinalizer(raw);
-            default: throw corrupt("unknown compression codec " + codec);
-        }
-    }
-
-    static String codecName(int codec) {
-        String[] names = {"none", "gzip", "snappy", "lz4", "zstd"};
-        return codec < names.length ? names[codec] : "codec " + codec;
-    }
-
-    /** The control type of a control batch's one record (-1 when it has none). */
+    /** The control type of a control batch's first record (-1 when it has none), checked as RecordCursor checks it. */
     int controlType() {
-        if (count() < 1) return -1;
-        int[] range = new int[2];
-        byte[] b = records(range, 1 << 20);
-        Varints v = new Varints(b, range[0], range[1], this);
-        v.varint();            // length
-        v.pos += 1;            // attributes
-        v.varlong();           // timestamp delta
-        v.varint();            // offset delta
-        int keyLength = v.varint();
-        if (keyLength < 4) throw corrupt("a control record's key is " + keyLength + " bytes");
-        return getShort(b, v.pos + 2);
+        RecordCursor cursor = new RecordCursor();
+        cursor.reset(this, 1 << 20);
+        if (!cursor.hasNext()) return -1;
+        cursor.next();
+        return cursor.controlType();
     }
 
-    /** Zig-zag varints over a byte range; a read past its end is corruption of `batch`. */
+    /**
+     * Zig-zag varints over a byte range, as Kafka reads them: a varint takes at most 5 bytes and a varlong 10, the
+     * last byte holding no bits past the width. A read past the end, or a longer or wider one, is an invalid record.
+     */
     static final class Varints {
         final byte[] b;
-        final int end;
         final RecordBatch batch;
+        int end;
         int pos;
 
         Varints(byte[] b, int pos, int end, RecordBatch batch) {
@@ -170,26 +158,34 @@ final class RecordBatch {
             this.batch = batch;
         }
 
-        long varlong() {
+        private long unsigned(int maxBytes) {
             long raw = 0;
-            for (int shift = 0; shift < 64; shift += 7) {
-                if (pos >= end) throw batch.corrupt("a record runs past the end of its batch");
-                byte x = b[pos++];
+            for (int i = 0, shift = 0; i < maxBytes; i++, shift += 7) {
+                if (pos >= end) throw batch.invalid("varint is truncated");
+                int x = b[pos++];
                 raw |= (long) (x & 0x7F) << shift;
-                if (x >= 0) return (raw >>> 1) ^ -(raw & 1);
+                if (x >= 0) {
+                    if (i == maxBytes - 1 && (x >> (maxBytes == 10 ? 1 : 4)) != 0) break;
+                    return raw;
+                }
             }
-            throw batch.corrupt("a varint is longer than 10 bytes");
+            throw batch.invalid("varint is too long or overflows its width");
+        }
+
+        long varlong() {
+            long raw = unsigned(10);
+            return (raw >>> 1) ^ -(raw & 1);
         }
 
         int varint() {
-            long v = varlong();
-            if (v != (int) v) throw batch.corrupt("a varint " + v + " does not fit 32 bits");
-            return (int) v;
+            int raw = (int) unsigned(5);
+            return (raw >>> 1) ^ -(raw & 1);
         }
 
-        /** Start of `length` bytes here (checked against the end), moving past them. */
-        int take(int length) {
-            if (length < 0 || length > end - pos) throw batch.corrupt("a field of " + length + " bytes runs past its record");
+        /** Start of a field of `length` bytes here (none for a negative length: a null), moving past it. */
+        int field(int length) {
+            if (length < 0) return 0;
+            if (length > end - pos) throw batch.invalid("a field overruns the record");
             int at = pos;
             pos += length;
             return at;
