@@ -88,14 +88,15 @@ dist: setup
 test-fast: setup
 	$(PY) -m pytest -q -x -m "not spark" --ignore=tests/broker tests
 
-# 10x CI's fuzzing: decoder, parser and protocol inputs (mutation and coverage-guided), seeded operation runs, power cuts,
+# 10x CI's fuzzing: decoder (the JVM source's too), parser and protocol inputs (mutation and coverage-guided), seeded operation runs, power cuts,
 # random group membership changes and compaction against its model
-fuzz: $(STAMP)
+fuzz: $(STAMP) jvm
 	@$(PY) -c "import importlib.util as u, sys; u.find_spec('atheris') or print('make fuzz: atheris has no build for Python %d.%d: tests/fuzz runs seeded mutation fuzzing (tests/fuzz/coverage.py mutation_fuzz) instead of coverage-guided fuzzing' % sys.version_info[:2])"
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
 	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 KAFKALOG_PROTOCOL_FUZZ_CASES=200000 \
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz \
 		tests/network/test_protocol_fuzz.py
+	KAFKALOG_JVM_FUZZ_CASES=200000 KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q tests/spark/test_jvm_decoder.py
 	KAFKALOG_GROUP_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_groups.py -k "random_joins or random_histories"
 	KAFKALOG_COMPACTION_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_compaction.py -k latest_value
 

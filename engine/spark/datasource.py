@@ -22,7 +22,7 @@ class KafkalogDataSource(DataSource):
 
     def schema(self) -> StructType:
         options = {str(k).lower(): v for k, v in dict(self.options).items()}
-        return spark_schema(bool_option(options, "includeHeaders", False))
+        return spark_schema(bool_option(options, "includeHeaders"))
 
     def reader(self, schema: StructType) -> KafkalogReader:
         return KafkalogReader(Settings(self.options), schema)

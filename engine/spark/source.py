@@ -16,7 +16,7 @@ skips aborted transactions: the driver scans each partition's batch headers up t
 (txn.read_committed.scan: open transactions give the LSO, markers the aborted ranges) and hands every task the
 aborted ranges it overlaps; a task decodes only the runs of batches a read_committed consumer would return.
 Errors: an unknown option, a conflicting pair, or a bad value raises InvalidConfigurationError naming the
-option.
+option. The options' names, defaults, bounds and syntax are options.json's, which the JVM source reads too.
 Thread-safety: a reader holds no shared state; executors open their segments read-only.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ import os
 import re
 import sys
 from contextlib import contextmanager
+from importlib import resources
 
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -52,7 +53,6 @@ from pyspark.sql.types import (
 from engine.common.errors import InvalidConfigurationError, InvalidTopicError, OffsetOutOfRangeError
 from engine.metadata import INTERNAL_TOPICS
 from engine.record import codec
-from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, PartitionView
 from engine.segments import names
 from engine.segments.fs import FileSystem
@@ -61,17 +61,15 @@ from engine.segments.txn_index import AbortedTxn
 from engine.txn import read_committed
 
 EARLIEST, LATEST = -2, -1
-DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
 CHUNK_BYTES = 8 << 20
-OPTIONS = {
-    "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
-    "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
-    "kafka.isolation.level", "isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
-    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
-}
-STREAMING_ONLY = {n.lower(): n for n in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
-BATCH_ONLY = {n.lower(): n for n in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")}
+SPEC = json.loads(resources.files("engine.spark").joinpath("options.json").read_text("utf-8"))
+OPTIONS = {n.lower() for n in SPEC["names"]}
+STREAMING_ONLY = {n.lower(): n for n in SPEC["streamingOnly"]}
+BATCH_ONLY = {n.lower(): n for n in SPEC["batchOnly"]}
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
+_PATTERN_REFUSED = [(re.compile(k), why) for k, why in SPEC["patternRefused"].items() if k != "about"]
+_DURATION = re.compile(r"\s*([0-9]+)\s*(" + "|".join(sorted(SPEC["durationUnits"], key=len, reverse=True)) + r")\s*",
+                       re.ASCII)
 
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                         StructField("value", BinaryType())])))
@@ -90,22 +88,40 @@ def _bad(option: str, why: str) -> InvalidConfigurationError:
     return InvalidConfigurationError(f"kafkalog option {option!r}: {why}")
 
 
-def bool_option(options: dict, name: str, default: bool) -> bool:
-    value = str(options.get(name.lower(), default)).lower()
+def bool_option(options: dict, name: str) -> bool:
+    value = str(options.get(name.lower(), SPEC["booleans"][name])).lower()
     if value not in ("true", "false"):
         raise _bad(name, f"must be true or false, got {value!r}")
     return value == "true"
 
 
-def _int(options: dict, name: str, default: int, minimum: int) -> int:
-    raw = options.get(name.lower(), default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise _bad(name, f"must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise _bad(name, f"must be >= {minimum}, got {value}")
+def _int(options: dict, name: str) -> int | None:
+    """The integer option `name` within its bounds (options.json), its default when absent."""
+    spec = SPEC["integers"][name]
+    raw = options.get(name.lower())
+    if raw is None:
+        return spec["default"]
+    if not isinstance(raw, str) or _INTEGER.fullmatch(raw) is None:
+        raise _bad(name, f"must be an integer, got {raw!r}")
+    value = int(raw)
+    if value < spec["min"]:
+        raise _bad(name, f"must be >= {spec['min']}, got {value}")
+    if value > spec["max"]:
+        raise _bad(name, f"must be <= {spec['max']}, got {value}")
     return value
+
+
+def _json_int(value) -> int:
+    """A JSON integer (not a float, string or boolean), as both sources read one."""
+    if type(value) is not int:
+        raise ValueError(value)
+    return value
+
+
+def _partition_key(key: str) -> int:
+    if re.fullmatch(r"-?[0-9]+", key, re.ASCII) is None:
+        raise ValueError(key)
+    return int(key)
 
 
 def _json_map(options: dict, name: str) -> dict[tuple[str, int], int] | None:
@@ -115,7 +131,7 @@ def _json_map(options: dict, name: str) -> dict[tuple[str, int], int] | None:
         return None
     try:
         doc = json.loads(raw)
-        found = {(topic, int(p)): int(v) for topic, parts in doc.items() for p, v in parts.items()}
+        found = {(topic, _partition_key(p)): _json_int(v) for topic, parts in doc.items() for p, v in parts.items()}
     except (ValueError, AttributeError, TypeError):
         raise _bad(name, f'must be JSON like {{"topic": {{"0": 23}}}}, got {raw!r}') from None
     _check_names(name, found)
@@ -154,13 +170,20 @@ class Settings:
             raise _bad("subscribe", f"exactly one of subscribe, subscribePattern, assign is required, got {chosen}")
         self.mode, self.selector = chosen[0], options[chosen[0].lower()]
         if self.mode == "subscribePattern":
+            for construct, why in _PATTERN_REFUSED:
+                if construct.search(self.selector):
+                    raise _bad("subscribePattern",
+                               f"{why}: {self.selector!r} (use what both Java and Python read alike)")
             try:
                 self.pattern = re.compile(self.selector)
             except re.error as exc:
                 raise _bad("subscribePattern", f"not a regular expression: {exc}") from None
         elif self.mode == "assign":
             try:
-                self.assigned = {(t, int(p)) for t, parts in json.loads(self.selector).items() for p in parts}
+                doc = json.loads(self.selector)
+                if any(not isinstance(parts, list) for parts in doc.values()):
+                    raise TypeError(doc)
+                self.assigned = {(t, _json_int(p)) for t, parts in doc.items() for p in parts}
             except (ValueError, AttributeError, TypeError):
                 raise _bad("assign", f'must be JSON like {{"topic": [0, 1]}}, got {self.selector!r}') from None
             _check_names("assign", self.assigned)
@@ -178,11 +201,11 @@ class Settings:
             raise _bad(next(iter(levels), "kafka.isolation.level"),
                        f"must be read_uncommitted or read_committed, got {level!r}")
         self.isolation = level
-        self.fail_on_data_loss = bool_option(options, "failOnDataLoss", True)
-        self.include_headers = bool_option(options, "includeHeaders", False)
-        self.min_partitions = _int(options, "minPartitions", 1, 1)
-        self.max_bytes = _int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
-        self.max_decompressed = _int(options, "maxDecompressedBytes", DEFAULT_MAX_DECOMPRESSED, 1)
+        self.fail_on_data_loss = bool_option(options, "failOnDataLoss")
+        self.include_headers = bool_option(options, "includeHeaders")
+        self.min_partitions = _int(options, "minPartitions")
+        self.max_bytes = _int(options, "maxBytesPerPartition")
+        self.max_decompressed = _int(options, "maxDecompressedBytes")
         self.strategy = options.get("startingoffsetsbytimestampstrategy", "error").lower()
         if self.strategy not in ("error", "latest"):
             raise _bad("startingOffsetsByTimestampStrategy", f"must be 'error' or 'latest', got {self.strategy!r}")
@@ -191,14 +214,14 @@ class Settings:
         if not streaming and (self.start[0] == "latest" or (self.start[0] == "offsets" and LATEST in
                                                              self.start[1].values())):
             raise _bad("startingOffsets", "cannot be latest (or -1) in a batch query: there would be nothing to read")
-        self.max_offsets = _int(options, "maxOffsetsPerTrigger", 0, 1) if "maxoffsetspertrigger" in options else None
-        self.min_offsets = _int(options, "minOffsetsPerTrigger", 0, 1) if "minoffsetspertrigger" in options else None
-        self.max_trigger_delay_ms = _duration_ms(options.get("maxtriggerdelay", "15m"))
+        self.max_offsets = _int(options, "maxOffsetsPerTrigger")
+        self.min_offsets = _int(options, "minOffsetsPerTrigger")
+        self.max_trigger_delay_ms = _duration_ms(options.get("maxtriggerdelay", SPEC["durations"]["maxTriggerDelay"]))
 
     def _side(self, options: dict, side: str):
         """('timestamp', ts) | ('timestamps', {tp: ts}) | ('offsets', {tp: off}) | ('earliest'|'latest', None)."""
         if f"{side}timestamp" in options:
-            return "timestamp", _int(options, f"{side}Timestamp", 0, 0)
+            return "timestamp", _int(options, f"{side}Timestamp")
         by_ts = _json_map(options, f"{side}OffsetsByTimestamp")
         if by_ts is not None:
             return "timestamps", by_ts
@@ -448,11 +471,11 @@ class KafkalogPushdownReader(KafkalogReader):
 
 def _duration_ms(raw) -> int:
     """Spark's duration strings ("15m", "30s", "500ms", "1h", or bare milliseconds) in milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", str(raw))
-    if match is None:
+    match = _DURATION.fullmatch(str(raw))
+    value = None if match is None else int(match.group(1)) * SPEC["durationUnits"][match.group(2)]
+    if value is None or value > 2**63 - 1:
         raise _bad("maxTriggerDelay", f"must be a duration like 15m, 30s or 500ms, got {raw!r}")
-    unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-    return int(match.group(1)) * unit[match.group(2)]
+    return value
 
 
 def overlapping(aborted, start: int, end: int) -> tuple[AbortedTxn, ...]:

@@ -1,7 +1,8 @@
 """kafkalog's Spark data source on the JVM: `kafkalog-spark.jar`, built from the Java sources in `src/` with the JDK's
 `javac` against the jars of the installed pyspark (no Maven, nothing downloaded), and kept beside them.
 
-`build()` compiles it when it is missing or older than its sources (or than the Spark it was compiled against);
+`build()` compiles it when it is missing or older than its sources (or than the Spark it was compiled against); the
+reader options' definition (engine/spark/options.json) goes into it as a resource;
 `python -m engine.spark.jvm` does that and says in one line what happened. The jar records the Spark version it
 was compiled for (`META-INF/kafkalog-spark.properties`): `problem(spark_version)` says why the jar cannot serve a
 given Spark (not built, no javac, another Spark), None when it can.
@@ -23,6 +24,8 @@ JAR = os.path.join(HERE, "kafkalog-spark.jar")
 PROPERTIES = "META-INF/kafkalog-spark.properties"
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 PROVIDER = "kafkalog.spark.KafkalogTable$Provider"
+OPTIONS_SPEC = os.path.join(os.path.dirname(HERE), "options.json")  # the reader options, shared with the Python source
+OPTIONS_RESOURCE = "kafkalog/spark/options.json"
 
 
 def _java_sources() -> list[str]:
@@ -41,7 +44,7 @@ def _pyspark() -> tuple[str, str] | None:
 def _fingerprint(spark_version: str) -> str:
     """What the jar is built from: its sources and the Spark it compiles against."""
     h = hashlib.sha256(spark_version.encode())
-    for path in _java_sources():
+    for path in [*_java_sources(), OPTIONS_SPEC]:
         with open(path, "rb") as f:
             h.update(os.path.relpath(path, SOURCES).encode() + b"\0" + f.read())
     return h.hexdigest()[:16]
@@ -87,6 +90,7 @@ def build(force: bool = False) -> str:
             z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: kafkalog\n\n")
             z.writestr(SERVICE, PROVIDER + "\n")
             z.writestr(PROPERTIES, f"spark.version={version}\nfingerprint={fingerprint}\n")
+            z.write(OPTIONS_SPEC, OPTIONS_RESOURCE)
             for d, _, files in os.walk(classes):
                 for f in sorted(files):
                     full = os.path.join(d, f)

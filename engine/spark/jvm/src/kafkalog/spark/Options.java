@@ -24,18 +24,44 @@ import java.util.regex.PatternSyntaxException;
 final class Options implements Serializable {
     private static final long serialVersionUID = 1L;
     static final long EARLIEST = -2, LATEST = -1;
-    static final Set<String> KNOWN = new HashSet<>(Arrays.asList(
-            "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
-            "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
-            "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
-            "kafka.isolation.level", "isolation.level", "maxbytesperpartition", "maxdecompressedbytes",
-            "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"));
-    static final String[] STREAMING_ONLY = {"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"};
-    static final String[] BATCH_ONLY = {"endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"};
+    private static final ObjectMapper JSON = new ObjectMapper();
+    /** The options' names, defaults, bounds and syntax, shared with engine/spark/source.py (engine/spark/options.json). */
+    static final JsonNode SPEC = spec();
+    static final Set<String> KNOWN = new HashSet<>();
+    static final List<String> STREAMING_ONLY = new java.util.ArrayList<>();
+    static final List<String> BATCH_ONLY = new java.util.ArrayList<>();
+    private static final Pattern INTEGER = Pattern.compile("\\s*[+-]?[0-9]+\\s*");
+    private static final Pattern PARTITION_KEY = Pattern.compile("-?[0-9]+");
+    private static final Pattern DURATION;
+    private static final Map<Pattern, String> PATTERN_REFUSED = new java.util.LinkedHashMap<>();
+
+    static {
+        SPEC.get("names").forEach(n -> KNOWN.add(n.asText().toLowerCase(Locale.ROOT)));
+        SPEC.get("streamingOnly").forEach(n -> STREAMING_ONLY.add(n.asText()));
+        SPEC.get("batchOnly").forEach(n -> BATCH_ONLY.add(n.asText()));
+        STREAMING_ONLY.sort(java.util.Comparator.comparing(n -> n.toLowerCase(Locale.ROOT)));  // (the order of refusal)
+        BATCH_ONLY.sort(java.util.Comparator.comparing(n -> n.toLowerCase(Locale.ROOT)));
+        SPEC.get("patternRefused").fields().forEachRemaining(e -> {
+            if (!e.getKey().equals("about")) PATTERN_REFUSED.put(Pattern.compile(e.getKey()), e.getValue().asText());
+        });
+        List<String> units = new java.util.ArrayList<>();
+        SPEC.get("durationUnits").fieldNames().forEachRemaining(units::add);
+        units.sort((a, b) -> b.length() - a.length());
+        DURATION = Pattern.compile("\\s*([0-9]+)\\s*(" + String.join("|", units) + ")\\s*");
+    }
+
+    private static JsonNode spec() {
+        try (java.io.InputStream in = Options.class.getResourceAsStream("options.json")) {
+            if (in == null) throw new IllegalStateException("kafkalog-spark.jar lacks kafkalog/spark/options.json");
+            return JSON.readTree(in);
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
     static final Set<String> INTERNAL_TOPICS = new HashSet<>(Arrays.asList(
             "__consumer_offsets", "__transaction_state", "__cluster_metadata"));
     private static final Pattern LEGAL_TOPIC = Pattern.compile("[a-zA-Z0-9._-]+");
-    private static final ObjectMapper JSON = new ObjectMapper();
 
     /** One side of the range: kind is earliest, latest, offsets, timestamp or timestamps. */
     static final class Side implements Serializable {
@@ -99,6 +125,12 @@ final class Options implements Serializable {
         selector = o.get(mode.toLowerCase(Locale.ROOT));
         Pattern regex = null;
         if (mode.equals("subscribePattern")) {
+            for (Map.Entry<Pattern, String> refused : PATTERN_REFUSED.entrySet()) {
+                if (refused.getKey().matcher(selector).find()) {
+                    throw KafkalogError.badOption("subscribePattern", refused.getValue() + ": '" + selector
+                            + "' (use what both Java and Python read alike)");
+                }
+            }
             try {
                 regex = Pattern.compile(selector);
             } catch (PatternSyntaxException e) {
@@ -112,9 +144,9 @@ final class Options implements Serializable {
                     Map.Entry<String, JsonNode> e = it.next();
                     if (!e.getValue().isArray()) throw new IllegalArgumentException();
                     for (JsonNode p : e.getValue()) {
-                        if (!p.canConvertToInt()) throw new IllegalArgumentException();
-                        checkName("assign", e.getKey(), p.longValue());
-                        assigned.add(e.getKey() + "-" + p.asInt());
+                        long partition = jsonInt(p);
+                        checkName("assign", e.getKey(), partition);
+                        assigned.add(e.getKey() + "-" + partition);
                     }
                 }
             } catch (KafkalogError e) {
@@ -142,11 +174,11 @@ final class Options implements Serializable {
             throw KafkalogError.badOption(levels.keySet().iterator().next(), "must be read_uncommitted or read_committed, got '" + level + "'");
         }
         readCommitted = level.equals("read_committed");
-        failOnDataLoss = bool(o, "failOnDataLoss", true);
-        includeHeaders = bool(o, "includeHeaders", false);
-        minPartitions = (int) integer(o, "minPartitions", 1, 1, Integer.MAX_VALUE);
-        maxBytesPerPartition = integer(o, "maxBytesPerPartition", 128L << 20, 1, Long.MAX_VALUE);
-        maxDecompressedBytes = integer(o, "maxDecompressedBytes", 128L << 20, 1, Integer.MAX_VALUE - 16);
+        failOnDataLoss = bool(o, "failOnDataLoss");
+        includeHeaders = bool(o, "includeHeaders");
+        minPartitions = (int) (long) integer(o, "minPartitions");
+        maxBytesPerPartition = integer(o, "maxBytesPerPartition");
+        maxDecompressedBytes = integer(o, "maxDecompressedBytes");
         String strategy = o.getOrDefault("startingoffsetsbytimestampstrategy", "error").toLowerCase(Locale.ROOT);
         if (!strategy.equals("error") && !strategy.equals("latest")) {
             throw KafkalogError.badOption("startingOffsetsByTimestampStrategy", "must be 'error' or 'latest', got '" + strategy + "'");
@@ -157,9 +189,9 @@ final class Options implements Serializable {
         if (!streaming && (start.kind.equals("latest") || (start.kind.equals("offsets") && start.byPartition.containsValue(LATEST)))) {
             throw KafkalogError.badOption("startingOffsets", "cannot be latest (or -1) in a batch query: there would be nothing to read");
         }
-        maxOffsets = o.containsKey("maxoffsetspertrigger") ? integer(o, "maxOffsetsPerTrigger", 0, 1, Long.MAX_VALUE) : null;
-        minOffsets = o.containsKey("minoffsetspertrigger") ? integer(o, "minOffsetsPerTrigger", 0, 1, Long.MAX_VALUE) : null;
-        maxTriggerDelayMs = duration(o.getOrDefault("maxtriggerdelay", "15m"));
+        maxOffsets = integer(o, "maxOffsetsPerTrigger");
+        minOffsets = integer(o, "minOffsetsPerTrigger");
+        maxTriggerDelayMs = duration(o.getOrDefault("maxtriggerdelay", SPEC.get("durations").get("maxTriggerDelay").asText()));
     }
 
     static void checkName(String option, String topic, long partition) {
@@ -172,23 +204,33 @@ final class Options implements Serializable {
         if (why != null) throw KafkalogError.badOption(option, why);
     }
 
-    private static boolean bool(Map<String, String> o, String name, boolean dflt) {
-        String v = o.getOrDefault(name.toLowerCase(Locale.ROOT), String.valueOf(dflt)).toLowerCase(Locale.ROOT);
+    private static boolean bool(Map<String, String> o, String name) {
+        String dflt = SPEC.get("booleans").get(name).asText();
+        String v = o.getOrDefault(name.toLowerCase(Locale.ROOT), dflt).toLowerCase(Locale.ROOT);
         if (!v.equals("true") && !v.equals("false")) throw KafkalogError.badOption(name, "must be true or false, got '" + v + "'");
         return v.equals("true");
     }
 
-    private static long integer(Map<String, String> o, String name, long dflt, long min, long max) {
+    /** The integer option `name` within its bounds (options.json), its default (maybe null) when absent. */
+    private static Long integer(Map<String, String> o, String name) {
+        JsonNode spec = SPEC.get("integers").get(name);
         String raw = o.get(name.toLowerCase(Locale.ROOT));
-        long v;
-        try {
-            v = raw == null ? dflt : Long.parseLong(raw.trim());
-        } catch (NumberFormatException e) {
-            throw KafkalogError.badOption(name, "must be an integer, got '" + raw + "'");
+        if (raw == null) return spec.get("default").isNull() ? null : spec.get("default").longValue();
+        if (!INTEGER.matcher(raw).matches()) throw KafkalogError.badOption(name, "must be an integer, got '" + raw + "'");
+        java.math.BigInteger v = new java.math.BigInteger(raw.trim());
+        if (v.compareTo(spec.get("min").bigIntegerValue()) < 0) {
+            throw KafkalogError.badOption(name, "must be >= " + spec.get("min") + ", got " + v);
         }
-        if (v < min) throw KafkalogError.badOption(name, "must be >= " + min + ", got " + v);
-        if (v > max) throw KafkalogError.badOption(name, "must be <= " + max + ", got " + v);
-        return v;
+        if (v.compareTo(spec.get("max").bigIntegerValue()) > 0) {
+            throw KafkalogError.badOption(name, "must be <= " + spec.get("max") + ", got " + v);
+        }
+        return v.longValue();
+    }
+
+    /** A JSON integer (not a float, string or boolean) within int64, as both sources read one. */
+    private static long jsonInt(JsonNode n) {
+        if (!n.isIntegralNumber() || !n.canConvertToLong()) throw new IllegalArgumentException(String.valueOf(n));
+        return n.longValue();
     }
 
     /** {"topic": {"0": n}} as {"topic-0": n}; null when the option is absent. */
@@ -204,10 +246,11 @@ final class Options implements Serializable {
                 if (!t.getValue().isObject()) throw new IllegalArgumentException();
                 for (Iterator<Map.Entry<String, JsonNode>> ps = t.getValue().fields(); ps.hasNext(); ) {
                     Map.Entry<String, JsonNode> p = ps.next();
-                    if (!p.getValue().canConvertToLong()) throw new IllegalArgumentException();
+                    if (!PARTITION_KEY.matcher(p.getKey()).matches()) throw new IllegalArgumentException(p.getKey());
+                    long value = jsonInt(p.getValue());
                     long part = Long.parseLong(p.getKey());
                     checkName(name, t.getKey(), part);
-                    out.put(t.getKey() + "-" + part, p.getValue().longValue());
+                    out.put(t.getKey() + "-" + part, value);
                 }
             }
         } catch (KafkalogError e) {
@@ -220,7 +263,7 @@ final class Options implements Serializable {
 
     private Side side(Map<String, String> o, String side) {
         if (o.containsKey(side + "timestamp")) {
-            return new Side("timestamp", integer(o, side + "Timestamp", 0, 0, Long.MAX_VALUE), null);
+            return new Side("timestamp", integer(o, side + "Timestamp"), null);
         }
         Map<String, Long> byTs = jsonMap(o, side + "OffsetsByTimestamp");
         if (byTs != null) return new Side("timestamps", 0, byTs);
@@ -258,10 +301,12 @@ final class Options implements Serializable {
     }
 
     static long duration(String raw) {
-        Matcher m = Pattern.compile("\\s*(\\d+)\\s*(ms|s|m|min|h|d)?\\s*").matcher(raw);
-        if (!m.matches()) throw KafkalogError.badOption("maxTriggerDelay", "must be a duration like 15m, 30s or 500ms, got '" + raw + "'");
-        String u = m.group(2) == null ? "ms" : m.group(2);
-        long unit = u.equals("ms") ? 1 : u.equals("s") ? 1000 : u.equals("h") ? 3_600_000 : u.equals("d") ? 86_400_000 : 60_000;
-        return Long.parseLong(m.group(1)) * unit;
+        Matcher m = DURATION.matcher(raw);
+        long unit = m.matches() ? SPEC.get("durationUnits").get(m.group(2)).longValue() : 0;
+        java.math.BigInteger ms = unit == 0 ? null : new java.math.BigInteger(m.group(1)).multiply(java.math.BigInteger.valueOf(unit));
+        if (ms == null || ms.bitLength() > 63) {
+            throw KafkalogError.badOption("maxTriggerDelay", "must be a duration like 15m, 30s or 500ms, got '" + raw + "'");
+        }
+        return ms.longValue();
     }
 }
