@@ -26,19 +26,8 @@ from bench import (
     spark_stream,
     transactions,
 )
-from bench.runner import Contender, Workload
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
-
-
-def not_yet() -> list[Workload]:
-    """Workloads whose kafkalog side has not landed: listed with their peers, never with a number."""
-    def row(group, name, peers, why):
-        return Workload(group, name, 0, 0, [Contender("kafkalog", None)] + [Contender(p, None) for p in peers],
-                        not_yet=why)
-    return [
-        row("memory", "Spark driver and executor JVM memory as the log grows", [], "not measured yet"),
-    ]
 
 
 def _plot(curve: dict, x: str, path: str, title: str, xlabel: str, ylabel: str, logy: bool = True) -> None:
@@ -76,7 +65,7 @@ def main(argv=None) -> int:
         doc = runner.run(codec.suites(q) + [
             lambda: log.workloads(q, scratch), lambda: clients.workloads(q, scratch),
             lambda: replication.workloads(q, scratch), lambda: transactions.workloads(q, scratch),
-            lambda: groups.workloads(q, scratch), not_yet], reps=reps, min_time=min_time)
+            lambda: groups.workloads(q, scratch)], reps=reps, min_time=min_time)
         # Spark reads its log from the page cache: its repetitions run on their own, so that the gigabytes the
         # other workloads write between repetitions neither evict that log nor load the disk while it is read
         os.sync()

@@ -5,6 +5,7 @@ ready-made Arrow batches of the same shape and does no work (the ceiling of Spar
 path) and (d) a Python data source that yields one tuple per row."""
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import sys
@@ -51,7 +52,6 @@ class _SyntheticReader(DataSourceReader):
 
     def read(self, share: _Share):
         if self.style == "tuples":
-            import datetime
             key, value = b"k" * KEY, b"v" * VALUE
             ts = datetime.datetime.fromtimestamp(T0 / 1000, tz=datetime.timezone.utc)
             for i in range(share.rows):
@@ -101,10 +101,11 @@ def _write_log(directory: str, rows: int) -> None:
     with engine.open(directory) as eng:
         eng.create_topic("bench", partitions=PARTITIONS)
         with eng.producer(batch_size=1 << 20, linger_ms=60_000) as p:
-            chunk = [(b"k%015d" % i, b"v" * VALUE, None, T0 + i) for i in range(100_000)]
+            step = 100_000
             for p_index in range(PARTITIONS):
-                for start in range(0, rows // PARTITIONS, len(chunk)):
-                    p.send_batch("bench", chunk[:min(len(chunk), rows // PARTITIONS - start)], partition=p_index)
+                for start in range(0, rows // PARTITIONS, step):  # timestamps rise with offsets, as in a real log
+                    p.send_batch("bench", [(b"k%015d" % i, b"v" * VALUE, None, T0 + start + i)
+                                           for i in range(min(step, rows // PARTITIONS - start))], partition=p_index)
 
 
 def workloads(quick: bool, scratch: str) -> list[Workload]:
@@ -122,6 +123,9 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
         return _aggregate(df, rows)
 
     synthetic = spark.read.format("kafkalog_bench_synthetic").option("rows", str(rows))
+    per_partition = rows // PARTITIONS
+    cut = datetime.datetime.fromtimestamp((T0 + per_partition - per_partition // 100) / 1000, tz=datetime.timezone.utc)
+    sliced = kafkalog.filter(kafkalog.timestamp >= cut)
     return [Workload(
         "spark", f"read and aggregate {rows / 1e6:g} M records ({KEY} B keys, {VALUE} B values), local[{PARTITIONS}]",
         rows, rows * (KEY + VALUE),
@@ -130,7 +134,14 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
          Contender("kafkalog's Python source", aggregate(python)),
          Contender("ready-made Arrow source", aggregate(synthetic.option("style", "arrow").load())),
          Contender("tuple source", aggregate(synthetic.option("style", "tuples").load()))],
-        targets={"Spark reading Parquet": 0.6, "kafkalog's Python source": 2.0})]
+        targets={"Spark reading Parquet": 0.8, "kafkalog's Python source": 2.0}),
+        Workload("spark", f"pushdown: aggregate the last 1% by timestamp of the {rows / 1e6:g} M records, "
+                          f"local[{PARTITIONS}] (narrower row: the planner's time-index lookup)",
+                 PARTITIONS * (per_partition // 100), PARTITIONS * (per_partition // 100) * (KEY + VALUE),
+                 [Contender("kafkalog (JVM source), timestamp >= the last 1%",
+                            _aggregate(sliced, PARTITIONS * (per_partition // 100))),
+                  Contender("the same aggregate over a full scan", aggregate(kafkalog))],
+                 targets={"the same aggregate over a full scan": 20.0})]
 
 
 def _aggregate(df, rows: int):
@@ -142,18 +153,43 @@ def _aggregate(df, rows: int):
     return call
 
 
+def _jvm_memory(spark, reset: bool = False) -> tuple[float, float]:
+    """(peak heap used, RSS high-water mark) in MiB of the session's JVM, the driver and in local mode the executors:
+    the heap's peak since the last reset (a reset starts a point), the process's RSS since it started."""
+    gateway = spark.sparkContext._jvm
+    pools = [p for p in gateway.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+             if p.getType().toString() == "Heap memory"]
+    if reset:
+        gateway.java.lang.System.gc()
+        for pool in pools:
+            pool.resetPeakUsage()
+    heap = sum(pool.getPeakUsage().getUsed() for pool in pools) / 2**20
+    with open(f"/proc/{gateway.java.lang.ProcessHandle.current().pid()}/status") as f:
+        hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    return heap, hwm
+
+
 def memory_curve(quick: bool, scratch: str) -> dict:
-    """Peak RSS (MiB) of Spark's Python workers after reading and aggregating logs of growing size. Points run
-    in ascending order and workers are reused, so a high-water mark that grew with the log would show."""
+    """Peak memory (MiB) while reading and aggregating logs of growing size: Spark's Python workers (kafkalog's
+    Python source), and the JVM's peak heap and RSS (kafkalog's JVM source; local mode: the driver and executors are
+    one JVM). Points run in ascending order and processes are reused, so a high-water mark that grew with the log
+    would show."""
     points = [200_000, 800_000] if quick else [1_000_000, 10_000_000]
     spark = _session()
-    curve = {"records": points, "series": {"Spark Python workers (kafkalog source)": []}}
+    workers, heap, rss = ("Spark Python workers (kafkalog source)", "Spark JVM peak heap used (kafkalog JVM source)",
+                          "Spark JVM RSS high-water mark (kafkalog JVM source)")
+    curve = {"records": points, "series": {workers: [], heap: [], rss: []}}
     for n in points:
         d = tempfile.mkdtemp(dir=scratch)
         _write_log(d, n)
         os.sync()
+        _jvm_memory(spark, reset=True)
+        _aggregate(spark.read.format("kafkalog").option("subscribe", "bench").load(d), n)()
+        jvm_heap, jvm_rss = _jvm_memory(spark)
+        curve["series"][heap].append(jvm_heap)
+        curve["series"][rss].append(jvm_rss)
         _aggregate(spark.read.format(PYTHON_SOURCE).option("subscribe", "bench").load(d), n)()
         peaks = spark.sparkContext.parallelize(range(PARTITIONS * 4), PARTITIONS * 4).map(lambda _: peak_kib()).collect()
-        curve["series"]["Spark Python workers (kafkalog source)"].append(max(peaks) / 1024)
+        curve["series"][workers].append(max(peaks) / 1024)
         shutil.rmtree(d)
     return curve

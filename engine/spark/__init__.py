@@ -4,7 +4,8 @@ writeStream), through one of two implementations of the same source:
 - the JVM source (engine.spark.jvm: kafkalog-spark.jar, Java, columnar), used when the jar fits the running Spark:
   `register(spark)` adds it to a session built the ordinary way (to the driver's class loader and the executors),
   `configure(SparkSession.builder)` puts it in `spark.jars` from the start, and on a cluster `--jars` /
-  `spark.jars` does;
+  `spark.jars` does; on a Spark Connect session `register(spark)` uploads it to the session (`addArtifacts`) unless
+  the server already loads it;
 - the Python source (engine.spark.source, stream, sink: Spark's Python Data Source API), used otherwise.
 
 `register(spark)` makes the format known to a session and says in one line which implementation serves it.
@@ -30,6 +31,7 @@ __all__ = ["KafkalogDataSource", "KafkalogPushdownDataSource", "configure", "jav
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 SOURCE_ENV, SOURCE_CONF = "KAFKALOG_SPARK_SOURCE", "spark.kafkalog.source"
 JVM_PROVIDER = "kafkalog.spark.KafkalogTable$Provider"
+NAME = "kafkalog"
 _said: set = set()
 
 
@@ -95,13 +97,16 @@ def register(spark, pushdown: bool | None = None) -> str:
     why = None
     if present is False and mode != "python":
         present, why = _add_jar(spark)
-    if present is None:  # Spark Connect: the server has the jar if it refuses a Python source of the same name
-        present = _register_python(spark, pushdown, probe=True)
+    if present is None:  # Spark Connect
+        if mode != "python" and not _connect_serves_kafkalog(spark):
+            present, why = _add_artifact(spark)
+        if not present:  # the server has the jar if it refuses a Python source of the same name
+            present = _register_python(spark, pushdown, probe=True)
     elif not present and mode != "jvm":
         _register_python(spark, pushdown)
     if mode == "jvm" and not present:
         raise RuntimeError(f"kafkalog: the JVM source was required ({SOURCE_ENV}=jvm) but this session cannot load "
-                           f"kafkalog-spark.jar ({why or 'Spark Connect: start the server with --jars ' + jvm.JAR})")
+                           f"kafkalog-spark.jar ({why})")
     if mode == "python" and present:
         raise RuntimeError(f"kafkalog: the Python source was required ({SOURCE_ENV}=python) but this session loads "
                            f"kafkalog-spark.jar (spark.jars), and Spark refuses two sources named kafkalog")
@@ -109,7 +114,7 @@ def register(spark, pushdown: bool | None = None) -> str:
     if path not in _said:
         _said.add(path)
         if not present and why is None:
-            why = f"{SOURCE_ENV}=python" if mode == "python" else "the Spark Connect server does not load its jar"
+            why = f"{SOURCE_ENV}=python"
         print("kafkalog: Spark reads and writes through the " + (
             f"JVM source ({jvm.JAR})" if present else f"Python source ({why})"), file=sys.stderr)
     return path
@@ -134,6 +139,31 @@ def _add_jar(spark) -> tuple[bool, str | None]:
         return False, f"adding the jar failed: {str(exc).splitlines()[0]}"
     if not _has_jvm_source(spark):
         return False, "the driver was given kafkalog-spark.jar but does not load the source"
+    return True, None
+
+
+def _connect_serves_kafkalog(spark) -> bool:
+    """Spark Connect: whether the server resolves format("kafkalog") in this session (its own jar, one this session
+    uploaded, or a Python source registered before)."""
+    try:
+        spark.read.format(NAME).load().schema  # analysed on the server: a source that cannot plan still exists
+    except Exception as exc:  # the Connect client's error for what the server raised
+        return "DATA_SOURCE_NOT_FOUND" not in str(exc)
+    return True
+
+
+def _add_artifact(spark) -> tuple[bool, str | None]:
+    """Spark Connect: upload kafkalog-spark.jar to this session (the server loads it in the session's class loader
+    and ships it to the session's executors): (whether the server now serves the JVM source, why not)."""
+    why = _jar_problem(spark.version)  # (the server's Spark)
+    if why is not None:
+        return False, why
+    try:
+        spark.addArtifacts(jvm.JAR)
+    except Exception as exc:  # the Connect client's error: the server refused the artifact
+        return False, f"uploading the jar to the Spark Connect server failed: {str(exc).splitlines()[0]}"
+    if not _connect_serves_kafkalog(spark):
+        return False, "the Spark Connect server was given kafkalog-spark.jar but does not load the source"
     return True, None
 
 

@@ -8,6 +8,7 @@ each prints one JSON line of what it read and wrote.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -170,8 +171,13 @@ def connect_job(url: str, log: str) -> dict:
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
         path = engine.spark.register(spark)
-        rows = spark.read.format("kafkalog").option("subscribe", "t").load(log).select("value").collect()
-        return {"path": path, "batch": _values(rows) == list(range(N))}
+        df = spark.read.format("kafkalog").option("subscribe", "t").load(log)
+        plan = io.StringIO()
+        with contextlib.redirect_stdout(plan):
+            df.explain()
+        rows = df.select("value").collect()
+        return {"path": path, "batch": _values(rows) == list(range(N)),
+                "scan": "jvm" if "BatchScan kafkalog" in plan.getvalue() and "(JVM)" in plan.getvalue() else "python"}
     finally:
         spark.stop()
 

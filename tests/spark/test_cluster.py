@@ -43,9 +43,9 @@ def test_a_standalone_cluster_reads_streams_and_writes(tmp_path):
 
 
 def test_a_spark_connect_session_reads_through_the_source(tmp_path):
+    """The server starts without kafkalog's jar: register() alone brings the JVM source to the session."""
     log = tmp_path / "log"
     cluster.write_log(str(log))
-    jars = jvm.JAR if _expected_path() == "jvm" else None
-    with cluster.connect_server(tmp_path, jars) as url:
+    with cluster.connect_server(tmp_path, None) as url:
         got = _run("connect", url, str(log))
-    assert got == {"path": _expected_path(), "batch": True}
+    assert got == {"path": _expected_path(), "batch": True, "scan": _expected_path()}  # the plan says which
