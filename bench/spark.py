@@ -2,11 +2,16 @@
 kafkalog's JVM data source, beside (a) Spark reading them from Parquet, (b) kafkalog's Python data source (what
 Spark uses without the jar), (c) a Python data source that yields
 ready-made Arrow batches of the same shape and does no work (the ceiling of Spark's Python data source
-path) and (d) a Python data source that yields one tuple per row."""
+path) and (d) a Python data source that yields one tuple per row. In that log every value is the same 100 bytes,
+which Parquet stores as one dictionary entry; a second log of 4 M records whose values are each their own random
+bytes (what an event log holds) is read by the JVM source and from Parquet. A pushdown row aggregates the last 1% by
+timestamp against the same aggregate over the whole log; `memory_curve` measures the Python workers' and the JVM's
+peaks."""
 from __future__ import annotations
 
 import datetime
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -96,27 +101,36 @@ class _PythonSource(KafkalogDataSource):
         return PYTHON_SOURCE
 
 
-def _write_log(directory: str, rows: int) -> None:
+def _write_log(directory: str, rows: int, distinct: bool = False) -> None:
+    """`rows` records over PARTITIONS partitions: 16 B keys, 100 B values (every value the same, or with `distinct`
+    each its own random bytes), timestamps rising with offsets as in a real log."""
     import engine
+    rng = random.Random(11)
     with engine.open(directory) as eng:
         eng.create_topic("bench", partitions=PARTITIONS)
         with eng.producer(batch_size=1 << 20, linger_ms=60_000) as p:
             step = 100_000
             for p_index in range(PARTITIONS):
-                for start in range(0, rows // PARTITIONS, step):  # timestamps rise with offsets, as in a real log
-                    p.send_batch("bench", [(b"k%015d" % i, b"v" * VALUE, None, T0 + start + i)
-                                           for i in range(min(step, rows // PARTITIONS - start))], partition=p_index)
+                for start in range(0, rows // PARTITIONS, step):
+                    n = min(step, rows // PARTITIONS - start)
+                    values = rng.randbytes(VALUE * n) if distinct else b"v" * (VALUE * n)
+                    p.send_batch("bench", [(b"k%015d" % i, values[VALUE * i:VALUE * (i + 1)], None, T0 + start + i)
+                                           for i in range(n)], partition=p_index)
 
 
 def workloads(quick: bool, scratch: str) -> list[Workload]:
     rows = 400_000 if quick else 10_000_000
+    distinct_rows = 400_000 if quick else 4_000_000
     spark = _session()
-    log_dir = tempfile.mkdtemp(dir=scratch)
+    log_dir, distinct_dir = tempfile.mkdtemp(dir=scratch), tempfile.mkdtemp(dir=scratch)
     _write_log(log_dir, rows)
+    _write_log(distinct_dir, distinct_rows, distinct=True)
     kafkalog = spark.read.format("kafkalog").option("subscribe", "bench").load(log_dir)
+    distinct = spark.read.format("kafkalog").option("subscribe", "bench").load(distinct_dir)
     python = spark.read.format(PYTHON_SOURCE).option("subscribe", "bench").load(log_dir)
-    parquet_dir = os.path.join(scratch, "bench.parquet")
+    parquet_dir, distinct_parquet = os.path.join(scratch, "bench.parquet"), os.path.join(scratch, "distinct.parquet")
     kafkalog.write.parquet(parquet_dir)
+    distinct.write.parquet(distinct_parquet)
     os.sync()  # no timed read competes with the writeback of the data it reads
 
     def aggregate(df):
@@ -125,7 +139,7 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
     synthetic = spark.read.format("kafkalog_bench_synthetic").option("rows", str(rows))
     per_partition = rows // PARTITIONS
     cut = datetime.datetime.fromtimestamp((T0 + per_partition - per_partition // 100) / 1000, tz=datetime.timezone.utc)
-    sliced = kafkalog.filter(kafkalog.timestamp >= cut)
+    sliced = kafkalog.filter(kafkalog["timestamp"] >= cut)
     return [Workload(
         "spark", f"read and aggregate {rows / 1e6:g} M records ({KEY} B keys, {VALUE} B values), local[{PARTITIONS}]",
         rows, rows * (KEY + VALUE),
@@ -135,12 +149,20 @@ def workloads(quick: bool, scratch: str) -> list[Workload]:
          Contender("ready-made Arrow source", aggregate(synthetic.option("style", "arrow").load())),
          Contender("tuple source", aggregate(synthetic.option("style", "tuples").load()))],
         targets={"Spark reading Parquet": 0.8, "kafkalog's Python source": 2.0}),
+        Workload("spark", f"read and aggregate {distinct_rows / 1e6:g} M records ({KEY} B keys, {VALUE} B values each "
+                          f"its own random bytes), local[{PARTITIONS}]",
+                 distinct_rows, distinct_rows * (KEY + VALUE),
+                 [Contender("kafkalog (JVM source)", _aggregate(distinct, distinct_rows)),
+                  Contender("Spark reading Parquet", _aggregate(spark.read.parquet(distinct_parquet), distinct_rows))],
+                 targets={"Spark reading Parquet": 0.8}),
         Workload("spark", f"pushdown: aggregate the last 1% by timestamp of the {rows / 1e6:g} M records, "
                           f"local[{PARTITIONS}] (narrower row: the planner's time-index lookup)",
                  PARTITIONS * (per_partition // 100), PARTITIONS * (per_partition // 100) * (KEY + VALUE),
                  [Contender("kafkalog (JVM source), timestamp >= the last 1%",
                             _aggregate(sliced, PARTITIONS * (per_partition // 100))),
-                  Contender("the same aggregate over a full scan", aggregate(kafkalog))],
+                  Contender("the same aggregate over a full scan", aggregate(kafkalog)),
+                  Contender("the same aggregate over no record (Spark's per-query floor)",
+                            _aggregate(kafkalog.filter(kafkalog["offset"] < 0), 0))],
                  targets={"the same aggregate over a full scan": 20.0})]
 
 
@@ -154,8 +176,10 @@ def _aggregate(df, rows: int):
 
 
 def _jvm_memory(spark, reset: bool = False) -> tuple[float, float]:
-    """(peak heap used, RSS high-water mark) in MiB of the session's JVM, the driver and in local mode the executors:
-    the heap's peak since the last reset (a reset starts a point), the process's RSS since it started."""
+    """(peak heap used, peak old generation used) in MiB of the session's JVM (the driver and, in local mode, the
+    executors) since the last reset, which a point starts with after a full collection. The heap's peak counts garbage
+    not yet collected (it follows the collector's sizing); the old generation's holds what survived collections, which
+    grows with the log if a reader keeps what it read."""
     gateway = spark.sparkContext._jvm
     pools = [p for p in gateway.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
              if p.getType().toString() == "Heap memory"]
@@ -164,30 +188,29 @@ def _jvm_memory(spark, reset: bool = False) -> tuple[float, float]:
         for pool in pools:
             pool.resetPeakUsage()
     heap = sum(pool.getPeakUsage().getUsed() for pool in pools) / 2**20
-    with open(f"/proc/{gateway.java.lang.ProcessHandle.current().pid()}/status") as f:
-        hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    return heap, hwm
+    old = sum(pool.getPeakUsage().getUsed() for pool in pools if "Old" in pool.getName()) / 2**20
+    return heap, old
 
 
 def memory_curve(quick: bool, scratch: str) -> dict:
     """Peak memory (MiB) while reading and aggregating logs of growing size: Spark's Python workers (kafkalog's
-    Python source), and the JVM's peak heap and RSS (kafkalog's JVM source; local mode: the driver and executors are
-    one JVM). Points run in ascending order and processes are reused, so a high-water mark that grew with the log
+    Python source), and the JVM's peak heap and old generation (kafkalog's JVM source; local mode: the driver and
+    executors are one JVM). Points run in ascending order and processes are reused, so a high-water mark that grew with the log
     would show."""
     points = [200_000, 800_000] if quick else [1_000_000, 10_000_000]
     spark = _session()
-    workers, heap, rss = ("Spark Python workers (kafkalog source)", "Spark JVM peak heap used (kafkalog JVM source)",
-                          "Spark JVM RSS high-water mark (kafkalog JVM source)")
-    curve = {"records": points, "series": {workers: [], heap: [], rss: []}}
+    workers, heap, old = ("Spark Python workers (kafkalog source)", "Spark JVM peak heap used (kafkalog JVM source)",
+                          "Spark JVM peak old generation (kafkalog JVM source)")
+    curve = {"records": points, "series": {workers: [], heap: [], old: []}}
     for n in points:
         d = tempfile.mkdtemp(dir=scratch)
         _write_log(d, n)
         os.sync()
         _jvm_memory(spark, reset=True)
         _aggregate(spark.read.format("kafkalog").option("subscribe", "bench").load(d), n)()
-        jvm_heap, jvm_rss = _jvm_memory(spark)
+        jvm_heap, jvm_old = _jvm_memory(spark)
         curve["series"][heap].append(jvm_heap)
-        curve["series"][rss].append(jvm_rss)
+        curve["series"][old].append(jvm_old)
         _aggregate(spark.read.format(PYTHON_SOURCE).option("subscribe", "bench").load(d), n)()
         peaks = spark.sparkContext.parallelize(range(PARTITIONS * 4), PARTITIONS * 4).map(lambda _: peak_kib()).collect()
         curve["series"][workers].append(max(peaks) / 1024)

@@ -173,11 +173,19 @@ final class RecordBatch {
         }
 
         long varlong() {
+            if (pos < end && b[pos] >= 0) {  // one byte: most lengths and deltas
+                int x = b[pos++];
+                return (x >>> 1) ^ -(x & 1);
+            }
             long raw = unsigned(10);
             return (raw >>> 1) ^ -(raw & 1);
         }
 
         int varint() {
+            if (pos < end && b[pos] >= 0) {
+                int x = b[pos++];
+                return (x >>> 1) ^ -(x & 1);
+            }
             int raw = (int) unsigned(5);
             return (raw >>> 1) ^ -(raw & 1);
         }
