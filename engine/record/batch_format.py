@@ -287,7 +287,7 @@ def control_fields(key, value) -> tuple[int, int | None]:
     version, ctype = struct.unpack_from(">hh", key)
     if version < 0:
         raise InvalidRecordError(f"invalid control record key version {version}")
-    if ctype not in CONTROL_TYPE_NAMES:
+    if ctype < 0 or ctype not in CONTROL_TYPE_NAMES:  # UNKNOWN (-1) included: only a marker has a value to read
         return -1, None
     if ctype > COMMIT:
         return ctype, None

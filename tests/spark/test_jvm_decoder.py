@@ -19,7 +19,9 @@ from engine.common.errors import KafkaError
 from engine.record import codec as selector
 from engine.spark import jvm
 from tests import vectors
+from tests.unit.test_codec_errors import _compressed_batch, _gzip_member
 from tests.unit.test_codec_fuzz import _corpus, _mutate
+from tests.unit.test_codec_vectors import unknown_control_batch_without_value
 
 pytestmark = pytest.mark.spark
 
@@ -119,3 +121,19 @@ def test_decoder_mutants_get_the_same_verdict_on_the_jvm_as_from_cython(tmp_path
         outcomes[expected.split(" ", 1)[0]] += 1
     # the slice must reach both outcomes, or it is not testing anything
     assert outcomes["ok"] > CASES // 50 and outcomes["error"] > CASES // 4, outcomes
+
+
+def test_hand_made_edge_cases_get_the_same_verdict_on_the_jvm(tmp_path):
+    """Inputs the fuzzer rarely builds: gzip as Kafka's reader takes it, an UNKNOWN control record without a value."""
+    cython = selector.load("cython")
+    section = cython.encode_batch([(b"k", b"v", [("h", b"x")], 5)] * 3)[61:]
+    cases = [
+        _compressed_batch(1, _gzip_member(section, flags=0xE0), 3),
+        _compressed_batch(1, _gzip_member(section) + b"\x00\x01trailing", 3),
+        _compressed_batch(1, _gzip_member(section[:5]) + _gzip_member(section[5:]), 3),
+        unknown_control_batch_without_value(cython),
+    ]
+    got = _jvm_verdicts(cases, tmp_path)
+    for data, verdict in zip(cases, got):
+        expected = _cython_verdict(cython, data)
+        assert expected.startswith("ok ") and _outcome(verdict) == expected, (verdict, expected)

@@ -259,3 +259,24 @@ def test_first_record_at_or_after_a_time_matches_kafkas_dump(codec, label, path,
             want = next(((r["timestamp"], r["offset"]) for r in everything
                          if r["timestamp"] >= ts and r["offset"] >= start), None)
             assert codec.first_at_or_after(data, ts, start, source=str(path)) == want, (ts, start)
+
+
+def unknown_control_batch_without_value(codec) -> bytes:
+    """A control batch whose record's type is UNKNOWN (-1) and whose value is empty (no marker to read)."""
+    import struct
+
+    b = bytearray(codec.encode_control_batch("commit", base_offset=0, producer_id=1, producer_epoch=0, timestamp_ms=5))
+    assert (b[65], b[70]) == (8, 12)  # the layout edited below: a 4-byte key, then a 6-byte value
+    struct.pack_into(">hh", b, 66, 0, -1)
+    del b[71:77]
+    b[70] = 0  # value length 0
+    b[61] -= 12  # the record's length, zig-zag encoded: 6 bytes fewer
+    struct.pack_into(">i", b, 8, len(b) - 12)
+    struct.pack_into(">I", b, 17, codec.crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def test_an_unknown_control_type_has_no_marker_value_to_read(codec):
+    """Kafka parses an end-transaction marker's value only for ABORT and COMMIT; UNKNOWN (-1) reads as -1."""
+    (rec,) = next(iter(codec.iter_batches(unknown_control_batch_without_value(codec)))).records()
+    assert (rec.control_type, rec.coordinator_epoch, rec.value) == (-1, None, b"")
