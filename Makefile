@@ -96,7 +96,7 @@ fuzz: $(STAMP) jvm
 	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 KAFKALOG_PROTOCOL_FUZZ_CASES=200000 \
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz \
 		tests/network/test_protocol_fuzz.py
-	KAFKALOG_JVM_FUZZ_CASES=200000 KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q tests/spark/test_jvm_decoder.py
+	KAFKALOG_JVM_FUZZ_CASES=1000000 KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q tests/spark/test_jvm_decoder.py
 	KAFKALOG_GROUP_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_groups.py -k "random_joins or random_histories"
 	KAFKALOG_COMPACTION_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_compaction.py -k latest_value
 

@@ -3,7 +3,7 @@
 Every Kafka-written segment decodes on the JVM to exactly what Kafka's own dump says, and a seeded slice of the
 decoder fuzzer's mutants gets the same verdict from both decoders: the same records, or the same typed error. The
 JVM never returns a record the Cython decoder refuses. The JVM's side runs as one `java` process over every case
-(kafkalog.spark.DecoderCheck); KAFKALOG_JVM_FUZZ_CASES sets the slice (CI: 20,000).
+(kafkalog.spark.DecoderCheck); KAFKALOG_JVM_FUZZ_CASES sets the slice (CI: 100,000).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tests.unit.test_codec_vectors import unknown_control_batch_without_value
 
 pytestmark = pytest.mark.spark
 
-CASES = int(os.environ.get("KAFKALOG_JVM_FUZZ_CASES", "20000"))
+CASES = int(os.environ.get("KAFKALOG_JVM_FUZZ_CASES", "100000"))
 
 
 def _java() -> str:
