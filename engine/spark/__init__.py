@@ -18,7 +18,6 @@ Imported only when pyspark is installed (the `[spark]` extra).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -190,8 +189,7 @@ def use_this_python() -> None:
 
 def java_problem() -> str | None:
     """None when a Java runtime Spark can start is there; else one line saying what to install."""
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    java = jvm.java()
     fix = "install a Java 17 or newer runtime (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
     if not java or not os.path.exists(java):
         return f"no Java runtime found for Spark: {fix}"

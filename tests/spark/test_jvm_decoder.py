@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import struct
 import subprocess
 
@@ -28,31 +27,30 @@ pytestmark = pytest.mark.spark
 CASES = int(os.environ.get("KAFKALOG_JVM_FUZZ_CASES", "100000"))
 
 
-def _java() -> str:
+def run_check(main: str, path, timeout: int = 600) -> list[str]:
+    """The lines kafkalog.spark.`main` prints for the cases in `path`, run by the jar on this pyspark's jars. Skipped
+    where there is no JVM source (no javac, no java), failed instead when KAFKALOG_SPARK_SOURCE=jvm asked for one."""
     import pyspark
 
     why = jvm.problem(pyspark.__version__)
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if why is None and java:
-        return java
-    if os.environ.get("KAFKALOG_SPARK_SOURCE") == "jvm":
-        pytest.fail(f"the JVM source was asked for and cannot run: {why or 'no java'}")
-    pytest.skip(f"no JVM source here: {why or 'no java'}")
+    java = jvm.java()
+    if why is not None or not java or not os.path.exists(java):
+        if os.environ.get("KAFKALOG_SPARK_SOURCE") == "jvm":
+            pytest.fail(f"the JVM source was asked for and cannot run: {why or 'no java'}")
+        pytest.skip(f"no JVM source here: {why or 'no java'}")
+    classpath = jvm.JAR + os.pathsep + os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+    done = subprocess.run([java, "-cp", classpath, f"kafkalog.spark.{main}", str(path)],
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.splitlines()
 
 
 def _jvm_verdicts(cases: list[bytes], tmp_path) -> list[str]:
-    import pyspark
-
     path = tmp_path / "cases"
     with open(path, "wb") as f:
         for data in cases:
             f.write(struct.pack(">i", len(data)) + data)
-    classpath = jvm.JAR + os.pathsep + os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-    done = subprocess.run([_java(), "-cp", classpath, "kafkalog.spark.DecoderCheck", str(path)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines = done.stdout.splitlines()
+    lines = run_check("DecoderCheck", path)
     assert len(lines) == len(cases)
     return lines
 

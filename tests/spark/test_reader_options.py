@@ -6,15 +6,12 @@ option an error must name), and both sources must make exactly the same of it.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
 from engine.common.errors import InvalidConfigurationError
-from engine.spark import jvm
-from tests.spark.test_jvm_decoder import _java
+from tests.spark.test_jvm_decoder import run_check
 
 pytestmark = pytest.mark.spark
 
@@ -145,16 +142,10 @@ def _python(options: dict, streaming: bool) -> dict:
 
 
 def _jvm(cases: list[dict], tmp_path) -> list[dict]:
-    import pyspark
-
     path = tmp_path / "cases.jsonl"
     path.write_text("".join(json.dumps({"options": c["options"], "streaming": c["streaming"]}) + "\n"
                             for c in cases), encoding="utf-8")
-    classpath = jvm.JAR + os.pathsep + os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-    done = subprocess.run([_java(), "-cp", classpath, "kafkalog.spark.OptionsCheck", str(path)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return [json.loads(line) for line in run_check("OptionsCheck", path, timeout=300)]
 
 
 def _named_option(verdict: dict) -> str:

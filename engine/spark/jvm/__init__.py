@@ -66,6 +66,12 @@ def javac() -> str | None:
     return found if found and os.path.exists(found) else shutil.which("javac")
 
 
+def java() -> str | None:
+    """The Java runtime: JAVA_HOME's, else the one on PATH (None without either)."""
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else shutil.which("java")
+
+
 def build(force: bool = False) -> str:
     """Compile the jar if it is missing or stale; returns one line saying what was done (or why not)."""
     spark = _pyspark()
