@@ -54,7 +54,7 @@ PURE_PYTHON_SUITES := tests/unit/test_codec_vectors.py tests/unit/test_import_se
 test: setup
 	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PYTEST) --ignore=tests/broker tests
 	KAFKALOG_SPARK_SOURCE=python $(PYTEST) tests/spark/test_spark_source.py tests/spark/test_spark_stream.py \
-		tests/spark/test_spark_paths.py
+		tests/spark/test_spark_paths.py tests/spark/test_spark_sink.py
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES) tests/stress
 
 # the suites whose behaviour depends on the interpreter, native core and pure-Python twins: unit, interop, fuzz and

@@ -26,3 +26,18 @@ def stage_values(path, job: str, topic: str, values: list[bytes], *, rows_per_ba
                  pa.array(chunk, pa.binary()), pa.nulls(n, SCHEMA.field("headers").type),
                  pa.array([timestamp] * n, pa.int64())], schema=SCHEMA))
     return file
+
+
+def stage_batches(path, job: str, frames: list[tuple], name: str = "attempt") -> str:
+    """A file of Kafka batches `<name>.batches` in job `job`'s folder (engine.staged_writes.staged_batches, as the
+    JVM sink's tasks write it): one frame per (topic, partition, records, stamped_at_commit), each batch encoded by
+    the engine's codec from its (key, value, headers, timestamp) records; the file's path."""
+    from engine.record.codec import encode_batch
+
+    file = os.path.join(layout.make_job_dir(path, job), f"{name}.batches")
+    with open(file, "wb") as out:
+        for topic, partition, records, stamped in frames:
+            name_bytes = topic.encode()
+            out.write(len(name_bytes).to_bytes(2, "big") + name_bytes + partition.to_bytes(4, "big", signed=True)
+                      + bytes([1 if stamped else 0]) + encode_batch(records))
+    return file

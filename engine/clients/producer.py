@@ -22,6 +22,7 @@ are appended one at a time, in sealing order, so records of a partition keep the
 from __future__ import annotations
 
 import contextlib
+import struct
 import threading
 from typing import NamedTuple
 
@@ -29,8 +30,15 @@ from engine.clients import accumulator
 from engine.clients.accumulator import ProducerBatch
 from engine.clients.transaction_manager import TransactionManager
 from engine.common.clock import SystemClock
-from engine.common.errors import IllegalStateError, InvalidConfigurationError, KafkaError, KafkaTimeoutError
+from engine.common.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    InvalidRecordError,
+    KafkaError,
+    KafkaTimeoutError,
+)
 from engine.record import batch_format as bf
+from engine.record.codec import crc32c
 from engine.record import compression as comp
 
 MAX_IN_FLIGHT = 5  # a partition's batches appended before their acks='all' waits (Kafka's max.in.flight default:
@@ -61,6 +69,29 @@ def _level(compression: str, levels: dict) -> int | None:
     for name, level in levels.items():
         comp.check_level(comp.codec_id(name), level, f"compression_{name}_level")
     return levels.get(compression)
+
+
+_RESTAMP = struct.Struct(">hiqqqhi")  # attributes @21 .. base sequence @53
+
+
+def _restamp(batch: bytearray, producer_id: int, epoch: int, base_sequence: int, transactional: bool,
+             timestamp_ms: int | None) -> int:
+    """Set a whole uncompressed batch's producer fields (and its timestamps when `timestamp_ms`), recompute its
+    CRC; returns its record count. InvalidRecordError when it is not one whole RecordBatch v2."""
+    if len(batch) < bf.HEADER_SIZE or batch[16] != bf.MAGIC \
+            or bf.LOG_OVERHEAD + int.from_bytes(batch[8:12], "big", signed=True) != len(batch):
+        raise InvalidRecordError("append_batch takes one whole RecordBatch v2")
+    attributes, last_delta, base_ts, max_ts, _, _, _ = _RESTAMP.unpack_from(batch, bf.ATTRIBUTES_OFFSET)
+    if attributes & (bf.COMPRESSION_MASK | bf.CONTROL_FLAG):
+        raise InvalidRecordError("append_batch takes an uncompressed data batch")
+    if transactional:
+        attributes |= bf.TRANSACTIONAL_FLAG
+    if timestamp_ms is not None:
+        base_ts = max_ts = timestamp_ms
+    _RESTAMP.pack_into(batch, bf.ATTRIBUTES_OFFSET, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
+                       base_sequence)
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[bf.ATTRIBUTES_OFFSET:]))
+    return int.from_bytes(batch[bf.HEADER_SIZE - 4:bf.HEADER_SIZE], "big")
 
 
 class Producer:
@@ -241,7 +272,7 @@ class Producer:
             except KafkaError:
                 info = None  # this one goes the retrying way below, after the batches before it
             if info is not None:
-                self._advance(tp, seq, batch)
+                self._advance(tp, seq, len(batch.records))
                 self._in_flight.append((batch, data, info))
                 return
         self._settle()  # batches in flight are settled (or resent) before any later batch is sent on its own
@@ -272,34 +303,39 @@ class Producer:
     def _send(self, batch: ProducerBatch, data: bytes, seq: int | None) -> None:
         """Append `data` (waiting for the ISR with acks='all'), retrying retriable errors until retries or
         delivery_timeout_ms run out; `seq` None: the sequences already count this batch."""
-        tp = (batch.topic, batch.partition)
+        try:
+            info = self._append_retrying(batch.topic, batch.partition, data, batch.created_ms)
+        except KafkaError as exc:
+            self._fail(batch, exc)
+            return
+        if seq is not None:
+            self._advance((batch.topic, batch.partition), seq, len(batch.records))
+        batch.complete(info.first_offset if self.acks else -1, info.log_append_time)
+
+    def _append_retrying(self, topic: str, partition: int, data, created_ms: int):
+        """The engine's append of `data`, retried as _send says; the AppendInfo, or the last KafkaError."""
         attempt = 0
         while True:
             try:
-                left = self.delivery_timeout_ms - (self._clock.time_ms() - batch.created_ms)
-                info = self._engine.append(batch.topic, batch.partition, data, self.acks,
+                left = self.delivery_timeout_ms - (self._clock.time_ms() - created_ms)
+                return self._engine.append(topic, partition, data, self.acks,
                                            max(1, min(self.request_timeout_ms, left)))
             except KafkaError as exc:
-                expired = self._clock.time_ms() - batch.created_ms >= self.delivery_timeout_ms
+                expired = self._clock.time_ms() - created_ms >= self.delivery_timeout_ms
                 if exc.retriable and attempt < self.retries and not expired and not self._stop.is_set():
                     attempt += 1
                     self._clock.wait(self._stop, self.retry_backoff_ms)
                     continue
                 if exc.retriable and self.idempotent and self._txn is None:
                     self._bump_epoch()  # the batch may or may not be in the log: start a fresh sequence space
-                self._fail(batch, exc)
-                return
-            if seq is not None:
-                self._advance(tp, seq, batch)
-            batch.complete(info.first_offset if self.acks else -1, info.log_append_time)
-            return
+                raise
 
     def _fail(self, batch: ProducerBatch, exc: KafkaError) -> None:
         batch.fail(self._txn.on_failed(exc) if self._txn is not None else exc)
 
-    def _advance(self, tp: tuple[str, int], seq: int, batch: ProducerBatch) -> None:
+    def _advance(self, tp: tuple[str, int], seq: int, records: int) -> None:
         if self.idempotent:
-            self._sequences[tp] = bf.increment_sequence(seq, len(batch.records))
+            self._sequences[tp] = bf.increment_sequence(seq, records)
 
     def _bump_epoch(self) -> None:
         self.producer_epoch += 1
@@ -345,6 +381,29 @@ class Producer:
             batch.result(first)  # raises the batch's error
             out.append(BatchAppend(batch.partition, batch.base_offset + first, last - first + 1))
         return out
+
+    def append_batch(self, topic: str, partition: int, batch: bytearray, timestamp_ms: int | None = None) -> int:
+        """Append one uncompressed RecordBatch v2 encoded elsewhere (the Spark sink's tasks encode their rows:
+        engine.staged_writes) as this producer's own batch: its producer id, epoch, base sequence and transactional
+        bit are set in `batch` to this producer's (and with `timestamp_ms` its base and max timestamps, for records
+        whose deltas are 0), its CRC is recomputed, and it is appended after everything sent before it, retried as
+        send()'s batches are. Returns the offset of its first record."""
+        self.flush()
+        with self._send_lock:
+            if self._closed:
+                raise IllegalStateError("the producer is closed; the batch was not sent")
+            tp = (topic, partition)
+            if self._txn is not None:
+                self._txn.before_append([tp])
+            seq = self._sequences.get(tp, 0)
+            records = _restamp(batch, self.producer_id, self.producer_epoch, seq if self.idempotent else -1,
+                               self._txn is not None, timestamp_ms)
+            try:
+                info = self._append_retrying(topic, partition, batch, self._clock.time_ms())
+            except KafkaError as exc:
+                raise self._txn.on_failed(exc) if self._txn is not None else exc from None
+            self._advance(tp, seq, records)
+            return info.first_offset
 
     def flush(self, timeout: float | None = None) -> None:
         """Append everything sent so far; with `timeout` (seconds), KafkaTimeoutError if that takes longer

@@ -1,4 +1,5 @@
-"""Applying one staged write: its rows appended in one transaction, streamed one Arrow batch at a time.
+"""Applying one staged write: its rows appended in one transaction, streamed one staged batch at a time (a Kafka
+batch a JVM task encoded, engine.staged_writes.staged_batches, or an Arrow batch of the Python sink's rows).
 
 Each job leaves a marker in the same transaction: the offset its sink's group (`sink_id`) commits on partition 0 of
 the first topic the job writes, whose metadata lists the last jobs applied there with their row counts
@@ -17,6 +18,7 @@ from typing import Callable, Iterator
 
 from engine.common.errors import InvalidRecordError, KafkaError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.staged_writes import staged_batches
 
 JOB_MARKER = "kafkalog-jobs"
 JOB_MARKER_BYTES = 3072  # of offset.metadata.max.bytes' 4096
@@ -26,21 +28,20 @@ class Withdrawn(KafkaError):
     """The request was taken back (its requester's deadline, or the owner closing) before its commit: aborted."""
 
 
-def _batches(files: list[str]) -> Iterator:
-    """Every Arrow record batch of the staged files, in order, one mapped at a time."""
+def _arrow_batches(path: str) -> Iterator:
+    """Every Arrow record batch of one staged Arrow file, in order."""
     import pyarrow as pa
 
-    for path in files:
-        try:
-            with pa.memory_map(path) as source:
-                reader = pa.ipc.open_file(source)
-                if reader.schema.names != _names():
-                    raise InvalidRecordError(f"a staged file has the columns {reader.schema.names}, not "
-                                             f"{_names()}", file=path)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
-        except pa.ArrowException as exc:
-            raise InvalidRecordError(f"cannot read a staged file: {exc}", file=path) from None
+    try:
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            if reader.schema.names != _names():
+                raise InvalidRecordError(f"a staged file has the columns {reader.schema.names}, not "
+                                         f"{_names()}", file=path)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+    except pa.ArrowException as exc:
+        raise InvalidRecordError(f"cannot read a staged file: {exc}", file=path) from None
 
 
 def _names() -> list[str]:
@@ -68,12 +69,35 @@ def _records(batch) -> dict:
     return groups
 
 
-def _topics(files: list[str]) -> set[str]:
-    """The topics a job writes (its topic column only)."""
+def _topics(fs, files: list[str]) -> set[str]:
+    """The topics a job writes (its topic column, or its frames' heads, only)."""
     found: set[str] = set()
-    for batch in _batches(files):
-        found.update(t for t in batch.column(0).unique().to_pylist() if t is not None)
+    for path in files:
+        if staged_batches.is_staged_batches(path):
+            found |= staged_batches.topics(fs, path)
+            continue
+        for batch in _arrow_batches(path):
+            found.update(t for t in batch.column(0).unique().to_pylist() if t is not None)
     return found
+
+
+def _append(e, producer, path: str, ask: Callable[[], None]) -> Iterator[int]:
+    """Append one staged file through `producer`, calling `ask` before each step (it raises to stop) and yielding
+    the rows each step appended. A file of batches the
+    tasks encoded goes batch by batch (engine.clients.producer.Producer.append_batch); an Arrow file (the Python
+    sink's) row batch by row batch."""
+    if staged_batches.is_staged_batches(path):
+        for frame in staged_batches.frames(e.fs, path):
+            ask()
+            producer.append_batch(frame.topic, frame.partition, frame.batch,
+                                  e.clock.time_ms() if frame.stamped_at_commit else None)
+            yield frame.records
+        return
+    for batch in _arrow_batches(path):
+        ask()
+        for (topic, partition), records in _records(batch).items():
+            producer.send_batch(topic, records, partition)
+        yield batch.num_rows
 
 
 def jobs_in(marker: OffsetAndMetadata | None) -> dict[str, int]:
@@ -97,7 +121,7 @@ def apply(e, request: dict, still_wanted: Callable[[], bool] = lambda: True,
     """Append a request's staged rows in one transaction of the engine `e`; returns the rows the job appended (when
     it had landed before: the rows it appended then). `still_wanted` is asked before each batch and `commit_point`
     once before the commit: False from either aborts the transaction and raises Withdrawn."""
-    topics = _topics(request["files"])
+    topics = _topics(e.fs, request["files"])
     if not topics:
         return 0
     job, sink, batch_id = request["job"], request["sink_id"], request["batch_id"]
@@ -115,12 +139,13 @@ def apply(e, request: dict, still_wanted: Callable[[], bool] = lambda: True,
         producer.begin_transaction()
         try:
             rows = 0
-            for batch in _batches(request["files"]):
+
+            def ask() -> None:
                 if not still_wanted():
                     raise Withdrawn(f"staged write {job} withdrawn after {rows} rows: aborted")
-                for (topic, partition), records in _records(batch).items():
-                    producer.send_batch(topic, records, partition)
-                rows += batch.num_rows
+            for path in request["files"]:
+                for appended in _append(e, producer, path, ask):
+                    rows += appended
             offset = batch_id + 1 if batch_id is not None else (done.offset if done is not None else 0)
             producer.send_offsets_to_transaction({marker: OffsetAndMetadata(offset, with_job(jobs, job, rows))}, sink)
             if not commit_point():

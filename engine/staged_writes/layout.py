@@ -1,9 +1,10 @@
 """The files of the staged-writes protocol, under `<dir>/.kafkalog-staging/`, and the requests they hold.
 
 Byte layout:
-- `<job>/<attempt>.arrow`: a task attempt's rows, Arrow IPC (file format), columns topic (string), partition (int32,
-  null: the partitioner), key and value (binary), headers (list<struct<key: string, value: binary>>), timestamp
-  (int64 ms, null: the time of the commit);
+- `<job>/<attempt>.batches`: a JVM task attempt's rows as Kafka batches (staged_batches.py has its layout);
+- `<job>/<attempt>.arrow`: a Python task attempt's rows, Arrow IPC (file format), columns topic (string), partition
+  (int32, null: the partitioner), key and value (binary), headers (list<struct<key: string, value: binary>>),
+  timestamp (int64 ms, null: the time of the commit);
 - `requests/<job>.<state>`: one request, JSON `{"job", "files", "transactional_id", "sink_id", "batch_id"}` (batch id
   null for a batch write), written to a `.tmp` and renamed into place. Its suffix is its state, and every change of
   state is one rename, which only one side can win: `json` (queued) -> `applying` (the owner claimed it) ->

@@ -40,3 +40,11 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def registered(spark):
+    """The session with kafkalog's source registered (engine.spark.register: the JVM source or the Python one)."""
+    import engine.spark
+
+    engine.spark.register(spark)

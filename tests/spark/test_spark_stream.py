@@ -16,14 +16,7 @@ from engine import TopicPartition
 from tests.crash.children import ROOT
 from tests.log_checks import read_log
 
-pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(autouse=True)
-def registered(spark):
-    import engine.spark
-
-    engine.spark.register(spark)
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("registered")]
 
 
 def _append(log, first: int, count: int, seconds: float = 60) -> int:

@@ -16,12 +16,14 @@ import pytest
 import engine
 import engine.engine  # noqa: F401 (imported before a requester's CPU time is measured)
 from engine import KafkaStorageError, KafkaTimeoutError, TopicPartition
+from engine.common.errors import CorruptRecordError, InvalidRecordError
+from engine.record.codec import encode_batch, encode_control_batch
 from engine.staged_writes import apply as sw_apply
 from engine.staged_writes import layout as sw
 from engine.staged_writes import queue as sw_queue
 from engine.staged_writes import requester as sw_requester
 from tests.log_checks import read_log
-from tests.staging import stage_values
+from tests.staging import stage_batches, stage_values
 
 def _stage(path, job: str, values: list[bytes], batches: int = 1, name: str = "attempt") -> str:
     return stage_values(path, job, "t", values, rows_per_batch=max(1, -(-len(values) // batches)), name=name,
@@ -340,3 +342,74 @@ def test_a_job_folder_is_made_even_when_the_staging_root_vanishes_meanwhile(tmp_
     monkeypatch.setattr(sw.os, "makedirs", racing)
     folder = sw.make_job_dir(str(tmp_path), "job")
     assert os.path.isdir(folder) and calls.count(folder) == 2  # made, lost with the root, made again
+
+
+def _log_batches(path, topic: str, partition: int) -> list:
+    from engine.record.codec import iter_batches
+
+    data = b"".join(p.read_bytes() for p in sorted((path / f"{topic}-{partition}").glob("*.log")))
+    return list(iter_batches(data))
+
+
+def test_a_file_of_encoded_batches_is_appended_as_the_transactions_own_batches(tmp_path):
+    """The JVM sink's tasks encode Kafka batches: the commit appends each with the transaction's producer id, epoch
+    and next sequences (the CRC recomputed), and stamps with its own time the batches whose rows had no timestamp."""
+    first = [(b"k%d" % i, b"v%d" % i, [("h", b"x")] if i % 2 else [], 1_600_000_000_000 + i) for i in range(5)]
+    second = [(None, b"w%d" % i, [], 1_600_000_000_100) for i in range(3)]
+    unstamped = [(None, b"u%d" % i, [], 0) for i in range(4)]
+    file = stage_batches(str(tmp_path), "enc", [("t", 0, first, False), ("t", 1, unstamped, True),
+                                                ("t", 0, second, False)])
+    req = {"job": "enc", "files": [file], "transactional_id": "sink", "sink_id": "s", "batch_id": None}
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t", 2)
+        before = e.clock.time_ms()
+        assert sw_apply.apply(e, req) == 12
+        after = e.clock.time_ms()
+        assert [(k, v) for _, k, v in read_log(e, "t", partition=0)] == [(k, v) for k, v, _, _ in first + second]
+        assert [v for _, _, v in read_log(e, "t", partition=1)] == [v for _, v, _, _ in unstamped]
+    data = [b for b in _log_batches(tmp_path, "t", 0) if not b.is_control]
+    assert [(b.base_sequence, b.records_count, b.is_transactional) for b in data] == [(0, 5, True), (5, 3, True)]
+    assert len({(b.producer_id, b.producer_epoch) for b in data}) == 1 and data[0].producer_id >= 0
+    assert [r.headers for b in data for r in b.records()] == [h for _, _, h, _ in first + second]
+    assert [r.timestamp for b in data for r in b.records()] == [ts for _, _, _, ts in first + second]
+    (stamped,) = [b for b in _log_batches(tmp_path, "t", 1) if not b.is_control]
+    assert before <= stamped.max_timestamp <= after
+    assert {r.timestamp for r in stamped.records()} == {stamped.max_timestamp}
+
+
+@pytest.mark.parametrize("damage", ["torn", "bit flip", "head"])
+def test_a_damaged_file_of_batches_fails_the_commit_typed_naming_it_and_commits_nothing(tmp_path, damage):
+    records = [(None, b"v%d" % i, [], 1_600_000_000_000) for i in range(20)]
+    file = stage_batches(str(tmp_path), "bad", [("t", 0, records, False)] * 3)
+    data = bytearray(open(file, "rb").read())
+    frame = len(data) // 3
+    if damage == "torn":
+        data = data[:2 * frame + frame // 2]
+    elif damage == "bit flip":
+        data[frame + frame // 2] ^= 0x10
+    else:
+        data[2 * frame:2 * frame + 2] = (4000).to_bytes(2, "big")
+    open(file, "wb").write(data)
+    req = {"job": "bad", "files": [file], "transactional_id": "sink", "sink_id": "s", "batch_id": None}
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t")
+        with pytest.raises(CorruptRecordError) as err:
+            sw_apply.apply(e, req)
+        assert err.value.file == file and err.value.offset == (frame if damage == "bit flip" else 2 * frame)
+        assert read_log(e, "t") == []
+
+
+@pytest.mark.parametrize("batch,why", [
+    (encode_batch([(None, b"v", [], 0)], compression="gzip"), "uncompressed"),
+    (encode_batch([(None, b"v", [], 0)])[:-1], "whole"),
+    (encode_control_batch("commit", base_offset=0, producer_id=1, producer_epoch=0, coordinator_epoch=0,
+                          timestamp_ms=0), "uncompressed data batch"),
+])
+def test_append_batch_takes_only_a_whole_uncompressed_data_batch(tmp_path, batch, why):
+    with engine.open(tmp_path, background=False) as e:
+        e.create_topic("t")
+        with e.producer() as p:
+            with pytest.raises(InvalidRecordError, match=why):
+                p.append_batch("t", 0, bytearray(batch))
+            assert p.append_batch("t", 0, bytearray(encode_batch([(None, b"ok", [], 5)]))) == 0
+        assert [v for _, _, v in read_log(e, "t")] == [b"ok"]

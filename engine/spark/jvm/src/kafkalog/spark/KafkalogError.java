@@ -66,6 +66,16 @@ public final class KafkalogError extends RuntimeException {
         return new KafkalogError("OffsetOutOfRangeError", 1, false, where(message, file, -1, offset));
     }
 
+    /** UNKNOWN_TOPIC_OR_PARTITION (3): a write to a topic or partition the directory does not have. */
+    public static KafkalogError unknownTopic(String message) {
+        return new KafkalogError("UnknownTopicOrPartitionError", 3, true, message);
+    }
+
+    /** INVALID_TIMESTAMP (32): a row's timestamp that Kafka cannot store (before 1970). */
+    public static KafkalogError invalidTimestamp(String message) {
+        return new KafkalogError("InvalidTimestampError", 32, false, message);
+    }
+
     /** INVALID_CONFIG (40): an unknown option or a bad value, naming the option. */
     public static KafkalogError badOption(String option, String why) {
         return new KafkalogError("InvalidConfigurationError", 40, false, "kafkalog option '" + option + "': " + why);

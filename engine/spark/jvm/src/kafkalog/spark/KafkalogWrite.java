@@ -4,7 +4,6 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.File;
-import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
@@ -16,10 +15,8 @@ import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
-import org.apache.arrow.vector.ipc.ArrowFileWriter;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
@@ -31,35 +28,26 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
 import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
-import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.ArrowUtils;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * `write.format("kafkalog")` / `writeStream.format("kafkalog")` on the JVM, with the columns, options, errors and
- * exactly-once commit of engine.spark.sink. Tasks stage their rows, converted to the staged layout, as Arrow IPC
- * files under `<path>/.kafkalog-staging/<job>/` (engine.staged_writes defines the layout: topic string, partition
- * int32, key and value binary, headers list<struct<key string, value binary>>, timestamp int64 ms); a failed
- * attempt removes its file. The driver's commit hands the committed attempts' files to kafkalog's Python engine
- * (`python -m engine.staged_writes`, the interpreter Spark's Python uses), which appends them in one transaction
- * (or asks the process that has the directory open to), as the Python sink's commit does.
+ * exactly-once commit of engine.spark.sink. Tasks encode their rows as Kafka batches (StagedBatches: partitions
+ * chosen by Kafka's partitioner over the topics' partition counts, read from the catalogue as the write is planned)
+ * into a file of the attempt's under `<path>/.kafkalog-staging/<job>/`; a failed attempt removes its file. The
+ * driver's commit hands the committed attempts' files to kafkalog's Python engine (`python -m engine.staged_writes`,
+ * the interpreter Spark's Python uses), which appends their batches in one transaction, each with the transaction's
+ * producer id, epoch and sequences (or asks the process that has the directory open to), as the Python sink's commit
+ * does.
  * Thread-safety: a DataWriter belongs to its task; commits come one at a time from the driver.
  */
 final class KafkalogWrite {
     static final Set<String> OPTIONS = new HashSet<>(Arrays.asList(
             "path", "topic", "transactionalid", "sinkid", "checkpointlocation", "committimeoutms"));
-    static final StructType STAGED = DataTypes.createStructType(new StructField[] {
-        DataTypes.createStructField("topic", DataTypes.StringType, true),
-        DataTypes.createStructField("partition", DataTypes.IntegerType, true),
-        DataTypes.createStructField("key", DataTypes.BinaryType, true),
-        DataTypes.createStructField("value", DataTypes.BinaryType, true),
-        DataTypes.createStructField("headers", KafkalogTable.schema(true).apply("headers").dataType(), true),
-        DataTypes.createStructField("timestamp", DataTypes.LongType, true)});
-    static final int ROWS_PER_BATCH = 8192;
+    static final DataType HEADERS = KafkalogTable.schema(true).apply("headers").dataType();
 
     /** The validated options and input columns of one write. */
     static final class Settings implements Serializable {
@@ -98,7 +86,7 @@ final class KafkalogWrite {
             topicColumn = ordinal(input, "topic", DataTypes.StringType);
             partition = ordinal(input, "partition", DataTypes.IntegerType);
             timestamp = ordinal(input, "timestamp", DataTypes.TimestampType, DataTypes.TimestampNTZType);
-            headers = ordinal(input, "headers", STAGED.apply("headers").dataType());
+            headers = ordinal(input, "headers", HEADERS);
             valueIsString = input.fields()[value].dataType() == DataTypes.StringType;
             keyIsString = key >= 0 && input.fields()[key].dataType() == DataTypes.StringType;
             if (topic == null && topicColumn < 0) throw KafkalogError.badWrite("column 'topic'", "is required unless the 'topic' option names the topic");
@@ -224,107 +212,23 @@ final class KafkalogWrite {
         private static final long serialVersionUID = 1L;
         private final Settings settings;
         private final String job;
+        private final Catalogue catalogue;
 
         Factory(Settings settings, String job) {
             this.settings = settings;
             this.job = job;
+            this.catalogue = Catalogue.read(settings.path);   // as the write (or micro-batch) is planned
+            if (settings.topic != null) catalogue.topic(settings.topic);
         }
 
         @Override
         public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
-            return new Stager(settings, settings.staging(job));
+            return new StagedBatches(settings, catalogue, settings.staging(job));
         }
 
         @Override
         public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-            return new Stager(settings, settings.staging(job + "-" + epochId));
-        }
-    }
-
-    /** A task attempt's rows, in the staged layout, as one Arrow IPC file. */
-    static final class Stager implements DataWriter<InternalRow> {
-        private final Settings s;
-        private final File directory;
-        private final UTF8String topic;
-        private final GenericInternalRow out = new GenericInternalRow(6);
-        private File file;
-        private FileOutputStream stream;
-        private ArrowWriter arrow;
-        private ArrowFileWriter writer;
-        private long rows;
-        private int pending;
-
-        Stager(Settings s, File directory) {
-            this.s = s;
-            this.directory = directory;
-            this.topic = s.topic == null ? null : UTF8String.fromString(s.topic);
-        }
-
-        @Override
-        public void write(InternalRow row) throws IOException {
-            if (writer == null) open();
-            UTF8String t = topic != null ? topic : row.isNullAt(s.topicColumn) ? null : row.getUTF8String(s.topicColumn);
-            if (t == null) throw KafkalogError.badWrite("column 'topic'", "holds a null: every row needs a topic");
-            out.update(0, t);
-            out.update(1, s.partition < 0 || row.isNullAt(s.partition) ? null : row.getInt(s.partition));
-            out.update(2, s.key < 0 || row.isNullAt(s.key) ? null : s.keyIsString ? row.getUTF8String(s.key).getBytes() : row.getBinary(s.key));
-            out.update(3, row.isNullAt(s.value) ? null : s.valueIsString ? row.getUTF8String(s.value).getBytes() : row.getBinary(s.value));
-            out.update(4, s.headers < 0 || row.isNullAt(s.headers) ? null : row.getArray(s.headers));
-            out.update(5, s.timestamp < 0 || row.isNullAt(s.timestamp) ? null : row.getLong(s.timestamp) / 1000);
-            arrow.write(out);
-            rows++;
-            if (++pending == ROWS_PER_BATCH) flushBatch();
-        }
-
-        private void open() throws IOException {
-            // the staging root may vanish under mkdirs (the owner removes it once a commit leaves it empty): again
-            for (int tries = 0; tries < 3 && !directory.isDirectory(); tries++) directory.mkdirs();
-            file = new File(directory, UUID.randomUUID().toString().replace("-", "") + ".arrow");
-            stream = new FileOutputStream(file);
-            arrow = ArrowWriter.create(STAGED, "UTC", true, false);
-            writer = new ArrowFileWriter(arrow.root(), null, stream.getChannel());
-            writer.start();
-        }
-
-        private void flushBatch() throws IOException {
-            arrow.finish();
-            writer.writeBatch();
-            arrow.reset();
-            pending = 0;
-        }
-
-        @Override
-        public WriterCommitMessage commit() throws IOException {
-            if (writer == null) return new Staged(null, 0);
-            if (pending > 0) flushBatch();
-            writer.end();
-            closeFiles();
-            return new Staged(file.getPath(), rows);
-        }
-
-        @Override
-        public void abort() {
-            closeFiles();
-            if (file != null) file.delete();   // a failed attempt leaves nothing for the commit to find
-        }
-
-        private void closeFiles() {
-            try {
-                if (writer != null) writer.close();
-                if (stream != null) stream.close();
-            } catch (IOException ignored) {
-                // the attempt is over either way: abort deletes the file, commit already wrote it whole
-            } finally {
-                if (arrow != null) arrow.root().close();
-                writer = null;
-                stream = null;
-                arrow = null;
-            }
-        }
-
-        @Override
-        public void close() {
-            closeFiles();
+            return new StagedBatches(settings, catalogue, settings.staging(job + "-" + epochId));
         }
     }
 
@@ -348,7 +252,7 @@ final class KafkalogWrite {
         return req.toString();
     }
 
-    /** Spark gave up the job (or micro-batch): its staged files go. */
+    /** Spark gave up the job (or micro-batch): its staged files go, and the staging root once nothing is left. */
     static void discard(Settings s, String job, WriterCommitMessage[] messages) {
         for (WriterCommitMessage m : messages) {
             if (m instanceof Staged && ((Staged) m).file != null) new File(((Staged) m).file).delete();
@@ -357,6 +261,10 @@ final class KafkalogWrite {
         File[] left = dir.listFiles();
         if (left != null) for (File f : left) f.delete();
         dir.delete();
+        // then the requests folder and the staging root, each only once it is empty (a delete of a folder that is
+        // not fails); a writer staging meanwhile makes its folders again
+        File root = dir.getParentFile();
+        if (new File(root, "requests").delete() || !new File(root, "requests").exists()) root.delete();
     }
 
     /** The driver's side: kafkalog's Python engine applies the committed attempts' files in one transaction. */
