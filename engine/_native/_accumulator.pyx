@@ -34,7 +34,9 @@ from engine._native._lock cimport (
 import asyncio as _asyncio
 import random as _random_module
 
+from engine.common.errors import InvalidRecordError
 from engine.record import batch_format as bf
+from engine.record.columns import column_buffers
 
 cdef object _TS_MAX = bf.INT64_MAX
 
@@ -69,6 +71,32 @@ def murmur2(data):
     """Kafka's Utils.murmur2 of `data` as a signed int32."""
     cdef const uint8_t[::1] v = _byte_view(data)
     return <int32_t>_murmur2(&v[0] if v.shape[0] else _EMPTY, v.shape[0])
+
+
+def key_partitions(keys, int count):
+    """Kafka's partition of each key of a binary column (a pyarrow binary array, or (data, int32 offsets[, validity
+    bitmap])) among `count` partitions, toPositive(murmur2(key)) % count, as an int32 bytearray; -1 for a null key."""
+    if count < 1:
+        raise ValueError(f"count={count} must be >= 1")
+    data, offsets, bits = column_buffers("keys", keys)
+    cdef const uint8_t[::1] d = data if len(data) else b"\0"
+    cdef const int32_t[::1] o = offsets
+    cdef const uint8_t[::1] v = bits[0] if bits is not None else None
+    cdef Py_ssize_t bit0 = bits[1] if bits is not None else 0
+    cdef Py_ssize_t n = o.shape[0] - 1, i, j, start, end
+    out = bytearray(4 * max(n, 0))
+    cdef int32_t[::1] parts = memoryview(out).cast("i")
+    for i in range(n):
+        j = bit0 + i
+        if v is not None and not (v[j >> 3] >> (j & 7)) & 1:
+            parts[i] = -1
+            continue
+        start, end = o[i], o[i + 1]
+        if start < 0 or end < start or end > len(data):
+            raise InvalidRecordError(f"key {i}'s offsets [{start}, {end}) fall outside the column's data")
+        parts[i] = <int32_t>((_murmur2(&d[start] if end > start else _EMPTY, end - start) & 0x7FFFFFFFU)
+                             % <uint32_t>count)
+    return out
 
 
 cdef object _bind(f, tuple args, dict kwargs):

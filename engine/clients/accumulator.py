@@ -22,11 +22,14 @@ import logging
 import random
 import threading
 import time
+from array import array
 from types import SimpleNamespace
 
+from engine.common.errors import InvalidRecordError
 from engine.common.structs import RecordMetadata, TopicPartition
 from engine.record import batch_format as bf
 from engine.record import codec
+from engine.record.columns import column_buffers
 from engine.record.records_builder import RecordsBuilder
 
 log = logging.getLogger("kafkalog.producer")
@@ -128,6 +131,25 @@ def murmur2(data) -> int:
     h = (h * m) & 0xFFFFFFFF
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def key_partitions(keys, count: int) -> bytearray:
+    """Kafka's partition of each key of a binary column (a pyarrow binary array, or (data, int32 offsets[, validity
+    bitmap])) among `count` partitions, toPositive(murmur2(key)) % count, as an int32 bytearray; -1 for a null key."""
+    if count < 1:
+        raise ValueError(f"count={count} must be >= 1")
+    data, offsets, bits = column_buffers("keys", keys)
+    parts = array("i")
+    for i in range(len(offsets) - 1):
+        j = i + (bits[1] if bits is not None else 0)
+        if bits is not None and not (bits[0][j >> 3] >> (j & 7)) & 1:
+            parts.append(-1)
+            continue
+        start, end = offsets[i], offsets[i + 1]
+        if start < 0 or end < start or end > len(data):
+            raise InvalidRecordError(f"key {i}'s offsets [{start}, {end}) fall outside the column's data")
+        parts.append((murmur2(data[start:end]) & 0x7FFFFFFF) % count)
+    return bytearray(parts.tobytes())
 
 
 class RecordFuture:
@@ -400,17 +422,18 @@ class RecordAccumulator:
 
 
 def load(impl: str) -> SimpleNamespace:
-    """The accumulator, future type and murmur2 of one implementation ("cython" or "python")."""
+    """The accumulator, future type, murmur2 and key_partitions of one implementation ("cython" or "python")."""
     if impl == "python":
         return SimpleNamespace(IMPL=impl, RecordAccumulator=RecordAccumulator, RecordFuture=RecordFuture,
-                               AsyncRecordFuture=AsyncRecordFuture, murmur2=murmur2)
+                               AsyncRecordFuture=AsyncRecordFuture, murmur2=murmur2, key_partitions=key_partitions)
     from engine._native import _accumulator as native
 
     class NativeRecordAccumulator(native.RecordAccumulator):
         batch_class = ProducerBatch
 
     return SimpleNamespace(IMPL=impl, RecordAccumulator=NativeRecordAccumulator, RecordFuture=native.RecordFuture,
-                           AsyncRecordFuture=native.AsyncRecordFuture, murmur2=native.murmur2)
+                           AsyncRecordFuture=native.AsyncRecordFuture, murmur2=native.murmur2,
+                           key_partitions=native.key_partitions)
 
 
 selected = load(codec.IMPL)

@@ -1,5 +1,5 @@
-"""Applying one staged write: its rows appended in one transaction, streamed one staged batch at a time (a Kafka
-batch a JVM task encoded, engine.staged_writes.staged_batches, or an Arrow batch of the Python sink's rows).
+"""Applying one staged write: its rows appended in one transaction, one staged batch at a time (the Kafka batches
+the sinks' tasks encoded, engine.staged_writes.staged_batches).
 
 Each job leaves a marker in the same transaction: the offset its sink's group (`sink_id`) commits on partition 0 of
 the first topic the job writes, whose metadata lists the last jobs applied there with their row counts
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from engine.common.errors import InvalidRecordError, KafkaError
+from engine.common.errors import KafkaError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 from engine.staged_writes import staged_batches
 
@@ -28,76 +28,19 @@ class Withdrawn(KafkaError):
     """The request was taken back (its requester's deadline, or the owner closing) before its commit: aborted."""
 
 
-def _arrow_batches(path: str) -> Iterator:
-    """Every Arrow record batch of one staged Arrow file, in order."""
-    import pyarrow as pa
-
-    try:
-        with pa.memory_map(path) as source:
-            reader = pa.ipc.open_file(source)
-            if reader.schema.names != _names():
-                raise InvalidRecordError(f"a staged file has the columns {reader.schema.names}, not "
-                                         f"{_names()}", file=path)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-    except pa.ArrowException as exc:
-        raise InvalidRecordError(f"cannot read a staged file: {exc}", file=path) from None
-
-
-def _names() -> list[str]:
-    from engine.staged_writes.layout import staged_schema
-    return staged_schema().names
-
-
-def _records(batch) -> dict:
-    """(topic, partition or None) -> the records of one staged batch for `send_batch`, in order: (key, value) pairs
-    when no row has headers or a timestamp (the accumulator's native path), else (key, value, headers, timestamp)."""
-    n = batch.num_rows
-    keys, values = batch.column(2).to_pylist(), batch.column(3).to_pylist()
-    headers, stamps = batch.column(4), batch.column(5)
-    if headers.null_count == n and stamps.null_count == n:
-        rows = zip(keys, values)
-    else:
-        rows = ((k, v, [(h["key"], h["value"]) for h in hs] if hs else None, ts) for k, v, hs, ts in
-                zip(keys, values, headers.to_pylist(), stamps.to_pylist()))
-    topics, partitions = batch.column(0), batch.column(1)
-    if n and partitions.null_count == n and len(topics.unique()) == 1:  # one topic, Kafka's partitioner
-        return {(topics[0].as_py(), None): list(rows)}
-    groups: dict = {}
-    for where, row in zip(zip(topics.to_pylist(), partitions.to_pylist()), rows):
-        groups.setdefault(where, []).append(row)
-    return groups
-
-
 def _topics(fs, files: list[str]) -> set[str]:
-    """The topics a job writes (its topic column, or its frames' heads, only)."""
-    found: set[str] = set()
-    for path in files:
-        if staged_batches.is_staged_batches(path):
-            found |= staged_batches.topics(fs, path)
-            continue
-        for batch in _arrow_batches(path):
-            found.update(t for t in batch.column(0).unique().to_pylist() if t is not None)
-    return found
+    """The topics a job writes (its frames' heads only)."""
+    return set().union(*(staged_batches.topics(fs, path) for path in files))
 
 
 def _append(e, producer, path: str, ask: Callable[[], None]) -> Iterator[int]:
-    """Append one staged file through `producer`, calling `ask` before each step (it raises to stop) and yielding
-    the rows each step appended. A file of batches the
-    tasks encoded goes batch by batch (engine.clients.producer.Producer.append_batch); an Arrow file (the Python
-    sink's) row batch by row batch."""
-    if staged_batches.is_staged_batches(path):
-        for frame in staged_batches.frames(e.fs, path):
-            ask()
-            producer.append_batch(frame.topic, frame.partition, frame.batch,
-                                  e.clock.time_ms() if frame.stamped_at_commit else None)
-            yield frame.records
-        return
-    for batch in _arrow_batches(path):
+    """Append one staged file through `producer`, batch by batch (engine.clients.producer.Producer.append_batch),
+    calling `ask` before each (it raises to stop) and yielding the rows each appended."""
+    for frame in staged_batches.frames(e.fs, path):
         ask()
-        for (topic, partition), records in _records(batch).items():
-            producer.send_batch(topic, records, partition)
-        yield batch.num_rows
+        producer.append_batch(frame.topic, frame.partition, frame.batch,
+                              e.clock.time_ms() if frame.stamped_at_commit else None)
+        yield frame.records
 
 
 def jobs_in(marker: OffsetAndMetadata | None) -> dict[str, int]:

@@ -1,10 +1,7 @@
 """The files of the staged-writes protocol, under `<dir>/.kafkalog-staging/`, and the requests they hold.
 
 Byte layout:
-- `<job>/<attempt>.batches`: a JVM task attempt's rows as Kafka batches (staged_batches.py has its layout);
-- `<job>/<attempt>.arrow`: a Python task attempt's rows, Arrow IPC (file format), columns topic (string), partition
-  (int32, null: the partitioner), key and value (binary), headers (list<struct<key: string, value: binary>>),
-  timestamp (int64 ms, null: the time of the commit);
+- `<job>/<attempt>.batches`: a task attempt's rows as Kafka batches (staged_batches.py has its layout);
 - `requests/<job>.<state>`: one request, JSON `{"job", "files", "transactional_id", "sink_id", "batch_id"}` (batch id
   null for a batch write), written to a `.tmp` and renamed into place. Its suffix is its state, and every change of
   state is one rename, which only one side can win: `json` (queued) -> `applying` (the owner claimed it) ->
@@ -19,7 +16,6 @@ Thread-safety: the functions here hold no state; concurrent callers race only th
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -34,16 +30,6 @@ QUEUED, APPLYING, COMMITTING, DONE, CANCELLED, ABANDONED = "json", "applying", "
     "abandoned"
 _JOB = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _FIELDS = ("job", "files", "transactional_id", "sink_id", "batch_id")
-
-
-@functools.cache
-def staged_schema():
-    """The Arrow schema of a staged file (the layout above; pyarrow is imported on first use)."""
-    import pyarrow as pa
-
-    return pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()), ("value", pa.binary()),
-                      ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-                      ("timestamp", pa.int64())])
 
 
 def staging_dir(path: str, job: str | None = None) -> str:

@@ -1,5 +1,6 @@
-"""A staged file of Kafka batches (`<path>/.kafkalog-staging/<job>/<attempt>.batches`): a task attempt of the JVM
-sink's rows, encoded by the task (kafkalog.spark.StagedBatches writes it), for the commit to append.
+"""A staged file of Kafka batches (`<path>/.kafkalog-staging/<job>/<attempt>.batches`): a Spark task attempt's
+rows, encoded by the task (kafkalog.spark.StagedBatches on the JVM, engine.spark.sink in Python workers), for the
+commit to append.
 
 Byte layout: frames, one after another to the end of the file, each
 - the topic's name: int16 length, then UTF-8;
@@ -40,6 +41,13 @@ class Frame(NamedTuple):
     @property
     def records(self) -> int:
         return int.from_bytes(self.batch[bf.HEADER_SIZE - 4:bf.HEADER_SIZE], "big")
+
+
+def frame_head(topic: str, partition: int, stamped_at_commit: bool) -> bytes:
+    """The bytes before a frame's batch."""
+    name = topic.encode("utf-8")
+    return len(name).to_bytes(2, "big") + name + _PARTITION_FLAGS.pack(partition, STAMPED_AT_COMMIT
+                                                                       if stamped_at_commit else 0)
 
 
 def is_staged_batches(path: str) -> bool:

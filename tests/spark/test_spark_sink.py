@@ -97,6 +97,26 @@ def test_one_task_writing_many_partitions_keeps_each_partitions_order(spark, tmp
     assert sorted(seen) == list(range(n))
 
 
+def test_batches_keep_within_the_topics_max_message_bytes_with_headers_and_all(spark, tmp_path):
+    log = tmp_path / "log"
+    with engine.open(log) as e:
+        e.create_topic("t", 1, config={"max.message.bytes": 50_000})
+    n = 3_000
+    df = spark.range(n, numPartitions=1).selectExpr(
+        "CAST(id AS STRING) AS value", "repeat('k', 300) AS key",
+        "IF(id % 3 = 0, array(named_struct('key', repeat('h', 200), 'value', CAST(repeat('x', 400) AS BINARY))), "
+        "NULL) AS headers")
+    df.write.format("kafkalog").option("topic", "t").mode("append").save(str(log))
+    got = _records(log, "t", 1)[0]
+    assert [int(r.value) for r in got] == list(range(n))
+    assert [len(r.headers) for r in got] == [1 if i % 3 == 0 else 0 for i in range(n)]
+    from engine.record.codec import iter_batches
+
+    data = b"".join(p.read_bytes() for p in sorted((log / "t-0").glob("*.log")))
+    sizes = [b.size_in_bytes for b in iter_batches(data) if not b.is_control]
+    assert len(sizes) > 1 and max(sizes) <= 50_000, sizes
+
+
 @pytest.mark.parametrize("rows,schema,options,error", [
     ([(b"v", datetime.datetime(1969, 12, 31, 23, 0))], "value binary, timestamp timestamp", {},
      "InvalidTimestampError"),

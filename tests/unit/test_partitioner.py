@@ -32,6 +32,28 @@ def test_murmur2_matches_kafka_python_on_random_keys(producer_impl):
         assert -2**31 <= ours < 2**31
 
 
+def test_key_partitions_of_a_column_are_kafkas_partition_of_each_key(producer_impl):
+    """A column's keys (a pyarrow array, sliced, with nulls; or its buffers) partitioned at once, each as Kafka's
+    partitioner places it (kafka-python's murmur2 the model), -1 where the key is null."""
+    import pyarrow as pa
+
+    rng = random.Random(11)
+    keys = [t.encode() for t in KAFKA_VECTORS] + [None, b""] + [
+        None if rng.random() < 0.1 else rng.randbytes(rng.randrange(40)) for _ in range(500)]
+    column = pa.array([b"x"] * 3 + keys, pa.binary()).slice(3)
+    for count in (1, 3, 7, 1000):
+        want = [-1 if k is None else (kafka_python_murmur2(k) & 0x7FFFFFFF) % count for k in keys]
+        assert list(memoryview(producer_impl.key_partitions(column, count)).cast("i")) == want
+    plain = pa.array([k for k in keys if k is not None], pa.binary())
+    _, offsets, data = plain.buffers()
+    want = [(kafka_python_murmur2(k) & 0x7FFFFFFF) % 5 for k in keys if k is not None]
+    assert list(memoryview(producer_impl.key_partitions((data, offsets), 5)).cast("i")) == want
+    with pytest.raises(ValueError):
+        producer_impl.key_partitions(column, 0)
+    with pytest.raises(engine.InvalidRecordError):
+        producer_impl.key_partitions((b"ab", bytes(memoryview(__import__("array").array("i", [0, 5])))), 3)
+
+
 def accumulator(producer_impl, sealed, **kw):
     holder = {}
     acc = producer_impl.RecordAccumulator(batch_size=kw.pop("batch_size", 1000), max_request_size=1 << 20,

@@ -115,8 +115,8 @@ def test_an_owner_failure_of_any_kind_reaches_the_requester_typed_and_in_time(tm
         assert time.monotonic() - started < 5
         req = _request(tmp_path, "garbage", [b"x"])
         with open(req["files"][0], "wb") as f:
-            f.write(b"not arrow")
-        with pytest.raises(engine.InvalidRecordError, match="cannot read a staged file"):
+            f.write(b"not batches")
+        with pytest.raises(engine.CorruptRecordError, match="a staged batch file is damaged"):
             sw_requester.request(str(tmp_path), req, 10_000)
         assert read_log(e, "t") == []
         assert sw_requester.request(str(tmp_path), _request(tmp_path, "ok", [b"fine"]), 10_000) == 1
@@ -204,12 +204,12 @@ def test_an_owner_killed_mid_apply_leaves_the_requester_to_apply_it(tmp_path):
         from engine.clients.producer import Producer
         e = engine.open(sys.argv[1])
         e.create_topic("t")
-        real = Producer.send_batch
-        def send_batch(self, *args, **kwargs):
+        real = Producer.append_batch
+        def append_batch(self, *args, **kwargs):
             real(self, *args, **kwargs)
             self.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-        Producer.send_batch = send_batch
+        Producer.append_batch = append_batch
         print("ready", flush=True)
         import time; time.sleep(3600)
     """)
@@ -273,14 +273,16 @@ def test_one_apply_at_a_time_on_a_thread_that_leaves_housekeeping_alone(tmp_path
 def test_closing_the_owner_mid_apply_queues_the_job_for_the_next_owner(tmp_path, monkeypatch):
     """close() while a job is under way: the job stops at its next batch, its transaction is aborted, its request
     queued again; the requester then takes the directory over and applies it once."""
-    real_records = sw_apply._records
+    from engine.clients.producer import Producer
+
+    real_append = Producer.append_batch
     started, release = threading.Event(), threading.Event()
 
-    def records(batch):
+    def append_batch(self, *args, **kwargs):
         started.set()
         release.wait(10)
-        return real_records(batch)
-    monkeypatch.setattr(sw_apply, "_records", records)
+        return real_append(self, *args, **kwargs)
+    monkeypatch.setattr(Producer, "append_batch", append_batch)
     e = engine.open(tmp_path)
     e.create_topic("t")
     values = [b"c%d" % i for i in range(40)]
