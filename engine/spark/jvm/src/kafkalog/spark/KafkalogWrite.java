@@ -39,7 +39,7 @@ import org.apache.spark.sql.types.StructType;
  * chosen by Kafka's partitioner over the topics' partition counts, read from the catalogue as the write is planned)
  * into a file of the attempt's under `<path>/.kafkalog-staging/<job>/`; a failed attempt removes its file. The
  * driver's commit hands the committed attempts' files to kafkalog's Python engine (`python -m engine.staged_writes`,
- * the interpreter Spark's Python uses), which appends their batches in one transaction, each with the transaction's
+ * the interpreter Spark's Python uses, started as the tasks are planned: CommitProcess), which appends their batches in one transaction, each with the transaction's
  * producer id, epoch and sequences (or asks the process that has the directory open to), as the Python sink's commit
  * does.
  * Thread-safety: a DataWriter belongs to its task; commits come one at a time from the driver.
@@ -166,20 +166,46 @@ final class KafkalogWrite {
     static final class Committer implements BatchWrite, StreamingWrite {
         private final Settings settings;
         private final String job;
+        private CommitProcess next;   // started with the tasks of the job (or micro-batch) Spark plans now
 
         Committer(Settings settings, String job) {
             this.settings = settings;
             this.job = job;
         }
 
+        private synchronized Factory plan() {
+            Factory factory = new Factory(settings, job);   // (refuses an unknown topic before anything starts)
+            if (next != null) next.discard();
+            next = new CommitProcess(settings);
+            return factory;
+        }
+
+        /** The process started for the job Spark now commits or aborts (null: none was started). */
+        private synchronized CommitProcess take() {
+            CommitProcess cp = next;
+            next = null;
+            return cp;
+        }
+
+        private void commit(String name, WriterCommitMessage[] messages, Long batchId) {
+            CommitProcess cp = take();
+            KafkalogWrite.commit(settings, cp != null ? cp : new CommitProcess(settings), name, messages, batchId);
+        }
+
+        private void abort(String name, WriterCommitMessage[] messages) {
+            CommitProcess cp = take();
+            if (cp != null) cp.discard();
+            discard(settings, name, messages);
+        }
+
         @Override
         public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-            return new Factory(settings, job);
+            return plan();
         }
 
         @Override
         public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
-            return new Factory(settings, job);
+            return plan();
         }
 
         @Override
@@ -189,22 +215,22 @@ final class KafkalogWrite {
 
         @Override
         public void commit(WriterCommitMessage[] messages) {
-            KafkalogWrite.commit(settings, job, messages, null);
+            commit(job, messages, null);
         }
 
         @Override
         public void abort(WriterCommitMessage[] messages) {
-            discard(settings, job, messages);
+            abort(job, messages);
         }
 
         @Override
         public void commit(long epochId, WriterCommitMessage[] messages) {
-            KafkalogWrite.commit(settings, job + "-" + epochId, messages, epochId);
+            commit(job + "-" + epochId, messages, epochId);
         }
 
         @Override
         public void abort(long epochId, WriterCommitMessage[] messages) {
-            discard(settings, job + "-" + epochId, messages);
+            abort(job + "-" + epochId, messages);
         }
     }
 
@@ -267,20 +293,51 @@ final class KafkalogWrite {
         if (new File(root, "requests").delete() || !new File(root, "requests").exists()) root.delete();
     }
 
-    /** The driver's side: kafkalog's Python engine applies the committed attempts' files in one transaction. */
-    static void commit(Settings s, String job, WriterCommitMessage[] messages, Long batchId) {
-        String python = SparkEnv.get() == null ? null : SparkEnv.get().conf().get("spark.pyspark.python", null);
-        if (python == null) python = System.getenv("PYSPARK_PYTHON");
-        if (python == null) python = "python3";
-        ProcessBuilder pb = new ProcessBuilder(python, "-m", "engine.staged_writes", s.path, Long.toString(s.commitTimeoutMs));
-        File err = null;
+    /**
+     * The process that will commit a job: `python -m engine.staged_writes`, started as the job's tasks are planned so
+     * that its interpreter and kafkalog are loaded while they run; it waits for the request on its stdin. Its stderr
+     * goes to a file, not a pipe read to its end: the wait in commit() is what bounds the commit.
+     */
+    static final class CommitProcess {
+        final String python;
+        final File err;
+        final Process process;
+        final IOException failed;   // the start failed: commit() reports it
+
+        CommitProcess(Settings s) {
+            String py = SparkEnv.get() == null ? null : SparkEnv.get().conf().get("spark.pyspark.python", null);
+            if (py == null) py = System.getenv("PYSPARK_PYTHON");
+            python = py == null ? "python3" : py;
+            File e = null;
+            Process p = null;
+            IOException f = null;
+            try {
+                e = File.createTempFile("kafkalog-commit-", ".err");
+                p = new ProcessBuilder(python, "-m", "engine.staged_writes", s.path, Long.toString(s.commitTimeoutMs))
+                        .redirectError(e).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+            } catch (IOException x) {
+                f = x;
+            }
+            err = e;
+            process = p;
+            failed = f;
+        }
+
+        /** The job went no further: the process ends (an empty request) and its file goes. */
+        void discard() {
+            if (process != null) process.destroy();
+            if (err != null) err.delete();
+        }
+    }
+
+    /** The driver's side: kafkalog's Python engine, in `cp`, applies the committed attempts' files in one transaction. */
+    static void commit(Settings s, CommitProcess cp, String job, WriterCommitMessage[] messages, Long batchId) {
         try {
-            // the child's stderr goes to a file, not a pipe read to its end: the wait below is what bounds the commit
-            err = File.createTempFile("kafkalog-commit-", ".err");
-            pb.redirectError(err).redirectOutput(ProcessBuilder.Redirect.DISCARD);
-            Process p = pb.start();
+            if (cp.failed != null) throw cp.failed;
+            String req = request(s, job, messages, batchId);
+            Process p = cp.process;
             try (java.io.OutputStream in = p.getOutputStream()) {
-                in.write(request(s, job, messages, batchId).getBytes(StandardCharsets.UTF_8));
+                in.write(req.getBytes(StandardCharsets.UTF_8));
             }
             // the child answers within its timeout and a second (engine.staged_writes.requester); a minute more to start
             if (!p.waitFor(s.commitTimeoutMs + 60_000, TimeUnit.MILLISECONDS)) {
@@ -288,19 +345,20 @@ final class KafkalogWrite {
                 throw KafkalogError.storage("the commit did not finish in " + s.commitTimeoutMs + " ms", s.path, null);
             }
             if (p.exitValue() != 0) {
-                String[] lines = new String(java.nio.file.Files.readAllBytes(err.toPath()), StandardCharsets.UTF_8)
+                String[] lines = new String(java.nio.file.Files.readAllBytes(cp.err.toPath()), StandardCharsets.UTF_8)
                         .trim().split("\n");
                 String last = lines[lines.length - 1];
-                throw KafkalogError.badWrite("commit", "failed (" + python + " -m engine.staged_writes): " + last);
+                throw KafkalogError.badWrite("commit", "failed (" + cp.python + " -m engine.staged_writes): " + last);
             }
         } catch (IOException e) {
-            throw KafkalogError.storage("cannot run " + python + " -m engine.staged_writes (kafkalog's Python engine applies "
-                    + "the staged rows; set spark.pyspark.python to the Python that has kafkalog installed): " + e, s.path, e);
+            throw KafkalogError.storage("cannot run " + cp.python + " -m engine.staged_writes (kafkalog's Python engine "
+                    + "applies the staged rows; set spark.pyspark.python to the Python that has kafkalog installed): " + e,
+                    s.path, e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw KafkalogError.storage("interrupted while committing", s.path, e);
         } finally {
-            if (err != null) err.delete();
+            cp.discard();
         }
     }
 }
