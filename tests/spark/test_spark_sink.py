@@ -56,6 +56,21 @@ def test_keyed_rows_land_where_kafkas_partitioner_puts_them_and_keyless_rows_any
     assert sorted(keyless) == sorted(f"n{i}".encode() for i in range(500))
 
 
+def test_a_directory_without_a_catalogue_is_partitioned_by_its_partition_folders(spark, tmp_path):
+    """A broker's directory has no kafkalog catalogue: the tasks count a topic's partitions from its folders (and the
+    commit's engine adopts the directory)."""
+    log = tmp_path / "log"
+    with engine.open(log) as e:
+        e.create_topic("t", 3)
+    (log / "kafkalog.metadata").unlink()
+    keys = [f"k{i}" for i in range(60)]
+    spark.createDataFrame([(k, k) for k in keys], "key string, value string") \
+        .write.format("kafkalog").option("topic", "t").mode("append").save(str(log))
+    found = _records(log, "t", 3)
+    assert sorted(r.key.decode() for rs in found.values() for r in rs) == sorted(keys)
+    assert all((murmur2(r.key) & 0x7FFFFFFF) % 3 == p for p, rs in found.items() for r in rs)
+
+
 def test_timestamps_are_kept_and_missing_ones_are_the_commits(spark, tmp_path):
     log = tmp_path / "log"
     with engine.open(log) as e:
