@@ -38,8 +38,8 @@ from engine.common.errors import (
     KafkaTimeoutError,
 )
 from engine.record import batch_format as bf
-from engine.record.codec import crc32c
 from engine.record import compression as comp
+from engine.record.codec import crc32c
 
 MAX_IN_FLIGHT = 5  # a partition's batches appended before their acks='all' waits (Kafka's max.in.flight default:
 #                    5 requests per broker, each with up to one batch per partition)
