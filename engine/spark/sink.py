@@ -165,7 +165,6 @@ def _adopted(path: str):
 
 
 def _encode_into(out, settings: SinkSettings, batches) -> int:
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     topics, rows = _Topics(settings.path), 0
@@ -180,17 +179,19 @@ def _encode_into(out, settings: SinkSettings, batches) -> int:
                 raise _bad("column 'topic'", "holds a null: every row needs a topic")
             groups = [(t, batch.filter(pc.equal(column, t))) for t in column.unique().to_pylist()]
         for topic, rows_of_topic in groups:
-            for partition, stamped, data in _encoded(settings, topic, topics(topic), rows_of_topic, pa, pc):
+            for partition, stamped, data in _encoded(settings, topic, topics(topic), rows_of_topic):
                 out.write(staged_batches.frame_head(topic, partition, stamped))
                 out.write(data)
         rows += batch.num_rows
     return rows
 
 
-def _encoded(settings: SinkSettings, topic: str, layout: tuple[int, int, int], batch, pa, pc):
+def _encoded(settings: SinkSettings, topic: str, layout: tuple[int, int, int], batch):
     """(partition, stamped at commit, batch bytes) of one topic's rows of an Arrow batch: each row in the partition
     Kafka's producer would pick, each partition's rows in their order, batches up to the topic's limit."""
     import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     count, limit, sticky = layout
     n = batch.num_rows

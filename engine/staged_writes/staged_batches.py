@@ -21,13 +21,12 @@ from typing import Iterator, NamedTuple
 
 from engine.common.errors import CorruptRecordError
 from engine.record import batch_format as bf
-from engine.record.codec import crc32c
+from engine.record.codec import iter_batches
 from engine.segments.fs import FileSystem
 
 SUFFIX = ".batches"
 STAMPED_AT_COMMIT = 0x01
 _PARTITION_FLAGS = struct.Struct(">ib")
-_CRC = struct.Struct(">I")
 
 
 class Frame(NamedTuple):
@@ -90,8 +89,7 @@ def _walk(fs: FileSystem, path: str, read_batches: bool) -> Iterator[Frame]:
                 batch = bytearray(length)
                 if fs.pread_into(f, batch, position + fixed) != length:
                     raise corrupt(position, "the file ended inside a batch")
-                if batch[16] != bf.MAGIC or crc32c(memoryview(batch)[bf.ATTRIBUTES_OFFSET:]) \
-                        != _CRC.unpack_from(batch, 17)[0]:
+                if batch[16] != bf.MAGIC or not next(iter_batches(batch)).is_valid():
                     raise corrupt(position, "a batch is not the RecordBatch v2 its task wrote (magic or CRC)")
             yield Frame(topic, partition, bool(flags & STAMPED_AT_COMMIT), batch)
             position += fixed + length
