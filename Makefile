@@ -49,7 +49,7 @@ PURE_PYTHON_SUITES := tests/unit/test_codec_vectors.py tests/unit/test_import_se
 	tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 	tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
 	tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
-	tests/unit/test_replication.py tests/unit/test_aio.py
+	tests/unit/test_replication.py tests/unit/test_aio.py tests/network/test_kafka_semantics.py
 
 test: setup
 	KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PYTEST) --ignore=tests/broker tests

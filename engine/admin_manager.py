@@ -253,6 +253,11 @@ class AdminManager:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", file=self.path)
         return rec
 
+    def internal_topic_id(self, name: str) -> str | None:
+        """The catalogue's id of internal topic `name` (None while it has none)."""
+        rec = self.catalogue.topics.get(name) if name in INTERNAL_TOPICS else None
+        return rec.topic_id if rec is not None else None
+
     def internal_topics(self) -> dict[str, int]:
         """The internal topics this directory has, with their partition counts."""
         return {name: rec.partitions for name, rec in list(self.catalogue.topics.items())

@@ -107,6 +107,7 @@ class Engine:
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self.heartbeats = HeartbeatThread(self.clock)  # every group member's heartbeats (a thread from the first)
         self._waiters: set[threading.Event] = set()
+        self._partition_watchers: set = set()  # told which partition each append went to (the listener's purgatory)
         # each partition's leader; a change bumps changes.LOGS, which a consumer that found nothing new watches
         self._partitions: dict[tuple[str, int], Partition] = BumpingDict()
         if type(replica_lag_time_max_ms) is not int or replica_lag_time_max_ms < 1:
@@ -274,8 +275,7 @@ class Engine:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader", file=self.path)
         info = part.append_marker(commit, producer_id, producer_epoch, coordinator_epoch)
         self.replicas.wait_for_replication(part, info, timeout_ms)
-        for ev in list(self._waiters):
-            ev.set()
+        self._appended(topic, partition)
         return info
 
     @property
@@ -382,9 +382,8 @@ class Engine:
         elif acks != -1:
             self.replicas.wake_followers()  # (an acks='all' append in flight wakes them when it is waited for: the
             # followers then fetch the batches in flight together)
-        if self._waiters:
-            for ev in list(self._waiters):
-                ev.set()
+        if self._waiters or self._partition_watchers:
+            self._appended(topic, partition)
         return info
 
     def is_replicated(self, topic: str, partition: int) -> bool:
@@ -442,9 +441,22 @@ class Engine:
             self._waiters.add(ev)
         return ev
 
-    def unwatch(self, event: threading.Event) -> None:
+    def watch_partitions(self, watcher) -> None:
+        """Register `watcher`, whose `appended(topic, partition)` is called after each append to a partition."""
+        with self._registry_lock:
+            self._partition_watchers.add(watcher)
+
+    def unwatch(self, event) -> None:
+        """Stop calling `event` (registered with watch or watch_partitions)."""
         with self._registry_lock:
             self._waiters.discard(event)
+            self._partition_watchers.discard(event)
+
+    def _appended(self, topic: str, partition: int) -> None:
+        for ev in list(self._waiters):
+            ev.set()
+        for watcher in list(self._partition_watchers):
+            watcher.appended(topic, partition)
 
     def allocate_producer_id(self) -> int:
         """A producer id never handed out before in this directory (persisted a block at a time)."""

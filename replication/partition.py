@@ -559,9 +559,13 @@ class Partition(PartitionView):
     # --- readers --------------------------------------------------------------------------------
     def fetch(self, offset: int, max_bytes: int, isolation: str = READ_UNCOMMITTED) -> FetchData | None:
         """Whole batches from `offset` (at least one, however large), none past the fetch bound; None when
-        `offset` is at or past the bound; OffsetOutOfRangeError below the log start."""
+        `offset` is at or past the bound; OffsetOutOfRangeError below the log start or past the log end (as Kafka's
+        LocalLog.read: a consumer resets its position)."""
         bound = self.fetch_upper_bound(isolation)
         if offset >= bound:
+            if offset > self.log.log_end_offset:
+                raise OffsetOutOfRangeError(f"offset {offset} is past the log end offset {self.log.log_end_offset}",
+                                            file=self.log.dir)
             return None
         return self.log.read(offset, max_bytes, upper_bound=bound)
 

@@ -132,7 +132,7 @@ class LogConfig:
                 raise InvalidConfigurationError(f"a config name must be a str, got {name!r}")
             attr = name.replace(".", "_")
             if attr not in known or "_" in name:
-                raise InvalidConfigurationError(f"unknown topic config {name!r}")
+                raise InvalidConfigurationError(f"Unknown topic config name: {name}")
             values[attr] = cls._check(name, attr, value)
         return replace(base or cls(), **values)
 

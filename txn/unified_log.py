@@ -377,13 +377,19 @@ class UnifiedLog:
 
     def _check_keys(self, data) -> None:
         """A compacted topic refuses records without a key (Kafka's LogValidator), naming the first (by its offset
-        in the client's batch: the checks before this one passed, so the batches are whole and CRC-valid)."""
+        in the client's batch: the checks before this one passed, so the batches are whole and CRC-valid) and, in
+        `record_errors`, each keyless record by its index in its batch, as Kafka's RecordValidationException."""
         for batch in codec.iter_batches(data, source=self.dir):
             if not batch.is_control:
                 offset = batch.first_keyless_offset()
                 if offset is not None:
-                    raise InvalidRecordError("a compacted topic cannot accept a record without a key",
-                                             file=self.dir, offset=offset)
+                    why = f"Compacted topic cannot accept message without key in topic partition " \
+                          f"{os.path.basename(self.dir)}."
+                    refused = tuple((i, why) for i, r in enumerate(batch.records(verify_crc=False)) if r.key is None)
+                    exc = InvalidRecordError(f"{len(refused)} records of the batch refused: a compacted topic cannot "
+                                             f"accept a record without a key", file=self.dir, offset=offset)
+                    exc.record_errors = refused
+                    raise exc
 
     def append_marker(self, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
                       leader_epoch: int = 0) -> AppendInfo:

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Kafka's LogValidator for a leader's append: prepare_leader_append checks a producer's batches (whole, within the
-size limit, CRC-valid, consecutive offsets, no control batch from a client) and gives each its offsets and the leader
+size limit, CRC-valid, consecutive offsets, no control batch from a client, every record read: framing, offset
+deltas, timestamps, nothing after the last, compressed ones decompressed within a bound) and gives each its offsets and the leader
 epoch (and LogAppendTime when the topic asks), as header copies beside zero-copy views of the rest; leader_copy reads
 the records where the topic's codec or timestamp bounds require it and re-encodes the batch. _segment_appender.pyx
 calls the C-level checks (see _log_validator.pxd). Twin: engine.record.log_validator.
@@ -8,7 +9,7 @@ calls the C-level checks (see _log_validator.pxd). Twin: engine.record.log_valid
 No module state; thread-safe.
 """
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy
@@ -17,6 +18,7 @@ from engine._native._codec cimport (
     ATTRS_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MIN_RECORD_SIZE,
     Grow,
     HeaderRef,
     Params,
@@ -65,6 +67,7 @@ cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int
             raise InvalidRecordError("clients may not write control batches", file=source, offset=base_offset)
     elif count != last_delta + 1:
         raise InvalidRecordError("a produced batch must have consecutive offsets", file=source, offset=base_offset)
+    check_records(p, size, pos, last_delta, source)
     memcpy(h, p, HEADER_SIZE)
     kl_put64(h, <uint64_t>offset)
     kl_put32(h + 12, <uint32_t>leader_epoch)
@@ -76,6 +79,33 @@ cdef int64_t leader_batch(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int
         kl_put32(h + 17, kl_crc32c(kl_crc32c(0, h + ATTRS_OFFSET, HEADER_SIZE - ATTRS_OFFSET),
                                    p + HEADER_SIZE, size - HEADER_SIZE))
     return batch_max
+
+
+cdef bint _records_framed(const uint8_t *p, Py_ssize_t size, int32_t last_delta) noexcept nogil:
+    """Whether the records section of an uncompressed batch (`size` bytes at `p`) holds exactly its count of
+    well-framed records (RecordBatch.check_records' rules, walked without the GIL's objects)."""
+    cdef const uint8_t *q = p + HEADER_SIZE
+    cdef const uint8_t *end = p + size
+    cdef int64_t base_ts = <int64_t>kl_be64(p + 27)
+    cdef int32_t count = <int32_t>kl_be32(p + 57), i
+    cdef RecView rv
+    if count < 0 or <int64_t>count * MIN_RECORD_SIZE > end - q:
+        return False
+    for i in range(count):
+        if _parse_record(&q, end, &rv, last_delta, base_ts):
+            return False
+    return q == end
+
+
+cdef int check_records(const uint8_t *p, Py_ssize_t size, Py_ssize_t pos, int32_t last_delta,
+                       object source) except -1:
+    """Kafka's LogValidator reading every record of one client batch (CRC checked before): an uncompressed batch is
+    walked in place; a compressed one, or one that fails the walk, through RecordBatch.check_records, which
+    decompresses (bounded) and raises the typed error naming the batch and its position."""
+    if kl_be16(p + 21) & 0x07 == 0 and _records_framed(p, size, last_delta):
+        return 0
+    RecordBatch(memoryview(PyBytes_FromStringAndSize(<const char *>p, size)), pos, source).check_records()
+    return 0
 
 
 cdef Py_ssize_t lone_batch_size(const uint8_t *p, Py_ssize_t n, int64_t producer_id, int32_t producer_epoch,
@@ -160,8 +190,8 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
                           checks=None):
     """Check a producer's batches and prepare them for a leader's append.
 
-    Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets and (unless
-    `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
+    Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets, hold exactly its
+    count of well-framed records (RecordBatch.check_records) and (unless `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
     epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
     With `checks` = (target codec, level, bounds), the records are read as Kafka's LogValidator reads them
     (`leader_copy`): a batch is re-encoded in the topic's codec, and a CreateTime outside `bounds` refuses it.

@@ -592,6 +592,12 @@ cdef class RecordBatch:
         found = self._first(True, 0, 0)
         return None if found is None else found[1]
 
+    def check_records(self):
+        """Kafka's LogValidator reading every record (decompressed, bounded): the count, each record's framing, offset
+        delta and timestamp, nothing after the last; InvalidRecordError (or the codec's error) naming the batch. The
+        CRC is not checked here."""
+        self._first(True, 0, 0)
+
     def first_at_or_after(self, int64_t timestamp, int64_t start_offset):
         """(timestamp, offset) of the first record (control records count, as in Kafka's ListOffsets) whose
         timestamp >= `timestamp` and offset >= `start_offset`, or None; reads record headers only (CRC checked)."""

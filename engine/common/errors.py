@@ -56,9 +56,12 @@ class CorruptRecordError(KafkaError):
 
 
 class InvalidRecordError(KafkaError):
-    """INVALID_RECORD: a record that is well-formed bytes but breaks Kafka's rules."""
+    """INVALID_RECORD: a record that is well-formed bytes but breaks Kafka's rules. `record_errors`: (index of the
+    record in its batch, why) of each refused record, where the refusal names records (Produce v8+'s record_errors,
+    from which a client fails just those records)."""
 
     code = 87
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class RecordTooLargeError(KafkaError):
@@ -144,6 +147,13 @@ class InvalidConfigurationError(KafkaError):
     """INVALID_CONFIG: an unknown config name or a value out of range."""
 
     code = 40
+
+
+class PolicyViolationError(KafkaError):
+    """POLICY_VIOLATION: a request a policy refuses (as Kafka's controller refuses an operation of more than 10,000
+    metadata records)."""
+
+    code = 44
 
 
 class InvalidRequestError(KafkaError):

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Callable
 
 from engine.common.errors import (
+    InvalidConfigurationError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
 )
 from engine.network.api_common import INVALID_CONFIG, NODE_ID, check_assignment, error_code, error_of, topic_uuid
@@ -21,9 +23,13 @@ from engine.protocol import messages as m
 from engine.segments.log_config import LogConfig
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
-SET, DELETE = 0, 1                              # IncrementalAlterConfigs' operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3      # IncrementalAlterConfigs' operations
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # DescribeConfigs' config sources
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7          # and config types
+# Kafka's controller writes one metadata record per topic, partition and config and refuses an operation of more
+# than this many (QuorumController.MAX_RECORDS_PER_USER_OP): the whole request fails with POLICY_VIOLATION
+MAX_RECORDS_PER_USER_OP = 10_000
+EXCESSIVE = "Unable to perform excessively large batch operation."
 _INT_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "node.id",
                 "num.partitions", "min.insync.replicas", "compression.gzip.level", "compression.lz4.level",
                 "compression.zstd.level"}
@@ -44,6 +50,13 @@ class AdminApis:
 
     def create_topics(self, request: Request) -> dict:
         b = request.body
+        existing = set(self.engine.list_topics()) | set(self.engine.internal_topics())
+        records = sum(1 + len(t["configs"]) + (len(t["assignments"]) or (
+            t["num_partitions"] if t["num_partitions"] != -1 else self.default_partitions))
+            for t in b["topics"] if t["name"] not in existing)
+        if records > MAX_RECORDS_PER_USER_OP:
+            return {"topics": [{"name": t["name"], "error_code": PolicyViolationError.code, "error_message": EXCESSIVE}
+                               for t in b["topics"]]}
         out = []
         for t in b["topics"]:
             entry = {"name": t["name"], "error_code": 0, "error_message": None}
@@ -59,6 +72,8 @@ class AdminApis:
                                                                         key=lambda a: a["partition_index"])],
                                       [a["partition_index"] for a in t["assignments"]])
                     partitions = len(t["assignments"])
+                if t["name"] in self.engine.internal_topics():  # (the engine's own topics are not in its catalogue API)
+                    raise TopicAlreadyExistsError(f"Topic '{t['name']}' already exists.")
                 if b["validate_only"]:
                     LogConfig.from_dict(config, base=self.engine.defaults)
                     if self.engine.list_topics().count(t["name"]):
@@ -82,6 +97,10 @@ class AdminApis:
 
     def create_partitions(self, request: Request) -> dict:
         b = request.body
+        counts = {name: self.engine.partitions_for(name) for name in self.engine.list_topics()}
+        if sum(max(0, t["count"] - counts.get(t["name"], t["count"])) for t in b["topics"]) > MAX_RECORDS_PER_USER_OP:
+            return {"results": [{"name": t["name"], "error_code": PolicyViolationError.code, "error_message": EXCESSIVE}
+                                for t in b["topics"]]}
         out = []
         for t in b["topics"]:
             def grow(t=t):
@@ -152,14 +171,19 @@ class AdminApis:
             def alter(r=r):
                 if r["resource_type"] != TOPIC_RESOURCE:
                     raise InvalidRequestError("only topic configs are altered through a one-node listener")
+                described = self.engine.describe_topic(r["resource_name"])
+                current = described.overrides
                 changes = {}
                 for c in r["configs"]:
-                    if c["config_operation"] not in (SET, DELETE):
-                        raise InvalidRequestError(f"config operation {c['config_operation']} (APPEND/SUBTRACT) on "
-                                                  f"{c['name']!r} is not supported yet")
-                    changes[c["name"]] = c["value"] if c["config_operation"] == SET else None
+                    op, name = c["config_operation"], c["name"]
+                    if op in (APPEND, SUBTRACT):
+                        changes[name] = _list_change(name, op, changes.get(name, described.config.get(name)),
+                                                     c["value"])
+                    elif op in (SET, DELETE):
+                        changes[name] = c["value"] if op == SET else None
+                    else:
+                        raise InvalidRequestError(f"unknown config operation {op} on {name!r}")
                 if b["validate_only"]:
-                    current = self.engine.describe_topic(r["resource_name"]).overrides
                     LogConfig.from_dict({k: v for k, v in {**current, **changes}.items() if v is not None},
                                         base=self.engine.defaults)
                 else:
@@ -168,6 +192,22 @@ class AdminApis:
             out.append({"error_code": code, "error_message": message, "resource_type": r["resource_type"],
                         "resource_name": r["resource_name"]})
         return {"responses": out}
+
+
+def _list_change(name: str, op: int, current, value: str | None) -> str:
+    """A list config after IncrementalAlterConfigs' APPEND (items not yet in it added at the end) or SUBTRACT
+    (items removed), as Kafka applies them; only list configs take them (InvalidConfigurationError)."""
+    if name not in _LIST_CONFIGS:
+        verb = "append" if op == APPEND else "subtract"
+        raise InvalidConfigurationError(f"Config value {verb} is not allowed for config key: {name}")
+    items = [i.strip() for i in (current if isinstance(current, str) else ",".join(current or ())).split(",")
+             if i.strip()]
+    given = [i.strip() for i in (value or "").split(",") if i.strip()]
+    if op == APPEND:
+        items += [i for i in given if i not in items]
+    else:
+        items = [i for i in items if i not in given]
+    return ",".join(items)
 
 
 def _config_type(name: str, value) -> int:

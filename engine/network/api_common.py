@@ -7,7 +7,7 @@ import base64
 import uuid
 from typing import Callable
 
-from engine.common.errors import InvalidReplicaAssignmentError, KafkaError
+from engine.common.errors import InvalidReplicaAssignmentError, KafkaError, UnknownTopicOrPartitionError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
 
 NODE_ID = 0  # the one node a listener presents
@@ -76,7 +76,23 @@ def committed_offsets(topics: list[dict]) -> dict[TopicPartition, OffsetAndMetad
             for t in topics for p in t["partitions"]}
 
 
-def partition_codes(topics: list[dict], code: int) -> list[dict]:
-    """An OffsetCommit or TxnOffsetCommit response's topics: `code` for every partition the request named."""
-    return [{"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": code}
-                                               for p in t["partitions"]]} for t in topics]
+def partition_codes(topics: list[dict], code: int, unknown=frozenset()) -> list[dict]:
+    """An OffsetCommit or TxnOffsetCommit response's topics: `code` for every partition the request named, but
+    UNKNOWN_TOPIC_OR_PARTITION for those in `unknown`."""
+    return [{"name": t["name"], "partitions": [
+        {"partition_index": p["partition_index"],
+         "error_code": UnknownTopicOrPartitionError.code if (t["name"], p["partition_index"]) in unknown else code}
+        for p in t["partitions"]]} for t in topics]
+
+
+def commit_split(engine, committed: dict) -> tuple[dict, set]:
+    """The offsets of an OffsetCommit or TxnOffsetCommit that Kafka commits (partitions that exist), and the
+    partitions it answers UNKNOWN_TOPIC_OR_PARTITION instead (as Kafka's KafkaApis checks its metadata first)."""
+    counts: dict[str, int] = {}
+    for topic in {tp.topic for tp in committed}:
+        try:
+            counts[topic] = engine.partitions_for(topic)
+        except KafkaError:
+            counts[topic] = 0
+    unknown = {(tp.topic, tp.partition) for tp in committed if not 0 <= tp.partition < counts[tp.topic]}
+    return {tp: o for tp, o in committed.items() if (tp.topic, tp.partition) not in unknown}, unknown

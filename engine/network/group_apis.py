@@ -10,7 +10,14 @@ from typing import Callable
 
 from engine.common.errors import KafkaError
 from engine.common.structs import TopicPartition
-from engine.network.api_common import GROUP_ID_NOT_FOUND, code_of, committed_offsets, error_code, partition_codes
+from engine.network.api_common import (
+    GROUP_ID_NOT_FOUND,
+    code_of,
+    commit_split,
+    committed_offsets,
+    error_code,
+    partition_codes,
+)
 from engine.network.socket_server import Delayed
 from engine.protocol import Request
 from engine.protocol import messages as m
@@ -38,7 +45,7 @@ class GroupApis:
             request.deadline = time.monotonic() + max(timeout_ms, 0) / 1000 + 5
         pending = request.state
         if not pending.done:
-            return Delayed(request.deadline, ready=lambda: pending.done), 0
+            return Delayed(request.deadline, source=pending), 0
         return (pending.value, 0) if pending.error is None else (None, error_code(pending.error))
 
     def join_group(self, request: Request):
@@ -88,10 +95,10 @@ class GroupApis:
 
     def offset_commit(self, request: Request) -> dict:
         b = request.body
-        committed = committed_offsets(b["topics"])
+        committed, unknown = commit_split(self.engine, committed_offsets(b["topics"]))
         code = code_of(lambda: self.engine.groups.commit_offsets(
             b["group_id"], committed, b["member_id"], b["generation_id_or_member_epoch"], b["group_instance_id"]))
-        return {"topics": partition_codes(b["topics"], code)}
+        return {"topics": partition_codes(b["topics"], code, unknown)}
 
     def offset_fetch(self, request: Request) -> dict:
         b = request.body

@@ -41,10 +41,12 @@ from engine.network.sasl import AuthenticationFailed, Authenticator, SaslConfig
 from engine.network.socket_server import Close, Delayed
 from engine.network.txn_apis import TxnApis
 from engine.protocol import APIS, Request, encode_response
+from engine.protocol.types import ZERO_UUID
 from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 from engine.segments.log_segments import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
 
+COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")  # the internal topics Metadata describes
 _BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 
 
@@ -129,7 +131,7 @@ class KafkaApis:
     def metadata(self, request: Request) -> dict:
         wanted = request.body["topics"]
         if wanted is None or (request.version == 0 and not wanted):
-            names = self.engine.list_topics()
+            names = self.engine.list_topics() + sorted(self.engine.internal_topics())  # (Kafka lists them too)
             create = False
         else:
             names = [t["name"] for t in wanted]
@@ -143,6 +145,8 @@ class KafkaApis:
 
     def _topic_metadata(self, name: str | None, create: bool) -> dict:
         eng = self.engine
+        if name in COORDINATOR_TOPICS:
+            return self._internal_metadata(name)
         try:
             if name is None:
                 raise UnknownTopicOrPartitionError("a topic asked for by id only")
@@ -168,6 +172,22 @@ class KafkaApis:
             parts.append({"error_code": code, "partition_index": p, "leader_id": NODE_ID if code == 0 else -1,
                           "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
         return {"error_code": 0, "name": name, "topic_id": topic_uuid(rec.topic_id), "partitions": parts}
+
+    def _internal_metadata(self, name: str) -> dict:
+        """A coordinator's topic as Kafka describes it (is_internal), created first as Kafka's metadata request
+        creates a missing internal topic whatever auto.create.topics.enable says."""
+        eng = self.engine
+        eng.ensure_internal_topic(name)
+        parts = []
+        for p in range(eng.internal_topics()[name]):
+            try:
+                epoch, code = eng.internal_partition(name, p).leader_epoch, 0
+            except KafkaError as exc:
+                epoch, code = -1, error_code(exc)
+            parts.append({"error_code": code, "partition_index": p, "leader_id": NODE_ID if code == 0 else -1,
+                          "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
+        return {"error_code": 0, "name": name, "topic_id": topic_uuid(eng.admin.internal_topic_id(name)) or ZERO_UUID,
+                "is_internal": True, "partitions": parts}
 
     def describe_topic_partitions(self, request: Request) -> dict:
         """Metadata's topics paged by partition: topics in name order (every topic when none is named) from the
@@ -236,6 +256,8 @@ class KafkaApis:
         except KafkaError as exc:
             out["error_code"] = error_code(exc)
             out["error_message"] = str(exc)
+            out["record_errors"] = [{"batch_index": i, "batch_index_error_message": why}
+                                    for i, why in getattr(exc, "record_errors", ())]
         return out
 
     def fetch(self, request: Request):
@@ -256,7 +278,7 @@ class KafkaApis:
                 parts.append(entry)
             responses.append({"topic": topic["topic"], "partitions": parts})
         if total < max(1, b["min_bytes"]) and now < deadline and b["max_wait_ms"] > 0:
-            return Delayed(deadline)
+            return Delayed(deadline, keys=[(t["topic"], p["partition"]) for t in b["topics"] for p in t["partitions"]])
         return {"error_code": 0, "session_id": 0, "responses": responses}
 
     def _read(self, topic: str, p: dict, isolation: str, budget: int, first: bool) -> tuple[dict, int]:

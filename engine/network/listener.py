@@ -4,7 +4,9 @@ Binding: 127.0.0.1 (or another loopback address) unless `allow_remote=True`; a n
 SASL logs one warning. `ssl_context` (a server-side ssl.SSLContext with its certificate loaded) makes every connection TLS,
 as a broker's SSL listener; `sasl` ({"mechanisms": ["PLAIN", "SCRAM-SHA-256"], "users": {name: password}}) makes
 every connection authenticate first (engine.network.sasl), as a SASL_PLAINTEXT or SASL_SSL listener. Threads and
-limits: engine.network.socket_server. close() stops the listener (the engine stays open); closing the engine closes
+limits (max_connections, max_connections_per_ip and its overrides, connections_max_idle_ms, request_max_bytes,
+queued_max_request_bytes, sasl_max_receive_size: Kafka's settings of those names with dots):
+engine.network.socket_server. close() stops the listener (the engine stays open); closing the engine closes
 its listeners first.
 """
 from __future__ import annotations
@@ -15,11 +17,17 @@ import socket
 import ssl
 
 from engine.common.errors import InvalidConfigurationError
+from engine.network.connection_quotas import ConnectionQuotas
 from engine.network.kafka_apis import KafkaApis
 from engine.network.sasl import SaslConfig
 from engine.network.socket_server import SocketServer
+from engine.protocol import messages as m
 
 log = logging.getLogger("kafkalog.network")
+# what Kafka's brokers forward to the controller: run on the listener's controller thread
+CONTROLLER_APIS = frozenset({m.CREATE_TOPICS.key, m.DELETE_TOPICS.key, m.CREATE_PARTITIONS.key,
+                             m.INCREMENTAL_ALTER_CONFIGS.key, m.ALTER_PARTITION_REASSIGNMENTS.key,
+                             m.ELECT_LEADERS.key})
 
 
 def _is_loopback(host: str) -> bool:
@@ -35,8 +43,10 @@ class Listener:
 
     def __init__(self, engine, host: str = "127.0.0.1", port: int = 9092, *, allow_remote: bool = False,
                  advertised_host: str | None = None, auto_create_topics: bool = True, default_partitions: int = 1,
-                 threads: int = 8, max_connections: int = 1000, request_max_bytes: int = 100 << 20,
-                 idle_ms: int = 600_000, ssl_context=None, sasl=None) -> None:
+                 threads: int = 8, max_connections: int = 1000, max_connections_per_ip: int | None = None,
+                 max_connections_per_ip_overrides: dict[str, int] | None = None, request_max_bytes: int = 100 << 20,
+                 connections_max_idle_ms: int = 600_000, queued_max_request_bytes: int | None = None,
+                 sasl_max_receive_size: int = 512 << 10, ssl_context=None, sasl=None) -> None:
         sasl_config = SaslConfig(sasl) if sasl is not None else None
         if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
             raise InvalidConfigurationError(f"ssl_context must be an ssl.SSLContext (server side), got "
@@ -49,21 +59,29 @@ class Listener:
                 log.warning("kafkalog listener: %s accepts %s connections from other hosts", host,
                             " and ".join(w for w, off in (("unencrypted", ssl_context is None),
                                                           ("unauthenticated", sasl is None)) if off))
-        for name, value, low in (("threads", threads, 1), ("max_connections", max_connections, 1),
-                                 ("request_max_bytes", request_max_bytes, 64), ("idle_ms", idle_ms, 1),
+        for name, value, low in (("threads", threads, 1), ("request_max_bytes", request_max_bytes, 64),
+                                 ("connections_max_idle_ms", connections_max_idle_ms, 1),
+                                 ("sasl_max_receive_size", sasl_max_receive_size, 64),
+                                 ("queued_max_request_bytes", queued_max_request_bytes, 64),
                                  ("default_partitions", default_partitions, 1)):
+            if value is None and name == "queued_max_request_bytes":
+                continue
             if type(value) is not int or value < low:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= {low}")
+        quotas = ConnectionQuotas(max_connections, max_connections_per_ip, max_connections_per_ip_overrides)
         self.engine = engine
-        self._server = SocketServer(host, port, self._handle, threads=threads, max_connections=max_connections,
-                                    request_max_bytes=request_max_bytes, idle_ms=idle_ms, ssl_context=ssl_context,
-                                    authenticate=sasl_config is not None)
+        self._server = SocketServer(host, port, self._handle, threads=threads, quotas=quotas,
+                                    request_max_bytes=request_max_bytes,
+                                    connections_max_idle_ms=connections_max_idle_ms,
+                                    queued_max_request_bytes=queued_max_request_bytes,
+                                    sasl_max_receive_size=sasl_max_receive_size, ssl_context=ssl_context,
+                                    authenticate=sasl_config is not None, controller_apis=CONTROLLER_APIS)
         self.address = (self._server.host, self._server.port)
         protocol = ("SASL_" if sasl is not None else "") + ("SSL" if ssl_context is not None else "PLAINTEXT")
         self._apis = KafkaApis(engine, advertised_host or self._server.host, self._server.port,
                                auto_create_topics=auto_create_topics, default_partitions=default_partitions,
                                sasl=sasl_config, security_protocol=protocol)
-        engine.watch(self._server)
+        engine.watch_partitions(self._server)
 
     def _handle(self, request):
         return self._apis.handle(request)

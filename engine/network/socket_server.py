@@ -1,16 +1,29 @@
 """The listener's sockets: one network thread accepts connections, reads request frames and writes response frames;
 a pool of request handler threads runs the requests (engine.network.kafka_apis).
 
-Threads: `kafkalog-network` (a selector over the listening socket, every connection and a wake-up socket pair) and
-`kafkalog-request-handler-N`. A connection has at most one request being handled (the next is not started until that
+Threads: `kafkalog-network` (a selector over the listening socket, every connection and a wake-up socket pair),
+`kafkalog-request-handler-N`, and `kafkalog-controller`, which runs the `controller_apis` (topic creation and
+deletion: operations that may take seconds) one at a time, as Kafka's controller queues them, so no number of them
+ever occupies the handlers that Produce, Fetch or ApiVersions need. A connection has at most one request being handled (the next is not started until that
 request's response is queued, as Kafka mutes a channel), so responses go out in request order. A fetch that finds
-nothing to return before its max wait is parked here, not on a handler thread: it runs again when the engine appends
-anything (the engine's watchers wake the network thread) or at its deadline, so long polls never hold a handler. A
-request waiting for the group coordinator (JoinGroup, SyncGroup) is parked too, and looked at every POLL_S.
-Limits: at most `max_connections` connections (more are closed on accept), a request frame larger than
-`request_max_bytes` closes its connection, a connection idle for `idle_ms` is closed, and a connection whose
-unsent responses exceed `max_unsent_bytes` (a client that never reads) is closed. Each closed connection gets one log
-line; nothing else is affected. close() stops both kinds of thread and closes every socket.
+nothing to return before its max wait is parked here, not on a handler thread, keyed by its partitions as Kafka's
+purgatory keys it: it runs again when the engine appends to one of them (the engine calls `appended`) or at its
+deadline, so long polls never hold a handler and an append wakes only its own partition's fetches. A request waiting
+for the group coordinator (JoinGroup, SyncGroup) is parked too, woken by its own answer completing.
+Limits (Kafka's broker settings in brackets; engine.network.connection_quotas keeps the counts):
+- at most `max_connections` connections [max.connections]: a connection past it takes the place of the open one
+  idle longest (no request in hand, nothing to send), or is closed when every one is busy, so idle sockets never keep
+  a working client out;
+- at most `max_connections_per_ip` from one address [max.connections.per.ip], `max_connections_per_ip_overrides`
+  for some [max.connections.per.ip.overrides]: past it the new connection is closed;
+- a connection idle for `connections_max_idle_ms` is closed [connections.max.idle.ms];
+- a request frame larger than `request_max_bytes` [socket.request.max.bytes], or before SASL authentication larger
+  than `sasl_max_receive_size` [sasl.server.max.receive.size], closes its connection;
+- requests in hand hold at most `queued_max_request_bytes` [queued.max.request.bytes] (None: no bound): a frame that
+  does not fit waits in its socket's buffer until earlier ones are answered (one frame is always let through);
+- a connection whose unsent responses exceed `max_unsent_bytes` (a client that never reads) is closed.
+Each closed connection gets one log line; nothing else is affected. close() stops every thread and closes every
+socket.
 With an SSL context every connection is TLS: its handshake is driven by the network thread as bytes arrive.
 Crash policy: none (no files).
 """
@@ -29,24 +42,36 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from engine.network.connection_quotas import ConnectionQuotas
 from engine.protocol import MalformedRequestError, Request, decode_request
 
 log = logging.getLogger("kafkalog.network")
 
 _SIZE = struct.Struct(">i")
 READ_CHUNK = 1 << 16
-POLL_S = 0.01  # how often parked requests with a readiness check are looked at
 _WAKE = object()  # the selector key's data of the wake-up socket
 
 
 class Delayed:
     """What a handler returns for a request to run again later instead of a response: at `deadline`
-    (time.monotonic()), after any append to the engine, or (with `ready`) once ready() is true: a fetch waiting for
-    data, a JoinGroup waiting for its rebalance."""
-    __slots__ = ("deadline", "ready")
+    (time.monotonic()), or sooner when what it waits for happens: an append to one of `keys` ((topic, partition): a
+    fetch waiting for data), or `source` completing (anything with `watch(waker)`, which calls `waker.set()` once it
+    is done: a JoinGroup's Pending waiting for its rebalance)."""
+    __slots__ = ("deadline", "keys", "source")
 
-    def __init__(self, deadline: float, ready: Callable[[], bool] | None = None) -> None:
-        self.deadline, self.ready = deadline, ready
+    def __init__(self, deadline: float, keys=None, source=None) -> None:
+        self.deadline, self.keys, self.source = deadline, keys, source
+
+
+class _Waker:
+    """What a parked request's source calls when it completes: the request is due, and the network thread wakes."""
+    __slots__ = ("server", "item")
+
+    def __init__(self, server: "SocketServer", item: list) -> None:
+        self.server, self.item = server, item
+
+    def set(self) -> None:
+        self.server._make_due(self.item)
 
 
 class Close:
@@ -70,7 +95,7 @@ class Session:
 
 class Connection:
     __slots__ = ("sock", "peer", "inbuf", "outbox", "unsent", "busy", "last_active", "closed", "id", "handshaking",
-                 "session")
+                 "session", "in_hand")
 
     def __init__(self, sock: socket.socket, peer, now: float, conn_id: int) -> None:
         self.sock, self.peer, self.id = sock, peer, conn_id
@@ -82,6 +107,7 @@ class Connection:
         self.closed = False
         self.handshaking = isinstance(sock, ssl.SSLSocket)  # a TLS connection before its handshake completes
         self.session = Session(authenticated=True)
+        self.in_hand = 0               # the size of the request frame being handled (the memory pool's share)
 
 
 class SocketServer:
@@ -89,14 +115,21 @@ class SocketServer:
     response)."""
 
     def __init__(self, host: str, port: int, handle: Callable[[Request], object], *, threads: int = 8,
-                 max_connections: int = 1000, request_max_bytes: int = 100 << 20, idle_ms: int = 600_000,
-                 max_unsent_bytes: int = 256 << 20, ssl_context: ssl.SSLContext | None = None,
-                 authenticate: bool = False) -> None:
+                 quotas: ConnectionQuotas | None = None, request_max_bytes: int = 100 << 20,
+                 connections_max_idle_ms: int = 600_000, max_unsent_bytes: int = 256 << 20,
+                 sasl_max_receive_size: int = 512 << 10, queued_max_request_bytes: int | None = None,
+                 ssl_context: ssl.SSLContext | None = None, authenticate: bool = False,
+                 controller_apis: frozenset[int] = frozenset()) -> None:
         self._handle = handle
+        self._controller_apis = controller_apis  # run one at a time on the controller thread, never on a handler
         self._authenticate = authenticate  # connections start unauthenticated (SASL)
         self._ssl = ssl_context
-        self.max_connections, self.request_max_bytes = max_connections, request_max_bytes
-        self.idle_s, self.max_unsent = idle_ms / 1000, max_unsent_bytes
+        self.quotas = quotas or ConnectionQuotas()
+        self.request_max_bytes, self.sasl_max_receive_size = request_max_bytes, sasl_max_receive_size
+        self.queued_max_request_bytes = queued_max_request_bytes
+        self._queued = 0                        # the bytes of the request frames in hand (network thread only)
+        self._waiting_memory: deque = deque()  # connections whose next frame waits for the pool
+        self.idle_s, self.max_unsent = connections_max_idle_ms / 1000, max_unsent_bytes
         self._listener = socket.create_server((host, port), reuse_port=False, backlog=128)
         self._listener.setblocking(False)
         self.host, self.port = self._listener.getsockname()[:2]
@@ -106,30 +139,39 @@ class SocketServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
-        self._lock = threading.Lock()           # guards _done and _armed (handlers and appends add, the loop takes)
+        self._lock = threading.Lock()           # guards _done, _due and _woken (other threads add, the loop takes)
         self._done: list[tuple[Connection, object, Request, int]] = []
-        self._parked: list[list] = []  # [deadline, id, connection, request, ready]: network thread only
-        self._armed = False                     # a parked fetch waits for an append
+        self._parked: list[list] = []  # [deadline, id, connection, request, keys]: network thread only
+        self._due: list[list] = []              # parked items whose source completed
+        self._watched: dict = {}                # key -> how many parked fetches wait on it (written by the loop only)
+        self._woken: set = set()                # keys appended to since the loop last looked
         self._appends = itertools.count(1)
-        self._last_append = 0                   # the number of the latest append seen by set() (any order)
+        self._last_append = 0                   # the number of the latest append seen by appended() (any order)
         self._next_idle_check = 0.0
         self._conns: dict[int, Connection] = {}
         self._next_id = 0
         self._stopping = False
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kafkalog-request-handler")
+        self._controller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-controller")
         self._thread = threading.Thread(target=self._run, name="kafkalog-network", daemon=True)
         self._thread.start()
 
     # --- called from other threads -------------------------------------------------------------------------
-    def set(self) -> None:
-        """An append happened (the engine calls this as one of its watchers): parked fetches run again."""
+    def appended(self, topic: str, partition: int) -> None:
+        """An append to (topic, partition) happened (the engine calls this as one of its partition watchers): the
+        fetches parked on that partition run again."""
         self._last_append = next(self._appends)  # (a fetch that found nothing just before is run again)
-        if self._armed:
+        key = (topic, partition)
+        if key in self._watched:
             with self._lock:
-                if not self._armed:
-                    return
-                self._armed = False
+                self._woken.add(key)
             self._wake()
+
+    def _make_due(self, item: list) -> None:
+        """A parked request's source completed (any thread): it runs again."""
+        with self._lock:
+            self._due.append(item)
+        self._wake()
 
     def _wake(self) -> None:
         try:
@@ -145,6 +187,7 @@ class SocketServer:
         self._wake()
         self._thread.join()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._controller.shutdown(wait=True, cancel_futures=True)
         for conn in list(self._conns.values()):
             self._close(conn, None)
         self._sel.close()
@@ -159,8 +202,6 @@ class SocketServer:
                 timeout = 1.0
                 if self._parked:
                     timeout = max(0.0, min(timeout, self._parked[0][0] - time.monotonic()))
-                    if any(item[4] is not None for item in self._parked):
-                        timeout = min(timeout, POLL_S)
                 for key, events in self._sel.select(timeout):
                     if key.data is None:
                         self._accept()
@@ -188,9 +229,17 @@ class SocketServer:
             except OSError as exc:
                 log.warning("kafkalog listener: accept failed: %s", exc)
                 return
-            if len(self._conns) >= self.max_connections:
-                log.warning("kafkalog listener: closing a connection from %s: %d connections already open", peer,
-                            self.max_connections)
+            refused = self.quotas.refusal(peer[0])
+            if refused is None and len(self._conns) >= self.quotas.max_connections:
+                idle = [c for c in self._conns.values() if not c.busy and not c.outbox]
+                if idle:  # the least recently active idle connection makes room (a client reconnects if it must)
+                    self._close(min(idle, key=lambda c: c.last_active),
+                                f"{self.quotas.max_connections} connections open (max_connections): the one idle "
+                                f"longest is closed for a new one")
+                else:
+                    refused = f"{len(self._conns)} connections open and busy (max_connections)"
+            if refused is not None:
+                log.warning("kafkalog listener: closing a connection from %s: %s", peer, refused)
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -201,6 +250,7 @@ class SocketServer:
             conn = Connection(sock, peer, time.monotonic(), self._next_id)
             conn.session.authenticated = not self._authenticate
             self._conns[conn.id] = conn
+            self.quotas.opened(peer[0])
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
     def _drain_wake(self) -> None:
@@ -209,9 +259,15 @@ class SocketServer:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
-        for item in self._parked:  # an append (or close) woke us: every parked fetch looks again
-            if item[4] is None:
-                item[0] = 0.0
+        with self._lock:
+            woken, self._woken = self._woken, set()
+            due, self._due = self._due, []
+        for item in due:
+            item[0] = 0.0
+        if woken:
+            for item in self._parked:  # the fetches parked on a partition appended to look again
+                if item[4] and not woken.isdisjoint(item[4]):
+                    item[0] = 0.0
         heapq.heapify(self._parked)
 
     def _read(self, conn: Connection) -> None:
@@ -247,7 +303,16 @@ class SocketServer:
             self._close(conn, f"a request frame of {size} bytes (socket.request.max.bytes is "
                               f"{self.request_max_bytes})")
             return
+        if not conn.session.authenticated and size > self.sasl_max_receive_size:
+            self._close(conn, f"a request frame of {size} bytes before SASL authentication "
+                              f"(sasl.server.max.receive.size is {self.sasl_max_receive_size})")
+            return
         if len(conn.inbuf) < 4 + size:
+            return
+        pool = self.queued_max_request_bytes
+        if pool is not None and self._queued and self._queued + size > pool:
+            if conn not in self._waiting_memory:  # (dispatched again once earlier requests free the pool)
+                self._waiting_memory.append(conn)
             return
         frame = bytes(conn.inbuf[4:4 + size])
         del conn.inbuf[:4 + size]
@@ -257,6 +322,8 @@ class SocketServer:
             self._close(conn, str(exc))
             return
         conn.busy = True
+        conn.in_hand = size
+        self._queued += size
         request.session = conn.session
         self._submit(conn, request)
 
@@ -272,7 +339,7 @@ class SocketServer:
             with self._lock:
                 self._done.append((conn, result, request, seen))
             self._wake()
-        self._pool.submit(run)
+        (self._controller if request.api.key in self._controller_apis else self._pool).submit(run)
 
     def _take_done(self) -> None:
         with self._lock:
@@ -281,13 +348,16 @@ class SocketServer:
             if conn.closed:
                 continue
             if isinstance(result, Delayed):
-                appended = result.ready is None and self._last_append != seen  # since the handler looked
-                heapq.heappush(self._parked, [0.0 if appended else result.deadline, id(request), conn, request,
-                                              result.ready])
-                with self._lock:
-                    self._armed = True
+                appended = result.keys is not None and self._last_append != seen  # since the handler looked
+                item = [0.0 if appended else result.deadline, id(request), conn, request, result.keys]
+                heapq.heappush(self._parked, item)
+                for key in result.keys or ():
+                    self._watched[key] = self._watched.get(key, 0) + 1
+                if result.source is not None:
+                    result.source.watch(_Waker(self, item))
                 continue
             conn.busy = False
+            self._release(conn)
             if isinstance(result, Exception):
                 self._close(conn, f"{request.api.name} v{request.version} failed: {result}")
                 continue
@@ -307,15 +377,27 @@ class SocketServer:
                 if not conn.closed:
                     self._sel.modify(conn.sock, self._events(conn), conn)
 
+    def _release(self, conn: Connection) -> None:
+        """The memory pool takes back `conn`'s request frame; connections waiting for it try again."""
+        self._queued -= conn.in_hand
+        conn.in_hand = 0
+        waiting, self._waiting_memory = self._waiting_memory, deque()
+        for other in waiting:  # (one that still does not fit queues itself again)
+            if not other.closed and not other.busy:
+                self._dispatch(other)
+                if other.busy:
+                    self._sel.modify(other.sock, self._events(other), other)
+
     def _rerun_parked(self) -> None:
-        if any(item[4] is not None and item[4]() for item in self._parked):
-            for item in self._parked:
-                if item[4] is not None and item[4]():
-                    item[0] = 0.0
-            heapq.heapify(self._parked)
         now = time.monotonic()
         while self._parked and self._parked[0][0] <= now:
-            conn, request = heapq.heappop(self._parked)[2:4]
+            _, _, conn, request, keys = heapq.heappop(self._parked)
+            for key in keys or ():
+                left = self._watched[key] - 1
+                if left:
+                    self._watched[key] = left
+                else:
+                    del self._watched[key]
             if not conn.closed:
                 self._submit(conn, request)
 
@@ -369,7 +451,10 @@ class SocketServer:
         conn.closed = True
         if why:
             log.warning("kafkalog listener: closing the connection from %s: %s", conn.peer, why)
-        self._conns.pop(conn.id, None)
+        if self._conns.pop(conn.id, None) is not None:
+            self.quotas.closed(conn.peer[0])
+        self._queued -= conn.in_hand
+        conn.in_hand = 0
         try:
             self._sel.unregister(conn.sock)
         except (KeyError, ValueError):

@@ -10,12 +10,18 @@ from engine.common.structs import ConsumerGroupMetadata, TopicPartition
 from engine.network.api_common import (
     OPERATION_NOT_ATTEMPTED,
     code_of,
+    commit_split,
     committed_offsets,
     error_code,
     partition_codes,
 )
 from engine.protocol import Request
 from engine.protocol import messages as m
+
+PRODUCER_FENCED, INVALID_PRODUCER_EPOCH = 90, 47
+# KIP-588: the versions before these learnt no PRODUCER_FENCED; Kafka answers them INVALID_PRODUCER_EPOCH instead
+FENCED_SINCE = {m.INIT_PRODUCER_ID.key: 4, m.ADD_PARTITIONS_TO_TXN.key: 2, m.ADD_OFFSETS_TO_TXN.key: 2,
+                m.END_TXN.key: 2}
 
 TRANSACTION_STATES = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
                       "PrepareEpochFence", "Dead"}
@@ -26,6 +32,26 @@ class TxnApis:
         self.engine = engine
 
     def handlers(self) -> dict[int, Callable]:
+        return {key: self._kip588(handler) for key, handler in self._handlers().items()}
+
+    @staticmethod
+    def _kip588(handler: Callable[[Request], dict]) -> Callable[[Request], dict]:
+        """`handler` with PRODUCER_FENCED answered INVALID_PRODUCER_EPOCH to the versions before KIP-588."""
+        def answer(request: Request) -> dict:
+            response = handler(request)
+            since = FENCED_SINCE.get(request.api.key)
+            if since is None or request.version >= since:
+                return response
+            if response.get("error_code") == PRODUCER_FENCED:
+                response["error_code"] = INVALID_PRODUCER_EPOCH
+            for topic in response.get("results_by_topic_v3_and_below", ()):
+                for p in topic["results_by_partition"]:
+                    if p["partition_error_code"] == PRODUCER_FENCED:
+                        p["partition_error_code"] = INVALID_PRODUCER_EPOCH
+            return response
+        return answer
+
+    def _handlers(self) -> dict[int, Callable]:
         return {m.INIT_PRODUCER_ID.key: self.init_producer_id,
                 m.ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
                 m.ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn, m.END_TXN.key: self.end_txn,
@@ -43,8 +69,6 @@ class TxnApis:
             return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch}
         except KafkaError as exc:
             return {"error_code": error_code(exc), "producer_id": -1, "producer_epoch": -1}
-
-
 
     def add_partitions_to_txn(self, request: Request) -> dict:
         b = request.body
@@ -79,11 +103,11 @@ class TxnApis:
 
     def txn_offset_commit(self, request: Request) -> dict:
         b = request.body
-        committed = committed_offsets(b["topics"])
+        committed, unknown = commit_split(self.engine, committed_offsets(b["topics"]))
         member = ConsumerGroupMetadata(b["group_id"], b["generation_id"], b["member_id"], b["group_instance_id"])
         code = code_of(lambda: self.engine.groups.commit_transactional(
             member, committed, b["producer_id"], b["producer_epoch"]))
-        return {"topics": partition_codes(b["topics"], code)}
+        return {"topics": partition_codes(b["topics"], code, unknown)}
 
     def describe_producers(self, request: Request) -> dict:
         topics = []

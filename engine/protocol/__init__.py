@@ -44,7 +44,9 @@ def _read_header(r: Reader) -> tuple[int, int, int]:
 
 def decode_request(frame) -> Request:
     """The request in one frame's bytes (without its size prefix). An ApiVersions request of a version newer than
-    kafkalog's comes back as a version-0 request, whose answer says which versions are spoken (as Kafka does)."""
+    kafkalog's comes back as a version-0 request, whose answer says which versions are spoken (as Kafka does).
+    Bytes after the body's last field are ignored, as Kafka's generated readers ignore them: librdkafka 2.8 to 2.16
+    sends an all-topics Metadata request with a 4-byte placeholder where the null topic array's one byte belongs."""
     r = Reader(frame)
     key, version, correlation_id = _read_header(r)
     api = APIS.get(key)
@@ -58,8 +60,6 @@ def decode_request(frame) -> Request:
     r.pos = 0
     header = read_struct(r, REQUEST_HEADER, api.request_header_version(version), api.flexible(version))
     body = read_struct(r, api.request, version, api.flexible(version))
-    if r.remaining():
-        raise MalformedRequestError(f"{api.name} v{version} request has {r.remaining()} bytes left over")
     return Request(api, version, correlation_id, header["client_id"], body)
 
 

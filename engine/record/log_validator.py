@@ -1,5 +1,6 @@
 """The pure-Python twin of the native log validator (engine._native._log_validator): prepare_leader_append checks
-a producer's batches and stamps their offsets and leader epoch for a leader's append; leader_copy reads the records
+a producer's batches (every record read, as Kafka's LogValidator reads them: RecordBatch.check_records) and stamps
+their offsets and leader epoch for a leader's append; leader_copy reads the records
 where the topic's codec or timestamp bounds require it, as Kafka's LogValidator, and re-encodes the batch.
 
 Same API and same errors as the native module. Stateless; thread-safe.
@@ -19,8 +20,8 @@ def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_appe
                           checks: tuple | None = None):
     """Check a producer's batches and prepare them for a leader's append.
 
-    Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets and (unless
-    `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
+    Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets, hold exactly its
+    count of well-framed records (RecordBatch.check_records) and (unless `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
     epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
     With `checks` = (target codec, level, bounds), the records are read as Kafka's LogValidator reads them
     (`leader_copy`): a batch is re-encoded in the topic's codec, and a CreateTime outside `bounds` refuses it.
@@ -43,6 +44,7 @@ def prepare_leader_append(buffer, first_offset: int, leader_epoch: int, log_appe
         elif b.records_count != b.last_offset_delta + 1:
             raise InvalidRecordError("a produced batch must have consecutive offsets", file=source,
                                      offset=b.base_offset)
+        b.check_records()
         copy = None if checks is None else leader_copy(b, offset, leader_epoch, log_append_time, *checks)
         if copy is None:
             header, body = bytearray(mv[pos:pos + bf.HEADER_SIZE]), mv[pos + bf.HEADER_SIZE:end]

@@ -26,7 +26,29 @@ def add_serve(sub) -> None:
     p.add_argument("--advertised-host", help="the host name clients are told to connect to (default: the bound one)")
     p.add_argument("--no-auto-create-topics", action="store_true",
                    help="refuse Metadata's topic creation (auto.create.topics.enable=false)")
+    limits = p.add_argument_group("connection limits (Kafka's broker settings of the same names)")
+    limits.add_argument("--max-connections", type=int, default=1000,
+                        help="connections open at once (default 1000); past it, the one idle longest is closed")
+    limits.add_argument("--max-connections-per-ip", type=int, help="connections from one address (default: none)")
+    limits.add_argument("--max-connections-per-ip-overrides", default="",
+                        help="HOST:N,... per-address limits that replace --max-connections-per-ip")
+    limits.add_argument("--connections-max-idle-ms", type=int, default=600_000,
+                        help="close a connection idle this long (default 600000)")
+    limits.add_argument("--queued-max-request-bytes", type=int,
+                        help="bytes of requests in hand at once (default: no bound)")
+    limits.add_argument("--socket-request-max-bytes", type=int, default=100 << 20,
+                        help="the largest request frame (default 104857600)")
     p.set_defaults(func=serve)
+
+
+def _overrides(text: str) -> dict[str, int]:
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.lstrip("-").isdigit():
+            raise InvalidConfigurationError(f"--max-connections-per-ip-overrides: {item!r} is not HOST:N")
+        out[host.strip("[]")] = int(count)
+    return out
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -59,7 +81,13 @@ def serve(args: argparse.Namespace, out: Output, stop: threading.Event | None = 
     try:
         with engine.open(args.data) as eng:
             listener = eng.serve(host, port, allow_remote=args.allow_remote, advertised_host=args.advertised_host,
-                                 auto_create_topics=not args.no_auto_create_topics, ssl_context=context, sasl=sasl)
+                                 auto_create_topics=not args.no_auto_create_topics, ssl_context=context, sasl=sasl,
+                                 max_connections=args.max_connections,
+                                 max_connections_per_ip=args.max_connections_per_ip,
+                                 max_connections_per_ip_overrides=_overrides(args.max_connections_per_ip_overrides),
+                                 connections_max_idle_ms=args.connections_max_idle_ms,
+                                 queued_max_request_bytes=args.queued_max_request_bytes,
+                                 request_max_bytes=args.socket_request_max_bytes)
             out.result({"bootstrap": listener.bootstrap, "data": eng.path},
                        f"kafkalog serving {eng.path} on {listener.bootstrap}")
             out.stream.flush()
