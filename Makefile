@@ -129,9 +129,13 @@ sanitize: $(STAMP)
 # handing a directory to the broker and the broker's directory back to kafkalog (tests/broker)
 INTEROP_RECORDS ?= 1000000
 INTEROP_KILLS ?= 5
-# kafka-python's own integration tests against a listener, from the source distribution of the installed release
-# (downloaded once into .cache/client-suites); fails when a test outside the documented list does not pass
+# the clients' own integration suites against a fresh listener, each built or downloaded once into
+# .cache/client-suites: librdkafka's (from the npm package that ships its source; on the native core and again on the
+# pure-Python twin) and kafka-python's (from the source distribution of the installed release). Each fails when a
+# test it expects to pass does not, or an unlisted one passes
 client-suites: setup
+	$(PY) -m tests.client_suites.librdkafka
+	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m tests.client_suites.librdkafka
 	$(PY) -m tests.client_suites.kafka_python
 
 interop: setup

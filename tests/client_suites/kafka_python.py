@@ -26,9 +26,8 @@ import venv
 import xml.etree.ElementTree as ET
 
 import engine
+from tests.client_suites.report import ROOT, replace_between
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOC = os.path.join(ROOT, "docs", "protocol.md")
 BEGIN, END = "<!-- kafka-python-suite:begin -->", "<!-- kafka-python-suite:end -->"
 # the Kafka release the suite is told it runs against: the listener answers as a KRaft broker of 4.x does
 KAFKA_VERSION = "4.0.0"
@@ -167,14 +166,6 @@ def check(results: dict[str, tuple[str, str]]) -> list[str]:
     return problems
 
 
-def write(text: str, path: str = DOC) -> None:
-    with open(path) as f:
-        doc = f.read()
-    start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    with open(path, "w") as f:
-        f.write(doc[:start] + "\n" + text + "\n" + doc[end:])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", default=os.path.join(ROOT, ".cache", "client-suites"))
@@ -184,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results)
     print(text)
     if args.write:
-        write(text)
+        replace_between(BEGIN, END, text)
     problems = check(results)
     for p in problems:
         print("UNEXPECTED:", p, file=sys.stderr)

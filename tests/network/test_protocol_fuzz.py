@@ -30,7 +30,21 @@ def _seeds(rng: random.Random) -> list[bytes]:
             for _ in range(3):
                 body = random_struct(rng, api.request, version)
                 out.append(encode_request(api, version, rng.randrange(1 << 31), body)[4:])
-    return out
+    return out + _client_shapes()
+
+
+def _client_shapes() -> list[bytes]:
+    """What real clients send that a stricter reader refused: librdkafka's all-topics Metadata v12 with three bytes
+    after its last field, and Produce batches whose CRC is right around records that are not (a consumer of the
+    partition must never see them)."""
+    from tests.network.test_kafka_semantics import BAD_BATCHES
+
+    metadata = encode_request(m.METADATA, 12, 1, {"topics": None, "allow_auto_topic_creation": True})[4:] + b"\0" * 3
+    produce = [encode_request(m.PRODUCE, 3, 2, {"transactional_id": None, "acks": -1, "timeout_ms": 1000,
+                                                 "topic_data": [{"name": "fuzzed", "partition_data": [
+                                                     {"index": 0, "records": data}]}]})[4:]
+               for data, _ in BAD_BATCHES.values()]
+    return [metadata, *produce]
 
 
 def _mutate(rng: random.Random, frame: bytes, seeds: list[bytes]) -> bytes:

@@ -1,0 +1,184 @@
+"""librdkafka's own integration suite against a fresh listener (`make client-suites`).
+
+librdkafka (the C client under confluent-kafka, kcat, and the Go, .NET and Node clients of its family) ships about
+170 test programs that run against whatever cluster a `test.conf` names. The npm package
+@confluentinc/kafka-javascript carries librdkafka's whole source, its tests included, so this runner builds the suite
+from the npm registry alone: the package is fetched with `npm pack`, librdkafka's libraries and `tests/test-runner`
+are built once into the cache (OpenSSL and zlib from Debian's -dev packages; SASL, zstd, an external lz4 and curl
+left out), then the runner serves a fresh engine on an ephemeral 127.0.0.1 port with a real broker's defaults (one
+partition per auto-created topic, no initial rebalance delay) and runs the suite in quick mode without the socket
+emulation and local-only tests (`test-runner -Q -E -L`), two tests at a time.
+
+EXPECTED_TO_PASS is what must pass: every test that passes against one real Kafka 4 broker with default settings
+(librdkafka_real_broker.txt, from that run of the same suite), plus those that pass here but not there
+(ALSO_PASSING_HERE, each with the reason). A test that fails is run again alone once (the suite's own advice for a
+test that timed out on a loaded machine); the run fails when an expected test still does not pass, or when a test
+outside the list passes (so the list stays true). `--write` puts the table into docs/protocol.md.
+
+Usage: python -m tests.client_suites.librdkafka [--cache DIR] [--write] [--tests 0001,0011]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import engine
+from tests.client_suites.report import ROOT, replace_between
+
+PACKAGE = "@confluentinc/kafka-javascript@1.10.1"  # ships librdkafka 2.15.1 in deps/librdkafka
+KAFKA_VERSION = "4.0.0"   # what the suite is told it runs against: the listener answers as a 4.x KRaft broker
+BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "librdkafka_real_broker.txt")
+BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
+ALSO_PASSING_HERE: dict[str, str] = {}
+_DEBIAN = {"npm": "npm", "/usr/include/openssl/ssl.h": "libssl-dev", "/usr/include/zlib.h": "zlib1g-dev"}
+_RESULT = re.compile(r"^\| (\d{4}[A-Za-z0-9_]*) +\| +([A-Z]+) ")
+_DONE = re.compile(r"={5,} Test (\d{4}[A-Za-z0-9_]*) (PASSED|FAILED|SKIPPED) ={5,}")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def baseline() -> dict[str, str]:
+    """{test: outcome} of the real broker's run."""
+    with open(BASELINE) as f:
+        return dict(line.split() for line in f if line.strip() and not line.startswith("#"))
+
+
+def expected() -> set[str]:
+    return {name for name, outcome in baseline().items() if outcome == "PASSED"} | set(ALSO_PASSING_HERE)
+
+
+def _missing_tools() -> list[str]:
+    return [package for path, package in _DEBIAN.items()
+            if not (shutil.which(path) if "/" not in path else os.path.exists(path))]
+
+
+def build(cache: str) -> str:
+    """librdkafka's tests/ folder with its test-runner built (once per package release)."""
+    home = os.path.join(cache, "librdkafka-" + PACKAGE.rsplit("@", 1)[1])
+    tests = os.path.join(home, "src", "tests")
+    if os.path.exists(os.path.join(tests, "test-runner")):
+        return tests
+    missing = _missing_tools()
+    if missing:
+        raise SystemExit(f"librdkafka's suite needs Debian's {' '.join(missing)}: apt-get install {' '.join(missing)}")
+    shutil.rmtree(home, ignore_errors=True)
+    pack = os.path.join(home, "pack")
+    os.makedirs(pack)
+    subprocess.run(["npm", "pack", "-q", PACKAGE], cwd=pack, check=True, stdout=subprocess.DEVNULL)
+    (tgz,) = glob.glob(os.path.join(pack, "*.tgz"))
+    prefix = "package/deps/librdkafka/"
+    with tarfile.open(tgz) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(os.path.join(home, "src"), members=members, **safe)
+    src = os.path.join(home, "src")
+    for pattern in ("configure", "mklove/modules/*", "lds-gen.py", "packaging/tools/*.sh"):
+        for path in glob.glob(os.path.join(src, pattern)):
+            os.chmod(path, 0o755)
+    log = os.path.join(home, "build.log")
+    with open(log, "w") as out:
+        for cmd in (["./configure", "--disable-gssapi", "--disable-curl", "--disable-zstd", "--disable-lz4-ext",
+                     "--disable-sasl"], ["make", "-j2", "libs"], ["make", "-C", "tests", "-j2", "build"]):
+            if subprocess.run(cmd, cwd=src, stdout=out, stderr=subprocess.STDOUT).returncode:
+                raise SystemExit(f"building librdkafka's suite failed at {' '.join(cmd)}: see {log}")
+    return tests
+
+
+def outcomes(log_text: str) -> dict[str, str]:
+    """{test: PASSED|FAILED|SKIPPED|...} from a test-runner log: its closing table, else the per-test lines (a run
+    ended by its time limit has no table)."""
+    out: dict[str, str] = {}
+    for line in _COLOUR.sub("", log_text).splitlines():
+        found = _RESULT.match(line) or _DONE.search(line)
+        if found:
+            out[found.group(1)] = found.group(2)
+    return out
+
+
+def run(tests: str, bootstrap: str, only: list[str] | None, seconds: int) -> dict[str, str]:
+    """Run the suite (or `only` those tests) against `bootstrap`: {test: outcome}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = os.path.join(tmp, "test.conf")
+        with open(conf, "w") as f:
+            f.write(f"bootstrap.servers={bootstrap}\n")
+        env = {**os.environ, "RDKAFKA_TEST_CONF": conf, "TEST_KAFKA_VERSION": KAFKA_VERSION,
+               "LD_LIBRARY_PATH": "../src:../src-cpp"}
+        if only:
+            env["TESTS"] = ",".join(only)
+        log = os.path.join(tmp, "run.log")
+        with open(log, "w") as out:
+            try:
+                subprocess.run(["./test-runner", "-Q", "-E", "-L", "-p2", "-V", KAFKA_VERSION], cwd=tests, env=env,
+                               stdout=out, stderr=subprocess.STDOUT, timeout=seconds)
+            except subprocess.TimeoutExpired:
+                print(f"librdkafka's suite: stopped after {seconds} s", file=sys.stderr)
+        with open(log, errors="replace") as f:
+            return outcomes(f.read())
+
+
+def serve_and_run(tests: str, only: list[str] | None, seconds: int) -> dict[str, str]:
+    """A fresh engine served with a real broker's defaults, the suite against it, then each expected test that did
+    not pass run again alone."""
+    with tempfile.TemporaryDirectory() as tmp, engine.open(os.path.join(tmp, "data")) as eng:
+        listener = eng.serve(port=0, default_partitions=1)
+        results = run(tests, listener.bootstrap, only, seconds)
+        for name in sorted(expected() - {n for n, o in results.items() if o == "PASSED"}):
+            if only is None or name[:4] in only:
+                again = run(tests, listener.bootstrap, [name[:4]], 600).get(name)
+                if again is not None:
+                    results[name] = again if again == "PASSED" else results.get(name, again)
+        return results
+
+
+def check(results: dict[str, str], only: list[str] | None = None) -> list[str]:
+    want = {n for n in expected() if only is None or n[:4] in only}
+    problems = [f"{n}: {results.get(n, 'not run')} (it passes against a real broker)" for n in sorted(want)
+                if results.get(n) != "PASSED"]
+    problems += [f"{n}: passed, but is not in the expected list (add it to ALSO_PASSING_HERE with the reason)"
+                 for n, o in sorted(results.items()) if o == "PASSED" and n not in expected()]
+    return problems
+
+
+def table(results: dict[str, str]) -> str:
+    real = baseline()
+    passed = sum(1 for o in results.values() if o == "PASSED")
+    lines = [f"librdkafka 2.15.1's integration suite (`test-runner -Q -E -L`, from {PACKAGE}) against the listener: "
+             f"**{passed} passed**; of the {len(expected())} tests one real Kafka 4 broker with default settings "
+             f"passes, {sum(1 for n in expected() if results.get(n) == 'PASSED')} pass here.", "",
+             "| test | listener | real broker |", "|---|---|---|"]
+    for name in sorted(set(results) | set(real)):
+        outcome = results.get(name, "not run")
+        if outcome in ("PASSED", "FAILED") or name in real:
+            lines.append(f"| `{name}` | {outcome.lower()} | {real.get(name, 'not passed').lower()} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", default=os.path.join(ROOT, ".cache", "client-suites"))
+    parser.add_argument("--write", action="store_true", help="update the table in docs/protocol.md")
+    parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0011)")
+    parser.add_argument("--seconds", type=int, default=1500, help="the whole run's time limit")
+    args = parser.parse_args(argv)
+    only = args.tests.split(",") if args.tests else None
+    results = serve_and_run(build(args.cache), only, args.seconds)
+    text = table(results)
+    print(text)
+    if args.write:
+        replace_between(BEGIN, END, text)
+    problems = check(results, only)
+    for p in problems:
+        print("UNEXPECTED:", p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""A Quix Streams application, run by tests/network/test_quix_streams.py with the interpreter of a virtual environment
+that has Quix Streams installed (it pins its own confluent-kafka): exactly-once, a filter and a map, then the sum of
+each key's values over tumbling one-second windows (a windowed aggregation whose state Quix keeps in RocksDB and
+backs up in a compacted changelog topic it creates), each closed window written to the output topic.
+
+Usage: python quix_app.py BOOTSTRAP STATE_DIR INPUT OUTPUT
+It stops once no message has arrived for 10 seconds.
+"""
+import sys
+
+from quixstreams import Application
+
+
+def main(bootstrap: str, state_dir: str, source: str, sink: str) -> None:
+    app = Application(broker_address=bootstrap, consumer_group="quix-sums", auto_offset_reset="earliest",
+                      processing_guarantee="exactly-once", state_dir=state_dir)
+    inputs = app.topic(source, value_deserializer="json")
+    outputs = app.topic(sink, value_serializer="json")
+    sdf = app.dataframe(inputs)
+    sdf = sdf.filter(lambda v: v["n"] % 2 == 0).apply(lambda v: v["n"] * 10)
+    sdf = sdf.tumbling_window(duration_ms=1000).sum().final()
+    sdf.to_topic(outputs)
+    app.run(timeout=10)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
