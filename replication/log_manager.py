@@ -116,7 +116,7 @@ class LogManager:
         self.health = Health(self.dir, log)  # and what the log and `Engine.health()` say of them
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
         self._closed = False
-        self._unsynced = False  # logs created since the last sync_created()
+        self._unsynced: set[str] = set()  # what the logs created since the last sync_created() wrote
         self._written: dict[str, dict] = {}  # each checkpoint's entries as this manager last wrote them
         self.node_id = node_id
         self._background = background
@@ -366,7 +366,7 @@ class LogManager:
             try:
                 self.fs.makedirs(path)
                 partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id(), sync=False)
-                self._unsynced = True
+                self._unsynced.update((os.path.join(path, partition_metadata.FILE), path, self.dir))
                 self._logs[key] = self._log_class.unloaded(self.fs, path, self.clock, self._loading,
                                                            clean_shutdown=True)
                 self._created.add(key)
@@ -383,15 +383,16 @@ class LogManager:
             return self._logs[key]
 
     def sync_created(self) -> None:
-        """Make the logs created since the last call durable, with one sync of the file system (the end of a
-        request that created partitions: a crash before it leaves them to the catalogue's repair on open)."""
+        """Make the logs created since the last call durable, at once (the end of a request that created partitions:
+        a crash before it leaves them to the catalogue's repair on open): one sync of the file system where it is
+        honoured, else an fsync of each file and directory made (FileSystem.sync_paths)."""
         with self._lock:
             if self._unsynced:
                 try:
-                    self.fs.sync_filesystem(self.dir)
+                    self.fs.sync_paths(self._unsynced, self.dir)
                 except OSError as exc:
                     raise KafkaStorageError(f"cannot sync the new partitions: {exc}", file=self.dir) from exc
-                self._unsynced = False
+                self._unsynced = set()
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close the log and move its directory aside (`...-delete`), to be removed by the background thread once the
@@ -593,8 +594,8 @@ class LogManager:
 
     def _close_logs(self) -> None:
         """No log loads any more; close every loaded one, each whatever the one before raised (an unloaded one
-        holds nothing), their fsyncs made by one sync of the file system at the end (KafkaStorageError if it
-        fails); the first error raised."""
+        holds nothing), their fsyncs made together at the end (FileSystem.deferred_syncs; KafkaStorageError if
+        that fails); the first error raised."""
         with self._lock:
             self._loading.closed = True
             logs = list(self._loaded.values())

@@ -28,6 +28,7 @@ import resource
 import shutil
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import BinaryIO
 
@@ -39,15 +40,31 @@ HANDLE_MODES = ("ab+", "r+b")  # the modes of pooled handles (`release` looks ea
 
 
 def _load_libc():
-    """The C library, for syncfs (None where it has none)."""
+    """The C library, for syncfs and statfs (None where it has no syncfs)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        return libc if hasattr(libc, "syncfs") else None
+        return libc if hasattr(libc, "syncfs") and hasattr(libc, "statfs") else None
     except OSError:
         return None
 
 
 _libc = _load_libc()
+# The Linux file systems whose syncfs() writes back every dirty page and the journal of that file system (statfs's
+# f_type magic numbers). Any other, FUSE above all (sshfs, s3fs, gcsfuse, JuiceFS, rclone, LazyFS: its syncfs
+# returns 0 and persists nothing), or one statfs cannot name, gets an fsync of every file and directory instead.
+SYNCFS_HONOURED = {0xEF53: "ext2/3/4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x01021994: "tmpfs",
+                   0xF2F52010: "f2fs"}
+SYNC_THREADS = 8  # fsyncs of many files at once, where syncfs cannot be trusted
+
+
+def file_system_type(path: str) -> int | None:
+    """statfs's f_type of the file system holding `path` (None where it cannot be asked)."""
+    if _libc is None:
+        return None
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first word
+    if _libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
 def default_fd_budget() -> int:
@@ -99,7 +116,8 @@ class FileSystem:
         self.fd_budget = fd_budget or default_fd_budget()
         self._handles: OrderedDict[tuple, object] = OrderedDict()  # (path, mode) -> _Handle; ("map", id) -> owner
         self._pool_lock = new_lock(reentrant=False)
-        self._local = threading.local()  # `deferred_syncs` of this thread: None outside one, else whether one is owed
+        self._local = threading.local()  # `deferred_syncs` of this thread: None outside one, else the paths owed
+        self._syncfs_by_device: dict[int, bool] = {}
 
     # --- the descriptor pool ------------------------------------------------------------------
     def handle(self, path: str, mode: str) -> _Handle:
@@ -239,27 +257,27 @@ class FileSystem:
                 n = os.writev(f.fileno(), views)
 
     def fsync(self, f: BinaryIO) -> None:
-        if not self._owed():
+        if not self._owed(f.name):
             os.fsync(f.fileno())
 
-    def _owed(self) -> bool:
-        """Inside `deferred_syncs` on this thread: note that a sync is owed (True), instead of syncing now."""
-        local = self._local
-        if getattr(local, "owed", None) is None:
+    def _owed(self, path) -> bool:
+        """Inside `deferred_syncs` on this thread: note that `path` owes a sync (True), instead of syncing now."""
+        owed = getattr(self._local, "owed", None)
+        if owed is None or not isinstance(path, str):
             return False
-        local.owed = True
+        owed.add(path)
         return True
 
     @contextmanager
     def deferred_syncs(self, path: str):
         """Within the block, on this thread, an fsync of a file or a directory only notes that one is owed; leaving
-        the block normally syncs the file system of `path` once if one is (closing many logs: every fsync of
-        each would cost more). A block inside another leaves the syncing to the outer one."""
+        the block normally makes them all durable at once (`sync_paths`: closing many logs, every fsync of each in
+        turn would cost more). A block inside another leaves the syncing to the outer one."""
         local = self._local
         if getattr(local, "owed", None) is not None:
             yield
             return
-        local.owed = False
+        local.owed = set()
         try:
             yield
         except BaseException:
@@ -267,7 +285,39 @@ class FileSystem:
             raise
         owed, local.owed = local.owed, None
         if owed:
-            self.sync_filesystem(path)
+            self.sync_paths(owed, path)
+
+    def syncfs_honoured(self, path: str) -> bool:
+        """Whether syncfs() of the file system holding `path` makes its files durable (SYNCFS_HONOURED), decided once
+        per device."""
+        device = os.stat(path).st_dev
+        known = self._syncfs_by_device.get(device)
+        if known is None:
+            known = self._syncfs_by_device[device] = file_system_type(path) in SYNCFS_HONOURED
+        return known
+
+    def sync_paths(self, paths, root: str) -> None:
+        """Make the files and directories `paths` durable: one syncfs of `root`'s file system where it is honoured,
+        else an fsync of each, SYNC_THREADS at a time (files first, then the directories naming them). A path gone
+        since (a log deleted meanwhile) is skipped."""
+        if self.syncfs_honoured(root):
+            self.sync_filesystem(root)
+            return
+        directories = sorted((p for p in paths if os.path.isdir(p)), key=lambda p: -p.count(os.sep))
+        files = [p for p in paths if p not in directories]
+        for group, sync in ((files, self.fsync_path), (directories, self.fsync_dir)):
+            def one(p: str, sync=sync) -> None:
+                try:
+                    sync(p)
+                except FileNotFoundError:
+                    pass
+            if len(group) <= 1:
+                for p in group:
+                    one(p)
+                continue
+            with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(group)),
+                                    thread_name_prefix="kafkalog-fsync") as pool:
+                list(pool.map(one, group))
 
     def start_writeback(self, f: BinaryIO) -> None:
         """Begin writing `f`'s dirty pages to the device without waiting (with the native core, on Linux): the fsync
@@ -278,7 +328,7 @@ class FileSystem:
 
     def fsync_path(self, path: str) -> None:
         """fsync the file at `path` through a pooled handle (none taken inside `deferred_syncs`)."""
-        if self._owed():
+        if self._owed(path):
             return
         with self.handle(path, "r+b") as f:
             self.fsync(f)
@@ -303,7 +353,7 @@ class FileSystem:
         shutil.rmtree(path)
 
     def fsync_dir(self, path: str) -> None:
-        if self._owed():
+        if self._owed(path):
             return
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:

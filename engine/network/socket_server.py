@@ -4,8 +4,9 @@ a pool of request handler threads runs the requests (engine.network.kafka_apis).
 Threads: `kafkalog-network` (a selector over the listening socket, every connection and a wake-up socket pair),
 `kafkalog-request-handler-N`, and `kafkalog-controller`, which runs the `controller_apis` (topic creation and
 deletion: operations that may take seconds) one at a time, as Kafka's controller queues them, so no number of them
-ever occupies the handlers that Produce, Fetch or ApiVersions need. A connection has at most one request being handled (the next is not started until that
-request's response is queued, as Kafka mutes a channel), so responses go out in request order. A fetch that finds
+ever occupies the handlers that Produce, Fetch or ApiVersions need. A connection has at most one request being
+handled (the next is not started until that request's response is queued, as Kafka mutes a channel), so responses go
+out in request order. A fetch that finds
 nothing to return before its max wait is parked here, not on a handler thread, keyed by its partitions as Kafka's
 purgatory keys it: it runs again when the engine appends to one of them (the engine calls `appended`) or at its
 deadline, so long polls never hold a handler and an append wakes only its own partition's fetches. A request waiting
