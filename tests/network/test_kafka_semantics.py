@@ -185,52 +185,53 @@ def test_an_operation_past_kafkas_controller_bound_is_a_policy_violation(served)
 
 
 def test_a_large_legal_create_does_not_hold_other_connections(served):
-    """While a CreateTopics of 9,000 partitions is being handled, with 8 DeleteTopics queued behind it (as many as the
-    listener has handler threads), ApiVersions and a Produce to another topic on other connections are answered
-    before it completes."""
+    """A CreateTopics of 9,000 partitions and 8 DeleteTopics behind it (more admin requests than the listener has
+    handler threads), each held inside the engine until the test lets it go: meanwhile ApiVersions and a Produce to
+    another topic on another connection are answered. (Were admin requests run on the handler threads, those would
+    all be held, and the other requests would get no answer: the socket's timeout fails the test.)"""
     eng, listener = served
     eng.create_topic("busy", 1)
     for i in range(8):
         eng.create_topic(f"doomed-{i}", 1)
-    answered = []
-    done = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
-    def delete(i):
+    def held(operation):
+        def run(*args, **kwargs):
+            entered.set()
+            gate.wait(120)
+            return operation(*args, **kwargs)
+        return run
+
+    eng.create_topic, eng.delete_topic = held(eng.create_topic), held(eng.delete_topic)
+    answered: list[int] = []
+
+    def admin(api, version, body, read):
         with socket.create_connection(listener.address) as sock:
             sock.settimeout(300)
-            answered.append(_call(sock, m.DELETE_TOPICS, 4, {"topic_names": [f"doomed-{i}"], "timeout_ms": 300_000})[
-                "responses"][0]["error_code"])
+            answered.append(read(_call(sock, api, version, body)))
 
-    def create():
-        with socket.create_connection(listener.address) as sock:
-            sock.settimeout(300)
-            body = {"topics": [{"name": "wide", "num_partitions": 9_000, "replication_factor": 1,
-                                "assignments": [], "configs": []}], "timeout_ms": 300_000, "validate_only": False}
-            answered.append(_call(sock, m.CREATE_TOPICS, 5, body)["topics"][0]["error_code"])
-            done.set()
-
-    creator = threading.Thread(target=create)
-    creator.start()
-    deleters: list[threading.Thread] = []
+    requests = [threading.Thread(target=admin, args=(
+        m.CREATE_TOPICS, 5, {"topics": [{"name": "wide", "num_partitions": 9_000, "replication_factor": 1,
+                                         "assignments": [], "configs": []}], "timeout_ms": 300_000,
+                             "validate_only": False}, lambda r: r["topics"][0]["error_code"]))]
+    requests += [threading.Thread(target=admin, args=(
+        m.DELETE_TOPICS, 4, {"topic_names": [f"doomed-{i}"], "timeout_ms": 300_000},
+        lambda r: r["responses"][0]["error_code"])) for i in range(8)]
+    for t in requests:
+        t.start()
     try:
-        deadline = time.monotonic() + 60
-        while not eng.admin.creating and not done.is_set() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert not done.is_set(), "the create finished before the other requests could be sent"
-        deleters += [threading.Thread(target=delete, args=(i,)) for i in range(8)]
-        for t in deleters:
-            t.start()
-        time.sleep(0.2)  # (they reach the listener; whether they wait is what is checked, not how long)
+        assert entered.wait(60)
+        time.sleep(0.2)  # (the deletes reach the listener too; the check below needs no timing)
         with socket.create_connection(listener.address) as sock:
-            sock.settimeout(300)
+            sock.settimeout(30)  # no answer while the admin requests are held: a timeout fails the test
             versions = [_call(sock, m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"},
                               i)["error_code"] for i in range(20)]
             produced = _produce(sock, "busy", _batch(_kafka_python_records(1), 1, 0), 99)["error_code"]
-        assert not done.is_set(), "the other connections' requests waited for the create"
+        assert answered == [], "an admin request was answered while held"
         assert versions == [0] * 20 and produced == 0
     finally:
-        creator.join(300)
-        for t in deleters:
+        gate.set()
+        for t in requests:
             t.join(300)
     assert answered == [0] * 9 and eng.partitions_for("wide") == 9_000
     assert not any(name.startswith("doomed-") for name in eng.list_topics())
