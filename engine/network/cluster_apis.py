@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from engine.common.errors import UnknownTopicOrPartitionError
+from engine.common.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from engine.network.api_common import NODE_ID, check_assignment, code_of, error_of
 from engine.protocol import Request
 from engine.protocol import messages as m
@@ -26,14 +26,22 @@ class ClusterApis:
                 m.ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
                 m.LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments}
 
+    def _partition(self, topic: str, partition: int):
+        """The partition, an internal topic's included (Kafka describes those too)."""
+        if topic in self.engine.internal_topics():
+            return self.engine.internal_partition(topic, partition)
+        return self.engine.partition(topic, partition)
+
     def _code(self, topic: str, partition: int) -> int:
         """0 when the partition exists, else its error's code."""
-        return code_of(lambda: self.engine.partition(topic, partition))
+        return code_of(lambda: self._partition(topic, partition))
 
     def _wanted(self, asked: list[dict] | None) -> list[tuple[str, list[int]]]:
-        """(topic, partitions) named by a request's `topic`/`partitions` entries; None: every partition."""
+        """(topic, partitions) named by a request's `topic`/`partitions` entries; None: every partition, the internal
+        topics' included."""
         if asked is None:
-            return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()]
+            return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()] + \
+                [(t, list(range(n))) for t, n in sorted(self.engine.internal_topics().items())]
         return [(t["topic"], t["partitions"]) for t in asked]
 
     def elect_leaders(self, request: Request) -> dict:
@@ -75,8 +83,8 @@ class ClusterApis:
             parts = []
             for p in partitions:
                 try:
-                    size = self.engine.partition(topic, p).log.size_in_bytes()
-                except UnknownTopicOrPartitionError:
+                    size = self._partition(topic, p).log.size_in_bytes()
+                except (UnknownTopicOrPartitionError, InvalidTopicError):
                     continue  # (Kafka describes the partitions the directory holds)
                 parts.append({"partition_index": p, "partition_size": size, "offset_lag": 0, "is_future_key": False})
             if parts:

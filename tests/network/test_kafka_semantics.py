@@ -368,6 +368,20 @@ def test_the_offsets_topic_is_described_as_kafka_describes_it(served):
     assert caught.value.args[0].code() == kafka_errors.TopicAlreadyExistsError.errno
 
 
+def test_the_internal_topics_metadata_lists_are_described_by_the_other_apis(served):
+    """A client that takes every topic Metadata lists (kafka-python's admin) asks DescribeLogDirs for them all:
+    the internal ones are described too, as Kafka describes them."""
+    eng, listener = served
+    eng.create_topic("plain", 1)
+    with socket.create_connection(listener.address) as sock:
+        listed = _call(sock, m.METADATA, 9, {"topics": [{"name": "__consumer_offsets"}],
+                                             "allow_auto_topic_creation": False})["topics"]
+        dirs = _call(sock, m.DESCRIBE_LOG_DIRS, 4, {"topics": None})["results"]
+    assert listed[0]["error_code"] == 0
+    described = {t["name"]: len(t["partitions"]) for r in dirs for t in r["topics"]}
+    assert described == {"plain": 1, "__consumer_offsets": len(listed[0]["partitions"])}
+
+
 def test_an_unknown_topic_config_is_named_as_kafka_names_it(served):
     eng, listener = served
     with socket.create_connection(listener.address) as sock:
