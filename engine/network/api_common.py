@@ -20,6 +20,7 @@ OPERATION_NOT_ATTEMPTED = 55
 SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")  # the internal topics Kafka's APIs describe
 
 
 def error_code(exc: BaseException) -> int:

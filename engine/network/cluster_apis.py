@@ -9,7 +9,7 @@ import os
 from typing import Callable
 
 from engine.common.errors import InvalidTopicError, UnknownTopicOrPartitionError
-from engine.network.api_common import NODE_ID, check_assignment, code_of, error_of
+from engine.network.api_common import COORDINATOR_TOPICS, NODE_ID, check_assignment, code_of, error_of
 from engine.protocol import Request
 from engine.protocol import messages as m
 
@@ -41,7 +41,8 @@ class ClusterApis:
         topics' included."""
         if asked is None:
             return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()] + \
-                [(t, list(range(n))) for t, n in sorted(self.engine.internal_topics().items())]
+                [(t, list(range(n))) for t, n in sorted(self.engine.internal_topics().items())
+                 if t in COORDINATOR_TOPICS]
         return [(t["topic"], t["partitions"]) for t in asked]
 
     def elect_leaders(self, request: Request) -> dict:

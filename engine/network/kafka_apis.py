@@ -24,6 +24,7 @@ from engine.common.errors import (
 )
 from engine.network.admin_apis import AdminApis
 from engine.network.api_common import (
+    COORDINATOR_TOPICS,
     FENCED_LEADER_EPOCH,
     ILLEGAL_SASL_STATE,
     INVALID_REQUEST,
@@ -46,7 +47,6 @@ from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 from engine.segments.log_segments import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
 
-COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")  # the internal topics Metadata describes
 _BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 
 
@@ -131,7 +131,7 @@ class KafkaApis:
     def metadata(self, request: Request) -> dict:
         wanted = request.body["topics"]
         if wanted is None or (request.version == 0 and not wanted):
-            names = self.engine.list_topics() + sorted(self.engine.internal_topics())  # (Kafka lists them too)
+            names = self.engine.list_topics() + [t for t in COORDINATOR_TOPICS if t in self.engine.internal_topics()]
             create = False
         else:
             names = [t["name"] for t in wanted]
@@ -146,7 +146,7 @@ class KafkaApis:
     def _topic_metadata(self, name: str | None, create: bool) -> dict:
         eng = self.engine
         if name in COORDINATOR_TOPICS:
-            return self._internal_metadata(name)
+            return self._internal_metadata(name, create)
         try:
             if name is None:
                 raise UnknownTopicOrPartitionError("a topic asked for by id only")
@@ -173,11 +173,15 @@ class KafkaApis:
                           "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
         return {"error_code": 0, "name": name, "topic_id": topic_uuid(rec.topic_id), "partitions": parts}
 
-    def _internal_metadata(self, name: str) -> dict:
-        """A coordinator's topic as Kafka describes it (is_internal), created first as Kafka's metadata request
-        creates a missing internal topic whatever auto.create.topics.enable says."""
+    def _internal_metadata(self, name: str, create: bool) -> dict:
+        """A coordinator's topic as Kafka describes it (is_internal); a missing one is created when the request may
+        create topics, else UNKNOWN_TOPIC_OR_PARTITION."""
         eng = self.engine
-        eng.ensure_internal_topic(name)
+        if name not in eng.internal_topics():
+            if not create:
+                return {"error_code": UnknownTopicOrPartitionError.code, "name": name, "topic_id": ZERO_UUID,
+                        "is_internal": True, "partitions": []}
+            eng.ensure_internal_topic(name)
         parts = []
         for p in range(eng.internal_topics()[name]):
             try:

@@ -357,10 +357,15 @@ def test_the_offsets_topic_is_described_as_kafka_describes_it(served):
 
     eng, listener = served
     with socket.create_connection(listener.address) as sock:
+        missing = _call(sock, m.METADATA, 9, {"topics": [{"name": "__consumer_offsets"}],
+                                              "allow_auto_topic_creation": False})["topics"]
         body = _call(sock, m.METADATA, 9, {"topics": [{"name": "__consumer_offsets"}],
-                                           "allow_auto_topic_creation": False})
+                                           "allow_auto_topic_creation": True})
+        everything = _call(sock, m.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})["topics"]
+    assert [t["error_code"] for t in missing] == [kafka_errors.UnknownTopicOrPartitionError.errno]
     (topic,) = body["topics"]
     assert topic["error_code"] == 0 and topic["is_internal"]
+    assert [t["name"] for t in everything if t["is_internal"]] == ["__consumer_offsets"]
     assert len(topic["partitions"]) == eng.internal_topics()["__consumer_offsets"]
     admin = AdminClient({"bootstrap.servers": listener.bootstrap})
     with pytest.raises(Exception) as caught:
@@ -375,7 +380,7 @@ def test_the_internal_topics_metadata_lists_are_described_by_the_other_apis(serv
     eng.create_topic("plain", 1)
     with socket.create_connection(listener.address) as sock:
         listed = _call(sock, m.METADATA, 9, {"topics": [{"name": "__consumer_offsets"}],
-                                             "allow_auto_topic_creation": False})["topics"]
+                                             "allow_auto_topic_creation": True})["topics"]
         dirs = _call(sock, m.DESCRIBE_LOG_DIRS, 4, {"topics": None})["results"]
     assert listed[0]["error_code"] == 0
     described = {t["name"]: len(t["partitions"]) for r in dirs for t in r["topics"]}
