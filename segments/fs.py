@@ -29,7 +29,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
 from engine.common.errors import KafkaStorageError
@@ -303,14 +303,12 @@ class FileSystem:
         if self.syncfs_honoured(root):
             self.sync_filesystem(root)
             return
-        directories = sorted((p for p in paths if os.path.isdir(p)), key=lambda p: -p.count(os.sep))
+        directories = {p for p in paths if os.path.isdir(p)}
         files = [p for p in paths if p not in directories]
-        for group, sync in ((files, self.fsync_path), (directories, self.fsync_dir)):
+        for group, sync in ((files, self.fsync_path), (list(directories), self.fsync_dir)):
             def one(p: str, sync=sync) -> None:
-                try:
+                with suppress(FileNotFoundError):
                     sync(p)
-                except FileNotFoundError:
-                    pass
             if len(group) <= 1:
                 for p in group:
                     one(p)

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Kafka's LogValidator for a leader's append: prepare_leader_append checks a producer's batches (whole, within the
 size limit, CRC-valid, consecutive offsets, no control batch from a client, every record read: framing, offset
-deltas, timestamps, nothing after the last, compressed ones decompressed within a bound) and gives each its offsets and the leader
-epoch (and LogAppendTime when the topic asks), as header copies beside zero-copy views of the rest; leader_copy reads
+deltas, timestamps, nothing after the last, compressed ones decompressed within a bound) and gives each its offsets
+and the leader epoch (and LogAppendTime when the topic asks), as header copies beside zero-copy views of the rest; leader_copy reads
 the records where the topic's codec or timestamp bounds require it and re-encodes the batch. _segment_appender.pyx
 calls the C-level checks (see _log_validator.pxd). Twin: engine.record.log_validator.
 
@@ -191,8 +191,8 @@ def prepare_leader_append(buffer, int64_t first_offset, int32_t leader_epoch, in
     """Check a producer's batches and prepare them for a leader's append.
 
     Every batch must be whole, within `max_batch_bytes`, CRC-valid, have consecutive offsets, hold exactly its
-    count of well-framed records (RecordBatch.check_records) and (unless `allow_control`) not be a control batch. Each gets offsets from `first_offset` on and the leader
-    epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
+    count of well-framed records (RecordBatch.check_records) and (unless `allow_control`) not be a control batch.
+    Each gets offsets from `first_offset` on and the leader epoch; with `log_append_time` >= 0 also the LogAppendTime flag and timestamp (and a new CRC).
     With `checks` = (target codec, level, bounds), the records are read as Kafka's LogValidator reads them
     (`leader_copy`): a batch is re-encoded in the topic's codec, and a CreateTime outside `bounds` refuses it.
     Returns (pieces, next_offset, max_timestamp, offset_of_max_timestamp, batch_count), where pieces

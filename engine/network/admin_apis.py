@@ -50,7 +50,8 @@ class AdminApis:
 
     def create_topics(self, request: Request) -> dict:
         b = request.body
-        existing = set(self.engine.list_topics()) | set(self.engine.internal_topics())
+        internal = self.engine.internal_topics()
+        existing = set(self.engine.list_topics()) | set(internal)
         records = sum(1 + len(t["configs"]) + (len(t["assignments"]) or (
             t["num_partitions"] if t["num_partitions"] != -1 else self.default_partitions))
             for t in b["topics"] if t["name"] not in existing)
@@ -72,7 +73,7 @@ class AdminApis:
                                                                         key=lambda a: a["partition_index"])],
                                       [a["partition_index"] for a in t["assignments"]])
                     partitions = len(t["assignments"])
-                if t["name"] in self.engine.internal_topics():  # (the engine's own topics are not in its catalogue API)
+                if t["name"] in internal:  # (the engine's own topics are not in its catalogue API)
                     raise TopicAlreadyExistsError(f"Topic '{t['name']}' already exists.")
                 if b["validate_only"]:
                     LogConfig.from_dict(config, base=self.engine.defaults)

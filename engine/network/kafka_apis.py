@@ -162,16 +162,8 @@ class KafkaApis:
                 rec = eng.admin.topic(name)
         except KafkaError as exc:
             return {"error_code": error_code(exc), "name": name, "partitions": []}
-        parts = []
-        for p in range(rec.partitions):
-            try:
-                epoch = eng.partition(name, p).leader_epoch
-                code = 0
-            except KafkaError as exc:
-                epoch, code = -1, error_code(exc)
-            parts.append({"error_code": code, "partition_index": p, "leader_id": NODE_ID if code == 0 else -1,
-                          "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
-        return {"error_code": 0, "name": name, "topic_id": topic_uuid(rec.topic_id), "partitions": parts}
+        return {"error_code": 0, "name": name, "topic_id": topic_uuid(rec.topic_id),
+                "partitions": _partitions_metadata(eng.partition, name, rec.partitions)}
 
     def _internal_metadata(self, name: str, create: bool) -> dict:
         """A coordinator's topic as Kafka describes it (is_internal); a missing one is created when the request may
@@ -182,16 +174,9 @@ class KafkaApis:
                 return {"error_code": UnknownTopicOrPartitionError.code, "name": name, "topic_id": ZERO_UUID,
                         "is_internal": True, "partitions": []}
             eng.ensure_internal_topic(name)
-        parts = []
-        for p in range(eng.internal_topics()[name]):
-            try:
-                epoch, code = eng.internal_partition(name, p).leader_epoch, 0
-            except KafkaError as exc:
-                epoch, code = -1, error_code(exc)
-            parts.append({"error_code": code, "partition_index": p, "leader_id": NODE_ID if code == 0 else -1,
-                          "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
         return {"error_code": 0, "name": name, "topic_id": topic_uuid(eng.admin.internal_topic_id(name)) or ZERO_UUID,
-                "is_internal": True, "partitions": parts}
+                "is_internal": True,
+                "partitions": _partitions_metadata(eng.internal_partition, name, eng.internal_topics()[name])}
 
     def describe_topic_partitions(self, request: Request) -> dict:
         """Metadata's topics paged by partition: topics in name order (every topic when none is named) from the
@@ -353,6 +338,20 @@ class KafkaApis:
                 parts.append(entry)
             topics.append({"topic": t["topic"], "partitions": parts})
         return {"topics": topics}
+
+
+def _partitions_metadata(leader_of, name: str, count: int) -> list[dict]:
+    """Metadata's partitions of topic `name`, each led by node 0 at its leader's epoch (`leader_of(name, p)`), or
+    the error that finding its leader raised."""
+    parts = []
+    for p in range(count):
+        try:
+            epoch, code = leader_of(name, p).leader_epoch, 0
+        except KafkaError as exc:
+            epoch, code = -1, error_code(exc)
+        parts.append({"error_code": code, "partition_index": p, "leader_id": NODE_ID if code == 0 else -1,
+                      "leader_epoch": epoch, "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID]})
+    return parts
 
 
 def _cluster_id(path: str) -> str:

@@ -62,10 +62,8 @@ class Listener:
         for name, value, low in (("threads", threads, 1), ("request_max_bytes", request_max_bytes, 64),
                                  ("connections_max_idle_ms", connections_max_idle_ms, 1),
                                  ("sasl_max_receive_size", sasl_max_receive_size, 64),
-                                 ("queued_max_request_bytes", queued_max_request_bytes, 64),
+                                 ("queued_max_request_bytes", queued_max_request_bytes or 64, 64),
                                  ("default_partitions", default_partitions, 1)):
-            if value is None and name == "queued_max_request_bytes":
-                continue
             if type(value) is not int or value < low:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= {low}")
         quotas = ConnectionQuotas(max_connections, max_connections_per_ip, max_connections_per_ip_overrides)
