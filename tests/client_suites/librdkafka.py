@@ -11,7 +11,8 @@ emulation and local-only tests (`test-runner -Q -E -L`), two tests at a time.
 
 EXPECTED_TO_PASS is what must pass: every test that passes against one real Kafka 4 broker with default settings
 (librdkafka_real_broker.txt, from that run of the same suite), plus those that pass here but not there
-(ALSO_PASSING_HERE, each with the reason). A test that fails is run again alone once (the suite's own advice for a
+(ALSO_PASSING_HERE, each with the reason); tests whose outcome varies here (VARIES) and librdkafka's `_mock` tests
+(which never reach the listener) are not judged. A test that fails is run again alone once (the suite's own advice for a
 test that timed out on a loaded machine); the run fails when an expected test still does not pass, or when a test
 outside the list passes (so the list stays true). `--write` puts the table into docs/protocol.md.
 
@@ -36,7 +37,20 @@ PACKAGE = "@confluentinc/kafka-javascript@1.10.1"  # ships librdkafka 2.15.1 in 
 KAFKA_VERSION = "4.0.0"   # what the suite is told it runs against: the listener answers as a 4.x KRaft broker
 BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "librdkafka_real_broker.txt")
 BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
-ALSO_PASSING_HERE: dict[str, str] = {}
+ALSO_PASSING_HERE = {
+    "0140_commit_metadata": "passes against the listener; the real broker's run did not pass it",
+}
+# tests whose outcome here varies between runs, judged neither way (a pass or a failure fails nothing)
+VARIES = {
+    "0118_commit_rebalance": "a 99 s test of commits during rebalances that times out on a loaded 2-core machine in "
+                             "some runs; it fails against the real broker too",
+}
+
+
+def judged(name: str) -> bool:
+    """Whether a test says anything about the listener: not one of VARIES, and not one of the `_mock` tests, which
+    run against librdkafka's own in-process mock cluster whatever test.conf names."""
+    return name not in VARIES and not name.endswith("_mock")
 _DEBIAN = {"npm": "npm", "/usr/include/openssl/ssl.h": "libssl-dev", "/usr/include/zlib.h": "zlib1g-dev"}
 _RESULT = re.compile(r"^\| (\d{4}[A-Za-z0-9_]*) +\| +([A-Z]+) ")
 _DONE = re.compile(r"={5,} Test (\d{4}[A-Za-z0-9_]*) (PASSED|FAILED|SKIPPED) ={5,}")
@@ -143,21 +157,24 @@ def check(results: dict[str, str], only: list[str] | None = None) -> list[str]:
     problems = [f"{n}: {results.get(n, 'not run')} (it passes against a real broker)" for n in sorted(want)
                 if results.get(n) != "PASSED"]
     problems += [f"{n}: passed, but is not in the expected list (add it to ALSO_PASSING_HERE with the reason)"
-                 for n, o in sorted(results.items()) if o == "PASSED" and n not in expected()]
+                 for n, o in sorted(results.items()) if o == "PASSED" and n not in expected() and judged(n)]
     return problems
 
 
 def table(results: dict[str, str]) -> str:
     real = baseline()
-    passed = sum(1 for o in results.values() if o == "PASSED")
+    passed = sum(1 for n, o in results.items() if o == "PASSED" and judged(n))
     lines = [f"librdkafka 2.15.1's integration suite (`test-runner -Q -E -L`, from {PACKAGE}) against the listener: "
              f"**{passed} passed**; of the {len(expected())} tests one real Kafka 4 broker with default settings "
              f"passes, {sum(1 for n in expected() if results.get(n) == 'PASSED')} pass here.", "",
-             "| test | listener | real broker |", "|---|---|---|"]
-    for name in sorted(set(results) | set(real)):
+             "| test | listener | real broker | note |", "|---|---|---|---|"]
+    for name in sorted(n for n in set(results) | set(real) if judged(n)):
         outcome = results.get(name, "not run")
         if outcome in ("PASSED", "FAILED") or name in real:
-            lines.append(f"| `{name}` | {outcome.lower()} | {real.get(name, 'not passed').lower()} |")
+            why = ALSO_PASSING_HERE.get(name, "")
+            lines.append(f"| `{name}` | {outcome.lower()} | {real.get(name, 'not passed').lower()} | {why} |")
+    lines += ["", "Not judged: the `_mock` tests (they run against librdkafka's own mock cluster, not the listener), "
+              "and " + "; ".join(f"`{n}` ({why})" for n, why in sorted(VARIES.items())) + "."]
     return "\n".join(lines)
 
 
