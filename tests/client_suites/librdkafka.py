@@ -163,10 +163,11 @@ def check(results: dict[str, str], only: list[str] | None = None) -> list[str]:
 
 def table(results: dict[str, str]) -> str:
     real = baseline()
+    broker = [name for name, outcome in real.items() if outcome == "PASSED"]
     passed = sum(1 for n, o in results.items() if o == "PASSED" and judged(n))
     lines = [f"librdkafka 2.15.1's integration suite (`test-runner -Q -E -L`, from {PACKAGE}) against the listener: "
-             f"**{passed} passed**; of the {len(expected())} tests one real Kafka 4 broker with default settings "
-             f"passes, {sum(1 for n in expected() if results.get(n) == 'PASSED')} pass here.", "",
+             f"**{passed} passed**; of the {len(broker)} tests one real Kafka 4 broker with default settings "
+             f"passes, {sum(1 for n in broker if results.get(n) == 'PASSED')} pass here.", "",
              "| test | listener | real broker | note |", "|---|---|---|---|"]
     for name in sorted(n for n in set(results) | set(real) if judged(n)):
         outcome = results.get(name, "not run")
