@@ -37,13 +37,13 @@ PACKAGE = "@confluentinc/kafka-javascript@1.10.1"  # ships librdkafka 2.15.1 in 
 KAFKA_VERSION = "4.0.0"   # what the suite is told it runs against: the listener answers as a 4.x KRaft broker
 BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "librdkafka_real_broker.txt")
 BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
-ALSO_PASSING_HERE = {
-    "0140_commit_metadata": "passes against the listener; the real broker's run did not pass it",
-}
+ALSO_PASSING_HERE: dict[str, str] = {}
 # tests whose outcome here varies between runs, judged neither way (a pass or a failure fails nothing)
 VARIES = {
     "0118_commit_rebalance": "a 99 s test of commits during rebalances that times out on a loaded 2-core machine in "
                              "some runs; it fails against the real broker too",
+    "0140_commit_metadata": "passed in the one of this session's three full runs that reached it (the others ended "
+                            "after a hung `_mock` test); the real broker's run did not pass it",
 }
 
 
