@@ -123,8 +123,10 @@ def run(tests: str, bootstrap: str, only: list[str] | None, seconds: int) -> dic
         conf = os.path.join(tmp, "test.conf")
         with open(conf, "w") as f:
             f.write(f"bootstrap.servers={bootstrap}\n")
-        env = {**os.environ, "RDKAFKA_TEST_CONF": conf, "TEST_KAFKA_VERSION": KAFKA_VERSION,
-               "LD_LIBRARY_PATH": "../src:../src-cpp"}
+        # CI unset: with it, librdkafka's runner skips its latency tests (0055, parts of 0025 and 0062); the
+        # real broker's baseline was run without it, so the listener is judged on the same tests.
+        env = {**{k: v for k, v in os.environ.items() if k != "CI"}, "RDKAFKA_TEST_CONF": conf,
+               "TEST_KAFKA_VERSION": KAFKA_VERSION, "LD_LIBRARY_PATH": "../src:../src-cpp"}
         if only:
             env["TESTS"] = ",".join(only)
         log = os.path.join(tmp, "run.log")
