@@ -18,6 +18,7 @@ import zlib
 from engine.common.errors import (
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaTimeoutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
@@ -37,6 +38,7 @@ from engine.network.api_common import (
     topic_uuid,
 )
 from engine.network.cluster_apis import ClusterApis
+from engine.network.delayed_produce import FIRST_WAIT_MS, DelayedProduce, ProducePurgatory
 from engine.network.group_apis import GroupApis
 from engine.network.sasl import AuthenticationFailed, Authenticator, SaslConfig
 from engine.network.socket_server import Close, Delayed
@@ -64,6 +66,7 @@ class KafkaApis:
         self.sasl = sasl
         self.auto_create_topics, self.default_partitions = auto_create_topics, default_partitions
         self.cluster_id = _cluster_id(engine.path)
+        self._purgatory = ProducePurgatory()
         self._handlers = {m.API_VERSIONS.key: self.api_versions, m.METADATA.key: self.metadata,
                           m.FIND_COORDINATOR.key: self.find_coordinator, m.DESCRIBE_CLUSTER.key: self.describe_cluster,
                           m.PRODUCE.key: self.produce, m.FETCH.key: self.fetch, m.LIST_OFFSETS.key: self.list_offsets,
@@ -222,32 +225,64 @@ class KafkaApis:
     # --- the data path --------------------------------------------------------------------------------------
     def produce(self, request: Request):
         b = request.body
+        if request.state is not None:  # parked: its batches are appended, waiting for the ISR
+            return self._produce_answer(request, 0)
         acks, timeout_ms = b["acks"], b["timeout_ms"]
-        responses = []
+        request.deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        responses, waits = [], []
         for topic in b["topic_data"]:
             parts = []
             for pd in topic["partition_data"]:
-                parts.append(self._append(topic["name"], pd["index"], pd["records"], acks, timeout_ms))
+                out, info = self._append(topic["name"], pd["index"], pd["records"], acks)
+                if info is not None and acks == -1:
+                    waits.append((topic["name"], pd["index"], info, out))
+                parts.append(out)
             responses.append({"name": topic["name"], "partition_responses": parts})
         if acks == 0:
             return None  # Kafka sends no response to acks=0
+        request.state = (responses, waits)
+        return self._produce_answer(request, min(max(timeout_ms, 0), FIRST_WAIT_MS))
+
+    def _produce_answer(self, request: Request, wait_ms: int):
+        """The Produce's answer once every acks=all batch has the ISR (waiting at most `wait_ms` in this thread),
+        else Delayed: parked in the purgatory (engine.network.delayed_produce) until then or its deadline."""
+        responses, waits = request.state
+        until = time.monotonic() + wait_ms / 1000
+        left = []
+        for topic, index, info, out in waits:
+            try:
+                self.engine.wait_for_replication(topic, index, info, max(0, int((until - time.monotonic()) * 1000)))
+            except KafkaTimeoutError as exc:
+                if time.monotonic() < request.deadline:
+                    left.append((topic, index, info, out))
+                else:
+                    _failed(out, exc)
+            except KafkaError as exc:
+                _failed(out, exc)
+        if left:
+            request.state = (responses, left)
+            return Delayed(request.deadline, source=DelayedProduce(
+                self.engine, self._purgatory, [(t, i, info) for t, i, info, _ in left], request.deadline))
         return {"responses": responses}
 
-    def _append(self, topic: str, partition: int, records, acks: int, timeout_ms: int) -> dict:
+    def _append(self, topic: str, partition: int, records, acks: int) -> tuple[dict, object]:
+        """(the partition's answer, the AppendInfo or None when the append was refused)."""
         out = {"index": partition, "error_code": 0, "base_offset": -1}
         try:
             if acks not in (-1, 0, 1):
                 raise InvalidRequiredAcksError(f"acks={acks}")
-            info = self.engine.append(topic, partition, records if records is not None else b"", acks, timeout_ms)
+            info = self.engine.append(topic, partition, records if records is not None else b"", acks, wait=False)
             out["base_offset"] = info.first_offset
             out["log_append_time_ms"] = info.log_append_time
             out["log_start_offset"] = self.engine.partition(topic, partition).log_start_offset
+            return out, info
         except KafkaError as exc:
-            out["error_code"] = error_code(exc)
-            out["error_message"] = str(exc)
-            out["record_errors"] = [{"batch_index": i, "batch_index_error_message": why}
-                                    for i, why in getattr(exc, "record_errors", ())]
-        return out
+            _failed(out, exc)
+            return out, None
+
+    def close(self) -> None:
+        """Stop the purgatory's thread (the listener is closing)."""
+        self._purgatory.close()
 
     def fetch(self, request: Request):
         b = request.body
@@ -358,3 +393,12 @@ def _cluster_id(path: str) -> str:
     """A stable id for the directory's one-node cluster (Kafka's cluster ids are 22-character base64 UUIDs)."""
     digest = zlib.crc32(path.encode()).to_bytes(4, "big") * 4
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _failed(out: dict, exc: KafkaError) -> None:
+    """A Produce partition answer for a refused or unreplicated append: Kafka's error, no offset."""
+    out.update(error_code=error_code(exc), error_message=str(exc), base_offset=-1,
+               record_errors=[{"batch_index": i, "batch_index_error_message": why}
+                              for i, why in getattr(exc, "record_errors", ())])
+    out.pop("log_append_time_ms", None)
+    out.pop("log_start_offset", None)

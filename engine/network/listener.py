@@ -95,6 +95,7 @@ class Listener:
     def close(self) -> None:
         """Stop accepting and serving; connections are closed."""
         self.engine.unwatch(self._server)
+        self._apis.close()
         self._server.close()
 
     def __enter__(self) -> "Listener":

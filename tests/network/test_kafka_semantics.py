@@ -237,6 +237,61 @@ def test_a_large_legal_create_does_not_hold_other_connections(served):
     assert not any(name.startswith("doomed-") for name in eng.list_topics())
 
 
+# --- acks=all produce parked, not held ----------------------------------------------------------------------------
+def _produce_frame(topic: str, timeout_ms: int, correlation_id: int) -> bytes:
+    return encode_request(m.PRODUCE, 3, correlation_id, {
+        "transactional_id": None, "acks": -1, "timeout_ms": timeout_ms,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": _batch(
+            _kafka_python_records(1), 1, 0)}]}]})
+
+
+def _answer(sock: socket.socket, correlation_id: int) -> dict:
+    got, body = decode_response(m.PRODUCE, 3, _recv(sock, struct.unpack(">i", _recv(sock, 4))[0]))
+    assert got == correlation_id
+    return body["responses"][0]["partition_responses"][0]
+
+
+def test_acks_all_produces_waiting_for_a_stalled_follower_hold_no_handler_thread(tmp_path):
+    """A follower in the ISR stops fetching (its fetcher stopped, as on a stalled disk): six acks=all Produces (more
+    than the listener's two handler threads) wait for it, and meanwhile ApiVersions on another connection is answered
+    and no Produce is; once the follower fetches again, every Produce is acknowledged. One with a short timeout is
+    answered REQUEST_TIMED_OUT, its batch written. (Were the waits held in the handler threads, ApiVersions would get
+    no answer: the socket's timeout fails the test.)"""
+    eng = engine.open(str(tmp_path / "data"), brokers=2)
+    try:
+        listener = eng.serve(port=0, threads=2)
+        eng.create_topic("replicated", 1, replication_factor=2)
+        eng.replicas.brokers[1].stop_fetcher()
+        producers = [socket.create_connection(listener.address) for _ in range(6)]
+        for i, sock in enumerate(producers):
+            sock.settimeout(120)
+            sock.sendall(_produce_frame("replicated", 120_000, i))
+        with socket.create_connection(listener.address) as sock:
+            sock.settimeout(30)
+            versions = [_call(sock, m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"},
+                              i)["error_code"] for i in range(5)]
+            short = _call(sock, m.PRODUCE, 3, {"transactional_id": None, "acks": -1, "timeout_ms": 300, "topic_data": [
+                {"name": "replicated", "partition_data": [{"index": 0, "records": _batch(
+                    _kafka_python_records(1), 1, 0)}]}]}, 50)["responses"][0]["partition_responses"][0]
+        assert versions == [0] * 5
+        assert short["error_code"] == kafka_errors.RequestTimedOutError.errno
+        for sock in producers:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)  # no Produce answered while the follower is stalled
+            sock.setblocking(True)
+            sock.settimeout(120)
+        eng.replicas.start_fetchers()
+        answers = [_answer(sock, i) for i, sock in enumerate(producers)]
+        assert [a["error_code"] for a in answers] == [0] * 6
+        assert len({a["base_offset"] for a in answers}) == 6
+        assert eng.partition("replicated", 0).high_watermark == 7  # the timed-out batch is written too
+        for sock in producers:
+            sock.close()
+    finally:
+        eng.close()
+
+
 # --- connection limits --------------------------------------------------------------------------------------------
 def _room_for(sockets: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
