@@ -54,10 +54,11 @@ def rdkafka_send(config: dict, topic: str, n: int, keys: list[bytes], values: li
     assert producer.flush(120) == 0
 
 
-def rdkafka_read(config: dict, topic: str, n: int, group_id: str, subscribe: bool) -> None:
-    """Read n records of `topic` from its start with confluent-kafka, one poll per record, reading each key and
-    value: as a member of `group_id` (subscribe) or with every partition assigned. With librdkafka's default
-    fetch.queue.backoff.ms (1 s: it stops fetching for that long whenever 100,000 records are queued) such a loop
+def rdkafka_read(config: dict, topic: str, n: int, group_id: str, subscribe: bool, batch: int = 0) -> None:
+    """Read n records of `topic` from its start with confluent-kafka, reading each key and value: one poll() per
+    record, or consume(num_messages=batch) calls when `batch` (the loop then measures the server more than the
+    client); as a member of `group_id` (subscribe) or with every partition assigned. With librdkafka's default
+    fetch.queue.backoff.ms (1 s: it stops fetching for that long whenever 100,000 records are queued) a poll loop
     reads about 135,000 records a second from any server, a broker or kafkalog's listener alike; at 10 ms it reads
     several times as fast, so both sides get that."""
     import confluent_kafka as ck
@@ -70,10 +71,10 @@ def rdkafka_read(config: dict, topic: str, n: int, group_id: str, subscribe: boo
         c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got, deadline = 0, time.monotonic() + 300
     while got < n and time.monotonic() < deadline:
-        msg = c.poll(1)
-        if msg is not None and msg.error() is None:
-            msg.key(), msg.value()
-            got += 1
+        for msg in c.consume(batch, 1) if batch else (c.poll(1),):
+            if msg is not None and msg.error() is None:
+                msg.key(), msg.value()
+                got += 1
     c.close()
     assert got == n
 

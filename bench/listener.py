@@ -1,15 +1,18 @@
 """The Kafka protocol listener (`kafkalog serve`, in a process of its own) beside a real Kafka broker (KAFKA_HOME given
 to `make bench`), both on 127.0.0.1 with fresh data directories: confluent-kafka producing n x 100 B keyed records to
-each (acks=all, idempotent, linger 5 ms) and consuming them back (assigned partitions); the time from starting each
-process to its first acknowledged produce; each process's resident memory at idle and its peak under that load; and
-the CPU time each server process spends per million records it takes or serves (confluent-kafka's consumer, not the
-server, bounds the consume row's rate on this machine: both servers are idle most of the time it runs). Without
-KAFKA_HOME the rows are listed as not run."""
+each (acks=all, idempotent, linger 5 ms) and consuming them back (assigned partitions), one poll() per record and in
+consume(num_messages=10,000) batches (a poll loop measures the client: both servers are idle most of the time it
+runs); 50 producers and 50 consumers at once, each on a partition of its own (records/s through both, the p99 of the
+producers' delivery latency, the server's resident memory with the 100 clients connected); the time from starting
+each process to its first acknowledged produce; each process's resident memory at idle and its peak under that load;
+and the CPU time each server process spends per million records it takes or serves. Without KAFKA_HOME the rows are
+listed as not run."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,12 +26,66 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDS = "needs a broker: make bench KAFKA_HOME=<a Kafka installation or build folder>"
 
 
+CLIENTS = 50      # producers in the many-clients row, and as many consumers
+TURN = 500        # records each of those producers sends, and each consumer takes at most, in its turn
+BATCH = 10_000    # records a batched consume() call asks for
+
+
 def _rows(n: int) -> list[tuple[str, str]]:
     label = f"{n // 1000}k x {VALUE} B records, keyed, {PARTITIONS} partitions"
     return [("listener", f"confluent-kafka produce of {label}, acks=all, idempotent, linger 5 ms: to kafkalog serve "
                          f"vs to a broker"),
-            ("listener", f"confluent-kafka consume of {label}, partitions assigned: from kafkalog serve vs from a "
-                         f"broker")]
+            ("listener", f"confluent-kafka consume of {label}, partitions assigned, one poll() per record: from "
+                         f"kafkalog serve vs from a broker"),
+            ("listener", f"confluent-kafka consume of {label}, partitions assigned, consume(num_messages={BATCH:,}) "
+                         f"batches: from kafkalog serve vs from a broker"),
+            ("listener", f"{CLIENTS} confluent-kafka producers and {CLIENTS} consumers at once, {n // 1000}k x "
+                         f"{VALUE} B records in all, a partition each (acks=all, idempotent, linger 5 ms; consume() "
+                         f"batches), from the clients' start to the last record read: kafkalog serve vs a broker")]
+
+
+def many_clients(bootstrap: str, topic: str, n: int, keys: list[bytes], values: list[bytes]) -> list[float]:
+    """CLIENTS producers and CLIENTS consumers on `topic` (CLIENTS partitions) at once: producer i sends n/CLIENTS
+    records to partition i, consumer i reads partition i from its start, every key and value, until it has them all;
+    one thread drives the 100 clients in turns of TURN records. The producers' delivery latencies (seconds)."""
+    import confluent_kafka as ck
+
+    each, latencies = n // CLIENTS, []
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            latencies.append(msg.latency())
+
+    common = {"bootstrap.servers": bootstrap, "logger": QUIET}
+    producers = [ck.Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                              "on_delivery": delivered}) for _ in range(CLIENTS)]
+    consumers = [ck.Consumer({**common, "group.id": "unused", "enable.auto.commit": False,
+                              "fetch.queue.backoff.ms": 10}) for _ in range(CLIENTS)]
+    for i, c in enumerate(consumers):
+        c.assign([ck.TopicPartition(topic, i, 0)])
+    sent, got = [0] * CLIENTS, [0] * CLIENTS
+    deadline = time.monotonic() + 600
+    while sum(got) < each * CLIENTS and time.monotonic() < deadline:
+        for i, p in enumerate(producers):
+            try:
+                for j in range(sent[i], min(each, sent[i] + TURN)):
+                    p.produce(topic, values[j % len(values)], keys[j % len(keys)], partition=i)
+                    sent[i] += 1
+            except BufferError:
+                pass  # its queue is full: its next turn
+            p.poll(0)
+        for i, c in enumerate(consumers):
+            if got[i] < each:
+                for msg in c.consume(TURN, 0):
+                    if msg.error() is None:
+                        msg.key(), msg.value()
+                        got[i] += 1
+    for p in producers:
+        assert p.flush(120) == 0
+    for c in consumers:
+        c.close()
+    assert sum(got) == each * CLIENTS
+    return latencies
 
 
 class Served:
@@ -40,7 +97,9 @@ class Served:
                                       "127.0.0.1:0", "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.bootstrap = json.loads(self.proc.stdout.readline())["bootstrap"]
-        self.cpu: dict[str, dict[bool, list[float]]] = {}  # "taken"/"served": {ours?: CPU s per 1M records}
+        self.cpu: dict[str, dict[bool, list[float]]] = {}  # row: {ours?: server CPU s per 1M records}
+        self.p99: dict[bool, list[float]] = {}   # {ours?: p99 delivery latency (ms) of each many-clients run}
+        self.crowd_mib: dict[bool, list[float]] = {}  # {ours?: server resident MiB with the 100 clients connected}
 
     def close(self) -> None:
         self.proc.terminate()
@@ -146,15 +205,18 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
     keys = [b"key-%05d" % i for i in range(1000)]
     values = [os.urandom(VALUE) for _ in range(1000)]
 
-    def new_topic(bootstrap: str, prefix: str) -> str:
+    def new_topic(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> str:
         topic = f"{prefix}{next(counter)}"
         admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap, "logger": QUIET})
-        admin.create_topics([ck.admin.NewTopic(topic, PARTITIONS, 1)])[topic].result()
+        admin.create_topics([ck.admin.NewTopic(topic, partitions, 1)])[topic].result()
         return topic
+
+    def pid_of(bootstrap: str) -> int:
+        return served.proc.pid if bootstrap == served.bootstrap else broker._proc.pid
 
     def server_cpu(bootstrap: str, kind: str, call) -> None:
         """Run `call`, adding the CPU time the server it talks to spent meanwhile to served.cpu[kind]."""
-        pid = served.proc.pid if bootstrap == served.bootstrap else broker._proc.pid
+        pid = pid_of(bootstrap)
         before = group_cpu(pid)
         call()
         served.cpu.setdefault(kind, {}).setdefault(bootstrap == served.bootstrap, []).append(
@@ -166,20 +228,38 @@ def workloads(quick: bool, served, broker) -> list[Workload]:
                                                              topic, n, keys, values))
         return topic
 
-    def consume(bootstrap: str, topic: str) -> None:
-        server_cpu(bootstrap, "served", lambda: rdkafka_read({"bootstrap.servers": bootstrap, "logger": QUIET},
-                                                              topic, n, "unused", subscribe=False))
+    def consume(bootstrap: str, topic: str, batch: int) -> None:
+        server_cpu(bootstrap, f"served{batch}", lambda: rdkafka_read(
+            {"bootstrap.servers": bootstrap, "logger": QUIET}, topic, n, "unused", subscribe=False, batch=batch))
 
+    crowd_topics: dict[str, list[str]] = {}  # made before the rows, so that no run's time includes a topic's making
+
+    def crowd(bootstrap: str) -> None:
+        ours = bootstrap == served.bootstrap
+        topic = crowd_topics[bootstrap].pop() if crowd_topics[bootstrap] else new_topic(bootstrap, "m", CLIENTS)
+        latencies: list[float] = []
+        server_cpu(bootstrap, "crowd", lambda: latencies.extend(many_clients(bootstrap, topic, n, keys, values)))
+        served.p99.setdefault(ours, []).append(statistics.quantiles(latencies, n=100)[98] * 1000)
+        served.crowd_mib.setdefault(ours, []).append(group_memory(pid_of(bootstrap))[0])
+
+    for bootstrap in (served.bootstrap, broker.bootstrap):
+        crowd_topics[bootstrap] = [new_topic(bootstrap, "m", CLIENTS) for _ in range(8)]
     ours_topic = produce(served.bootstrap, new_topic(served.bootstrap, "c"))
     their_topic = produce(broker.bootstrap, new_topic(broker.bootstrap, "c"))
     served.cpu.clear()  # (the topics' filling is not a measured repetition)
-    (g0, produce_row), (g1, consume_row) = _rows(n)
+    (g0, produce_row), (g1, consume_row), (g2, batched_row), (g3, crowd_row) = _rows(n)
     return [Workload(g0, produce_row, n, n * VALUE, [Contender("kafkalog serve", lambda: produce(served.bootstrap)),
                                                      Contender(peer, lambda: produce(broker.bootstrap))],
-                     targets={peer: 1.0}),
+                     targets={peer: 1.5}),
             Workload(g1, consume_row, n, n * VALUE,
-                     [Contender("kafkalog serve", lambda: consume(served.bootstrap, ours_topic)),
-                      Contender(peer, lambda: consume(broker.bootstrap, their_topic))], targets={peer: 1.0})]
+                     [Contender("kafkalog serve", lambda: consume(served.bootstrap, ours_topic, 0)),
+                      Contender(peer, lambda: consume(broker.bootstrap, their_topic, 0))], targets={peer: 1.0}),
+            Workload(g2, batched_row, n, n * VALUE,
+                     [Contender("kafkalog serve", lambda: consume(served.bootstrap, ours_topic, BATCH)),
+                      Contender(peer, lambda: consume(broker.bootstrap, their_topic, BATCH))], targets={peer: 1.5}),
+            Workload(g3, crowd_row, n, n * VALUE, [Contender("kafkalog serve", lambda: crowd(served.bootstrap)),
+                                                   Contender(peer, lambda: crowd(broker.bootstrap))],
+                     targets={peer: 1.0})]
 
 
 def memory_figures(served, broker) -> list[dict]:
@@ -188,13 +268,22 @@ def memory_figures(served, broker) -> list[dict]:
     if broker is None:
         return []
     ours, theirs = group_memory(served.proc.pid), group_memory(broker._proc.pid)
-    return [_figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
-                    [served.idle_mib[1]], True),
-            _figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
-                    [theirs[1]], True)] + \
-        [_figure(f"listener: server CPU seconds per 1 M records {kind} ({row} row)",
-                 served.cpu[kind][True], "s", "a Kafka broker", served.cpu[kind][False], True)
-         for kind, row in (("taken", "produce"), ("served", "consume")) if kind in served.cpu]
+    rows = {"taken": "produce", "served0": "poll() consume", f"served{BATCH}": "batched consume",
+            "crowd": f"{CLIENTS} + {CLIENTS} clients"}
+    out = [_figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
+                   [served.idle_mib[1]], True, ratio_target=5),
+           _figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
+                   [theirs[1]], True, ratio_target=5)]
+    if served.crowd_mib:
+        out.append(_figure(f"listener: resident memory with {CLIENTS} producers and {CLIENTS} consumers connected "
+                           f"(at the end of each run of that row), MiB", served.crowd_mib[True], "MiB",
+                           "a Kafka broker", served.crowd_mib[False], True, ratio_target=5))
+        out.append(_figure(f"listener: p99 delivery latency of the {CLIENTS} producers' records (acks=all, linger "
+                           f"5 ms) with {CLIENTS} consumers reading at once, ms", served.p99[True], "ms",
+                           "a Kafka broker", served.p99[False], True))
+    return out + [_figure(f"listener: server CPU seconds per 1 M records ({row} row)", served.cpu[kind][True], "s",
+                          "a Kafka broker", served.cpu[kind][False], True)
+                  for kind, row in rows.items() if kind in served.cpu]
 
 
 def startup_figures(quick: bool, scratch: str) -> list[dict]:

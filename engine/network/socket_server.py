@@ -282,6 +282,9 @@ class SocketServer:
                 data += sock.recv(READ_CHUNK)
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
+        except ConnectionResetError:
+            self._close(conn, None)  # the client hung up (as a clean EOF is: not worth a warning)
+            return
         except OSError as exc:
             self._close(conn, f"read failed: {exc}")
             return
