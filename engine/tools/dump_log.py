@@ -167,6 +167,17 @@ class Dumper:
         except KafkaError:
             return {}
 
+    def read_more(self, log_path: str) -> bool:
+        """Add the batches appended to `log_path` since its batches were read; whether there were any. The dump reads
+        a log once (it reports the files as they were when it read them): none."""
+        return False
+
+    def unwritten_here(self, log_path: str) -> bool:
+        """Whether the index of `log_path` may have entries not yet written after the last one that is (a live
+        engine's active segment: it writes them 64 at a time): its entries then end at its last bytes that are not
+        zero. The dump shows the files as they are: no."""
+        return False
+
     def dump_offset_index(self, path: str, base: int, sanity: bool) -> None:
         def check(i, batches, offset, position):
             batch = batches.get(position)
@@ -185,7 +196,7 @@ class Dumper:
         by_last: dict = {}
 
         def check(i, batches, ts, offset):
-            if batches and not by_last:
+            if len(by_last) != len(batches):  # (first, and after batches were added to a live log's)
                 by_last.update((b.last_offset, b) for b in batches.values())
             batch_max = by_last[offset].max_timestamp if offset in by_last else None
             entry = {"type": "timeIndexEntry", "i": i, "timestamp": ts, "offset": offset,
@@ -202,9 +213,13 @@ class Dumper:
                     not_growing, prev) -> None:
         """Dump an offset or time index: `check` gives each entry's key, what the log says it should be, and
         what to print; keys must grow from `prev`; a zero-filled preallocated tail (`is_padding`) ends them."""
+        log_path = path[:-len(suffix)] + names.LOG
         index = kind(self.fs, path, base, os.path.getsize(path), writable=False)
+        if self.unwritten_here(log_path):  # (the entries after the last one written are not entries yet)
+            with open(path, "rb") as f:
+                index.entries = min(index.entries, -(-len(f.read().rstrip(b"\0")) // index.entry_size))
         try:
-            batches = self._batches_by_position(path[:-len(suffix)] + names.LOG)
+            batches = self._batches_by_position(log_path)
             self.emit({"type": label, "file": os.path.basename(path), "baseOffset": base,
                        "fileBytes": os.path.getsize(path), "entries": index.entries},
                       f"Dumping {path}")
@@ -215,6 +230,8 @@ class Dumper:
                 if is_padding(i, *fields):
                     break
                 key, in_log, (entry, text, mismatch) = check(i, batches, *fields)
+                if in_log != key and self.read_more(log_path):  # (the entry's batch came after the log was read)
+                    key, in_log, (entry, text, mismatch) = check(i, batches, *fields)
                 self.emit(entry, text)
                 if in_log != key:
                     self.problem(mismatch)
