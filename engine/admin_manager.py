@@ -87,6 +87,7 @@ class AdminManager:
         self.leaders, self.brokers = replicas.leaders, replicas.brokers
         self.creating: set[str] = set()  # topics being created: unknown to clients until whole
         self._configs: dict[str, tuple[dict | None, LogConfig]] = {}  # each topic's effective config, by overrides
+        self._names_by_id: dict[str, str] = {}  # topic id -> name, made again when a lookup finds it stale
 
     @property
     def logs(self) -> LogManager:
@@ -191,6 +192,15 @@ class AdminManager:
         """The catalogue's id of a topic that is not internal (None for an internal or unknown one)."""
         rec = self.catalogue.topics.get(topic) if topic not in INTERNAL_TOPICS else None
         return rec.topic_id if rec is not None else None
+
+    def topic_named(self, topic_id: str) -> str | None:
+        """The name of the topic (internal ones included) whose id is `topic_id` (None when none is)."""
+        name = self._names_by_id.get(topic_id)
+        rec = self.catalogue.topics.get(name) if name is not None else None
+        if rec is None or rec.topic_id != topic_id:
+            self._names_by_id = {r.topic_id: n for n, r in list(self.catalogue.topics.items())}
+            name = self._names_by_id.get(topic_id)
+        return name
 
     def check_capacity(self, adding: int, what: str) -> None:
         """engine.limits.check_capacity for `adding` more partition replicas (nothing is created when it raises)."""

@@ -19,6 +19,7 @@ INVALID_REQUEST = 42
 OPERATION_NOT_ATTEMPTED = 55
 SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
+UNKNOWN_TOPIC_ID = 100
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")  # the internal topics Kafka's APIs describe
 
@@ -58,6 +59,11 @@ def check_assignment(replicas: list[list[int]], indexes: list[int] | None = None
         if list(ids) != [NODE_ID]:
             raise InvalidReplicaAssignmentError(f"replicas {list(ids)}: this listener is one node, id {NODE_ID}, "
                                                 f"and holds every partition's one replica")
+
+
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """A topic id as partition.metadata and the catalogue write it (topic_uuid's inverse)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
 
 
 def topic_uuid(text: str | None) -> uuid.UUID | None:

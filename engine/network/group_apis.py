@@ -129,7 +129,10 @@ class GroupApis:
 
     def list_groups(self, request: Request) -> dict:
         wanted = {s.lower() for s in request.body["states_filter"]}
-        groups = [{"group_id": gid, "protocol_type": ptype, "group_state": state}
+        types = {t.lower() for t in request.body["types_filter"]}
+        if types and "classic" not in types:  # (every group here is a classic one: KIP-848's are issue 89's)
+            return {"error_code": 0, "groups": []}
+        groups = [{"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
                   for gid, state, ptype in self.engine.groups.list_groups()
                   if not wanted or state.lower() in wanted]
         return {"error_code": 0, "groups": groups}

@@ -33,8 +33,10 @@ from engine.network.api_common import (
     SASL_AUTHENTICATION_FAILED,
     UNKNOWN_LEADER_EPOCH,
     UNSUPPORTED_SASL_MECHANISM,
+    UNKNOWN_TOPIC_ID,
     UNSUPPORTED_VERSION,
     error_code,
+    topic_id_text,
     topic_uuid,
 )
 from engine.network.cluster_apis import ClusterApis
@@ -293,16 +295,23 @@ class KafkaApis:
         isolation = READ_COMMITTED if b["isolation_level"] == 1 else READ_UNCOMMITTED
         budget = b["max_bytes"] if b["max_bytes"] > 0 else 0x7FFFFFFF
         total = 0
-        responses = []
+        responses, keys = [], []
         for topic in b["topics"]:
+            name = topic["topic"] if request.version < 13 else \
+                self.engine.admin.topic_named(topic_id_text(topic["topic_id"]))
             parts = []
             for p in topic["partitions"]:
-                entry, size = self._read(topic["topic"], p, isolation, budget - total, first=total == 0)
+                if name is None:  # (v13+: an id no topic has)
+                    parts.append({"partition_index": p["partition"], "error_code": UNKNOWN_TOPIC_ID,
+                                  "high_watermark": -1, "records": b""})
+                    continue
+                entry, size = self._read(name, p, isolation, budget - total, first=total == 0)
                 total += size
                 parts.append(entry)
-            responses.append({"topic": topic["topic"], "partitions": parts})
+                keys.append((name, p["partition"]))
+            responses.append({"topic": name, "topic_id": topic["topic_id"], "partitions": parts})
         if total < max(1, b["min_bytes"]) and now < deadline and b["max_wait_ms"] > 0:
-            return Delayed(deadline, keys=[(t["topic"], p["partition"]) for t in b["topics"] for p in t["partitions"]])
+            return Delayed(deadline, keys=keys)
         return {"error_code": 0, "session_id": 0, "responses": responses}
 
     def _read(self, topic: str, p: dict, isolation: str, budget: int, first: bool) -> tuple[dict, int]:

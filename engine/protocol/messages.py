@@ -2,9 +2,9 @@
 fields of its request and response in the notation of engine.protocol.schema (field names and versions are those
 of Kafka's published message schemas, in snake case).
 
-The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format) and stop
-below the versions that address topics by id only (Produce 12+, Fetch 13+): the data path stays name-based.
-ListOffsets stops before v7, whose max-timestamp query (timestamp -3) kafkalog cannot answer yet.
+The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format). Produce
+stops before v12, which adds partitions to a transaction without AddPartitionsToTxn (KIP-890's second part); Fetch
+goes to v17, which addresses topics by id (v13+).
 Thread-safety: module constants, immutable after import.
 """
 from __future__ import annotations
@@ -88,9 +88,12 @@ PRODUCE = _api(0, "Produce", "3-11", 9, """
     rack string 10+ null=10+ default=null
 """)
 
-FETCH = _api(1, "Fetch", "4-12", 12, """
+FETCH = _api(1, "Fetch", "4-17", 12, """
   cluster_id string 12+ null=12+ tag=0 default=null ignorable
   replica_id int32 0-14 default=-1
+  replica_state {} 15+ tag=1
+    replica_id int32 15+ default=-1
+    replica_epoch int64 15+ default=-1
   max_wait_ms int32 0+
   min_bytes int32 0+
   max_bytes int32 3+ default=0x7fffffff ignorable
@@ -99,6 +102,7 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
   session_epoch int32 7+ default=-1 ignorable
   topics [] 0+
     topic string 0-12 ignorable
+    topic_id uuid 13+ ignorable
     partitions [] 0+
       partition int32 0+
       current_leader_epoch int32 9+ default=-1 ignorable
@@ -106,8 +110,10 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
       last_fetched_epoch int32 12+ default=-1
       log_start_offset int64 5+ default=-1 ignorable
       partition_max_bytes int32 0+
+      replica_directory_id uuid 17+ tag=0 ignorable
   forgotten_topics_data [] 7+
     topic string 7-12 ignorable
+    topic_id uuid 13+ ignorable
     partitions []int32 7+
   rack_id string 11+ default= ignorable
 """, """
@@ -116,6 +122,7 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
   session_id int32 7+ default=0
   responses [] 0+
     topic string 0-12 ignorable
+    topic_id uuid 13+ ignorable
     partitions [] 0+
       partition_index int32 0+
       error_code int16 0+
@@ -133,6 +140,11 @@ FETCH = _api(1, "Fetch", "4-12", 12, """
         first_offset int64 4+
       preferred_read_replica int32 11+ default=-1
       records records 0+ null=0+
+  node_endpoints [] 16+ tag=0
+    node_id int32 16+
+    host string 16+
+    port int32 16+
+    rack string 16+ null=16+ default=null
 """)
 
 LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
@@ -157,7 +169,7 @@ LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
       leader_epoch int32 4+ default=-1
 """)
 
-METADATA = _api(3, "Metadata", "0-12", 9, """
+METADATA = _api(3, "Metadata", "0-13", 9, """
   topics [] 0+ null=1+
     topic_id uuid 10+ ignorable
     name string 0+ null=10+
@@ -188,6 +200,7 @@ METADATA = _api(3, "Metadata", "0-12", 9, """
       offline_replicas []int32 5+ ignorable
     topic_authorized_operations int32 8+ default=-2147483648
   cluster_authorized_operations int32 8-10 default=-2147483648 ignorable
+  error_code int16 13+ ignorable
 """)
 
 FIND_COORDINATOR = _api(10, "FindCoordinator", "0-5", 3, """
@@ -243,7 +256,7 @@ INIT_PRODUCER_ID = _api(22, "InitProducerId", "0-4", 2, """
   producer_epoch int16 0+
 """)
 
-OFFSET_COMMIT = _api(8, "OffsetCommit", "2-8", 8, """
+OFFSET_COMMIT = _api(8, "OffsetCommit", "2-9", 8, """
   group_id string 0+
   generation_id_or_member_epoch int32 1+ default=-1 ignorable
   member_id string 1+ ignorable
@@ -266,7 +279,7 @@ OFFSET_COMMIT = _api(8, "OffsetCommit", "2-8", 8, """
       error_code int16 0+
 """)
 
-OFFSET_FETCH = _api(9, "OffsetFetch", "1-8", 6, """
+OFFSET_FETCH = _api(9, "OffsetFetch", "1-9", 6, """
   group_id string 0-7
   topics [] 0-7 null=2-7
     name string 0-7
@@ -433,8 +446,9 @@ TXN_OFFSET_COMMIT = _api(28, "TxnOffsetCommit", "0-3", 3, """
       error_code int16 0+
 """)
 
-LIST_GROUPS = _api(16, "ListGroups", "0-4", 3, """
+LIST_GROUPS = _api(16, "ListGroups", "0-5", 3, """
   states_filter []string 4+
+  types_filter []string 5+
 """, """
   throttle_time_ms int32 1+ ignorable
   error_code int16 0+
@@ -442,6 +456,7 @@ LIST_GROUPS = _api(16, "ListGroups", "0-4", 3, """
     group_id string 0+
     protocol_type string 0+
     group_state string 4+ ignorable
+    group_type string 5+ ignorable
 """)
 
 DESCRIBE_GROUPS = _api(15, "DescribeGroups", "0-5", 5, """

@@ -442,6 +442,44 @@ def test_the_internal_topics_metadata_lists_are_described_by_the_other_apis(serv
     assert described == {"plain": 1, "__consumer_offsets": len(listed[0]["partitions"])}
 
 
+@pytest.mark.parametrize("version", [13, 16, 17])
+def test_fetch_by_topic_id_reads_the_topic_metadata_names(served, version):
+    """Fetch v13+ names topics by the ids Metadata gives: the records come back under that id, and an id no topic
+    has is answered UNKNOWN_TOPIC_ID for each partition asked (the code from kafka-python's table of Kafka's)."""
+    import uuid
+
+    eng, listener = served
+    eng.create_topic("by-id", 1)
+    with socket.create_connection(listener.address) as sock:
+        assert _produce(sock, "by-id", _batch(_kafka_python_records(2), 2, 1))["error_code"] == 0
+        meta = _call(sock, m.METADATA, 13, {"topics": [{"name": "by-id"}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+        topic_id = meta["topics"][0]["topic_id"]
+        assert meta["error_code"] == 0 and topic_id != uuid.UUID(int=0)
+        unknown = uuid.UUID(int=topic_id.int ^ 1)
+        answer = _call(sock, m.FETCH, version, {
+            "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "", "topics": [
+                {"topic_id": t, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}
+                for t in (topic_id, unknown)]}, 8)
+    found, missing = answer["responses"]
+    assert found["topic_id"] == topic_id and missing["topic_id"] == unknown
+    assert found["partitions"][0]["error_code"] == 0 and found["partitions"][0]["high_watermark"] == 2
+    assert _keys(found["partitions"][0]["records"]) == [b"k0", b"k1"]
+    assert missing["partitions"][0]["error_code"] == kafka_errors.UnknownTopicIdError.errno
+
+
+def _keys(records) -> list[bytes]:
+    """The keys of the records in fetched bytes, read with kafka-python's record reader."""
+    from kafka.record import MemoryRecords
+
+    out, batches = [], MemoryRecords(bytes(records))
+    while (batch := batches.next_batch()) is not None:
+        out += [r.key for r in batch]
+    return out
+
+
 def test_an_unknown_topic_config_is_named_as_kafka_names_it(served):
     eng, listener = served
     with socket.create_connection(listener.address) as sock:
