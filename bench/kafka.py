@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 
@@ -88,8 +89,12 @@ def session(scratch: str):
         return
     from bench.kafka_broker import KafkaBroker
 
-    with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker:
-        yield broker
+    workdir = tempfile.mkdtemp(prefix="broker-", dir=scratch)
+    try:
+        with KafkaBroker(home, workdir) as broker:
+            yield broker
+    finally:  # (a scratch on tmpfs is memory: the later suites need it)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def workloads(quick: bool, broker, scratch: str) -> list[Workload]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,7 +93,7 @@ class Served:
     """`kafkalog serve` on a fresh directory, in a process of its own."""
 
     def __init__(self, scratch: str) -> None:
-        data = tempfile.mkdtemp(prefix="serve-", dir=scratch)
+        self.data = data = tempfile.mkdtemp(prefix="serve-", dir=scratch)
         self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--data", data, "--listen",
                                       "127.0.0.1:0", "--json"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
@@ -104,6 +105,7 @@ class Served:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)
+        shutil.rmtree(self.data, ignore_errors=True)  # (a scratch on tmpfs is memory: the later suites need it)
 
 
 def _group(pid: int):
@@ -182,14 +184,15 @@ def session(scratch: str):
         return
     from bench.kafka_broker import KafkaBroker
 
-    served = Served(scratch)
+    served, workdir = Served(scratch), tempfile.mkdtemp(prefix="broker-", dir=scratch)
     try:
-        with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch)) as broker:
+        with KafkaBroker(home, workdir) as broker:
             time.sleep(2)  # both settled, nothing asked of them yet
             served.idle_mib = (group_memory(served.proc.pid)[0], group_memory(broker._proc.pid)[0])
             yield served, broker
     finally:
         served.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def workloads(quick: bool, served, broker) -> list[Workload]:

@@ -263,6 +263,7 @@ class KafkaApis:
                 _failed(out, exc)
         if left:
             request.state = (responses, left)
+            self.engine.replicas.wake_followers()  # (a wait cut short by the first one's budget drove none)
             return Delayed(request.deadline, source=DelayedProduce(
                 self.engine, self._purgatory, [(t, i, info) for t, i, info, _ in left], request.deadline))
         return {"responses": responses}
