@@ -9,6 +9,8 @@ from typing import Callable
 
 from engine.common.errors import InvalidReplicaAssignmentError, KafkaError, UnknownTopicOrPartitionError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups import offsets
+from engine.txn import transaction_log
 
 NODE_ID = 0  # the one node a listener presents
 UNKNOWN_SERVER_ERROR = -1
@@ -21,7 +23,7 @@ SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
 UNKNOWN_TOPIC_ID = 100
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
-COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")  # the internal topics Kafka's APIs describe
+COORDINATOR_TOPICS = (offsets.TOPIC, transaction_log.TOPIC)  # the internal topics Kafka's APIs describe
 
 
 def error_code(exc: BaseException) -> int:
@@ -92,14 +94,17 @@ def partition_codes(topics: list[dict], code: int, unknown=frozenset()) -> list[
         for p in t["partitions"]]} for t in topics]
 
 
+def partition_count(engine, topic: str, unknown: int) -> int:
+    """The partitions `topic` has, or `unknown` when no such topic is there for clients."""
+    try:
+        return engine.partitions_for(topic)
+    except KafkaError:
+        return unknown
+
+
 def commit_split(engine, committed: dict) -> tuple[dict, set]:
     """The offsets of an OffsetCommit or TxnOffsetCommit that Kafka commits (partitions that exist), and the
     partitions it answers UNKNOWN_TOPIC_OR_PARTITION instead (as Kafka's KafkaApis checks its metadata first)."""
-    counts: dict[str, int] = {}
-    for topic in {tp.topic for tp in committed}:
-        try:
-            counts[topic] = engine.partitions_for(topic)
-        except KafkaError:
-            counts[topic] = 0
+    counts = {topic: partition_count(engine, topic, 0) for topic in {tp.topic for tp in committed}}
     unknown = {(tp.topic, tp.partition) for tp in committed if not 0 <= tp.partition < counts[tp.topic]}
     return {tp: o for tp, o in committed.items() if (tp.topic, tp.partition) not in unknown}, unknown

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.common.errors import KafkaError
+from engine.common.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 from engine.common.structs import ConsumerGroupMetadata, TopicPartition
 from engine.network.api_common import (
     OPERATION_NOT_ATTEMPTED,
@@ -18,7 +18,7 @@ from engine.network.api_common import (
 from engine.protocol import Request
 from engine.protocol import messages as m
 
-PRODUCER_FENCED, INVALID_PRODUCER_EPOCH = 90, 47
+PRODUCER_FENCED, INVALID_PRODUCER_EPOCH = ProducerFencedError.code, InvalidProducerEpochError.code
 # KIP-588: the versions before these learnt no PRODUCER_FENCED; Kafka answers them INVALID_PRODUCER_EPOCH instead
 FENCED_SINCE = {m.INIT_PRODUCER_ID.key: 4, m.ADD_PARTITIONS_TO_TXN.key: 2, m.ADD_OFFSETS_TO_TXN.key: 2,
                 m.END_TXN.key: 2}
