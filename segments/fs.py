@@ -77,9 +77,20 @@ def new_lock(reentrant: bool = True):
     """A lock for the segment layer's state: the native one when the Cython core is loaded (engine._native._lock:
     its appender takes it without a Python call), else threading's (RLock, or Lock when not `reentrant`)."""
     if codec.IMPL == "cython":
-        from engine._native._lock import Lock
-        return Lock(reentrant)
+        return _native_lock()(reentrant)
     return threading.RLock() if reentrant else threading.Lock()
+
+
+def _native_lock():
+    """engine._native._lock.Lock, imported on first use (the segment layer loads before the Cython core is chosen)."""
+    global _NATIVE_LOCK
+    if _NATIVE_LOCK is None:
+        from engine._native._lock import Lock
+        _NATIVE_LOCK = Lock
+    return _NATIVE_LOCK
+
+
+_NATIVE_LOCK = None
 
 
 class _Handle:

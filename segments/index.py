@@ -4,8 +4,9 @@ Byte layout: fixed-size big-endian entries, no header, no checksum. While a segm
 its index file is preallocated to `segment.index.bytes` (rounded down to whole entries) and
 filled from the start; it is trimmed to `entries * entry_size` on roll and close. Like Kafka,
 opening an existing file trusts its whole length as valid entries, which is why trimming matters.
-A new file is created at its preallocated length and mapped by its first lookup, not before (a directory of many
-new partitions maps nothing until they are read). Lookups binary-search a read mapping; new entries are buffered
+A new index's file is not made until something must be in it: its first written entries or lookup create it at its
+preallocated length (mapped by the first lookup, not before), and one that is closed before that is written once, at
+its exact length (a directory of many new partitions creates and maps nothing while they take a few records). Lookups binary-search a read mapping; new entries are buffered
 and written with one pwrite() per 64 (or before any read of the index) into the same page cache (a store into a
 shared mapping takes a write-protect fault whenever writeback has cleaned the page, ~10x the cost of the system call
 under a steady append load).
@@ -36,22 +37,23 @@ class MmapIndex(ABC):
     PENDING_ENTRIES = 64  # buffered entries written with one pwrite (the native appender reads it too)
 
     def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int,
-                 writable: bool = True, log_size: int | None = None) -> None:
+                 writable: bool = True, log_size: int | None = None, new: bool | None = None) -> None:
         """Open (or create) the index; with `log_size`, an existing file's entries are validated
-        against a `.log` of that size (CorruptIndexError, file closed, when they are wrong)."""
+        against a `.log` of that size (CorruptIndexError, file closed, when they are wrong); `new`: whether the file
+        is known not to exist (None: look)."""
         self.fs, self.path, self.base_offset, self.writable = fs, path, base_offset, writable
         self.entry_size = self.ENTRY.size
         self._lock = new_lock()
         self._pending = bytearray()  # entries counted in `entries` but not yet written
         self._last = None  # the last entry's raw fields, cached
         self._map = None
+        self._unmade = False  # a new index whose file is not made yet (`_make`)
         try:
-            new = not fs.exists(path)
-            if new and writable:  # created preallocated, and mapped by its first use (`_mapped`)
-                length = self._round(max_index_size)
-                with fs.open(path, "wb+") as f:
-                    fs.truncate(f, length)
-                self.max_entries = length // self.entry_size
+            if new is None:
+                new = not fs.exists(path)
+            if new and writable:  # made preallocated by its first write or lookup, mapped by its first lookup
+                self.max_entries = self._round(max_index_size) // self.entry_size
+                self._unmade = True
             else:
                 self._map_file(0 if new else fs.size(path))  # read-only, a missing index reads as empty
         except OSError as exc:
@@ -66,6 +68,16 @@ class MmapIndex(ABC):
 
     def _round(self, size: int) -> int:
         return size - size % self.entry_size
+
+    def _make(self) -> None:
+        """Create a new index's file at its preallocated length (lock held), once."""
+        if self._unmade:
+            try:
+                with self.fs.open(self.path, "wb+") as f:
+                    self.fs.truncate(f, self.max_entries * self.entry_size)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot create index: {exc}", file=self.path) from exc
+            self._unmade = False
 
     def _map_file(self, length: int) -> None:
         """Map the first `length` bytes; the descriptor is closed at once (the mapping outlives it). Until a
@@ -92,6 +104,7 @@ class MmapIndex(ABC):
         """The mapping (lock held), made again if the descriptor pool dropped it or a failed resize left none."""
         if self._map is None:
             if self.max_entries:
+                self._make()
                 self._map_file(self.max_entries * self.entry_size)
         elif self.writable:  # a read-only index's copy holds no descriptor: the pool does not count it
             self.fs.track_map(self)
@@ -139,6 +152,7 @@ class MmapIndex(ABC):
         with self._lock:
             if not self._pending:
                 return
+            self._make()
             start = (self.entries - len(self._pending) // self.entry_size) * self.entry_size
             try:
                 with self.fs.handle(self.path, "r+b") as f:
@@ -167,6 +181,7 @@ class MmapIndex(ABC):
                 raise KafkaStorageError(f"{count} entries do not fit the index ({self.max_entries} slots)",
                                         file=self.path)
             if count:
+                self._make()
                 with self.fs.handle(self.path, "r+b") as f:
                     self.fs.pwrite(f, data, self.entries * self.entry_size)
                 self.entries += count
@@ -217,6 +232,7 @@ class MmapIndex(ABC):
             length = max(self._round(new_size), self.size_in_bytes())
             if self.max_entries * self.entry_size == length:  # (the file's length, mapped or not)
                 return False
+            self._make()
             old = self.max_entries * self.entry_size
             self._drop_map()
             try:
@@ -249,12 +265,16 @@ class MmapIndex(ABC):
         with self._lock:
             if self.writable:
                 self._write_pending()
-                self.fs.fsync_path(self.path)
+                if not self._unmade:  # (an index never written holds nothing to make durable)
+                    self.fs.fsync_path(self.path)
 
     def close(self, durable: bool = True) -> None:
         """Release the mapping and the handle, and trim the file to its entries; `durable`: fsync a file it trimmed
         (a clean shutdown's: the trimmed length survives a power loss)."""
         with self._lock:
+            if self._unmade:
+                self._make_exact(durable)
+                return
             self._write_pending()
             self._drop_map()
             self.fs.untrack_map(self)
@@ -270,10 +290,25 @@ class MmapIndex(ABC):
                     raise KafkaStorageError(f"cannot trim the index: {exc}", file=self.path) from exc
                 self.max_entries = length // self.entry_size
 
+    def _make_exact(self, durable: bool) -> None:
+        """Write a closing index whose file was never made at its exact length: its buffered entries, all it has."""
+        try:
+            with self.fs.open(self.path, "wb+") as f:
+                if self._pending:
+                    self.fs.write(f, bytes(self._pending))
+                if durable:
+                    self.fs.fsync(f)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write the index: {exc}", file=self.path) from exc
+        self._pending.clear()
+        self._unmade = False
+        self.max_entries = self.entries
+
     def rename_to(self, path: str) -> None:
         with self._lock:
             self._write_pending()
-            self.fs.rename(self.path, path)
+            if not self._unmade:
+                self.fs.rename(self.path, path)
             self.path = path
 
     def close_unchanged(self) -> None:

@@ -49,12 +49,13 @@ def parse(text: str, path: str | None = None) -> list[tuple[int, int]]:
 class LeaderEpochCache:
     """(epoch, start offset) entries of one partition, ascending in both, persisted on every change."""
 
-    def __init__(self, fs: FileSystem, directory: str) -> None:
+    def __init__(self, fs: FileSystem, directory: str, listed: list[str] | None = None) -> None:
+        """The entries of `directory`'s checkpoint file; `listed`: the directory's files, as just listed."""
         self.fs, self.path = fs, os.path.join(directory, FILE)
         self.entries: list[tuple[int, int]] = []
         self.load_error: KafkaStorageError | None = None  # why the file on disk was ignored, if it was
         self.unsynced = False  # written by `assign` and not fsynced since
-        if fs.exists(self.path):
+        if (FILE in listed) if listed is not None else fs.exists(self.path):
             try:
                 self.entries = parse(fs.read_bytes(self.path).decode("utf-8", "replace"), self.path)
             except KafkaStorageError as exc:

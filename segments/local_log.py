@@ -56,6 +56,7 @@ class LocalLog:
         self.loaded_log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery = loaded.report
+        self.files = loaded.files  # the directory as the loader listed it (see LoadedLog)
         self.last_flush_ms = clock.time_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
 

@@ -75,6 +75,7 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     report: RecoveryReport
+    files: list[str]  # the directory as listed (the files of its other owners: they need not list it again)
 
 
 def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int,
@@ -119,7 +120,8 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
     if len(segments) and segments.last.read_next_offset() < log_start_offset:
         _drop(segments, segments.all(), report)
     if not len(segments):
-        segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now))
+        segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now,
+                                new=not any(f.endswith(names.SEGMENT_SUFFIXES) for f in files)))
     next_offset = segments.last.read_next_offset()
     segments.last.resize_indexes(config.segment_index_bytes)
     if report.bytes_truncated or report.files_removed or report.segments_dropped or report.repairs:
@@ -127,7 +129,7 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
     elif report.segments_recovered:  # an unclean shutdown's re-validation that found nothing wrong
         log.info("recovered %s: %s", directory, "; ".join(report.describe()))
     return LoadedLog(segments, next_offset, max(log_start_offset, segments.first.base_offset),
-                     next_offset if clean_shutdown else min(recovery_point, next_offset), report)
+                     next_offset if clean_shutdown else min(recovery_point, next_offset), report, files)
 
 
 _IN_FLIGHT = (names.DELETED, names.CLEANED, names.SWAP, ".truncating", ".tmp")

@@ -62,15 +62,22 @@ class LogSegment:
     Its methods are Kafka's LogSegment's, one for one, which is why it stays one class of about 450 lines."""
 
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
-                 *, suffix: str = "", writable: bool = True) -> None:
+                 *, suffix: str = "", writable: bool = True, new: bool = False) -> None:
+        """Open (a writable one: create) the segment's files; `new`: the caller knows none of them exists."""
         self.fs, self.dir, self.base_offset, self.config, self.suffix = fs, directory, base_offset, config, suffix
         self.writable = writable
         self.created_ms = now_ms
         self.log_path = self._path(names.LOG)
+        # the indexes known to have no file yet, until each is first opened (then they need not look for one)
+        self._new = {names.INDEX, names.TIME_INDEX} if new and writable else ()
         try:
-            if writable and not fs.exists(self.log_path):
+            if self._new:
                 fs.open(self.log_path, "ab").close()
-            size = fs.size(self.log_path)
+                size = 0
+            else:
+                if writable and not fs.exists(self.log_path):
+                    fs.open(self.log_path, "ab").close()
+                size = fs.size(self.log_path)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
         jitter = min(config.segment_jitter_ms, config.segment_ms)
@@ -82,6 +89,9 @@ class LogSegment:
         self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
         self._lock = new_lock()  # never replaced: the appender keeps it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
+        if self._new:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s empty answer)
+            self.appender.max_ts = (-1, base_offset)
+            self.appender.rolling_ts, self.appender.rolling_ts_loaded = None, True
 
     def _path(self, kind: str) -> str:
         prefix = self.__dict__.get("_prefix")
@@ -112,9 +122,12 @@ class LogSegment:
             if getattr(self, attr) is not None:
                 return
             size = self.appender.size if check and self.writable else None
+            new = kind in self._new or None
+            if new:
+                self._new.discard(kind)
             try:
                 setattr(self, attr, cls(self.fs, self._path(kind), self.base_offset, self.config.max_index_size,
-                                        self.writable, log_size=size))
+                                        self.writable, log_size=size, new=new))
             except CorruptIndexError as exc:
                 self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
                 self.rebuild_indexes()

@@ -107,7 +107,10 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class ProducerStateManager:
-    def __init__(self, fs: FileSystem, directory: str, clock: Clock, expiration_ms: int) -> None:
+    def __init__(self, fs: FileSystem, directory: str, clock: Clock, expiration_ms: int,
+                 listed: list[str] | None = None) -> None:
+        """The state of the log in `directory` (empty until `load`); `listed`: the directory's files, as just
+        listed (its snapshots are taken from there)."""
         self.fs, self.dir, self.clock, self.expiration_ms = fs, directory, clock, expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
@@ -115,6 +118,8 @@ class ProducerStateManager:
         self.unreplicated: list[CompletedTxn] = []  # closed, their marker not yet below the HW
         self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
         self._snapshots: list[int] | None = None  # the snapshot files' offsets as last listed (None: list again)
+        if listed is not None:
+            self._snapshots = self._snapshot_offsets(listed)
 
     # --- checks and updates ---------------------------------------------------------------------
     def find_duplicate(self, batch) -> BatchMetadata | None:
@@ -264,9 +269,12 @@ class ProducerStateManager:
         """The offsets of the snapshot files, ascending (the directory is listed once, and again after this manager
         writes or deletes a snapshot: a load asks several times and changes nothing in between)."""
         if self._snapshots is None:
-            self._snapshots = sorted(names.offset_from_file_name(f) for f in self.fs.listdir(self.dir)
-                                     if f.endswith(SNAPSHOT))
+            self._snapshots = self._snapshot_offsets(self.fs.listdir(self.dir))
         return list(self._snapshots)
+
+    @staticmethod
+    def _snapshot_offsets(files: list[str]) -> list[int]:
+        return sorted(names.offset_from_file_name(f) for f in files if f.endswith(SNAPSHOT))
 
     def _path(self, offset: int) -> str:
         return os.path.join(self.dir, names.file_name(offset, SNAPSHOT))

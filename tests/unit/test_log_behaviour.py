@@ -155,6 +155,29 @@ def test_follower_keeps_offsets_and_gaps_start_new_segments_at_the_batch_base(tm
     lg.close()
 
 
+# --- index files made when first needed ---------------------------------------------------------
+@pytest.mark.parametrize("appends", [0, 1, 3])
+def test_a_new_log_closed_before_its_indexes_are_written_leaves_them_exact_and_reopens_clean(tmp_path, appends):
+    lg = new_log(tmp_path, **{"index.interval.bytes": 4096})
+    for i in range(appends):
+        lg.append_as_leader(batch(2, ts=T0 + 10 * i))
+    d = tmp_path / "t-0"
+    assert not (d / names.file_name(0, names.INDEX)).exists()  # nothing written to either index yet: no file
+    lg.close()
+    # Kafka's shape after a clean close: both index files, trimmed to their entries (the time index's final entry
+    # names the largest timestamp, when there is one)
+    assert os.path.getsize(d / names.file_name(0, names.INDEX)) == 0
+    assert os.path.getsize(d / names.file_name(0, names.TIME_INDEX)) == (12 if appends else 0)
+    verify_index_files(d)
+    again = Log(FileSystem(), str(d), LogConfig(), ManualClock(T0), clean_shutdown=True,
+                recovery_point=2 * appends)
+    assert again.recovery.describe() == [] and again.recovery.segments_recovered == []
+    assert again.active_segment.time_index.last_entry() == ((T0 + 10 * (appends - 1) + 1, 2 * appends - 1)
+                                                            if appends else (-1, 0))
+    assert len(read_all(again)) == 2 * appends
+    again.close()
+
+
 # --- rolling -----------------------------------------------------------------------------------
 def test_roll_on_segment_bytes_trims_the_old_indexes(tmp_path):
     lg = new_log(tmp_path, **{"segment.bytes": 1000, "index.interval.bytes": 100})
@@ -166,9 +189,12 @@ def test_roll_on_segment_bytes_trims_the_old_indexes(tmp_path):
         assert os.path.getsize(old.offset_index.path) == 8 * old.offset_index.entries
         assert os.path.getsize(old.time_index.path) == 12 * old.time_index.entries
         assert old.time_index.last_entry()[0] == old.max_timestamp_so_far  # final entry written on roll
-    assert os.path.getsize(segs[-1].offset_index.path) == 10 * 1024 * 1024  # the active one is preallocated
-    assert [s.base_offset for s in segs[1:]] == [s.read_next_offset() for s in segs[:-1]]
     assert lg.recovery_point == segs[-1].base_offset  # a roll flushes everything before the new segment
+    active = segs[-1].offset_index
+    assert active.entries and not os.path.exists(active.path)  # a new index's entries wait in its buffer, no file yet
+    lg.flush()
+    assert os.path.getsize(active.path) == 10 * 1024 * 1024  # written: the active one is preallocated
+    assert [s.base_offset for s in segs[1:]] == [s.read_next_offset() for s in segs[:-1]]
     lg.close()
     verify_index_files(tmp_path / "t-0")
 
