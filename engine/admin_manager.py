@@ -15,6 +15,7 @@ under the replica manager's controller lock (a leaf). Lookups by clients (`topic
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Callable, NamedTuple
 
@@ -23,6 +24,7 @@ from engine.common.clock import Clock
 from engine.common.errors import (
     InvalidConfigurationError,
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaError,
@@ -65,6 +67,7 @@ class PartitionDescription(NamedTuple):
     isr: list[int] = [0]
     replica_states: dict[int, ReplicaDescription] = {}  # each live replica's LEO and HW, by broker
     dirty_ratio: float | None = None  # a compacted log's share of bytes not yet cleaned (None: not compacted)
+    set_aside: tuple[str, ...] = ()  # directories of this partition set aside as -stray: records kept, not served
 
 
 class TopicDescription(NamedTuple):
@@ -349,7 +352,29 @@ class AdminManager:
                     {b: ReplicaDescription(r.log_end_offset, r.log.high_watermark) for b, r in sorted(hosted.items())},
                     log_to_clean((name, p), shown.log, self.clock.time_ms()).ratio
                     if shown and shown.log.config.compact else None))
+            strays: dict[int, list[str]] = {}  # (after the loads above, which may set a directory aside)
+            for broker in self.brokers.values():
+                for stray in broker.logs.strays():
+                    if stray.topic == name:
+                        strays.setdefault(stray.partition, []).append(stray.path)
+            parts = [d._replace(set_aside=tuple(strays[d.partition])) if d.partition in strays else d for d in parts]
             return TopicDescription(name, rec.topic_id, parts, self.log_config(name).to_dict(), dict(rec.config))
+
+    def restore_stray(self, path: str) -> tuple[str, int]:
+        """Put a partition directory set aside as `-stray` back in place of its partition's empty, unused log (see
+        LogManager.restore_stray), with the catalogue's topic id; its (topic, partition)."""
+        with self._lock:
+            self._check_open()
+            where = os.path.dirname(os.path.abspath(path))
+            broker = next((b for b in self.brokers.values() if b.logs.dir == where), None)
+            stray = next((s for s in broker.logs.strays() if s.path == os.path.abspath(path)), None) if broker else None
+            if stray is None:
+                raise InvalidRequestError(f"not a partition directory set aside as -stray here ({self.path})",
+                                          file=path)
+            rec = self.catalogue.topics.get(stray.topic)
+            if rec is None:
+                raise UnknownTopicOrPartitionError(f"no topic {stray.topic}: create it first", file=path)
+            return broker.logs.restore_stray(path, rec.topic_id)
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:
         """Grow `name` to `count` partitions (Kafka's CreatePartitions); producers and subscribed consumers

@@ -418,8 +418,17 @@ class Engine:
 
     def health(self) -> list[TaskFailure]:
         """The background tasks failing now (flush, checkpoints, retention, the cleaner, ... of every live broker):
-        where, which, since when, how many attempts, the last error; empty while all is well."""
+        where, which, since when, how many attempts, the last error; and each partition directory set aside as
+        `-stray` (task "stray partition": its records kept, not served until `restore_stray`). Empty while all is
+        well."""
         return self.replicas.health()
+
+    def restore_stray(self, path: str) -> TopicPartition:
+        """Put the partition directory `path`, set aside as `-stray` (see `health()`), back in place of its
+        partition's log, which must hold no record and not have been used since the directory was opened (as by
+        `kafkalog recover --restore-stray` right after opening it); the restored log is re-validated in full as it
+        first loads. InvalidRequestError when it cannot be, UnknownTopicOrPartitionError without its topic."""
+        return TopicPartition(*self.admin.restore_stray(path))
 
     def check_storage(self) -> list[TaskFailure]:
         """Run every live broker's flush and checkpoint tasks now, as the background thread does, and a 1 MiB

@@ -34,6 +34,8 @@ from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from engine.txn.unified_log import AppendInfo, UnifiedLog
 
+STRAY = "stray partition"  # health()'s task name for a partition directory set aside
+
 
 class ReplicaManager:
     """The brokers of one engine and their partitions' roles, replication and failover."""
@@ -277,8 +279,17 @@ class ReplicaManager:
     # --- storage ----------------------------------------------------------------------------------
     def health(self) -> list[TaskFailure]:
         """The background tasks failing now (flush, checkpoints, retention, the cleaner, ... of every live broker):
-        where, which, since when, how many attempts, the last error; empty while all is well."""
-        return [f for b in self.live_brokers() for f in b.logs.health.failing() + b.logs.cleaner.health.failing()]
+        where, which, since when, how many attempts, the last error; then each partition directory set aside as
+        `-stray` (task STRAY: its records kept and not served until it is restored). Empty while all is well."""
+        return [f for b in self.live_brokers() for f in b.logs.health.failing() + b.logs.cleaner.health.failing()
+                + [self._stray_failure(b, s) for s in b.logs.strays()]]
+
+    @staticmethod
+    def _stray_failure(broker: Broker, stray) -> TaskFailure:
+        return TaskFailure(broker.logs.dir, STRAY, stray.since_ms, 1,
+                           f"{stray.topic}-{stray.partition} set aside as {stray.path} ({stray.why}): its records are "
+                           f"not served; check them (kafkalog verify), then restore it with kafkalog recover "
+                           f"--restore-stray")
 
     def check_storage(self) -> list[TaskFailure]:
         """Run every live broker's flush and checkpoint tasks now, as the background thread does (a failure is

@@ -35,13 +35,14 @@ import os
 import threading
 import time
 import uuid
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from engine.common.clock import Clock, SystemClock
 from engine.common.closing import Steps
 from engine.common.health import Health, TaskFailure
 from engine.common.errors import (
     InvalidLogDirectoryError,
+    InvalidRequestError,
     KafkaError,
     KafkaStorageError,
     LogDirectoryLockedError,
@@ -55,6 +56,19 @@ from engine.segments.log_config import LogConfig
 from engine.txn.unified_log import Loading, UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
+
+
+
+class StrayPartition(NamedTuple):
+    """A partition directory set aside as `-stray` (its records kept, never served), why, and since when (the
+    manager's clock, ms: when it set it aside or found it on open)."""
+
+    path: str
+    topic: str
+    partition: int
+    why: str
+    since_ms: int
+
 
 _RECOVERY_POINT = operator.attrgetter("recovery_point")
 _HIGH_WATERMARK = operator.attrgetter("high_watermark")
@@ -115,6 +129,7 @@ class LogManager:
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
         self.health = Health(self.dir, log)  # and what the log and `Engine.health()` say of them
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
+        self._strays: dict[str, StrayPartition] = {}  # the `-stray` directories in it, by path
         self._closed = False
         self._unsynced: set[str] = set()  # what the logs created since the last sync_created() wrote
         self._written: dict[str, dict] = {}  # each checkpoint's entries as this manager last wrote them
@@ -257,6 +272,8 @@ class LogManager:
             if tp is None:
                 if entry.endswith("-delete"):
                     self.fs.rmtree(path)  # a deletion that did not finish
+                elif entry.endswith("-stray"):
+                    self._note_stray(path, "set aside before this directory was opened")
                 continue
             point, start, hw = recovery_of(tp, 0), start_of(tp, 0), hw_of(tp, 0)
             self._logs[tp] = unloaded(fs, path, clock, loading, recovery_point=point, log_start_offset=start,
@@ -292,6 +309,8 @@ class LogManager:
         self.fs.fsync_dir(self.dir)
         self.repairs.append(f"set {stray.dir} aside as {moved}: the catalogue has topic id {self._topic_ids(tp[0])}")
         log.warning("%s", self.repairs[-1])
+        self._note_stray(moved, f"its partition.metadata names another topic id than the catalogue's "
+                                f"{self._topic_ids(tp[0])}")
         return self._log_class(self.fs, stray.dir, self._configs(tp[0]), self.clock, clean_shutdown=True,
                                **self._log_options)
 
@@ -430,9 +449,10 @@ class LogManager:
         with self._lock:
             return min((at for at, _ in self._pending_deletes), default=float("inf"))
 
-    def set_aside(self, topic: str, partition: int, kind: str) -> str:
-        """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`). A log set
-        aside to be deleted is closed without a flush, as Kafka's asyncDelete leaves it: its bytes are going."""
+    def set_aside(self, topic: str, partition: int, kind: str, why: str = "") -> str:
+        """Close the log and rename its directory `<dir>.<id>-<kind>` (Kafka's `-delete` / `-stray`; `why` a stray
+        is, for `strays()`). A log set aside to be deleted is closed without a flush, as Kafka's asyncDelete leaves
+        it: its bytes are going."""
         with self.cleaner.paused((topic, partition)), self._lock:
             lg = self._forget((topic, partition))
             if lg is None:
@@ -441,7 +461,58 @@ class LogManager:
             moved = f"{lg.dir}.{uuid.uuid4().hex}-{kind}"
             self.fs.rename(lg.dir, moved)
             self.fs.fsync_dir(self.dir)
+            if kind == "stray":
+                self._note_stray(moved, why or "its replica is no longer assigned here")
             return moved
+
+    # --- partitions set aside -------------------------------------------------------------------
+    def _note_stray(self, path: str, why: str) -> None:
+        topic, partition, _ = names.parse_set_aside(os.path.basename(path))
+        with self._lock:
+            self._strays[path] = StrayPartition(path, topic, partition, why, self.clock.time_ms())
+
+    def strays(self) -> list[StrayPartition]:
+        """The partition directories set aside as `-stray` here (by this manager or before it opened), by path."""
+        with self._lock:
+            return [self._strays[p] for p in sorted(self._strays)]
+
+    def restore_stray(self, path: str, topic_id: str | None) -> tuple[str, int]:
+        """Put the `-stray` directory `path` back as its partition's directory, with `topic_id` in its
+        partition.metadata; the partition's log must exist, be unloaded and hold no record (its directory is removed).
+        The restored log is re-validated in full when it first loads. Returns its (topic, partition)."""
+        path = os.path.abspath(path)
+        with self._lock:
+            stray = self._strays.get(path)
+            if stray is None:
+                raise InvalidRequestError(f"not a partition set aside as -stray in {self.dir}", file=path)
+            tp = (stray.topic, stray.partition)
+            lg = self._logs.get(tp)
+            if lg is None:
+                raise UnknownTopicOrPartitionError(
+                    f"{stray.topic} has no partition {stray.partition}: create it (or the topic) first", file=path)
+            records = [f for f in self.fs.listdir(lg.dir) if f.endswith(names.LOG)
+                       and self.fs.size(os.path.join(lg.dir, f))]
+            if records:
+                raise InvalidRequestError(f"{stray.topic}-{stray.partition} holds records ({records[0]}): a stray "
+                                          f"goes back only in place of an empty partition", file=lg.dir)
+
+            def swap() -> None:
+                doomed = f"{lg.dir}.{uuid.uuid4().hex}-delete"  # (removed by the next open if a crash comes first)
+                self.fs.rename(lg.dir, doomed)
+                self.fs.rename(path, lg.dir)
+                partition_metadata.write(self.fs, lg.dir, topic_id)
+                self.fs.fsync_dir(self.dir)
+                self.fs.rmtree(doomed)
+
+            if not lg.replace_unloaded(swap):
+                raise InvalidRequestError(f"{stray.topic}-{stray.partition} is in use: restore it right after the "
+                                          f"directory is opened (kafkalog recover --restore-stray)", file=lg.dir)
+            del self._strays[path]
+            for values in self._unloaded:  # (its checkpointed offsets were the empty log's)
+                values.pop(tp, None)
+            self.repairs.append(f"restored {path} as {lg.dir}")
+            log.warning("%s", self.repairs[-1])
+            return tp
 
     # --- background work ------------------------------------------------------------------------
     def _run(self) -> None:

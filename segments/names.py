@@ -60,6 +60,17 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return (topic, int(part)) if _legal_topic(topic) else None
 
 
+_SET_ASIDE = re.compile(r"(.+)\.([0-9a-f]{32})-(stray|delete)")
+
+
+def parse_set_aside(name: str) -> tuple[str, int, str] | None:
+    """(topic, partition, kind) of a partition directory set aside as `<topic>-<partition>.<32 hex>-<kind>` (Kafka's
+    `-stray` and `-delete` directories), or None if it is not one."""
+    m = _SET_ASIDE.fullmatch(name)
+    tp = parse_partition_dir(m.group(1)) if m else None
+    return None if tp is None else (tp[0], tp[1], m.group(3))
+
+
 @functools.lru_cache(maxsize=4096)
 def _legal_topic(topic: str) -> bool:
     """Whether `validate_topic` takes `topic` (remembered: a directory of many partitions names few topics)."""

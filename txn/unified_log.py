@@ -237,6 +237,21 @@ class UnifiedLog:
     def loaded(self) -> bool:
         return "_pending" not in self.__dict__
 
+    def replace_unloaded(self, swap: Callable[[], None]) -> bool:
+        """While this log is still unloaded (no load can start meanwhile), run `swap()`, which puts other files in
+        its directory, and forget the checkpointed offsets: its first load re-validates every segment. False, nothing
+        run, once it is loaded."""
+        pending = self.__dict__.get("_pending")
+        if pending is None:
+            return False
+        with pending.lock:
+            if self.__dict__.get("_pending") is not pending or pending.closed:
+                return False
+            swap()
+            pending.recovery_point = pending.log_start_offset = pending.high_watermark = 0
+            pending.clean_shutdown = False
+            return True
+
     def when_loaded(self, hook: Callable[[UnifiedLog], None]) -> bool:
         """Run `hook(log)` as this unloaded log loads, before any other caller sees it; False (and no hook kept) when
         it is loaded already."""

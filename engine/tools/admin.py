@@ -12,6 +12,7 @@ import json
 
 import engine
 from engine.common.errors import InvalidConfigurationError, not_supported_yet
+from engine.replica_manager import STRAY
 from engine.tools.output import Output
 
 
@@ -51,7 +52,8 @@ def _describe(eng, name: str, all_configs: bool = False) -> dict:
                             "replicas": p.replicas, "isr": p.isr,
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark, "sizeInBytes": p.size_bytes, "segments": p.segments,
-                            **({} if p.dirty_ratio is None else {"dirtyRatio": round(p.dirty_ratio, 4)})}
+                            **({} if p.dirty_ratio is None else {"dirtyRatio": round(p.dirty_ratio, 4)}),
+                            **({"setAside": list(p.set_aside)} if p.set_aside else {})}
                            for p in d.partitions]}
 
 
@@ -65,7 +67,8 @@ def _describe_text(doc: dict) -> str:
                      f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
                      f"LogStartOffset: {p['logStartOffset']}\tLogEndOffset: {p['logEndOffset']}\t"
                      f"HighWatermark: {p['highWatermark']}"
-                     + (f"\tDirtyRatio: {p['dirtyRatio']:.2f}" if "dirtyRatio" in p else ""))
+                     + (f"\tDirtyRatio: {p['dirtyRatio']:.2f}" if "dirtyRatio" in p else "")
+                     + (f"\tSetAside: {','.join(p['setAside'])}" if "setAside" in p else ""))
     return "\n".join(lines)
 
 
@@ -241,5 +244,6 @@ def health(args: argparse.Namespace, out: Output) -> int:
         failing = eng.check_storage()
         rows = [f._asdict() for f in failing]
         out.result({"healthy": not rows, "failing": rows}, "healthy" if not rows else "\n".join(
+            f"SET ASIDE in {f.where}: {f.error}" if f.task == STRAY else
             f"FAILING {f.task} in {f.where}: {f.error} ({f.attempts} attempt(s))" for f in failing))
     return 1 if rows else 0

@@ -6,12 +6,16 @@ it knows:
   no bytes after the last whole batch, which Kafka's tool reports as "Found N invalid bytes at the end";
 - `.index` and `.timeindex`: Kafka's sanity check, and every entry against the log;
 - `.txnindex`, `<offset>.snapshot`, `leader-epoch-checkpoint` and `partition.metadata`: that they parse;
-- the root checkpoints and `kafkalog.metadata`: that they parse.
+- the root checkpoints and `kafkalog.metadata`: that they parse;
+- a partition directory set aside as `-stray` is checked as the others are, and reported with the records it
+  holds: they are kept but not served until `kafkalog recover --restore-stray` puts it back.
 It reports each problem with its file (and, where there is one, its position and offset), and exits 1
 if it found any.
 
 recover opens the directory as the engine does, which recovers it after an unclean shutdown, and reports
-what that changed. `--full` first removes the clean-shutdown marker, so every segment is re-validated.
+what that changed and which partitions are set aside. `--full` first removes the clean-shutdown marker, so every
+segment is re-validated. `--restore-stray NAME` puts the `-stray` directory NAME back in place of its partition's
+empty log (Engine.restore_stray), re-validates it and reports the records it serves again.
 """
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ def add_recover(sub) -> None:
     p = sub.add_parser("recover", help="run the engine's recovery on a log directory and report what it changed")
     p.add_argument("directory", nargs="?", help="the log directory (or --data)")
     p.add_argument("--full", action="store_true", help="re-validate every segment, as after an unclean shutdown")
+    p.add_argument("--restore-stray", metavar="NAME",
+                   help="put the partition directory NAME, set aside as -stray, back in place of its empty partition")
     p.set_defaults(func=recover)
 
 
@@ -130,6 +136,7 @@ def _check_log(c: _Checker, path: str, base: int, next_base: int | None) -> None
 
 def _check_partition(c: _Checker, directory: str, files: list[str]) -> None:
     c.batches.clear()  # one partition's batches (and their mapped segments) at a time
+    stray = names.parse_set_aside(os.path.basename(directory))
     logs = sorted(names.offset_from_file_name(f) for f in files if f.endswith(names.LOG))
     if logs:
         c.active.add(os.path.join(directory, names.file_name(logs[-1], names.LOG)))
@@ -157,6 +164,22 @@ def _check_partition(c: _Checker, directory: str, files: list[str]) -> None:
                 partition_metadata.read(c.fs, directory)
         except (KafkaError, OSError, ValueError) as exc:
             c.problem(str(exc))
+    if stray is not None:
+        _report_stray(c, directory, stray, len(logs))
+
+
+def _report_stray(c: _Checker, directory: str, stray: tuple[str, int, str], segments: int) -> None:
+    """The records a `-stray` directory holds (data batches read whole), as a problem: they are not served."""
+    data = [b for found in c.batches.values() for b in found.values() if not b.is_control]
+    span = f" (offsets {min(b.base_offset for b in data)} to {max(b.last_offset for b in data)})" if data else ""
+    c.problem(f"partition {stray[0]}-{stray[1]} set aside as -stray: {sum(b.records_count for b in data)} records"
+              f"{span} in {segments} segment(s), kept but not served; check them, then `kafkalog recover "
+              f"--restore-stray {os.path.basename(directory)}`", file=directory)
+
+
+def _is_stray(entry: str) -> bool:
+    aside = names.parse_set_aside(entry)
+    return aside is not None and aside[2] == "stray"
 
 
 def check(path: str) -> tuple[int, list[dict]]:
@@ -167,7 +190,7 @@ def check(path: str) -> tuple[int, list[dict]]:
         partitions, root = [(path, entries)], []
     else:
         partitions = [(os.path.join(path, e), sorted(os.listdir(os.path.join(path, e)))) for e in entries
-                      if names.parse_partition_dir(e) and os.path.isdir(os.path.join(path, e))]
+                      if (names.parse_partition_dir(e) or _is_stray(e)) and os.path.isdir(os.path.join(path, e))]
         root = [e for e in entries if e in ROOT_CHECKPOINTS or e == metadata.FILE]
     total = len(root) + sum(len(files) for _, files in partitions)
     bar = progress(range(total), total=total, desc="verify")
@@ -204,10 +227,14 @@ def recover(args: argparse.Namespace, out: Output) -> int:
     marker = os.path.join(path, CLEAN_SHUTDOWN)
     if args.full and os.path.exists(marker):
         os.remove(marker)
-    before = set(os.listdir(path))
-    rows = []
+    rows, restored = [], None
     with engine.open(path, background=False) as eng:
         clean = eng.clean_shutdown
+        if args.restore_stray:  # (first: the partition must not have been used since the directory was opened)
+            tp = eng.restore_stray(os.path.join(path, os.path.basename(os.path.normpath(args.restore_stray))))
+            part = eng.describe_topic(tp.topic).partitions[tp.partition]  # (its load re-validates it)
+            restored = {"topic": tp.topic, "partition": tp.partition, "logStartOffset": part.log_start_offset,
+                        "logEndOffset": part.log_end_offset}
         notes = eng.recovery_notes()
         for topic in eng.list_topics():
             for p in progress(range(eng.partitions_for(topic)), desc=f"recover {topic}"):
@@ -216,13 +243,18 @@ def recover(args: argparse.Namespace, out: Output) -> int:
                     rows.append({"topic": topic, "partition": p, "segmentsRecovered": r.segments_recovered,
                                  "bytesTruncated": r.bytes_truncated, "segmentsDropped": r.segments_dropped,
                                  "filesRemoved": r.files_removed})
-    set_aside = sorted(e for e in set(os.listdir(path)) - before if e.endswith("-stray"))
+        set_aside = [{"directory": os.path.basename(s.path), "topic": s.topic, "partition": s.partition, "why": s.why}
+                     for b in eng.replicas.live_brokers() for s in b.logs.strays()]
     text = [f"{r['topic']}-{r['partition']}: re-validated segments {r['segmentsRecovered']}, truncated "
             f"{r['bytesTruncated']} bytes, dropped segments {r['segmentsDropped']}, removed {r['filesRemoved']}"
-            for r in rows] + [f"set aside (unknown to the catalogue): {e}" for e in set_aside] + notes
+            for r in rows] + [f"set aside as -stray, not served: {s['directory']} ({s['why']}); restore it with "
+                              f"--restore-stray {s['directory']}" for s in set_aside] + notes
+    if restored:
+        text.append(f"restored {restored['topic']}-{restored['partition']}: offsets {restored['logStartOffset']} to "
+                    f"{restored['logEndOffset']} served again")
     summary = ("the last shutdown was clean: nothing to recover (--full re-validates anyway)"
                if clean and not rows and not set_aside and not notes else f"{len(rows)} partition(s) changed")
     out.result({"directory": path, "cleanShutdown": clean, "partitions": rows, "setAside": set_aside,
-                "repairs": notes},
+                "restored": restored, "repairs": notes},
                "\n".join(text + [summary]))
     return 0

@@ -150,6 +150,57 @@ def test_a_partition_directory_of_another_topic_id_is_set_aside_when_first_used(
         assert partition_metadata.read(FileSystem(), str(tmp_path / "d" / f"t-{p}")) == topic_id
 
 
+def test_a_partition_set_aside_is_loud_until_it_is_checked_and_restored(tmp_path):
+    """A flipped bit in a partition.metadata makes the partition look like another topic's: it is set aside as -stray
+    and served empty, as KRaft brokers do, but never silently: health(), `kafkalog health`, describe_topic,
+    `kafkalog verify` (with the records it holds) and `kafkalog recover` name it, and `kafkalog recover
+    --restore-stray` puts it back (only in place of an empty partition that has not been used)."""
+    from engine.common.errors import InvalidRequestError
+    from engine.replica_manager import STRAY
+    from tests.unit.test_cli import run
+
+    d = tmp_path / "d"
+    held = _fill(d, 3, {0: 2, 1: 343, 2: 1})
+    meta = d / "t-1" / "partition.metadata"
+    text = meta.read_bytes()
+    flipped = bytearray(text)
+    flipped[-3] ^= 0x01  # one bit of the topic id
+    meta.write_bytes(bytes(flipped))
+    with engine.open(d) as e:
+        assert e.health() == []  # (a lazy partition is checked as it first loads)
+        assert _read(e, 1) == [] and _read(e, 0) == held[0]
+        [stray] = e.health()
+        assert stray.task == STRAY and "t-1" in stray.error and "restore-stray" in stray.error
+        parts = e.describe_topic("t").partitions
+        name = os.path.basename(parts[1].set_aside[0])
+        assert name.startswith("t-1.") and name.endswith("-stray") and parts[0].set_aside == parts[2].set_aside == ()
+        with e.producer(linger_ms=0) as prod:
+            prod.send("t", b"new", partition=1).get()
+        with pytest.raises(InvalidRequestError, match="holds records"):  # (it would hide what was written since)
+            e.restore_stray(str(d / name))
+    out = run("health", "--data", d, check=1).stdout
+    assert "SET ASIDE" in out and name in out
+    problems = json.loads(run("verify", d, "--json", check=1).stdout)["problems"]
+    assert [p["message"] for p in problems if "343 records (offsets 0 to 342)" in p["message"]
+            and name in p["message"]], problems
+    assert len(problems) == 1, problems  # its files are checked like the others: nothing else is wrong
+    assert "holds records" in run("recover", d, "--restore-stray", name, check=1).stderr
+    # the record written to the empty partition meanwhile goes; then the stray goes back
+    with engine.open(d) as e:
+        e.delete_topic("t")
+        e.create_topic("t", 3)
+    meta_dir = d / name
+    report = json.loads(run("recover", d, "--restore-stray", name, "--json").stdout)
+    assert report["restored"] == {"topic": "t", "partition": 1, "logStartOffset": 0, "logEndOffset": 343}
+    assert not os.path.exists(meta_dir) and report["setAside"] == []
+    with engine.open(d) as e:
+        assert _read(e, 1) == held[1] and e.health() == []
+        assert e.describe_topic("t").partitions[1].set_aside == ()
+        with pytest.raises(InvalidRequestError, match="not a partition"):
+            e.restore_stray(str(d / name))
+    run("verify", d)
+
+
 TORN = b"\x00torn tail of a batch that never completed"
 KILLED = """
 import os, signal, sys
