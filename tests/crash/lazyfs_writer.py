@@ -9,9 +9,15 @@ Usage: python -m tests.crash.lazyfs_writer write DIR PARTITIONS RECORDS [one-syn
        python -m tests.crash.lazyfs_writer flushed DIR PARTITIONS     (flush.messages=1, acks=all, until killed)
        python -m tests.crash.lazyfs_writer transactions DIR PARTITIONS SIZE   (flush.messages=1, until killed)
        python -m tests.crash.lazyfs_writer topics DIR PARTITIONS      (topics created one after another, until killed)
+       python -m tests.crash.lazyfs_writer deleted DIR PARTITIONS TOPICS  (TOPICS made, then deleted one by one)
+       python -m tests.crash.lazyfs_writer defaults DIR SEGMENT_BYTES (default flush settings: each line is the
+           records below the partition's recovery point, what a roll made durable, until killed)
+       python -m tests.crash.lazyfs_writer compacted DIR PARTITIONS KEYS  (rounds of one value per key, each round
+           compacted after it is written, flush.messages=1, until killed)
        python -m tests.crash.lazyfs_writer count DIR PARTITIONS       (records of topic `durable`)
        python -m tests.crash.lazyfs_writer committed DIR PARTITIONS   (read_committed: one line per record's value)
-       python -m tests.crash.lazyfs_writer listed DIR                 (each topic and its partition count)
+       python -m tests.crash.lazyfs_writer listed DIR                 (each topic, its partitions, its records)
+       python -m tests.crash.lazyfs_writer latest DIR PARTITIONS      (each key's latest value: `key value`)
 """
 import sys
 
@@ -68,6 +74,60 @@ def topics(path: str, partitions: int) -> None:
         print(t, flush=True)
 
 
+def deleted(path: str, partitions: int, made: int) -> None:
+    eng = engine.open(path)
+    for t in range(made):
+        eng.create_topic(f"made-{t}", partitions)
+        with eng.producer(acks="all") as producer:
+            for p in range(partitions):
+                producer.send(f"made-{t}", b"%d" % p, partition=p)
+    eng.flush()
+    print(0, flush=True)
+    for t in range(made):
+        eng.delete_topic(f"made-{t}")
+        print(t + 1, flush=True)
+    eng.close()
+
+
+def defaults(path: str, segment_bytes: int) -> None:
+    eng = engine.open(path)
+    eng.create_topic("durable", 1, config={"segment.bytes": str(segment_bytes)})
+    producer = eng.producer(acks="all")
+    log = eng.log("durable", 0)
+    while True:
+        producer.send("durable", value=b"v" * 100).get()
+        print(log.recovery_point - log.log_start_offset, flush=True)
+
+
+def compacted(path: str, partitions: int, keys: int) -> None:
+    eng = engine.open(path)
+    eng.create_topic("durable", partitions, config={**FLUSHED, "cleanup.policy": "compact", "segment.bytes": "2048",
+                                                    "min.cleanable.dirty.ratio": "0.01"})
+    producer = eng.producer(acks="all")
+    r = 0
+    while True:
+        for k in range(keys):
+            producer.send("durable", key=b"%d" % k, value=b"%d" % r)
+        producer.flush()
+        eng.compact("durable")
+        r += 1
+        print(r, flush=True)
+
+
+def latest(path: str, partitions: int) -> None:
+    with engine.open(path) as eng:
+        values: dict[bytes, bytes] = {}
+        consumer = eng.consumer(consumer_timeout_ms=0)
+        consumer.assign([engine.TopicPartition("durable", p) for p in range(partitions)])
+        consumer.seek_to_beginning()
+        for record in consumer:  # (offset order within a partition: a key's partition holds all its values)
+            values[record.key] = record.value
+        consumer.close()
+    for key, value in sorted(values.items()):
+        print(key.decode(), value.decode())
+    print("end", flush=True)
+
+
 def count(path: str, partitions: int) -> None:
     with engine.open(path) as eng:
         held = sum(eng.partition("durable", p).log_end_offset for p in range(partitions)) \
@@ -90,7 +150,8 @@ def committed(path: str, partitions: int) -> None:
 def listed(path: str) -> None:
     with engine.open(path) as eng:
         for name in eng.list_topics():
-            print(name, eng.partitions_for(name))
+            held = sum(p.log_end_offset - p.log_start_offset for p in eng.describe_topic(name).partitions)
+            print(name, eng.partitions_for(name), held)
     print("end", flush=True)
 
 
@@ -103,4 +164,5 @@ if __name__ == "__main__":
         listed(where)
     else:
         {"flushed": flushed, "transactions": transactions, "topics": topics, "count": count,
-         "committed": committed}[what](where, *numbers)
+         "committed": committed, "deleted": deleted, "defaults": defaults, "compacted": compacted,
+         "latest": latest}[what](where, *numbers)

@@ -8,7 +8,14 @@ test picks; then the power goes; then a new process reads what survived. The tri
 - transactions under flush.messages=1, killed mid-run: every committed transaction is there, whole; nothing of one
   that was not committed is visible;
 - topics created one after another, killed mid-creation: every topic whose creation returned is there with all its
-  partitions; the one being made is whole or absent.
+  partitions; the one being made is whole or absent;
+- topics deleted one after another, killed mid-deletion: none whose deletion returned comes back; the others are
+  whole, the one being deleted whole or absent;
+- many partitions closed cleanly (the fsyncs of thousands of files, eight at a time): nothing acknowledged is lost;
+- the default flush settings, killed mid-produce: every record below the recovery point (segments are fsynced as
+  they roll) is there;
+- compaction rounds under flush.messages=1, killed mid-run (a cleaned segment swapped in or not): every key keeps its
+  latest value of the last finished round or the one after it, and the directory verifies.
 docs/durability.md's table of them is written from this module's TRIALS (`python -m tests.crash.test_lazyfs`).
 Where /dev/fuse or the tool is missing, the test says so and skips; CI sets KAFKALOG_REQUIRE_LAZYFS=1, which makes
 that a failure."""
@@ -28,8 +35,10 @@ from tests.crash.children import ROOT
 
 TOOL = ROOT.parent / "shared" / "tools" / "lazyfs"
 PARTITIONS, RECORDS = 50, 3001
-KILL_AFTER = {"flushed": 400, "transactions": 30, "topics": 40}  # steps done before the SIGKILL
-TXN_SIZE, TOPIC_PARTITIONS = 7, 4
+MANY_PARTITIONS, MANY_RECORDS = 2000, 6001
+KILL_AFTER = {"flushed": 400, "transactions": 30, "topics": 40, "deleted": 20, "defaults": 600,
+              "compacted": 12}  # steps done before the SIGKILL
+TXN_SIZE, TOPIC_PARTITIONS, DELETABLE, SEGMENT_BYTES, KEYS = 7, 4, 40, 4096, 60
 # (trial, what the writer does, what must hold after the power loss): docs/durability.md's table
 TRIALS = [
     ("clean close", f"{RECORDS:,} records, acks=all, {PARTITIONS} partitions, then close()",
@@ -41,6 +50,17 @@ TRIALS = [
      "every committed transaction whole; nothing of an uncommitted one visible"),
     ("topic creation, SIGKILL", f"topics of {TOPIC_PARTITIONS} partitions created one after another, killed after "
      f"{KILL_AFTER['topics']}", "every created topic with all its partitions; the one being made whole or absent"),
+    ("topic deletion, SIGKILL", f"{DELETABLE} topics of {TOPIC_PARTITIONS} partitions (a record each) deleted one "
+     f"after another, killed after {KILL_AFTER['deleted']}", "no deleted topic back; every other one whole with its "
+     "records; the one being deleted whole or absent"),
+    ("many partitions, clean close", f"{MANY_RECORDS:,} records, acks=all, {MANY_PARTITIONS:,} partitions, then "
+     "close()", "every acknowledged record is there"),
+    ("defaults, SIGKILL", f"acks=all produce to one partition, segment.bytes={SEGMENT_BYTES}, default flush settings, "
+     f"killed once {KILL_AFTER['defaults']} records are below the recovery point",
+     "every record below the recovery point (fsynced as its segment rolled) is there"),
+    ("compaction swaps, SIGKILL", f"rounds of one value for each of {KEYS} keys over {TOPIC_PARTITIONS} partitions "
+     f"(flush.messages=1, segment.bytes=2048), each round compacted, killed after {KILL_AFTER['compacted']}",
+     "every key's latest value is the last finished round's or the next one's; kafkalog verify finds nothing"),
 ]
 
 
@@ -115,13 +135,20 @@ def _killed(lazyfs, what: str, *args: str) -> tuple[str, int]:
     return path, done
 
 
-def _trial(lazyfs, name: str, *extra: str) -> tuple[int, int]:
+def _trial(lazyfs, name: str, *extra: str, partitions: int = PARTITIONS, records: int = RECORDS) -> tuple[int, int]:
     """(acknowledged, left after a clean close and a power loss)."""
     home, env = lazyfs
     path = str(home / "mnt" / name)
-    acked = _run("write", path, str(PARTITIONS), str(RECORDS), *extra)
+    acked = _run("write", path, str(partitions), str(records), *extra)
     subprocess.run(["bash", str(home / "clear-cache.sh")], env=env, check=True, timeout=120)
-    return acked, _run("count", path, str(PARTITIONS))
+    return acked, _run("count", path, str(partitions))
+
+
+def _verify(path: str) -> None:
+    """kafkalog verify finds nothing wrong in `path` (after a reader opened and closed it)."""
+    out = subprocess.run([sys.executable, "-m", "engine", "verify", path], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def test_a_clean_close_on_fuse_loses_no_acknowledged_record(lazyfs):
@@ -158,10 +185,42 @@ def test_created_topics_survive_whole_and_the_one_being_made_is_whole_or_absent(
     path, created = _killed(lazyfs, "topics", str(TOPIC_PARTITIONS))
     lines = _output("listed", path)
     assert lines[-1] == "end"
-    topics = dict(line.split() for line in lines[:-1])
+    topics = {line.split()[0]: int(line.split()[1]) for line in lines[:-1]}
     assert {f"made-{t}" for t in range(created)} <= set(topics)
     assert set(topics) <= {f"made-{t}" for t in range(created + 1)}
-    assert all(int(n) == TOPIC_PARTITIONS for n in topics.values())
+    assert all(n == TOPIC_PARTITIONS for n in topics.values())
+
+
+def test_deleted_topics_stay_deleted_and_the_others_stay_whole(lazyfs):
+    path, deleted = _killed(lazyfs, "deleted", str(TOPIC_PARTITIONS), str(DELETABLE))
+    lines = _output("listed", path)
+    assert lines[-1] == "end"
+    topics = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in lines[:-1]}
+    assert not {f"made-{t}" for t in range(deleted)} & set(topics)  # a returned deletion holds
+    assert {f"made-{t}" for t in range(deleted + 1, DELETABLE)} <= set(topics)
+    assert all(shape == (TOPIC_PARTITIONS, TOPIC_PARTITIONS) for shape in topics.values()), topics
+    _verify(path)
+
+
+def test_many_partitions_closed_cleanly_on_fuse_lose_no_acknowledged_record(lazyfs):
+    acked, left = _trial(lazyfs, "many", partitions=MANY_PARTITIONS, records=MANY_RECORDS)
+    assert acked == MANY_RECORDS
+    assert left == acked
+
+
+def test_the_default_flush_settings_keep_every_record_below_the_recovery_point(lazyfs):
+    path, durable = _killed(lazyfs, "defaults", str(SEGMENT_BYTES))
+    assert _run("count", path, "1") >= durable
+
+
+def test_compaction_swaps_cut_by_a_power_loss_keep_each_keys_latest_value(lazyfs):
+    path, rounds = _killed(lazyfs, "compacted", str(TOPIC_PARTITIONS), str(KEYS))
+    lines = _output("latest", path, str(TOPIC_PARTITIONS))
+    assert lines[-1] == "end"
+    latest = {int(k): int(v) for k, v in (line.split() for line in lines[:-1])}
+    assert set(latest) == set(range(KEYS))
+    assert {k: v for k, v in latest.items() if v not in (rounds - 1, rounds)} == {}, rounds
+    _verify(path)
 
 
 def table() -> str:
