@@ -89,7 +89,7 @@ def main(argv=None) -> int:
             "log_size": curves.log_size_curve(args.quick, args.long, scratch),
             "memory": curves.memory_curve(args.quick, scratch),
             "spark_memory": spark.memory_curve(args.quick, scratch),
-            "many_partitions": many_partitions.curve(args.quick, scratch),
+            "many_partitions": many_partitions.both(args.quick, scratch),
         }
     md, js = runner.write(doc, args.out)
     c = doc["curves"]

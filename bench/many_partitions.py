@@ -14,6 +14,8 @@ phase's dirty pages:
   is handed the clean directory's logs (`kafkalog handoff`) and starts again; its figure is the time it reports for
   loading them ("Loaded N logs in T ms"), beside kafkalog's clean open.
 Up to 10,000 partitions each figure is the median of REPEATS runs of the whole sequence; 100,000 is run once.
+The curve runs on the disk the data would live on (the scratch directory: the temp dir unless told) and again on
+tmpfs (/dev/shm) beside it, where the machine has one and the scratch is not on it (the broker's load: on the first).
 `python -m bench.many_partitions [--quick]` writes bench/results/many_partitions.{md,json,png} and, unless --quick,
 the README's many-partitions table (between its markers, never by hand); `python -m bench` includes it."""
 from __future__ import annotations
@@ -187,14 +189,27 @@ def _point(n: int, scratch: str, broker: bool) -> dict:
     return got
 
 
-def curve(quick: bool, scratch: str) -> dict:
+def both(quick: bool, scratch: str) -> dict:
+    """The curve on `scratch`'s file system, then on tmpfs (TMPFS) beside it unless `scratch` is there already or the
+    machine has none: {"curves": [...]}, the first with the real broker's load."""
+    curves = [curve(quick, scratch)]
+    if os.path.isdir(TMPFS) and not _filesystem(scratch).startswith("tmpfs"):
+        with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=TMPFS) as shm:
+            curves.append(curve(quick, shm, broker=False))
+    return {"curves": curves}
+
+
+TMPFS = "/dev/shm"
+
+
+def curve(quick: bool, scratch: str, broker: bool = True) -> dict:
     """Each phase's figure at each partition count (seconds, or MiB for RSS): the median of REPEATS runs of the
     whole sequence up to 10,000 partitions (this VM's disk varies several-fold from one minute to the next), one run
     at 100,000; the broker's load, in the first run only."""
     points = [100, 1_000] if quick else [1_000, 10_000, 100_000]
     rows: dict[str, list[float]] = {}
     for n in points:
-        runs = [_point(n, scratch, broker=not i) for i in range(1 if quick or n > 10_000 else REPEATS)]
+        runs = [_point(n, scratch, broker=broker and not i) for i in range(1 if quick or n > 10_000 else REPEATS)]
         for phase in runs[0]:
             values = [run[phase] for run in runs if run[phase] is not None]
             rows.setdefault(phase, []).append(statistics.median(values) if values else None)
@@ -218,14 +233,25 @@ PHASES = ["create", "produce 2N keyed", "produce one to each", "close", "clean o
           "first read after kill -9"]
 
 
+def _columns(c: dict) -> list[tuple[str, int, dict, int]]:
+    """(heading, partitions, curve, index) of each column: a count's point on each file system, side by side."""
+    curves = c.get("curves", [c])
+    kinds = [k.get("filesystem", "?").split(" at ")[0] for k in curves]
+    return [(f"{n:,} partitions" + (f", {kind}" if len(curves) > 1 else ""), n, k, i)
+            for i, n in enumerate(curves[0]["partitions"]) for k, kind in zip(curves, kinds)]
+
+
 def markdown(c: dict) -> str:
-    """The curve as a table: each phase at each partition count, with its target where one was set."""
-    where = f"The directories were on {c['filesystem']}.\n\n" if "filesystem" in c else ""
-    head = "| phase | " + " | ".join(f"{n:,} partitions" for n in c["partitions"]) + " |"
-    lines = [head, "|---|" + "---|" * len(c["partitions"])]
-    for phase in [p for p in PHASES if p in c["rows"]]:
+    """The curve(s) as a table: each phase at each partition count (on each file system, side by side), with its
+    target where one was set."""
+    curves = c.get("curves", [c])
+    where = "The directories were on " + " and ".join(k["filesystem"] for k in curves if "filesystem" in k) + ".\n\n"
+    columns = _columns(c)
+    head = "| phase | " + " | ".join(heading for heading, *_ in columns) + " |"
+    lines = [head, "|---|" + "---|" * len(columns)]
+    for phase in [p for p in PHASES if p in curves[0]["rows"]]:
         cells = []
-        for n, value in zip(c["partitions"], c["rows"][phase]):
+        for n, value in ((n, k["rows"][phase][i]) for _, n, k, i in columns):
             if value is None:
                 cells.append(f"not run (above {BROKER_MAX:,} partitions)" if n > BROKER_MAX else "not run")
                 continue
@@ -245,10 +271,15 @@ def plot(c: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for phase in [p for p in PHASES if p in c["rows"] and "MiB" not in p]:
-        points = [(n, v) for n, v in zip(c["partitions"], c["rows"][phase]) if v is not None]
-        ax.plot([n for n, _ in points], [v for _, v in points], marker="o", label=phase,
-                linestyle="--" if phase.startswith("Kafka") else "-")
+    curves = c.get("curves", [c])
+    for k, style in zip(curves, ["-", ":"]):
+        kind = k.get("filesystem", "?").split(" at ")[0]
+        for j, phase in enumerate(p for p in PHASES if p in k["rows"] and "MiB" not in p):
+            points = [(n, v) for n, v in zip(k["partitions"], k["rows"][phase]) if v is not None]
+            if points:
+                ax.plot([n for n, _ in points], [v for _, v in points], marker="o", color=f"C{j}",
+                        label=f"{phase} ({kind})" if len(curves) > 1 else phase,
+                        linestyle="--" if phase.startswith("Kafka") else style)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("partitions in one topic")
@@ -284,7 +315,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scratch", default=None, help="where the directories are written (default: the temp dir)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-", dir=args.scratch) as scratch:
-        md = write(curve(args.quick, scratch), args.out)
+        md = write(both(args.quick, scratch), args.out)
     with open(md) as f:
         table = f.read()
     if not args.quick:
