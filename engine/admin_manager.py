@@ -365,15 +365,15 @@ class AdminManager:
         LogManager.restore_stray), with the catalogue's topic id; its (topic, partition)."""
         with self._lock:
             self._check_open()
-            where = os.path.dirname(os.path.abspath(path))
+            where, name = os.path.split(os.path.abspath(path))
             broker = next((b for b in self.brokers.values() if b.logs.dir == where), None)
-            stray = next((s for s in broker.logs.strays() if s.path == os.path.abspath(path)), None) if broker else None
-            if stray is None:
+            aside = names.parse_set_aside(name)
+            if broker is None or aside is None:
                 raise InvalidRequestError(f"not a partition directory set aside as -stray here ({self.path})",
                                           file=path)
-            rec = self.catalogue.topics.get(stray.topic)
+            rec = self.catalogue.topics.get(aside[0])
             if rec is None:
-                raise UnknownTopicOrPartitionError(f"no topic {stray.topic}: create it first", file=path)
+                raise UnknownTopicOrPartitionError(f"no topic {aside[0]}: create it first", file=path)
             return broker.logs.restore_stray(path, rec.topic_id)
 
     def create_partitions(self, name: str, count: int) -> TopicDescription:

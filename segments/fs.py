@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import functools
 import mmap
 import os
 import random
@@ -81,16 +82,11 @@ def new_lock(reentrant: bool = True):
     return threading.RLock() if reentrant else threading.Lock()
 
 
+@functools.cache
 def _native_lock():
     """engine._native._lock.Lock, imported on first use (the segment layer loads before the Cython core is chosen)."""
-    global _NATIVE_LOCK
-    if _NATIVE_LOCK is None:
-        from engine._native._lock import Lock
-        _NATIVE_LOCK = Lock
-    return _NATIVE_LOCK
-
-
-_NATIVE_LOCK = None
+    from engine._native._lock import Lock
+    return Lock
 
 
 class _Handle:

@@ -232,7 +232,10 @@ class MmapIndex(ABC):
             length = max(self._round(new_size), self.size_in_bytes())
             if self.max_entries * self.entry_size == length:  # (the file's length, mapped or not)
                 return False
-            self._make()
+            if self._unmade:  # (no file, no mapping yet: it is made at its new length)
+                self.max_entries = length // self.entry_size
+                self._make()
+                return True
             old = self.max_entries * self.entry_size
             self._drop_map()
             try:
@@ -291,7 +294,8 @@ class MmapIndex(ABC):
                 self.max_entries = length // self.entry_size
 
     def _make_exact(self, durable: bool) -> None:
-        """Write a closing index whose file was never made at its exact length: its buffered entries, all it has."""
+        """Close an index whose file was never made: write the file once, holding just its buffered entries (all the
+        entries it has)."""
         try:
             with self.fs.open(self.path, "wb+") as f:
                 if self._pending:

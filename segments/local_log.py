@@ -56,9 +56,15 @@ class LocalLog:
         self.loaded_log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery = loaded.report
-        self.files = loaded.files  # the directory as the loader listed it (see LoadedLog)
+        self._listed: list[str] | None = loaded.files  # the directory as the loader listed it (see take_listing)
         self.last_flush_ms = clock.time_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+
+    def take_listing(self) -> list[str] | None:
+        """The directory's files as the loader listed them, for the log's other owners as it loads; once (stale after
+        that, so not kept: None)."""
+        listed, self._listed = self._listed, None
+        return listed
 
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments.all())

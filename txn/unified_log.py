@@ -159,13 +159,13 @@ class UnifiedLog:
         self.recovery = self.local.recovery
         self.log_start_offset = self.local.loaded_log_start_offset
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
-        self.leader_epochs = LeaderEpochCache(fs, directory, listed=self.local.files)
+        listed = self.local.take_listing()
+        self.leader_epochs = LeaderEpochCache(fs, directory, listed=listed)
         if self.leader_epochs.load_error is not None:
             self.recovery.note(f"ignored an unreadable leader-epoch checkpoint: {self.leader_epochs.load_error}")
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
-        self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms,
-                                                   listed=self.local.files)
+        self.producer_state = ProducerStateManager(fs, directory, clock, producer_id_expiration_ms, listed=listed)
         self.producer_state.on_repair = self.recovery.note
         # the segments recovered have their .txnindex written again by the replay
         log_rebuild.rebuild_producer_state(self, self.recovery.clean_shutdown,
