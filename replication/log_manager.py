@@ -248,7 +248,8 @@ class LogManager:
             log.warning("%s", self.repairs[-1])
             return {}
         self._written[name] = entries  # what the file says: written again only once that differs
-        return entries
+        # a negative offset is read as Kafka's loader uses it: as 0 (recovered from the start, clamped to the log)
+        return {tp: max(offset, 0) for tp, offset in entries.items()} if entries else entries
 
     def _load_logs(self) -> None:
         self._written = {}

@@ -1,11 +1,12 @@
 """`leader-epoch-checkpoint`: the partition's leader epochs and the offsets they start at
 (Kafka's LeaderEpochCheckpointFile), and the cache a log keeps of them (LeaderEpochFileCache).
 
-Byte layout (UTF-8 text, '\\n' line ends): version `0`, the entry count, then ascending
-`<epoch> <startOffset>` lines.
+Byte layout: segments.checkpoint_file's, version 0, then ascending `<epoch> <startOffset>` lines (an int32 and an
+int64).
 Crash policy: rewritten whole on every change, tmp + rename; a truncation's change is fsynced (file and
 directory) at once, an append's new epoch (`assign`) only by the log's next flush (`sync`), so a partition's
-first append costs no fsync (Kafka fsyncs it at once). An unreadable file is logged and read as empty, and
+first append costs no fsync (Kafka fsyncs it at once). An unreadable file, or entries that cannot be a cache (negative, not ascending), is logged and read as
+empty, and
 entries at or past the log end are dropped on load, as Kafka does. The log's load then checks the entries
 against its batch headers and rebuilds them from the headers when they disagree (txn.unified_log): after an
 unclean shutdown a checkpoint may lag the batches, whether an entry was not synced or a batch was unaccounted.
@@ -18,31 +19,35 @@ import logging
 import os
 
 from engine.common.errors import KafkaStorageError
+from engine.segments import checkpoint_file
 from engine.segments.fs import FileSystem
 
 FILE = "leader-epoch-checkpoint"
+VERSION = 0
 log = logging.getLogger("kafkalog.leader_epoch")
 
 
 def render(entries: list[tuple[int, int]]) -> bytes:
-    return ("\n".join(["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]) + "\n").encode()
+    return checkpoint_file.render(VERSION, [f"{e} {o}" for e, o in entries])
 
 
-def parse(text: str, path: str | None = None) -> list[tuple[int, int]]:
-    lines = [line for line in text.split("\n") if line]
-    if not lines:
-        return []
-    try:
-        if int(lines[0]) != 0:
-            raise ValueError(f"unsupported version {lines[0]}")
-        entries = [(int(e), int(o)) for e, o in (line.split(" ") for line in lines[2:])]
-        if len(entries) != int(lines[1]):
-            raise ValueError(f"expected {lines[1]} entries, found {len(entries)}")
-        if any(e < 0 or o < 0 for e, o in entries) or any(
-                a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
-            raise ValueError("epochs and start offsets must be non-negative and ascending")
-    except (ValueError, IndexError) as exc:
-        raise KafkaStorageError(f"malformed leader-epoch-checkpoint: {exc}", file=path) from exc
+def _entry(line: str) -> tuple[int, int]:
+    epoch, start = checkpoint_file.fields(line, 2)
+    return checkpoint_file.number(epoch), checkpoint_file.number(start, checkpoint_file.INT64)
+
+
+def parse(data: bytes, path: str | None = None) -> list[tuple[int, int]]:
+    """The file's (epoch, start offset) entries in file order, as Kafka's LeaderEpochCheckpointFile reads them;
+    KafkaStorageError when Kafka refuses the file."""
+    return checkpoint_file.parse(data, VERSION, _entry, path)
+
+
+def checked(entries: list[tuple[int, int]], path: str | None = None) -> list[tuple[int, int]]:
+    """`entries` when they can be a cache (non-negative, ascending in both); KafkaStorageError otherwise (Kafka's
+    cache refuses a negative entry and drops the entries a later one contradicts)."""
+    if any(e < 0 or o < 0 for e, o in entries) or any(a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
+        raise KafkaStorageError("malformed leader-epoch-checkpoint: epochs and start offsets must be non-negative and "
+                                "ascending", file=path)
     return entries
 
 
@@ -57,7 +62,7 @@ class LeaderEpochCache:
         self.unsynced = False  # written by `assign` and not fsynced since
         if (FILE in listed) if listed is not None else fs.exists(self.path):
             try:
-                self.entries = parse(fs.read_bytes(self.path).decode("utf-8", "replace"), self.path)
+                self.entries = checked(parse(fs.read_bytes(self.path), self.path), self.path)
             except KafkaStorageError as exc:
                 log.warning("ignoring %s", exc)
                 self.load_error = exc

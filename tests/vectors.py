@@ -8,6 +8,9 @@ from pathlib import Path
 KAFKA_WRITTEN = Path(__file__).resolve().parent / "data" / "kafka-written"
 CASES = ["basic-0", "codecs-0", "compacted-0", "multiseg-0", "txn-0"]
 METADATA_LOG = KAFKA_WRITTEN / "__cluster_metadata-0.00000000000000000000.log"
+KAFKA_CHECKPOINTS = Path(__file__).resolve().parent / "data" / "kafka-checkpoints"  # see its README
+OFFSET_CHECKPOINTS = ("log-start-offset-checkpoint", "replication-offset-checkpoint", "recovery-point-offset-checkpoint",
+                      "cleaner-offset-checkpoint")
 
 
 def case_dir(case: str) -> Path:
@@ -24,6 +27,11 @@ def expected_lines(path: Path) -> list[dict]:
 
 def expected(case: str) -> list[dict]:
     return expected_lines(case_dir(case) / "expected.jsonl")
+
+
+def checkpoint_kind(name: str) -> str:
+    """Which of Kafka's readers a checkpoint corpus file is for: "epochs" (LeaderEpochCheckpointFile) or "offsets"."""
+    return "epochs" if name.endswith(("leader-epoch-checkpoint", ".epochs")) else "offsets"
 
 
 def b64(value: str | None) -> bytes | None:

@@ -274,7 +274,7 @@ class Dumper:
 
     def dump_epochs(self, path: str) -> None:
         self.emit({"type": "leaderEpochCheckpoint", "file": os.path.basename(path)}, f"Dumping {path}")
-        with open(path) as f:
+        with open(path, "rb") as f:
             for epoch, start in leader_epoch_checkpoint.parse(f.read(), path):
                 self.emit({"type": "epochEntry", "epoch": epoch, "startOffset": start},
                           f"epoch: {epoch} startOffset: {start}")

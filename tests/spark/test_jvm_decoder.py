@@ -27,8 +27,8 @@ pytestmark = pytest.mark.spark
 CASES = int(os.environ.get("KAFKALOG_JVM_FUZZ_CASES", "100000"))
 
 
-def run_check(main: str, path, timeout: int = 600) -> list[str]:
-    """The lines kafkalog.spark.`main` prints for the cases in `path`, run by the jar on this pyspark's jars. Skipped
+def run_check(main: str, *paths, timeout: int = 600) -> list[str]:
+    """The lines kafkalog.spark.`main` prints for the cases in `paths`, run by the jar on this pyspark's jars. Skipped
     where there is no JVM source (no javac, no java), failed instead when KAFKALOG_SPARK_SOURCE=jvm asked for one."""
     import pyspark
 
@@ -39,7 +39,7 @@ def run_check(main: str, path, timeout: int = 600) -> list[str]:
             pytest.fail(f"the JVM source was asked for and cannot run: {why or 'no java'}")
         pytest.skip(f"no JVM source here: {why or 'no java'}")
     classpath = jvm.JAR + os.pathsep + os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-    done = subprocess.run([java, "-cp", classpath, f"kafkalog.spark.{main}", str(path)],
+    done = subprocess.run([java, "-cp", classpath, f"kafkalog.spark.{main}", *map(str, paths)],
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout.splitlines()

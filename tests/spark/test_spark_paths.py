@@ -100,11 +100,15 @@ def test_a_jar_loaded_twice_fails_a_write_instead_of_committing_nothing(tmp_path
     assert got["copied"] == 0
 
 
-def test_a_brokers_live_directory_with_preallocated_indexes(spark, tmp_path):
+def test_a_brokers_live_directory_with_preallocated_indexes_and_empty_checkpoints(spark, tmp_path):
     """A running broker keeps its active segment's .index and .timeindex preallocated (10 MiB of zeros past the
-    entries): they read as exactly their entries."""
+    entries): they read as exactly their entries. A broker that has just started has its checkpoint files, empty (the
+    ones a Kafka broker made at start-up, from tests/data/kafka-checkpoints): they read as no entries."""
     import engine.spark
     engine.spark.register(spark)
+    for name in vectors.OFFSET_CHECKPOINTS:
+        shutil.copy(vectors.KAFKA_CHECKPOINTS / f"broker-startup.{name}", tmp_path / name)
+        assert os.path.getsize(tmp_path / name) == 0
     for case in ("multiseg-0", "codecs-0"):
         shutil.copytree(vectors.case_dir(case), tmp_path / case)
         for name in os.listdir(tmp_path / case):

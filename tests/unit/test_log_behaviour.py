@@ -377,7 +377,7 @@ def test_unreadable_checkpoint_means_full_recovery(tmp_path):
     (tmp_path / "recovery-point-offset-checkpoint").write_text("garbage\n")
     with LogManager(str(tmp_path), background=False) as manager:
         assert manager.get_log("t", 0).recovery.segments_recovered == [0]
-    assert offset_checkpoint.parse("0\n0\n") == {} and offset_checkpoint.parse("") == {}
+    assert offset_checkpoint.parse(b"0\n0\n") == {} and offset_checkpoint.parse(b"") == {}
 
 
 def test_a_second_open_fails_clearly_in_this_and_another_process(tmp_path):

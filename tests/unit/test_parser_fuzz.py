@@ -29,8 +29,8 @@ def _index(cls, data: bytes):
 
 
 PARSERS = {
-    "offset-checkpoint": offset_checkpoint.parse_bytes,
-    "leader-epoch-checkpoint": lambda d: leader_epoch_checkpoint.parse(d.decode("utf-8", "replace")),
+    "offset-checkpoint": offset_checkpoint.parse,
+    "leader-epoch-checkpoint": leader_epoch_checkpoint.parse,
     "partition.metadata": partition_metadata.parse,
     "kafkalog.metadata": metadata.parse,
     "snapshot": producer_snapshot.decode,

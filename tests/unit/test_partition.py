@@ -33,7 +33,7 @@ def batch(n: int, ts: int = T0, **kw) -> bytes:
 
 
 def checkpoint(directory) -> list[tuple[int, int]]:
-    return leader_epoch_checkpoint.parse((directory / leader_epoch_checkpoint.FILE).read_text())
+    return leader_epoch_checkpoint.parse((directory / leader_epoch_checkpoint.FILE).read_bytes())
 
 
 # --- the leader-epoch cache -------------------------------------------------------------------

@@ -67,10 +67,10 @@ def test_acks_all_on_three_replicas_and_the_directory_layout(tmp_path):
     for b, d in _replica_dirs(tmp_path, 3).items():
         with open(os.path.join(d, "meta.properties")) as f:
             assert f"node.id={b}\n" in f.read()
-        hws = offset_checkpoint.parse_bytes(open(os.path.join(d, "replication-offset-checkpoint"), "rb").read())
+        hws = offset_checkpoint.parse(open(os.path.join(d, "replication-offset-checkpoint"), "rb").read())
         assert hws == {(TOPIC, p): 10 for p in range(3)}
         for p in range(3):
-            text = open(os.path.join(d, f"{TOPIC}-{p}", "leader-epoch-checkpoint")).read()
+            text = open(os.path.join(d, f"{TOPIC}-{p}", "leader-epoch-checkpoint"), "rb").read()
             assert leader_epoch_checkpoint.parse(text) == [(0, 0)]
     with _open(tmp_path) as e:  # the broker count is stored
         assert [p.replicas for p in e.describe_topic(TOPIC).partitions] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]

@@ -20,8 +20,8 @@ import java.util.Map;
  * Files: `<base, 20 digits>.log` segments (`.deleted`/`.cleaned`/`.swap` leftovers ignored); `.index` entries of
  * 8 bytes (relative offset int32, position int32) and `.timeindex` entries of 12 (timestamp int64, relative offset
  * int32), big-endian, where a preallocated active index ends in zeros (only the leading entries count); the log
- * directory's `log-start-offset-checkpoint` and `replication-offset-checkpoint` ("0", a count, then "topic
- * partition offset" lines) give the log start offset and the high watermark (without one: the log end).
+ * directory's `log-start-offset-checkpoint` and `replication-offset-checkpoint` (CheckpointFile: empty while a broker
+ * starts) give the log start offset and the high watermark (without one: the log end).
  * Crash policy: a partial batch at the tail of the last segment is a write in progress and is not read; a partial
  * batch elsewhere, a batch that does not follow its predecessor, or a bad CRC is CorruptRecordError naming the file,
  * position and offset. An index entry that does not match its batch makes the walk scan the segment instead.
@@ -67,22 +67,8 @@ final class PartitionLog {
     static List<Map<String, Long>> checkpoints(File logDir) {
         List<Map<String, Long>> out = new ArrayList<>();
         for (String name : new String[] {LOG_START_CHECKPOINT, HW_CHECKPOINT}) {
-            Map<String, Long> found = new HashMap<>();
-            File f = new File(logDir, name);
-            try {
-                List<String> lines = Files.readAllLines(f.toPath());
-                int count = Integer.parseInt(lines.get(1).trim());
-                if (!lines.get(0).trim().equals("0") || lines.size() < 2 + count) throw new IllegalArgumentException("truncated");
-                for (String line : lines.subList(2, 2 + count)) {
-                    String[] parts = line.trim().split(" ");
-                    found.put(parts[0] + "-" + Integer.parseInt(parts[1]), Long.parseLong(parts[2]));
-                }
-            } catch (NoSuchFileException e) {
-                // no such checkpoint: nothing recorded
-            } catch (IOException | RuntimeException e) {
-                throw KafkalogError.storage("not an offset checkpoint file: " + e, f.getPath(), e);
-            }
-            out.add(found);
+            Map<String, Long> found = CheckpointFile.offsets(new File(logDir, name));
+            out.add(found == null ? new HashMap<>() : found);
         }
         return out;
     }
