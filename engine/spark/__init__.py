@@ -2,7 +2,8 @@
 writeStream), through one of two implementations of the same source:
 
 - the JVM source (engine.spark.jvm: kafkalog-spark.jar, Java, columnar), used when the jar fits the running Spark:
-  `register(spark)` adds it to a session built the ordinary way (to the driver's class loader and the executors),
+  `register(spark)` adds it to a session built the ordinary way (to the driver's class loader and the executors;
+  in every new session of a process, whose executors need it again while the driver's class loader keeps it),
   `configure(SparkSession.builder)` puts it in `spark.jars` from the start, and on a cluster `--jars` /
   `spark.jars` does; on a Spark Connect session `register(spark)` uploads it to the session (`addArtifacts`) unless
   the server already loads it;
@@ -96,6 +97,8 @@ def register(spark, pushdown: bool | None = None) -> str:
     why = None
     if present is False and mode != "python":
         present, why = _add_jar(spark)
+    elif present and mode != "python":
+        _ship_jar(spark)
     if present is None:  # Spark Connect
         if mode != "python" and not _connect_serves_kafkalog(spark):
             present, why = _add_artifact(spark)
@@ -139,6 +142,21 @@ def _add_jar(spark) -> tuple[bool, str | None]:
     if not _has_jvm_source(spark):
         return False, "the driver was given kafkalog-spark.jar but does not load the source"
     return True, None
+
+
+def _ship_jar(spark) -> None:
+    """The driver loads the source: when it loads it from the jar an earlier session of this process added (the
+    driver's class loader outlives a stopped SparkContext, its list of jars for the executors does not), give the jar
+    to this context's executors too. A source that came with the context (spark.jars, --jars) is listed there."""
+    jsc = spark.sparkContext._jsc
+    name = os.path.basename(jvm.JAR)
+    if any(os.path.basename(j) == name for j in str(jsc.sc().listJars().mkString("\n")).splitlines()):
+        return
+    gateway = spark._jvm
+    loader = gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+    source = gateway.java.lang.Class.forName(JVM_PROVIDER, False, loader).getProtectionDomain().getCodeSource()
+    if source is not None and os.path.realpath(str(source.getLocation().getPath())) == os.path.realpath(jvm.JAR):
+        jsc.addJar(jvm.JAR)
 
 
 def _connect_serves_kafkalog(spark) -> bool:

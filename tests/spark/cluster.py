@@ -2,7 +2,9 @@
 workers, `spark-class`) and a Spark Connect server (`spark-submit` of pyspark's SparkConnectServer), each bounded
 in memory (256 MiB cluster daemons, 512 MiB executors, a 1 GiB Connect server) and in time, and stopped (its process group killed) on exit.
 As a script, `python -m tests.spark.cluster job <master URL> <log dir> <out dir>` runs the cluster test's job in a
-driver of its own (one SparkContext per process), and `... connect <sc:// URL> <log dir>` the Connect client's;
+driver of its own (one SparkContext per process), `... restarted <master URL> <log dir>` sessions stopped and
+started again in one driver process (local, then the cluster), and `... connect <sc:// URL> <log dir>` the Connect
+client's;
 each prints one JSON line of what it read and wrote.
 """
 from __future__ import annotations
@@ -122,23 +124,29 @@ def _values(rows) -> list[int]:
     return sorted(int(r.value) for r in rows)
 
 
-def job(master: str, log: str, out: str) -> dict:
-    """On the cluster: a batch read, an AvailableNow stream into Parquet, a write back into the log. The session is
-    built the ordinary way (no engine.spark.configure): `register` alone brings the JVM source to the driver and the
-    executors."""
+def _session(master: str):
+    """A session built the ordinary way (no engine.spark.configure) on `master`, small and on loopback."""
     import engine.spark
     from pyspark.sql import SparkSession
 
     engine.spark.use_this_python()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
     spark = (SparkSession.builder.master(master).appName("kafkalog-cluster-test")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.executor.memory", "512m")
              .config("spark.executor.cores", "1").config("spark.cores.max", "2")
              .config("spark.pyspark.python", sys.executable).config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+             .config("spark.task.maxFailures", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def job(master: str, log: str, out: str) -> dict:
+    """On the cluster: a batch read, an AvailableNow stream into Parquet, a write back into the log. `register` alone
+    brings the JVM source to the driver and the executors."""
+    import engine.spark
+
+    spark = _session(master)
     try:
         path = engine.spark.register(spark)
         deadline = time.monotonic() + 60
@@ -163,25 +171,46 @@ def job(master: str, log: str, out: str) -> dict:
         spark.stop()
 
 
+def restarted_job(master: str, log: str) -> dict:
+    """What a notebook does: a local session, register, a read, stop; a second local one the same way; then a
+    session on the cluster, register, a read. Each session's reads get the source on its own executors."""
+    import engine.spark
+
+    got = {}
+    for name, where in (("local", "local[2]"), ("local again", "local[2]"), ("cluster", master)):
+        spark = _session(where)
+        try:
+            path = engine.spark.register(spark)
+            rows = spark.read.format("kafkalog").option("subscribe", "t").load(log).select("value").collect()
+            got[name] = [path, _values(rows) == list(range(N))]
+        finally:
+            spark.stop()
+    return got
+
+
 def connect_job(url: str, log: str) -> dict:
-    """Through Spark Connect: register, then read the log back."""
+    """Through Spark Connect: register, then read the log back; then the same in a second session of this process,
+    started after the first was stopped."""
     import engine.spark
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(url).getOrCreate()
-    try:
-        path = engine.spark.register(spark)
-        df = spark.read.format("kafkalog").option("subscribe", "t").load(log)
-        plan = io.StringIO()
-        with contextlib.redirect_stdout(plan):
-            df.explain()
-        rows = df.select("value").collect()
-        return {"path": path, "batch": _values(rows) == list(range(N)),
-                "scan": "jvm" if "BatchScan kafkalog" in plan.getvalue() and "(JVM)" in plan.getvalue() else "python"}
-    finally:
-        spark.stop()
+    got = []
+    for _ in range(2):
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        try:
+            path = engine.spark.register(spark)
+            df = spark.read.format("kafkalog").option("subscribe", "t").load(log)
+            plan = io.StringIO()
+            with contextlib.redirect_stdout(plan):
+                df.explain()
+            rows = df.select("value").collect()
+            got.append({"path": path, "batch": _values(rows) == list(range(N)), "scan": "jvm" if (
+                "BatchScan kafkalog" in plan.getvalue() and "(JVM)" in plan.getvalue()) else "python"})
+        finally:
+            spark.stop()
+    return {"sessions": got}
 
 
 if __name__ == "__main__":
     kind, *args = sys.argv[1:]
-    print(json.dumps(job(*args) if kind == "job" else connect_job(*args)))
+    print(json.dumps({"job": job, "restarted": restarted_job, "connect": connect_job}[kind](*args)))

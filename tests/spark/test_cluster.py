@@ -42,10 +42,23 @@ def test_a_standalone_cluster_reads_streams_and_writes(tmp_path):
     assert got["batch"] and got["stream"] and got["write"], got
 
 
+def test_register_serves_every_new_session_of_a_process_local_then_cluster(tmp_path):
+    """A session stopped and another started in the same process (local, local again, then on the cluster): register()
+    brings the source to each one's executors (the jar was once added only to the first context's)."""
+    log = tmp_path / "log"
+    cluster.write_log(str(log))
+    with cluster.standalone(tmp_path, workers=1) as master:
+        got = _run("restarted", master, str(log))
+    path = _expected_path()
+    assert got == {"local": [path, True], "local again": [path, True], "cluster": [path, True]}
+
+
 def test_a_spark_connect_session_reads_through_the_source(tmp_path):
-    """The server starts without kafkalog's jar: register() alone brings the JVM source to the session."""
+    """The server starts without kafkalog's jar: register() alone brings the JVM source to the session, and to a
+    second session of the same client process once the first is stopped."""
     log = tmp_path / "log"
     cluster.write_log(str(log))
     with cluster.connect_server(tmp_path, None) as url:
         got = _run("connect", url, str(log))
-    assert got == {"path": _expected_path(), "batch": True, "scan": _expected_path()}  # the plan says which
+    session = {"path": _expected_path(), "batch": True, "scan": _expected_path()}  # the plan says which
+    assert got == {"sessions": [session, session]}
