@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import shutil
 
 import pytest
@@ -337,3 +338,31 @@ def test_read_committed_returns_exactly_the_committed_rows(reads, tmp_path):
         got = [(r[1], r[2], r[4]) for r in rows(reads(snapshot, subscribe="tx", **{"kafka.isolation.level":
                                                                                   "read_committed"}, **options))]
         assert got == want, options
+
+
+def test_repeated_distinct_and_null_values_read_exactly(reads, tmp_path):
+    """Keys and values that repeat (the JVM source hands them to Spark as one dictionary entry each), that stop
+    repeating within a batch of rows (more distinct values than a dictionary takes: the rows so far become plain
+    bytes), that repeat again after a run of distinct ones, with nulls and empty values among them: every row as
+    the twin codec reads the segments."""
+    path = tmp_path / "data"
+    rng = random.Random(5)
+    cycle = [b"", b"same", b"x" * 300] + [b"v%d" % i for i in range(40)]
+    with engine.open(str(path)) as e:
+        e.create_topic("r", partitions=1)
+        with e.producer(batch_size=1 << 16) as p:
+            for i in range(90_000):
+                phase = (i // 7_000) % 3
+                if i % 97 == 0:
+                    value = None
+                elif phase == 0:
+                    value = cycle[i % len(cycle)]
+                elif phase == 1:
+                    value = rng.randbytes(rng.randrange(0, 40))
+                else:
+                    value = b"run" if i % 500 else b"break-%d" % i
+                key = None if i % 13 == 0 else b"k%d" % (i % 3 if phase != 1 else i)
+                p.send("r", key=key, value=value, partition=0)
+    got = [(r[2], r[3], r[4]) for r in rows(reads(path, subscribe="r"))]
+    assert got == [(o, k, v) for _, _, o, k, v, _, _, _ in reference(path, topics=["r"])]
+    assert len(got) == 90_000 and sum(v is None for _, _, v in got) == len(range(0, 90_000, 97))

@@ -21,8 +21,9 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * A task's read of one offset range into Spark's column vectors (no object per row): whole batches from the
- * segments (PartitionLog), each CRC-checked and inflated, records parsed straight into the vectors, topic and
- * partition as constant vectors, only the columns the query reads (Spark prunes the rest). Control batches are never rows; at read_committed a batch of a producer whose
+ * segments (PartitionLog), each CRC-checked and inflated, records parsed straight into the vectors (keys and values
+ * dictionary-encoded while they repeat: BinaryColumn), topic and partition as constant vectors, only the columns the
+ * query reads (Spark prunes the rest). Control batches are never rows; at read_committed a batch of a producer whose
  * aborted transaction the range overlaps is skipped until that producer's ABORT marker (Kafka's consumer rule,
  * as engine.txn.read_committed.AbortedFilter applies it). Offset gaps (compaction, markers) are not data loss.
  * Not thread-safe: Spark calls a reader from its task's thread.
@@ -63,7 +64,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     private final Planner.OffsetRange range;
     private final Factory settings;
-    private final WritableColumnVector key, value, offset, timestamp, timestampType, headers;
+    private final BinaryColumn key, value;
+    private final WritableColumnVector offset, timestamp, timestampType, headers;
     private final ColumnarBatch batch;
     private final Iterator<PartitionLog.Segment> segments;
     private PartitionLog.Segment.Walker walker;
@@ -80,8 +82,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         this.range = range;
         this.settings = settings;
         StructType schema = settings.readSchema;
-        key = vector(schema, "key");
-        value = vector(schema, "value");
+        key = binary(vector(schema, "key"));
+        value = binary(vector(schema, "value"));
         offset = vector(schema, "offset");
         timestamp = vector(schema, "timestamp");
         timestampType = vector(schema, "timestampType");
@@ -98,7 +100,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 partition.setInt(range.partition);
                 columns[i] = partition;
             } else {
-                columns[i] = name.equals("key") ? key : name.equals("value") ? value : name.equals("offset") ? offset
+                columns[i] = name.equals("key") ? key.vector : name.equals("value") ? value.vector : name.equals("offset") ? offset
                         : name.equals("timestamp") ? timestamp : name.equals("timestampType") ? timestampType : headers;
             }
         }
@@ -113,6 +115,10 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
+    private static BinaryColumn binary(WritableColumnVector vector) {
+        return vector == null ? null : new BinaryColumn(vector);
+    }
+
     /** A vector for `name` when the query reads that column, else null (nothing is put there). */
     private static WritableColumnVector vector(StructType schema, String name) {
         for (StructField f : schema.fields()) {
@@ -124,8 +130,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     @Override
     public boolean next() {
         if (done) return false;
-        for (WritableColumnVector v : new WritableColumnVector[] {key, value, offset, timestamp, timestampType, headers}) {
+        for (WritableColumnVector v : new WritableColumnVector[] {offset, timestamp, timestampType, headers}) {
             if (v != null) v.reset();
+        }
+        for (BinaryColumn c : new BinaryColumn[] {key, value}) {
+            if (c != null) c.reset();
         }
         int rows = 0;
         while (rows < ROWS) {
@@ -143,6 +152,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
             put(rows++);
         }
+        for (BinaryColumn c : new BinaryColumn[] {key, value}) {
+            if (c != null) c.finish();
+        }
         batch.setNumRows(rows);
         return rows > 0;
     }
@@ -150,10 +162,10 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private void put(int row) {
         byte[] d = cursor.data;
         if (key != null) {
-            if (cursor.keyLength < 0) key.putNull(row); else key.putByteArray(row, d, cursor.keyStart, cursor.keyLength);
+            if (cursor.keyLength < 0) key.putNull(row); else key.put(row, d, cursor.keyStart, cursor.keyLength);
         }
         if (value != null) {
-            if (cursor.valueLength < 0) value.putNull(row); else value.putByteArray(row, d, cursor.valueStart, cursor.valueLength);
+            if (cursor.valueLength < 0) value.putNull(row); else value.put(row, d, cursor.valueStart, cursor.valueLength);
         }
         if (offset != null) offset.putLong(row, cursor.offset);
         if (timestamp != null) timestamp.putLong(row, cursor.timestamp * 1000);

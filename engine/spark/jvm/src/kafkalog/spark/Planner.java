@@ -20,7 +20,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
  */
 final class Planner implements Serializable {
     private static final long serialVersionUID = 1L;
-    static final int CHUNK_BYTES = 8 << 20;
+    static final int CHUNK_BYTES = 1 << 20;   // a read window: small enough to stay in cache between its copy and its parse
 
     final Options options;
     Set<Integer> partitionFilter;

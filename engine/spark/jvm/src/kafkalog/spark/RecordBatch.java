@@ -172,20 +172,39 @@ final class RecordBatch {
             throw batch.invalid("varint is too long or overflows its width");
         }
 
-        long varlong() {
-            if (pos < end && b[pos] >= 0) {  // one byte: most lengths and deltas
-                int x = b[pos++];
-                return (x >>> 1) ^ -(x & 1);
+        /** A varint of one to three bytes with no bound check per byte (most lengths and deltas); -1 when it is
+         *  longer or too near the end, for `unsigned` to read with every check. */
+        private int shortUnsigned() {
+            int p = pos;
+            if (end - p < 3) return -1;
+            int x = b[p];
+            if (x >= 0) {
+                pos = p + 1;
+                return x;
             }
+            int y = b[p + 1];
+            if (y >= 0) {
+                pos = p + 2;
+                return (x & 0x7F) | y << 7;
+            }
+            int z = b[p + 2];
+            if (z >= 0) {
+                pos = p + 3;
+                return (x & 0x7F) | (y & 0x7F) << 7 | z << 14;
+            }
+            return -1;
+        }
+
+        long varlong() {
+            int fast = shortUnsigned();
+            if (fast >= 0) return (fast >>> 1) ^ -(fast & 1);
             long raw = unsigned(10);
             return (raw >>> 1) ^ -(raw & 1);
         }
 
         int varint() {
-            if (pos < end && b[pos] >= 0) {
-                int x = b[pos++];
-                return (x >>> 1) ^ -(x & 1);
-            }
+            int fast = shortUnsigned();
+            if (fast >= 0) return (fast >>> 1) ^ -(fast & 1);
             int raw = (int) unsigned(5);
             return (raw >>> 1) ^ -(raw & 1);
         }
