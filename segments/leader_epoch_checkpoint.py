@@ -5,11 +5,11 @@ Byte layout: segments.checkpoint_file's, version 0, then ascending `<epoch> <sta
 int64).
 Crash policy: rewritten whole on every change, tmp + rename; a truncation's change is fsynced (file and
 directory) at once, an append's new epoch (`assign`) only by the log's next flush (`sync`), so a partition's
-first append costs no fsync (Kafka fsyncs it at once). An unreadable file, or entries that cannot be a cache (negative, not ascending), is logged and read as
-empty, and
-entries at or past the log end are dropped on load, as Kafka does. The log's load then checks the entries
-against its batch headers and rebuilds them from the headers when they disagree (txn.unified_log): after an
-unclean shutdown a checkpoint may lag the batches, whether an entry was not synced or a batch was unaccounted.
+first append costs no fsync (Kafka fsyncs it at once). An unreadable file, or entries that cannot be a cache
+(negative, not ascending), is logged and read as empty, and entries at or past the log end are dropped on load, as
+Kafka does. The log's load then checks the entries against its batch headers and rebuilds them from the headers
+when they disagree (txn.unified_log): after an unclean shutdown a checkpoint may lag the batches, whether an entry
+was not synced or a batch was unaccounted.
 Thread-safety: `render`/`parse` are pure; a cache is changed only under its log's lock.
 """
 from __future__ import annotations
@@ -45,7 +45,8 @@ def parse(data: bytes, path: str | None = None) -> list[tuple[int, int]]:
 def checked(entries: list[tuple[int, int]], path: str | None = None) -> list[tuple[int, int]]:
     """`entries` when they can be a cache (non-negative, ascending in both); KafkaStorageError otherwise (Kafka's
     cache refuses a negative entry and drops the entries a later one contradicts)."""
-    if any(e < 0 or o < 0 for e, o in entries) or any(a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
+    if any(e < 0 or o < 0 for e, o in entries) or any(
+            a[0] >= b[0] or a[1] >= b[1] for a, b in zip(entries, entries[1:])):
         raise KafkaStorageError("malformed leader-epoch-checkpoint: epochs and start offsets must be non-negative and "
                                 "ascending", file=path)
     return entries

@@ -58,7 +58,9 @@ final class BinaryColumn implements Dictionary {
             return;
         }
         int hash = length;
-        if (length > 0) hash = 31 * (31 * hash + data[start]) + data[start + length - 1] + 7 * data[start + (length >>> 1)];
+        if (length > 0) {
+            hash = 31 * (31 * hash + data[start]) + data[start + length - 1] + 7 * data[start + (length >>> 1)];
+        }
         for (int s = (hash * 0x9E3779B9) >>> 25 & (SLOTS - 1); ; s = (s + 1) & (SLOTS - 1)) {
             int id = slots[s] - 1;
             if (id < 0) {

@@ -100,7 +100,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 partition.setInt(range.partition);
                 columns[i] = partition;
             } else {
-                columns[i] = name.equals("key") ? key.vector : name.equals("value") ? value.vector : name.equals("offset") ? offset
+                columns[i] = name.equals("key") ? key.vector : name.equals("value") ? value.vector
+                        : name.equals("offset") ? offset
                         : name.equals("timestamp") ? timestamp : name.equals("timestampType") ? timestampType : headers;
             }
         }
@@ -165,7 +166,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             if (cursor.keyLength < 0) key.putNull(row); else key.put(row, d, cursor.keyStart, cursor.keyLength);
         }
         if (value != null) {
-            if (cursor.valueLength < 0) value.putNull(row); else value.put(row, d, cursor.valueStart, cursor.valueLength);
+            if (cursor.valueLength < 0) value.putNull(row);
+            else value.put(row, d, cursor.valueStart, cursor.valueLength);
         }
         if (offset != null) offset.putLong(row, cursor.offset);
         if (timestamp != null) timestamp.putLong(row, cursor.timestamp * 1000);
