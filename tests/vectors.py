@@ -5,12 +5,14 @@ import base64
 import json
 from pathlib import Path
 
+from engine.segments import offset_checkpoint
+
 KAFKA_WRITTEN = Path(__file__).resolve().parent / "data" / "kafka-written"
 CASES = ["basic-0", "codecs-0", "compacted-0", "multiseg-0", "txn-0"]
 METADATA_LOG = KAFKA_WRITTEN / "__cluster_metadata-0.00000000000000000000.log"
 KAFKA_CHECKPOINTS = Path(__file__).resolve().parent / "data" / "kafka-checkpoints"  # see its README
-OFFSET_CHECKPOINTS = ("log-start-offset-checkpoint", "replication-offset-checkpoint", "recovery-point-offset-checkpoint",
-                      "cleaner-offset-checkpoint")
+OFFSET_CHECKPOINTS = (offset_checkpoint.LOG_START, offset_checkpoint.HIGH_WATERMARK, offset_checkpoint.RECOVERY_POINT,
+                      offset_checkpoint.CLEANER)
 
 
 def case_dir(case: str) -> Path:

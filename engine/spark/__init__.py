@@ -78,11 +78,16 @@ def _has_jvm_source(spark) -> bool | None:
     if gateway is None:
         return None
     try:
-        loader = gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-        gateway.java.lang.Class.forName(JVM_PROVIDER, False, loader)
+        _provider(gateway)
         return True
     except Exception:  # py4j's error for ClassNotFoundException
         return False
+
+
+def _provider(gateway):
+    """The driver's class of kafkalog's JVM source (py4j's error when it does not load it)."""
+    loader = gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+    return gateway.java.lang.Class.forName(JVM_PROVIDER, False, loader)
 
 
 def register(spark, pushdown: bool | None = None) -> str:
@@ -152,9 +157,7 @@ def _ship_jar(spark) -> None:
     name = os.path.basename(jvm.JAR)
     if any(os.path.basename(j) == name for j in str(jsc.sc().listJars().mkString("\n")).splitlines()):
         return
-    gateway = spark._jvm
-    loader = gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-    source = gateway.java.lang.Class.forName(JVM_PROVIDER, False, loader).getProtectionDomain().getCodeSource()
+    source = _provider(spark._jvm).getProtectionDomain().getCodeSource()
     if source is not None and os.path.realpath(str(source.getLocation().getPath())) == os.path.realpath(jvm.JAR):
         jsc.addJar(jvm.JAR)
 

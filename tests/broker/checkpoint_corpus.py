@@ -25,56 +25,57 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = str(KAFKA_CHECKPOINTS)
 EXPECTED = os.path.join(CORPUS, "expected.jsonl")
 
-# (file name, kind, bytes): the format's edges, each read by Kafka's own class for its expected outcome
-EDGES: list[tuple[str, str, bytes]] = [
-    ("edge.version-only.offsets", "offsets", b"0\n"),
-    ("edge.version-only-no-newline.offsets", "offsets", b"0"),
-    ("edge.no-entries.offsets", "offsets", b"0\n0\n"),
-    ("edge.no-final-newline.offsets", "offsets", b"0\n1\nt 0 5"),
-    ("edge.crlf.offsets", "offsets", b"0\r\n2\r\nt 0 5\r\nt 1 6\r\n"),
-    ("edge.cr.offsets", "offsets", b"0\r1\rt 0 5\r"),
-    ("edge.tabs-and-spaces.offsets", "offsets", b"0\n1\nt\t0   5\n"),
-    ("edge.trailing-space.offsets", "offsets", b"0\n1\nt 0 5 \n"),
-    ("edge.leading-space.offsets", "offsets", b"0\n1\n t 0 5\n"),
-    ("edge.version-1.offsets", "offsets", b"1\n0\n"),
-    ("edge.version-space.offsets", "offsets", b"0 \n0\n"),
-    ("edge.signs.offsets", "offsets", b"+0\n+1\nt +0 +5\n"),
-    ("edge.fewer-than-count.offsets", "offsets", b"0\n2\nt 0 5\n"),
-    ("edge.more-than-count.offsets", "offsets", b"0\n0\nt 0 5\n"),
-    ("edge.count-no-entries.offsets", "offsets", b"0\n1\n"),
-    ("edge.blank-line-inside.offsets", "offsets", b"0\n1\n\nt 0 5\n"),
-    ("edge.blank-line-at-end.offsets", "offsets", b"0\n1\nt 0 5\n\n"),
-    ("edge.blank-first-line.offsets", "offsets", b"\n"),
-    ("edge.duplicate-partition.offsets", "offsets", b"0\n2\nt 0 5\nt 0 9\n"),
-    ("edge.negative-offset.offsets", "offsets", b"0\n1\nt 0 -1\n"),
-    ("edge.negative-partition.offsets", "offsets", b"0\n1\nt -1 5\n"),
-    ("edge.negative-count.offsets", "offsets", b"0\n-1\n"),
-    ("edge.offset-past-int64.offsets", "offsets", b"0\n1\nt 0 9223372036854775808\n"),
-    ("edge.offset-int64-max.offsets", "offsets", b"0\n1\nt 0 9223372036854775807\n"),
-    ("edge.partition-past-int32.offsets", "offsets", b"0\n1\nt 2147483648 5\n"),
-    ("edge.offset-not-a-number.offsets", "offsets", b"0\n1\nt 0 x\n"),
-    ("edge.offset-underscore.offsets", "offsets", b"0\n1\nt 0 1_0\n"),
-    ("edge.four-fields.offsets", "offsets", b"0\n1\nt 0 5 6\n"),
-    ("edge.two-fields.offsets", "offsets", b"0\n1\nt 0\n"),
-    ("edge.not-utf8.offsets", "offsets", b"0\n1\n\xff 0 5\n"),
-    ("edge.utf8-topic.offsets", "offsets", "0\n1\nt\u00e9 0 5\n".encode()),
-    ("edge.bom.offsets", "offsets", b"\xef\xbb\xbf0\n0\n"),
-    ("edge.many.offsets", "offsets",
-     ("0\n300\n" + "".join(f"topic.{i % 7}_x-y {i} {i * 1000}\n" for i in range(300))).encode()),
-    ("edge.empty.epochs", "epochs", b""),
-    ("edge.no-entries.epochs", "epochs", b"0\n0\n"),
-    ("edge.two.epochs", "epochs", b"0\n2\n0 0\n3 100\n"),
-    ("edge.descending.epochs", "epochs", b"0\n2\n3 100\n1 50\n"),
-    ("edge.three-fields.epochs", "epochs", b"0\n1\n0 0 0\n"),
-    ("edge.negative.epochs", "epochs", b"0\n1\n-1 -5\n"),
-    ("edge.epoch-past-int32.epochs", "epochs", b"0\n1\n2147483648 0\n"),
-    ("edge.count-mismatch.epochs", "epochs", b"0\n3\n0 0\n"),
-    ("edge.crlf.epochs", "epochs", b"0\r\n1\r\n4\t7\r\n"),
-    ("edge.version-2.epochs", "epochs", b"2\n0\n"),
+# (file name, bytes): the format's edges, each read by Kafka's own class (checkpoint_kind: the name says which) for
+# its expected outcome
+EDGES: list[tuple[str, bytes]] = [
+    ("edge.version-only.offsets", b"0\n"),
+    ("edge.version-only-no-newline.offsets", b"0"),
+    ("edge.no-entries.offsets", b"0\n0\n"),
+    ("edge.no-final-newline.offsets", b"0\n1\nt 0 5"),
+    ("edge.crlf.offsets", b"0\r\n2\r\nt 0 5\r\nt 1 6\r\n"),
+    ("edge.cr.offsets", b"0\r1\rt 0 5\r"),
+    ("edge.tabs-and-spaces.offsets", b"0\n1\nt\t0   5\n"),
+    ("edge.trailing-space.offsets", b"0\n1\nt 0 5 \n"),
+    ("edge.leading-space.offsets", b"0\n1\n t 0 5\n"),
+    ("edge.version-1.offsets", b"1\n0\n"),
+    ("edge.version-space.offsets", b"0 \n0\n"),
+    ("edge.signs.offsets", b"+0\n+1\nt +0 +5\n"),
+    ("edge.fewer-than-count.offsets", b"0\n2\nt 0 5\n"),
+    ("edge.more-than-count.offsets", b"0\n0\nt 0 5\n"),
+    ("edge.count-no-entries.offsets", b"0\n1\n"),
+    ("edge.blank-line-inside.offsets", b"0\n1\n\nt 0 5\n"),
+    ("edge.blank-line-at-end.offsets", b"0\n1\nt 0 5\n\n"),
+    ("edge.blank-first-line.offsets", b"\n"),
+    ("edge.duplicate-partition.offsets", b"0\n2\nt 0 5\nt 0 9\n"),
+    ("edge.negative-offset.offsets", b"0\n1\nt 0 -1\n"),
+    ("edge.negative-partition.offsets", b"0\n1\nt -1 5\n"),
+    ("edge.negative-count.offsets", b"0\n-1\n"),
+    ("edge.offset-past-int64.offsets", b"0\n1\nt 0 9223372036854775808\n"),
+    ("edge.offset-int64-max.offsets", b"0\n1\nt 0 9223372036854775807\n"),
+    ("edge.partition-past-int32.offsets", b"0\n1\nt 2147483648 5\n"),
+    ("edge.offset-not-a-number.offsets", b"0\n1\nt 0 x\n"),
+    ("edge.offset-underscore.offsets", b"0\n1\nt 0 1_0\n"),
+    ("edge.four-fields.offsets", b"0\n1\nt 0 5 6\n"),
+    ("edge.two-fields.offsets", b"0\n1\nt 0\n"),
+    ("edge.not-utf8.offsets", b"0\n1\n\xff 0 5\n"),
+    ("edge.utf8-topic.offsets", "0\n1\nt\u00e9 0 5\n".encode()),
+    ("edge.bom.offsets", b"\xef\xbb\xbf0\n0\n"),
+    ("edge.many.offsets", ("0\n300\n" + "".join(f"topic.{i % 7}_x-y {i} {i * 1000}\n" for i in range(300))).encode()),
+    ("edge.empty.epochs", b""),
+    ("edge.no-entries.epochs", b"0\n0\n"),
+    ("edge.two.epochs", b"0\n2\n0 0\n3 100\n"),
+    ("edge.descending.epochs", b"0\n2\n3 100\n1 50\n"),
+    ("edge.three-fields.epochs", b"0\n1\n0 0 0\n"),
+    ("edge.negative.epochs", b"0\n1\n-1 -5\n"),
+    ("edge.epoch-past-int32.epochs", b"0\n1\n2147483648 0\n"),
+    ("edge.count-mismatch.epochs", b"0\n3\n0 0\n"),
+    ("edge.crlf.epochs", b"0\r\n1\r\n4\t7\r\n"),
+    ("edge.version-2.epochs", b"2\n0\n"),
 ]
 
 
-def _classpath(home: str) -> str:
+def kafka_classpath(home: str) -> str:
+    """The classes and jars of the Kafka installation or broker build at `home`."""
     parts = [os.path.join(home, "classes")] + glob.glob(os.path.join(home, "lib", "*.jar")) + \
         glob.glob(os.path.join(home, "libs", "*.jar"))
     return os.pathsep.join(p for p in parts if os.path.exists(p))
@@ -82,7 +83,7 @@ def _classpath(home: str) -> str:
 
 def kafka_reads(home: str, names: list[str]) -> list[dict]:
     """What Kafka's readers (KAFKA_HOME's) read from the corpus files `names`, one JSON object each."""
-    classpath = _classpath(home)
+    classpath = kafka_classpath(home)
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(["javac", "-d", out, "-cp", classpath, os.path.join(HERE, "java", "KafkaCheckpoints.java")],
                        check=True)
@@ -137,7 +138,7 @@ def main() -> None:
         if name != "README.md":
             os.remove(os.path.join(CORPUS, name))
     _live_files(home, CORPUS)
-    for name, _, data in EDGES:
+    for name, data in EDGES:
         with open(os.path.join(CORPUS, name), "wb") as f:
             f.write(data)
     names = sorted(n for n in os.listdir(CORPUS) if n not in ("README.md", "expected.jsonl"))

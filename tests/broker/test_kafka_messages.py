@@ -5,7 +5,6 @@ Not part of `make test` (it needs a Kafka build)."""
 from __future__ import annotations
 
 import base64
-import glob
 import os
 import random
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 from engine.protocol import APIS
 from engine.protocol.schema import Field, write_struct
 from engine.protocol.types import Writer
+from tests.broker.checkpoint_corpus import kafka_classpath
 from tests.network.generate import random_struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,9 +26,7 @@ def kafka_filter(tmp_path_factory):
     home = os.environ.get("KAFKA_HOME")
     if not home:
         raise pytest.UsageError("make interop needs KAFKA_HOME: a Kafka installation or a broker build folder")
-    parts = [os.path.join(home, "classes")] + glob.glob(os.path.join(home, "lib", "*.jar")) + \
-        glob.glob(os.path.join(home, "libs", "*.jar"))
-    classpath = os.pathsep.join(p for p in parts if os.path.exists(p))
+    classpath = kafka_classpath(home)
     out = str(tmp_path_factory.mktemp("kafka-messages"))
     subprocess.run(["javac", "-d", out, "-cp", classpath, os.path.join(HERE, "java", "KafkaMessages.java")],
                    check=True)
