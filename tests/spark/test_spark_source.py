@@ -366,3 +366,48 @@ def test_repeated_distinct_and_null_values_read_exactly(reads, tmp_path):
     got = [(r[2], r[3], r[4]) for r in rows(reads(path, subscribe="r"))]
     assert got == [(o, k, v) for _, _, o, k, v, _, _, _ in reference(path, topics=["r"])]
     assert len(got) == 90_000 and sum(v is None for _, _, v in got) == len(range(0, 90_000, 97))
+
+
+def _by_partition(df, *columns):
+    from pyspark.sql import functions as F
+    out = df.groupBy(*columns).agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b"))
+    got = sorted(tuple(r) for r in out.collect())
+    return got, out._jdf.queryExecution().executedPlan().toString()
+
+
+def test_aggregates_and_joins_grouped_by_partition(spark, reads, own_dir):
+    """Where each partition is one task, the JVM source tells Spark its rows are grouped by partition (by topic and
+    partition when it reads several topics), so an aggregate or a join by those columns runs without a shuffle.
+    Every shape gives the reference's answer on both paths: one topic, several topics grouped by partition alone
+    (partition 0 of two topics is one group), partitions split into several tasks, a union of two scans, a join of
+    two scans by partition, and a count that reads no partition column."""
+    import engine.spark
+    jvm = engine.spark.register(spark) == "jvm"
+    ref = reference(own_dir)
+
+    def model(keep, key):
+        groups: dict = {}
+        for r in ref:
+            if keep(r):
+                n, b = groups.get(key(r), (0, 0))
+                groups[key(r)] = (n + 1, b + (0 if r[4] is None else len(r[4])))  # sum skips nulls
+        return sorted(k + (n, b) for k, (n, b) in groups.items())
+
+    mix = model(lambda r: r[0] == "mix", lambda r: (r[1],))
+    got, plan = _by_partition(reads(own_dir, subscribe="mix"), "partition")
+    assert got == mix and ("Exchange" in plan) != jvm, plan
+    got, plan = _by_partition(reads(own_dir, subscribe="mix", minPartitions="7"), "partition")
+    assert got == mix and "Exchange" in plan, plan   # a partition in several tasks: Spark shuffles
+    two = reads(own_dir, subscribe="mix,other")
+    got, plan = _by_partition(two, "partition")
+    assert got == model(lambda r: r[0] in ("mix", "other"), lambda r: (r[1],)) and "Exchange" in plan, plan
+    got, plan = _by_partition(two, "topic", "partition")
+    assert got == model(lambda r: r[0] in ("mix", "other"), lambda r: (r[0], r[1])) and ("Exchange" in plan) != jvm
+    got, _ = _by_partition(reads(own_dir, subscribe="mix").union(reads(own_dir, subscribe="other")), "partition")
+    assert got == model(lambda r: r[0] in ("mix", "other"), lambda r: (r[1],))
+    left = reads(own_dir, subscribe="mix").groupBy("partition").count().withColumnRenamed("count", "m")
+    right = reads(own_dir, subscribe="other").groupBy("partition").count().withColumnRenamed("count", "o")
+    joined = sorted(tuple(r) for r in left.join(right, "partition", "left").collect())
+    others = {p: n for (p, n, _) in model(lambda r: r[0] == "other", lambda r: (r[1],))}
+    assert joined == [(p, n, others.get(p)) for (p, n, _) in mix]
+    assert reads(own_dir, subscribe="mix").count() == sum(n for (_, n, _) in mix)

@@ -12,6 +12,8 @@ import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -20,6 +22,10 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsReportPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.Partitioning;
+import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
@@ -114,13 +120,16 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
         return new KafkalogWrite.Builder(info);
     }
 
-    /** A batch scan with partition/topic/offset/timestamp filters pushed down, or a stream. */
-    static final class Reading implements ScanBuilder, SupportsPushDownFilters, SupportsPushDownRequiredColumns, Scan, Batch {
+    /** A batch scan with partition/topic/offset/timestamp filters pushed down, reported as grouped by partition when
+     *  each partition is one task (Planner.keyColumns), or a stream. */
+    static final class Reading implements ScanBuilder, SupportsPushDownFilters, SupportsPushDownRequiredColumns,
+            SupportsReportPartitioning, Scan, Batch {
         private final Map<String, String> raw;
         private final boolean includeHeaders;
         private final List<Filter> pushed = new ArrayList<>();
         private final List<Filter> accepted = new ArrayList<>();
         private Planner planner;
+        private List<Planner.OffsetRange> ranges;   // planned once per query: Spark asks for the partitioning first
         private StructType required;   // what the query reads, when Spark pruned the schema
 
         Reading(Map<String, String> raw) {
@@ -270,9 +279,22 @@ public final class KafkalogTable implements SupportsRead, SupportsWrite {
             return this;
         }
 
+        private List<Planner.OffsetRange> ranges() {
+            if (ranges == null) ranges = planner().plan();
+            return ranges;
+        }
+
+        @Override
+        public Partitioning outputPartitioning() {
+            String[] keys = Planner.keyColumns(ranges());
+            if (keys == null) return new UnknownPartitioning(ranges().size());
+            Expression[] columns = Arrays.stream(keys).map(Expressions::identity).toArray(Expression[]::new);
+            return new KeyGroupedPartitioning(columns, ranges().size());
+        }
+
         @Override
         public InputPartition[] planInputPartitions() {
-            return planner().plan().toArray(new InputPartition[0]);
+            return ranges().toArray(new InputPartition[0]);
         }
 
         @Override

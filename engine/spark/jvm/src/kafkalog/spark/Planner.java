@@ -8,14 +8,18 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
-import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.read.HasPartitionKey;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Driver-side planning, the JVM twin of KafkalogReader's planning in engine.spark.source: partition directories
  * matched against subscribe / subscribePattern / assign, each partition's range resolved from the options (offsets,
  * timestamps through the indexes, earliest/latest bounded by the high watermark or, at read_committed, the last
  * stable offset), checked against the log start (failOnDataLoss), narrowed by pushed filters, then split at
- * segment boundaries by maxBytesPerPartition and by offsets up to minPartitions.
+ * segment boundaries by maxBytesPerPartition and by offsets up to minPartitions; unsplit, the ranges are keyed by
+ * partition for Spark (keyColumns).
  * Not thread-safe: one per query plan.
  */
 final class Planner implements Serializable {
@@ -32,9 +36,11 @@ final class Planner implements Serializable {
         this.options = options;
     }
 
-    /** Offsets [start, end) of one partition directory: a task's input. */
-    static final class OffsetRange implements InputPartition {
+    /** Offsets [start, end) of one partition directory: a task's input. Its key (the values of keyColumns) is set
+     *  when the planner reports the ranges as grouped by partition. */
+    static final class OffsetRange implements HasPartitionKey {
         private static final long serialVersionUID = 1L;
+        private InternalRow key;
         final String topic;
         final int partition;
         final String directory;
@@ -50,6 +56,30 @@ final class Planner implements Serializable {
             this.end = end;
             this.aborted = aborted;
         }
+
+        @Override
+        public InternalRow partitionKey() {
+            return key;
+        }
+    }
+
+    /** The columns the ranges are grouped by, for Spark's KeyGroupedPartitioning: `partition` when they are of one
+     *  topic, `topic, partition` otherwise; null when a partition has more than one range (Spark would then read all of
+     *  them in one task) or there is none. Sets each range's key. With a key, an aggregate or join grouped by these
+     *  columns needs no shuffle: each task holds all of one partition's rows. */
+    static String[] keyColumns(List<OffsetRange> ranges) {
+        Set<String> partitions = new java.util.HashSet<>(), topics = new java.util.HashSet<>();
+        for (OffsetRange r : ranges) {
+            partitions.add(r.topic + "-" + r.partition);
+            topics.add(r.topic);
+        }
+        if (ranges.isEmpty() || partitions.size() < ranges.size()) return null;
+        boolean oneTopic = topics.size() == 1;
+        for (OffsetRange r : ranges) {
+            r.key = new GenericInternalRow(oneTopic ? new Object[] {r.partition}
+                    : new Object[] {UTF8String.fromString(r.topic), r.partition});
+        }
+        return oneTopic ? new String[] {"partition"} : new String[] {"topic", "partition"};
     }
 
     /** A partition opened for planning: its log, and what a reader at the query's isolation level sees. */
