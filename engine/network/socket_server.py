@@ -23,7 +23,9 @@ Limits (Kafka's broker settings in brackets; engine.network.connection_quotas ke
 - requests in hand hold at most `queued_max_request_bytes` [queued.max.request.bytes] (None: no bound): a frame that
   does not fit waits in its socket's buffer until earlier ones are answered (one frame is always let through);
 - a connection whose unsent responses exceed `max_unsent_bytes` (a client that never reads) is closed.
-Each closed connection gets one log line; nothing else is affected. close() stops every thread and closes every
+Each closed connection gets one log line; nothing else is affected. With the `kafkalog.request` logger at DEBUG,
+each request handled gets one line too (its API, version, correlation id, client id and peer), as Kafka's request
+logger gives. close() stops every thread and closes every
 socket.
 With an SSL context every connection is TLS: its handshake is driven by the network thread as bytes arrive.
 Crash policy: none (no files).
@@ -47,6 +49,8 @@ from engine.network.connection_quotas import ConnectionQuotas
 from engine.protocol import MalformedRequestError, Request, decode_request
 
 log = logging.getLogger("kafkalog.network")
+# Kafka's kafka.request.logger: one DEBUG line per request handled (its record carries `listener`, the bound port)
+request_log = logging.getLogger("kafkalog.request")
 
 _SIZE = struct.Struct(">i")
 READ_CHUNK = 1 << 16
@@ -81,6 +85,19 @@ class Close:
 
     def __init__(self, why: str) -> None:
         self.why = why
+
+
+def _outcome(result) -> str:
+    """A handler's result in a request-log line."""
+    if result is None:
+        return "no response"
+    if isinstance(result, Delayed):
+        return "parked"
+    if isinstance(result, Close):
+        return f"connection closed: {result.why}"
+    if isinstance(result, Exception):
+        return f"failed: {result!r}"
+    return "answered"
 
 
 class Session:
@@ -340,6 +357,10 @@ class SocketServer:
                 log.exception("kafkalog listener: %s v%d from %s failed", request.api.name, request.version,
                               conn.peer)
                 result = exc
+            if request_log.isEnabledFor(logging.DEBUG):
+                request_log.debug("%s v%d, correlation id %d, client %r, from %s: %s", request.api.name,
+                                  request.version, request.correlation_id, request.client_id, conn.peer,
+                                  _outcome(result), extra={"listener": self.port})
             with self._lock:
                 self._done.append((conn, result, request, seen))
             self._wake()

@@ -25,11 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.fixture
-def served(tmp_path):
-    eng = engine.open(str(tmp_path / "data"))
-    listener = eng.serve(port=0)
-    yield eng, listener
-    eng.close()  # closes the listener too
+def served(kafka_server):
+    """The engine and listener of the kafkalog pytest plugin's per-test server (engine.testing)."""
+    return kafka_server.engine, kafka_server.listener
 
 
 def _records(eng, topic: str, partition: int = 0) -> list[tuple]:
