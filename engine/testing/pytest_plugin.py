@@ -11,15 +11,16 @@ When a test that used a server fails, its report gets a section with the server'
 from __future__ import annotations
 
 import itertools
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from engine.testing.server import KafkaServer
+if TYPE_CHECKING:  # the plugin loads in every pytest run: kafkalog is imported only when a fixture is used
+    from engine.testing.server import KafkaServer
 
 _SECTION = "kafkalog server log"
 _numbers = itertools.count(1)
-_session: list[KafkaServer] = []  # the session's server while it runs
+_session: list["KafkaServer"] = []  # the session's server while it runs
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,7 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(engine.testing.KafkaServer's keywords)")
 
 
-def _attach(request: pytest.FixtureRequest, server: KafkaServer) -> None:
+def _attach(request: pytest.FixtureRequest, server: "KafkaServer") -> None:
     """Keep the server on the test's item, so a failing report can show its log."""
     servers = getattr(request.node, "_kafkalog_servers", [])
     servers.append(server)
@@ -35,7 +36,9 @@ def _attach(request: pytest.FixtureRequest, server: KafkaServer) -> None:
 
 
 @pytest.fixture
-def kafka_server(request: pytest.FixtureRequest) -> Iterator[KafkaServer]:
+def kafka_server(request: pytest.FixtureRequest) -> Iterator["KafkaServer"]:
+    from engine.testing.server import KafkaServer
+
     marker = request.node.get_closest_marker("kafkalog")
     settings = dict(marker.kwargs) if marker else {}
     if marker and marker.args:
@@ -46,7 +49,9 @@ def kafka_server(request: pytest.FixtureRequest) -> Iterator[KafkaServer]:
 
 
 @pytest.fixture(scope="session")
-def kafka_session_server() -> Iterator[KafkaServer]:
+def kafka_session_server() -> Iterator["KafkaServer"]:
+    from engine.testing.server import KafkaServer
+
     with KafkaServer() as server:
         _session.append(server)
         try:
@@ -61,7 +66,7 @@ def kafka_topic_prefix(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def kafka_bootstrap(kafka_server: KafkaServer) -> str:
+def kafka_bootstrap(kafka_server: "KafkaServer") -> str:
     return kafka_server.get_bootstrap_server()
 
 
