@@ -8,11 +8,11 @@ In process (the default), start() opens the directory and listens before it retu
 this interpreter. With `process=True`, start() runs `python -m engine.testing.server CONFIG` and returns once the child
 prints its bootstrap address; stop() closes the child's stdin, and the child closes its engine cleanly and exits (it
 is killed if it has not after `stop_timeout_s`). Either way `logs()` is the server's log: the `kafkalog` loggers'
-lines and one line per request handled (the `kafkalog.request` logger at DEBUG, as Kafka's request logger), kept
-while the server runs; in a child, its stderr.
+lines and one line per request handled (the `kafkalog.request` logger at DEBUG, as Kafka's request logger); in a
+child, its stderr. After stop() it is what the server logged up to then.
 
 Files: the log directory (a temp directory made by start() and removed by stop(), unless `data_dir` was given), and
-in a child process its stderr file beside it. Crash policy: the engine's; a test that dies leaves a temp directory.
+for a child process its stderr in a temp file, read and removed by stop(). Crash policy: the engine's; a test that dies leaves a temp directory.
 Thread-safety: start() and stop() from one thread; logs() and get_bootstrap_server() from any.
 """
 from __future__ import annotations
@@ -91,6 +91,7 @@ class KafkaServer:
         self._tls = {"ssl_context": ssl_context, "sasl": sasl}
         self._engine = self._listener = self._child = self._lines = None
         self._stderr_path: str | None = None
+        self._stopped_log = ""  # what logs() gives once stopped
         self._bootstrap: str | None = None
         self._lock = threading.Lock()
 
@@ -148,10 +149,13 @@ class KafkaServer:
             if self._child is not None:
                 self._stop_child()
         finally:
+            self._stopped_log = self.logs()
             if self._lines is not None:
                 logging.getLogger("kafkalog").removeHandler(self._lines)
                 _request_log_users(-1)
-            self._engine = self._listener = self._child = None
+            if self._stderr_path is not None:
+                os.unlink(self._stderr_path)
+            self._engine = self._listener = self._child = self._lines = self._stderr_path = None
             self._bootstrap = None
             if self._made_dir:
                 shutil.rmtree(self._made_dir, ignore_errors=True)
@@ -209,13 +213,13 @@ class KafkaServer:
         return self._data_dir or self._made_dir
 
     def logs(self) -> str:
-        """The server's log so far (in a child process, its stderr)."""
+        """The server's log so far (in a child process, its stderr); once stopped, its log up to the stop."""
         if self._lines is not None:
             return "\n".join(self._lines.lines)
-        if self._stderr_path and os.path.exists(self._stderr_path):
+        if self._stderr_path is not None:
             with open(self._stderr_path, encoding="utf-8", errors="replace") as f:
                 return f.read()
-        return ""
+        return self._stopped_log
 
 
 class KafkaContainer(KafkaServer):

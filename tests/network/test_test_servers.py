@@ -88,6 +88,8 @@ def test_a_server_in_a_child_process(tmp_path):
         assert sorted(got) == sorted(b"v%d" % i for i in range(20))  # two partitions: no order across them
         assert _partitions(server.get_bootstrap_server(), "child") == 2
         assert "Produce v" in server.logs()
+        stderr = server._stderr_path
+    assert not os.path.exists(stderr) and "Produce v" in server.logs()  # its stderr file read, then removed
     assert (data / "child-0").is_dir() and (data / "child-1").is_dir()  # a given directory stays
     import engine
     with engine.open(str(data)) as eng:  # closed cleanly: it opens, and holds what was produced
@@ -95,12 +97,16 @@ def test_a_server_in_a_child_process(tmp_path):
 
 
 def test_a_directory_the_server_made_is_removed_on_stop():
+    from engine.testing import server as module
+    running = module._request_users  # servers of this process that keep the request log on (a session one, say)
     server = KafkaServer().start()
     made = server.data_dir
-    assert made and os.path.isdir(made)
+    assert made and os.path.isdir(made) and module._request_users == running + 1
+    _partitions(server.get_bootstrap_server(), "t")
     server.stop()
-    server.stop()  # twice is harmless
-    assert not os.path.exists(made)
+    server.stop()  # twice is harmless: the request log's users are counted once
+    assert not os.path.exists(made) and module._request_users == running
+    assert "Metadata v" in server.logs()  # the log up to the stop stays readable
     with pytest.raises(Exception, match="not started"):
         server.get_bootstrap_server()
 
