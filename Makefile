@@ -62,7 +62,8 @@ test: setup
 # to a cluster and the listener's real clients, whose Python side is the code these suites run
 test-interpreter: setup
 	$(PYTEST) -m "not spark" --ignore=tests/broker --ignore=tests/spark --ignore=tests/crash --ignore=tests/stress \
-		--ignore=tests/mirror --ignore=tests/network/test_listener.py --ignore=tests/network/test_quix_streams.py tests
+		--ignore=tests/mirror --ignore=tests/network/test_listener.py --ignore=tests/network/test_quix_streams.py \
+		--ignore=tests/network/test_frameworks.py tests
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PYTEST) -m "not spark" $(PURE_PYTHON_SUITES)
 
 # `make test-interpreter` on each Python from 3.10 to 3.13 that is installed (pyenv's first, then pythonX.Y on PATH),

@@ -1,83 +1,110 @@
-"""A Quix Streams application against the listener, through Quix's public API only (tests/network/quix_app.py):
-exactly-once processing, a filter and a map, and a tumbling-window sum backed by the compacted changelog topic Quix
-creates. Quix Streams pins its own confluent-kafka (older than the one kafkalog's other tests use), so it lives in a
-virtual environment of its own under .cache, made once. The expected windows are computed here from the inputs."""
+"""A Quix Streams application against the pytest plugin's server, through Quix's public API only
+(tests/network/apps/quix_app.py): exactly-once processing, a filter and a map, and a tumbling-window sum backed by the
+compacted changelog topic Quix creates. The application is killed with SIGKILL twice while it runs, restarted once
+with its local state (RocksDB) and once without it (Quix rebuilds it from the changelog), and the read_committed
+output must still be every window exactly once. Quix Streams pins its own confluent-kafka (older than the one
+kafkalog's other tests use), so it runs in a virtual environment of its own (tests/network/third_party.py). The
+expected windows are computed here from the inputs."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
-import venv
+import time
 
 import pytest
 
-import engine
-from tests.network.test_listener import ROOT
+from tests.network.third_party import APPS, read_topic, virtualenv
 
 QUIX = "quixstreams==3.28.1"
 BASE_MS = 1_700_000_000_000  # a whole second: window starts are multiples of 1000 ms
+RECORDS = 30_000
 
 
 @pytest.fixture(scope="session")
 def quix_python() -> str:
-    home = os.path.join(ROOT, ".cache", QUIX.replace("==", "-"))
-    python = os.path.join(home, "bin", "python")
-    if not os.path.exists(os.path.join(home, ".installed")):
-        venv.create(home, with_pip=True, clear=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", QUIX], check=True)
-        open(os.path.join(home, ".installed"), "w").close()
-    return python
+    return virtualenv(QUIX.replace("==", "-"), [QUIX])
 
 
 def _inputs() -> list[tuple[bytes, dict, int]]:
-    """(key, value, timestamp) of the input: 300 records over three keys, 100 ms apart, then a later record of each
-    key whose timestamp closes every window before it."""
-    rows = [(b"k%d" % (i % 3), {"n": i}, BASE_MS + 100 * i) for i in range(300)]
-    return rows + [(b"k%d" % k, {"n": 0}, BASE_MS + 60_000) for k in range(3)]
+    """(key, value, timestamp) of the input: RECORDS records over three keys, 100 ms apart, then a later record of
+    each key whose timestamp closes every window before it."""
+    rows = [(b"k%d" % (i % 3), {"n": i}, BASE_MS + 100 * i) for i in range(RECORDS)]
+    return rows + [(b"k%d" % k, {"n": 0}, BASE_MS + 100 * RECORDS + 60_000) for k in range(3)]
 
 
 def _expected_windows() -> dict[tuple[str, int], int]:
     """{(key, window start): sum of 10 n over the even n} of every window the closing records close."""
     out: dict[tuple[str, int], int] = {}
-    for key, value, ts in _inputs()[:300]:
+    for key, value, ts in _inputs()[:RECORDS]:
         if value["n"] % 2 == 0:
             start = ts - ts % 1000
             out[(key.decode(), start)] = out.get((key.decode(), start), 0) + 10 * value["n"]
     return out
 
 
-def test_a_quix_exactly_once_windowed_aggregation(tmp_path, quix_python):
-    from confluent_kafka import Consumer, Producer
+class _Committed:
+    """The output topic read_committed as it grows, by one consumer kept open."""
 
-    with engine.open(str(tmp_path / "data")) as eng:
-        listener = eng.serve(port=0)
-        eng.create_topic("readings", 1)
-        producer = Producer({"bootstrap.servers": listener.bootstrap, "enable.idempotence": True})
-        for key, value, ts in _inputs():
-            producer.produce("readings", key=key, value=json.dumps(value).encode(), timestamp=ts)
-        assert producer.flush(30) == 0
-        app = subprocess.run([quix_python, os.path.join(ROOT, "tests", "network", "quix_app.py"), listener.bootstrap,
-                              str(tmp_path / "state"), "readings", "sums"], capture_output=True, text=True,
-                             timeout=300)
-        assert app.returncode == 0, app.stderr[-4000:]
-        consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "check",
-                             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                             "enable.partition.eof": True})
-        consumer.subscribe(["sums"])
-        got: dict[tuple[str, int], int] = {}
-        eof = False
-        while not eof:
-            msg = consumer.poll(10)
-            assert msg is not None, "the output topic ended without an end-of-partition event"
-            if msg.error() is not None:
-                eof = msg.error().code() == msg.error()._PARTITION_EOF
-                continue
-            window = json.loads(msg.value())
-            assert (msg.key().decode(), window["start"]) not in got, "a window was written twice"
-            got[(msg.key().decode(), window["start"])] = window["value"]
-            assert window["end"] == window["start"] + 1000
-        consumer.close()
-        assert got == _expected_windows()
-        changelogs = [t for t in eng.list_topics() if t.startswith("changelog__")]
-        assert changelogs, eng.list_topics()
-        assert all(eng.describe_topic(t).config["cleanup.policy"] == "compact" for t in changelogs)
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "auto.offset.reset": "earliest",
+                                  "isolation.level": "read_committed", "enable.partition.eof": True})
+        self.consumer.subscribe(["sums"])
+        self.windows: list[tuple[str, dict]] = []
+
+    def wait_for(self, count: int, app: subprocess.Popen, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.windows) < count:
+            assert time.monotonic() < deadline and app.poll() is None, \
+                f"{len(self.windows)} windows committed, waiting for {count} (the application ended: {app.poll()})"
+            msg = self.consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                self.windows.append((msg.key().decode(), json.loads(msg.value())))
+
+
+def test_a_quix_exactly_once_windowed_aggregation_killed_and_restarted(kafka_server, quix_python, tmp_path):
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_server.get_bootstrap_server()
+    kafka_server.engine.create_topic("readings", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value, ts in _inputs():
+        producer.produce("readings", key=key, value=json.dumps(value).encode(), timestamp=ts)
+    assert producer.flush(30) == 0
+    state = tmp_path / "state"
+    log = tmp_path / "quix.log"
+
+    def app(idle_s: float) -> subprocess.Popen:
+        return subprocess.Popen([quix_python, os.path.join(APPS, "quix_app.py"), bootstrap, str(state), "readings",
+                                 "sums", "0.2", str(idle_s)], stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+    committed = _Committed(bootstrap)
+    total = len(_expected_windows())
+    for kill_at, drop_state in ((total // 5, False), (total // 2, True)):
+        running = app(60)
+        committed.wait_for(kill_at, running)
+        running.send_signal(signal.SIGKILL)
+        running.wait()
+        if drop_state:  # the next run has only the changelog topic to rebuild its windows from
+            shutil.rmtree(state)
+    last = app(3)
+    assert last.wait(300) == 0, log.read_text()[-4000:]
+    committed.consumer.close()
+
+    got: dict[tuple[str, int], int] = {}
+    for msg in read_topic(bootstrap, "sums", committed=True):
+        window = json.loads(msg.value())
+        assert (msg.key().decode(), window["start"]) not in got, "a window was written twice"
+        got[(msg.key().decode(), window["start"])] = window["value"]
+        assert window["end"] == window["start"] + 1000
+    assert got == _expected_windows()
+    eng = kafka_server.engine
+    changelogs = [t for t in eng.list_topics() if t.startswith("changelog__")]
+    assert changelogs, eng.list_topics()
+    assert all(eng.describe_topic(t).config["cleanup.policy"] == "compact" for t in changelogs)
+    # the kills landed mid-run: the uncommitted output they left is there, aborted, beside the committed windows
+    assert len(read_topic(bootstrap, "sums")) > len(got)
