@@ -24,6 +24,7 @@ from bench import (
     runner,
     spark,
     spark_stream,
+    testing_servers,
     transactions,
 )
 
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
                           + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
                           + spark_stream.figures(args.quick, scratch) + aio.figures(args.quick, scratch)
-                          + listener_figures)
+                          + listener_figures + testing_servers.figures(args.quick))
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),
