@@ -3,7 +3,7 @@ transactions (engine.transactions) and the group coordinator (engine.groups.grou
 state in internal topics (`__transaction_state`, `__consumer_offsets`), which they write through the engine's
 `append_internal` and `append_marker` (acks='all'), so they are given the engine itself.
 
-State: the two coordinators once made, and the group config they are made with.
+State: the two coordinators once made, and the group and transaction configs they are made with.
 On disk: nothing of its own (the internal topics' records; see each coordinator).
 Threads: made under a lock of their own, never the engine's admin lock (a client's first transactional or group call
 must not wait for a topic change); their periodic work (timeouts, expiry) runs on broker 0's log manager thread and
@@ -16,13 +16,14 @@ import threading
 from engine.groups import offsets as group_offsets
 from engine.groups.group_coordinator import GroupConfig, GroupCoordinator, GroupLog
 from engine.transactions import Transactions
+from engine.txn.transaction_coordinator import TransactionConfig
 
 
 class Coordinators:
     """The transaction and group coordinators of one engine."""
 
-    def __init__(self, engine, group_config: GroupConfig) -> None:
-        self._engine, self._group_config = engine, group_config
+    def __init__(self, engine, group_config: GroupConfig, transaction_config: TransactionConfig) -> None:
+        self._engine, self._group_config, self.transaction_config = engine, group_config, transaction_config
         self._lock = threading.RLock()
         self._txn: Transactions | None = None
         self._groups: GroupCoordinator | None = None
@@ -41,7 +42,7 @@ class Coordinators:
         if self._txn is None:
             with self._lock:
                 if self._txn is None:
-                    self._txn = Transactions(self._engine)
+                    self._txn = Transactions(self._engine, self.transaction_config)
         return self._txn
 
     @property
@@ -61,7 +62,8 @@ class Coordinators:
         return coordinator if coordinator is not None and not self._engine.closed else None
 
     def abort_timed_out_transactions(self) -> int:
-        """Fence and abort transactions open past their timeout (a background task every 10 s)."""
+        """Fence and abort transactions open past their timeout (a background task, every
+        transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
         txn = self._running(self._txn)
         return txn.coordinator.abort_timed_out() if txn else 0
 

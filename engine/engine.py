@@ -66,7 +66,7 @@ from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from engine.staged_writes.queue import StagedWrites
-from engine.txn.transaction_coordinator import ABORT_CHECK_INTERVAL_MS, EXPIRE_CHECK_INTERVAL_MS
+from engine.txn.transaction_coordinator import EXPIRE_CHECK_INTERVAL_MS, TransactionConfig
 from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 log = logging.getLogger("kafkalog.engine")
@@ -84,7 +84,8 @@ class Engine:
                  background: bool = True, topic_defaults: dict | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fd_budget: int | None = None,
                  brokers: int | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
-                 group_config: dict | None = None, cleaner_config: dict | None = None,
+                 group_config: dict | None = None, transaction_config: dict | None = None,
+                 cleaner_config: dict | None = None,
                  hw_checkpoint_interval_ms: int = LogManager.HW_CHECKPOINT_MS,
                  max_partitions: int = limits.DEFAULT_MAX_PARTITIONS, **unknown) -> None:
         if unknown:
@@ -114,7 +115,8 @@ class Engine:
             raise InvalidConfigurationError(f"replica_lag_time_max_ms={replica_lag_time_max_ms!r} must be an int >= 1")
         self._background = background
         self._staged = StagedWrites(self)  # writes other processes staged: applied on a thread of its own
-        self.coordinators = coordinators = Coordinators(self, GroupConfig.of(group_config))
+        txn_config = TransactionConfig.of(transaction_config)
+        self.coordinators = coordinators = Coordinators(self, GroupConfig.of(group_config), txn_config)
         cleaner = CleanerConfig.of(cleaner_config)
         if type(hw_checkpoint_interval_ms) is not int or hw_checkpoint_interval_ms < 1:
             raise InvalidConfigurationError(f"hw_checkpoint_interval_ms={hw_checkpoint_interval_ms!r} must be an int "
@@ -143,7 +145,8 @@ class Engine:
             tasks={name: (every, self._while_open(task)) for name, (every, task) in {
                 "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, self.expire_producers),
                 "isr-expiration": (max(1, replica_lag_time_max_ms // 2), self.replicas.shrink_isrs),
-                "transaction-abort": (ABORT_CHECK_INTERVAL_MS, coordinators.abort_timed_out_transactions),
+                "transaction-abort": (txn_config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                                      coordinators.abort_timed_out_transactions),
                 "transactional-id-expiration": (EXPIRE_CHECK_INTERVAL_MS, coordinators.expire_transactional_ids),
                 "group-timeouts": (GROUP_TICK_MS, coordinators.tick_groups),
                 "delete-expired-group-metadata": (OFFSETS_RETENTION_CHECK_INTERVAL_MS,

@@ -21,7 +21,7 @@ from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, Topi
 from engine.groups import offsets
 from engine.record import codec
 from engine.txn import transaction_log
-from engine.txn.transaction_coordinator import TransactionCoordinator
+from engine.txn.transaction_coordinator import TransactionConfig, TransactionCoordinator
 from engine.txn.transaction_log import TxnState
 
 INTERNAL_WRITE_TIMEOUT_MS = 30_000
@@ -41,9 +41,9 @@ class OpenTransaction(NamedTuple):
 
 
 class Transactions:
-    def __init__(self, eng) -> None:
+    def __init__(self, eng, config: TransactionConfig) -> None:
         self._eng = eng
-        self.coordinator = TransactionCoordinator(self, eng.clock)
+        self.coordinator = TransactionCoordinator(self, eng.clock, config)
         if transaction_log.TOPIC in eng.internal_topics():
             self.coordinator.load(self._records())
         self.resolve_orphans()

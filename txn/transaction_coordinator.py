@@ -20,6 +20,7 @@ from typing import Iterable, NamedTuple, Protocol
 
 from engine.common.clock import Clock
 from engine.common.errors import (
+    InvalidConfigurationError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
@@ -27,6 +28,7 @@ from engine.common.errors import (
     ProducerFencedError,
     TransactionalIdNotFoundError,
 )
+from engine.common.structs import settings_of
 from engine.txn import transaction_log
 from engine.txn.transaction_log import TxnLogValue, TxnState
 
@@ -109,11 +111,27 @@ _VALID_PREVIOUS = {
 }
 
 
+class TransactionConfig(NamedTuple):
+    """The broker settings the transaction coordinator honours (Kafka's names, with underscores)."""
+
+    transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
+    transactional_id_expiration_ms: int = ID_EXPIRATION_MS
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = ABORT_CHECK_INTERVAL_MS
+
+    @classmethod
+    def of(cls, settings: dict | None) -> "TransactionConfig":
+        out = settings_of(cls, settings, "transaction")
+        for name, value in out._asdict().items():
+            if type(value) is not int or value < 1:
+                raise InvalidConfigurationError(f"{name}={value!r} must be an int >= 1")
+        return out
+
+
 class TransactionCoordinator:
-    def __init__(self, io: TxnIO, clock: Clock, *, max_timeout_ms: int = MAX_TIMEOUT_MS,
-                 id_expiration_ms: int = ID_EXPIRATION_MS) -> None:
+    def __init__(self, io: TxnIO, clock: Clock, config: TransactionConfig = TransactionConfig()) -> None:
         self.io, self.clock = io, clock
-        self.max_timeout_ms, self.id_expiration_ms = max_timeout_ms, id_expiration_ms
+        self.max_timeout_ms = config.transaction_max_timeout_ms
+        self.id_expiration_ms = config.transactional_id_expiration_ms
         self.txns: dict[str, TransactionMetadata] = {}
         self._lock = threading.RLock()
 

@@ -41,7 +41,14 @@ BROKER_SETTINGS = {
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
 }
+_TRANSACTION_SETTINGS = ("transaction_max_timeout_ms", "transactional_id_expiration_ms",
+                         "transaction_abort_timed_out_transaction_cleanup_interval_ms")
+_ABORT_CHECK_MS = 1000  # how often the server looks for timed-out transactions (Kafka: 10 s)
 
 
 class _Lines(logging.Handler):
@@ -64,7 +71,10 @@ class KafkaServer:
     Options (Kafka's broker settings they stand for in brackets): `auto_create_topics`
     [auto.create.topics.enable], `default_partitions` [num.partitions], `group_initial_rebalance_delay_ms`
     [group.initial.rebalance.delay.ms; 0 by default here, 3000 in Kafka, so a group's first member does not wait],
-    `group_min_session_timeout_ms` / `group_max_session_timeout_ms`, `topic_defaults` (topic configs, Kafka's names),
+    `group_min_session_timeout_ms` / `group_max_session_timeout_ms`, `transaction_max_timeout_ms`,
+    `transactional_id_expiration_ms`, `transaction_abort_timed_out_transaction_cleanup_interval_ms` [1000 by default
+    here, 10,000 in Kafka, so a test of a transaction timeout sees the abort within a second of it],
+    `topic_defaults` (topic configs, Kafka's names),
     `ssl_context` (a server-side ssl.SSLContext) and `sasl` ({"mechanisms": [...], "users": {name: password}}), both
     in process only. `port=0` picks a free port.
     """
@@ -72,7 +82,10 @@ class KafkaServer:
     def __init__(self, data_dir: str | None = None, *, host: str = "127.0.0.1", port: int = 0, process: bool = False,
                  auto_create_topics: bool = True, default_partitions: int = 1,
                  group_initial_rebalance_delay_ms: int = 0, group_min_session_timeout_ms: int | None = None,
-                 group_max_session_timeout_ms: int | None = None, topic_defaults: dict | None = None,
+                 group_max_session_timeout_ms: int | None = None, transaction_max_timeout_ms: int | None = None,
+                 transactional_id_expiration_ms: int | None = None,
+                 transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _ABORT_CHECK_MS,
+                 topic_defaults: dict | None = None,
                  ssl_context=None, sasl: dict | None = None, stop_timeout_s: float = 30.0) -> None:
         if process and (ssl_context is not None or sasl is not None):
             raise InvalidConfigurationError("ssl_context and sasl are not supported yet with process=True: "
@@ -80,12 +93,15 @@ class KafkaServer:
         self._data_dir, self._made_dir = data_dir, None
         self.host, self.port, self.process = host, port, process
         self.stop_timeout_s = stop_timeout_s
-        groups = {"group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms}
-        for name, value in (("group_min_session_timeout_ms", group_min_session_timeout_ms),
-                            ("group_max_session_timeout_ms", group_max_session_timeout_ms)):
-            if value is not None:
-                groups[name] = value
-        self._engine_options: dict[str, Any] = {"group_config": groups, "topic_defaults": topic_defaults}
+        groups = {"group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms,
+                  **_given(group_min_session_timeout_ms=group_min_session_timeout_ms,
+                           group_max_session_timeout_ms=group_max_session_timeout_ms)}
+        txns = {"transaction_abort_timed_out_transaction_cleanup_interval_ms":
+                transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                **_given(transaction_max_timeout_ms=transaction_max_timeout_ms,
+                         transactional_id_expiration_ms=transactional_id_expiration_ms)}
+        self._engine_options: dict[str, Any] = {"group_config": groups, "transaction_config": txns,
+                                                "topic_defaults": topic_defaults}
         self._listen_options: dict[str, Any] = {"auto_create_topics": auto_create_topics,
                                                 "default_partitions": default_partitions}
         self._tls = {"ssl_context": ssl_context, "sasl": sasl}
@@ -252,8 +268,14 @@ class KafkaContainer(KafkaServer):
         elif option == "default_partitions":
             self._listen_options[option] = int(value)
         else:
-            self._engine_options["group_config"][option] = int(value)
+            kind = "transaction_config" if option in _TRANSACTION_SETTINGS else "group_config"
+            self._engine_options[kind][option] = int(value)
         return self
+
+
+def _given(**settings) -> dict:
+    """The settings that were given (not None): the others keep the engine's defaults."""
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 _request_users = 0

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -79,6 +80,31 @@ def test_tests_sharing_the_session_server_get_their_own_prefix(kafka_session_ser
     topic = kafka_topic_prefix + "shared"
     assert _round_trip(kafka_session_server.get_bootstrap_server(), topic, 5) == [b"v%d" % i for i in range(5)]
     assert kafka_topic_prefix.startswith("t") and kafka_topic_prefix.endswith("-")
+
+
+def test_transaction_settings_reach_librdkafkas_transactional_producer():
+    """transaction.max.timeout.ms refuses a longer transaction timeout, and a transaction left open past its timeout is
+    aborted by the next check (every second here, every 10 s in Kafka): the producer's commit then fails."""
+    from confluent_kafka import KafkaException, Producer
+
+    container = KafkaContainer().with_env("KAFKA_TRANSACTION_MAX_TIMEOUT_MS", "5000")
+    with container as kafka:
+        config = {"bootstrap.servers": kafka.get_bootstrap_server(), "transactional.id": "tx"}
+        too_long = Producer({**config, "transaction.timeout.ms": 10_000})
+        with pytest.raises(KafkaException, match="INVALID_TRANSACTION_TIMEOUT|transaction timeout"):
+            too_long.init_transactions(10)
+        producer = Producer({**config, "transaction.timeout.ms": 1000})
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("orders", value=b"left open")
+        assert producer.flush(10) == 0
+        coordinator = kafka.engine.coordinators.transactions.coordinator
+        deadline = time.monotonic() + 5  # the timeout (1 s), then the next check (within 1 s)
+        while coordinator.txns["tx"].state.kafka_name != "CompleteAbort" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert coordinator.txns["tx"].state.kafka_name == "CompleteAbort"
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(10)
 
 
 def test_a_server_in_a_child_process(tmp_path):

@@ -255,6 +255,17 @@ def test_timeout_above_the_coordinators_maximum(tmp_path):
             e.producer(transactional_id="x", transaction_timeout_ms=900_001).init_transactions()
 
 
+def test_the_coordinators_settings_are_the_engines(tmp_path):
+    with engine.open(tmp_path, transaction_config={"transaction_max_timeout_ms": 5000}) as e:
+        with pytest.raises(InvalidTransactionTimeoutError, match=r"\[1, 5000\]"):
+            e.producer(transactional_id="x", transaction_timeout_ms=5001).init_transactions()
+        e.producer(transactional_id="y", transaction_timeout_ms=5000).init_transactions()
+    for bad in ({"transaction_max_timeout_ms": 0}, {"transactional_id_expiration_ms": "7 days"},
+                {"transaction_timeout_ms": 5}):
+        with pytest.raises(InvalidConfigurationError):
+            engine.open(tmp_path / "bad", transaction_config=bad)
+
+
 def test_methods_of_a_non_transactional_producer_and_group_options(tmp_path):
     with engine.open(tmp_path) as e:
         e.create_topic("t")
