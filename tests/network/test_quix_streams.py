@@ -79,8 +79,9 @@ def test_a_quix_exactly_once_windowed_aggregation_killed_and_restarted(kafka_ser
     log = tmp_path / "quix.log"
 
     def app(idle_s: float) -> subprocess.Popen:
-        return subprocess.Popen([quix_python, os.path.join(APPS, "quix_app.py"), bootstrap, str(state), "readings",
-                                 "sums", "0.2", str(idle_s)], stdout=open(log, "a"), stderr=subprocess.STDOUT)
+        with open(log, "a") as out:  # the child has its own copy of the descriptor
+            return subprocess.Popen([quix_python, os.path.join(APPS, "quix_app.py"), bootstrap, str(state),
+                                     "readings", "sums", "0.2", str(idle_s)], stdout=out, stderr=subprocess.STDOUT)
 
     committed = _Committed(bootstrap)
     total = len(_expected_windows())

@@ -19,7 +19,11 @@ def virtualenv(name: str, requirements: list[str]) -> str:
     python = os.path.join(home, "bin", "python")
     stamp = os.path.join(home, ".installed")
     wanted = "\n".join(requirements)
-    if not os.path.exists(stamp) or open(stamp).read() != wanted:
+    installed = None
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            installed = f.read()
+    if installed != wanted:
         venv.create(home, with_pip=True, clear=True)
         subprocess.run([python, "-m", "pip", "install", "-q", *requirements], check=True)
         with open(stamp, "w") as f:
