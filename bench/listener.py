@@ -144,14 +144,17 @@ def group_cpu(pid: int) -> float:
     return total / 1e9
 
 
-def _first_ack(bootstrap: str) -> None:
-    """One record produced with acks=all and acknowledged (not idempotent: librdkafka's idempotent producer, made
-    before any broker is up, asks for its producer id on a 500 ms timer, whichever server it talks to)."""
+def first_ack(config: dict, topic: str = "first") -> None:
+    """One record produced with acks=all through a new librdkafka producer made with `config`, and acknowledged
+    (its delivery report checked; not idempotent unless `config` says so: librdkafka's idempotent producer, made before
+    any broker is up, asks for its producer id on a 500 ms timer, whichever server it talks to)."""
     import confluent_kafka as ck
 
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": QUIET})
-    producer.produce("first", b"x")
-    assert producer.flush(120) == 0
+    reports: list = []
+    producer = ck.Producer({**config, "acks": "all", "linger.ms": 0, "logger": QUIET})
+    producer.produce(topic, b"x", on_delivery=lambda err, msg: reports.append(err))
+    if producer.flush(120) != 0 or reports != [None]:
+        raise RuntimeError(f"the first produce was not acknowledged: {reports}")
 
 
 def startup_seconds(scratch: str, home: str) -> tuple[float, float]:
@@ -162,13 +165,13 @@ def startup_seconds(scratch: str, home: str) -> tuple[float, float]:
     t0 = time.monotonic()
     served = Served(scratch)
     try:
-        _first_ack(served.bootstrap)
+        first_ack({"bootstrap.servers": served.bootstrap})
         ours = time.monotonic() - t0
     finally:
         served.close()
     t0 = time.monotonic()
     with KafkaBroker(home, tempfile.mkdtemp(prefix="broker-", dir=scratch), {"num.partitions": 1}) as broker:
-        _first_ack(broker.bootstrap)
+        first_ack({"bootstrap.servers": broker.bootstrap})
         theirs = time.monotonic() - t0
     return ours, theirs
 

@@ -14,12 +14,12 @@ table of it (between its markers, never by hand); `python -m bench` includes the
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
 
-from bench import readme_tables, runner
+from bench import kafka, readme_tables, runner
+from bench.listener import first_ack
 from bench.log import _figure
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -27,25 +27,6 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 START = "<!-- test-server start-up table: written by `python -m bench.testing_servers` from one run -->"
 END = "<!-- end of the test-server start-up table -->"
 REPEATS = 7
-QUIET = logging.getLogger("bench.testing_servers.rdkafka")
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
-
-
-def _first_ack(config: dict, topic: str) -> None:
-    """One record produced and acknowledged through a producer made with `config`."""
-    import confluent_kafka
-
-    done: list = []
-    producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 0, "logger": QUIET})
-    producer.produce(topic, b"v", on_delivery=lambda err, msg: done.append(err))
-    while not done:
-        producer.poll(0.001)
-    if done[0] is not None:
-        raise RuntimeError(f"the first produce failed: {done[0]}")
-    producer.flush(10)
-
-
 def _ours(idempotent: bool | None) -> float:
     """Seconds from KafkaServer() to start()'s return (idempotent None), or to the first acknowledged produce."""
     from engine.testing import KafkaServer
@@ -54,7 +35,7 @@ def _ours(idempotent: bool | None) -> float:
     server = KafkaServer().start()
     try:
         if idempotent is not None:
-            _first_ack({"bootstrap.servers": server.get_bootstrap_server(), "enable.idempotence": idempotent}, "t")
+            first_ack({"bootstrap.servers": server.get_bootstrap_server(), "enable.idempotence": idempotent})
         return time.perf_counter() - t0
     finally:
         server.stop()
@@ -66,9 +47,9 @@ def _mock(idempotent: bool | None) -> float:
 
     t0 = time.perf_counter()
     if idempotent is None:
-        confluent_kafka.Producer({"test.mock.num.brokers": 1, "logger": QUIET})
+        confluent_kafka.Producer({"test.mock.num.brokers": 1, "logger": kafka.QUIET})
         return time.perf_counter() - t0
-    _first_ack({"test.mock.num.brokers": 1, "enable.idempotence": idempotent}, "t")
+    first_ack({"test.mock.num.brokers": 1, "enable.idempotence": idempotent})
     return time.perf_counter() - t0
 
 

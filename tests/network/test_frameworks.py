@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from tests.network.third_party import APPS, read_topic, virtualenv
+from tests.network.third_party import APPS, create_topics, produce, read_topic, virtualenv
 
 FAUST = "faust-streaming==0.15.3"
 FRAMEWORKS = [FAUST, "faststream[kafka]==0.7.8", "bytewax[kafka]==0.21.1",
@@ -27,24 +27,6 @@ FRAMEWORKS = [FAUST, "faststream[kafka]==0.7.8", "bytewax[kafka]==0.21.1",
 @pytest.fixture(scope="module")
 def python() -> str:
     return virtualenv("frameworks", FRAMEWORKS)
-
-
-def _create(bootstrap: str, **topics: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics.items()])
-    for future in futures.values():
-        future.result(10)
-
-
-def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for key, value in records:
-        producer.produce(topic, key=key, value=value)
-    assert producer.flush(30) == 0
 
 
 def _start(log: Path, *argv: str) -> subprocess.Popen:
@@ -62,9 +44,9 @@ def _stop(process: subprocess.Popen, log: Path) -> str:
 
 def test_a_bytewax_flow_from_kafka_source_to_kafka_sink(kafka_server, python):
     bootstrap = kafka_server.get_bootstrap_server()
-    _create(bootstrap, lines=3, shouted=3)
+    create_topics(bootstrap, lines=3, shouted=3)
     records = [(b"k%d" % i, b"line %d" % i) for i in range(3000)]
-    _produce(bootstrap, "lines", records)
+    produce(bootstrap, "lines", records)
     env = dict(os.environ, KAFKALOG_BOOTSTRAP=bootstrap, KAFKALOG_INPUT="lines", KAFKALOG_OUTPUT="shouted")
     flow = subprocess.run([python, "-m", "bytewax.run", "bytewax_flow:flow"], cwd=APPS, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -75,13 +57,13 @@ def test_a_bytewax_flow_from_kafka_source_to_kafka_sink(kafka_server, python):
 
 def test_a_faststream_consumer_group_of_two_members(kafka_server, python, tmp_path):
     bootstrap = kafka_server.get_bootstrap_server()
-    _create(bootstrap, numbers=4, doubled=1)
+    create_topics(bootstrap, numbers=4, doubled=1)
     logs = {m: tmp_path / f"{m}.log" for m in "ab"}
     members = {m: _start(logs[m], python, os.path.join(APPS, "faststream_app.py"), bootstrap, "numbers", "doubled", m)
                for m in "ab"}
     try:
         _wait_for_two_members(bootstrap, "faststream-doublers")
-        _produce(bootstrap, "numbers", [(b"%d" % n, b"%d" % n) for n in range(2000)])
+        produce(bootstrap, "numbers", [(b"%d" % n, b"%d" % n) for n in range(2000)])
         got = [json.loads(m.value()) for m in read_topic(bootstrap, "doubled", until=2000)]
     finally:
         outputs = [_stop(members[m], logs[m]) for m in "ab"]
@@ -116,7 +98,7 @@ def test_a_faust_table_is_rebuilt_from_its_changelog_after_a_restart(kafka_serve
     (checked against the broker ../shared/tools/kafka-broker builds), so the test asks of the second run what holds
     there: the counts of each word go up by one from where the changelog left them."""
     bootstrap = kafka_server.get_bootstrap_server()
-    _create(bootstrap, words=2, counts=2)
+    create_topics(bootstrap, words=2, counts=2)
     log = tmp_path / "faust.log"
 
     def worker() -> subprocess.Popen:
@@ -131,7 +113,7 @@ def test_a_faust_table_is_rebuilt_from_its_changelog_after_a_restart(kafka_serve
 
     first = worker()
     try:
-        _produce(bootstrap, "words", [(b"w%d" % (i % 5), b"") for i in range(300)])
+        produce(bootstrap, "words", [(b"w%d" % (i % 5), b"") for i in range(300)])
         got = read_topic(bootstrap, "counts", until=300, timeout_s=90)
     finally:
         output = _stop(first, log)
@@ -142,7 +124,7 @@ def test_a_faust_table_is_rebuilt_from_its_changelog_after_a_restart(kafka_serve
 
     second = worker()
     try:
-        _produce(bootstrap, "words", [(b"w%d" % (i % 7), b"") for i in range(140)])
+        produce(bootstrap, "words", [(b"w%d" % (i % 7), b"") for i in range(140)])
         deadline = time.monotonic() + 90
         while True:
             later = counts([m for m in read_topic(bootstrap, "counts") if m.offset() >= ends.get(m.partition(), 0)])

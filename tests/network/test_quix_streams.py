@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.network.third_party import APPS, read_topic, virtualenv
+from tests.network.third_party import APPS, create_topics, produce, read_topic, virtualenv
 
 QUIX = "quixstreams==3.28.1"
 BASE_MS = 1_700_000_000_000  # a whole second: window starts are multiples of 1000 ms
@@ -67,14 +67,9 @@ class _Committed:
 
 
 def test_a_quix_exactly_once_windowed_aggregation_killed_and_restarted(kafka_server, quix_python, tmp_path):
-    from confluent_kafka import Producer
-
     bootstrap = kafka_server.get_bootstrap_server()
-    kafka_server.engine.create_topic("readings", 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for key, value, ts in _inputs():
-        producer.produce("readings", key=key, value=json.dumps(value).encode(), timestamp=ts)
-    assert producer.flush(30) == 0
+    create_topics(bootstrap, readings=1)
+    produce(bootstrap, "readings", [(key, json.dumps(value).encode(), ts) for key, value, ts in _inputs()])
     state = tmp_path / "state"
     log = tmp_path / "quix.log"
 

@@ -31,6 +31,28 @@ def virtualenv(name: str, requirements: list[str]) -> str:
     return python
 
 
+def create_topics(bootstrap: str, **topics: int) -> None:
+    """Create each topic with its number of partitions, through librdkafka's admin client."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics.items()])
+    for future in futures.values():
+        future.result(10)
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple]) -> None:
+    """Each (key, value) or (key, value, timestamp in ms) through an idempotent librdkafka producer, all acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    reports: list = []
+    for key, value, *timestamp in records:
+        producer.produce(topic, key=key, value=value, timestamp=timestamp[0] if timestamp else 0,
+                         on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(30) == 0 and reports == [None] * len(records), [r for r in reports if r][:3]
+
+
 def read_topic(bootstrap: str, topic: str, *, until: int | None = None, committed: bool = False,
                timeout_s: float = 60.0) -> list:
     """Every record of topic from its start, through librdkafka: up to the end of each partition, or (with `until`)
