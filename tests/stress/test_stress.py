@@ -25,8 +25,10 @@ SECONDS = float(os.environ.get("KAFKALOG_STRESS_SECONDS", "8"))
 SEED = int(os.environ.get("KAFKALOG_STRESS_SEED", str(random.randrange(1 << 30))))
 
 
-def _engine_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("kafkalog-") and t.is_alive()]
+def _engine_threads(before: set[threading.Thread]) -> list[str]:
+    """kafkalog's threads started since `before` (another test's server, a session fixture, may run in this process)
+    and still alive."""
+    return [t.name for t in set(threading.enumerate()) - before if t.name.startswith("kafkalog-") and t.is_alive()]
 
 
 def _check_reader(w: Workload, who: str, committed_only: bool) -> int:
@@ -65,20 +67,21 @@ def _reread(path: str) -> dict[tuple[str, int], dict[int, tuple]]:
 
 def test_stress_harness(tmp_path):
     path = str(tmp_path / "stress")
+    before = set(threading.enumerate())
     w = Workload(path, SEED)
     try:
-        _run_and_check(w, path)
+        _run_and_check(w, path, before)
     finally:
         w.cross.close()  # (the mock cluster the mirror wrote to, read by the checks)
 
 
-def _run_and_check(w: Workload, path: str) -> None:
+def _run_and_check(w: Workload, path: str, before: set[threading.Thread]) -> None:
     w.run(SECONDS)
     assert not w.failures, f"seed {SEED}:\n" + "\n".join(w.failures[:10])
     deadline = time.monotonic() + 10
-    while _engine_threads() and time.monotonic() < deadline:
+    while _engine_threads(before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _engine_threads(), f"threads left after close(): {_engine_threads()}"
+    assert not _engine_threads(before), f"threads left after close(): {_engine_threads(before)}"
     assert len(w.acked) > 100, f"seed {SEED}: the producers got too little done to check ({len(w.acked)} acked)"
     read = _check_reader(w, "reader-uncommitted", committed_only=False)
     _check_reader(w, "reader-committed", committed_only=True)
