@@ -47,9 +47,8 @@ from engine.common.errors import (
     UnknownLeaderEpochError,
 )
 from engine.common.shared_state import adopt_state
-from engine.record import codec
+from engine.record import twins
 from engine.replication.replica import Replica
-from engine.replication.replica import load as load_replica
 from engine.segments.local_log import FetchData
 from engine.segments.txn_index import AbortedTxn
 from engine.segments.log_segments import (
@@ -60,7 +59,7 @@ from engine.segments.log_segments import (
 )
 from engine.txn.unified_log import CLIENT, AppendInfo, UnifiedLog
 
-NewReplica, high_watermark = load_replica(codec.IMPL)  # the twin of codec.IMPL: its Replica type and HW rule
+NewReplica, high_watermark = twins.selected("replica")  # its Replica type and HW rule
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 ACKS = (0, 1, -1)
 REPLICA_LAG_TIME_MAX_MS = 30_000

@@ -9,7 +9,8 @@ are about to rejoin), once that is above the HW; it never moves while the ISR is
 replicas), and never goes down (Kafka's maybeIncrementLeaderHW): `high_watermark`.
 
 This module is the pure-Python twin; the native one (engine._native._replica) keeps a follower's progress in C fields
-and takes the rule in one call, with the same answers. `load` picks one by the codec's implementation.
+and takes the rule in one call, with the same answers. They are the twin "replica" of
+engine.record.twins.
 On-disk: nothing (the leader rebuilds this from the next fetches after a restart or a leader change).
 Thread-safety: changed only under the owning partition's lock, but for a follower linked to the native replica
 fetcher, whose progress that fetcher's thread records (through the native twin's C fields).
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from engine.common.clock import Clock
+from engine.record import twins
 
 UNKNOWN = -1
 
@@ -82,9 +84,9 @@ def high_watermark(leader_leo: int, hw: int, remote: dict[int, Replica], isr: fr
     return candidate if candidate > hw else hw
 
 
-def load(impl: str) -> tuple[type, Callable[..., int]]:
-    """(Replica, high_watermark) of one implementation ("cython" or "python")."""
-    if impl == "python":
-        return Replica, high_watermark
+def _native() -> tuple[type, Callable[..., int]]:
     from engine._native import _replica
     return _replica.Replica, _replica.high_watermark
+
+
+twins.register("replica", python=lambda: (Replica, high_watermark), native=_native)  # (Replica, high_watermark)

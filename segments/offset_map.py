@@ -5,8 +5,8 @@ a big-endian int64 offset; an all-zero slot is empty. A key's n-th probe reads t
 min(n, 12) of its digest, adds max(0, n - 12), and takes |that| (Kafka's abs: MIN_VALUE -> 0) modulo the
 slot count: open addressing in a fixed budget (`log.cleaner.dedupe.buffer.size`). A clean fills it to
 `slots x load factor` entries at most; keys past that wait for the next pass.
-This module is the pure-Python twin; the native one is engine._native._offset_map, same API, selected by
-`load()` as the codec is.
+This module is the pure-Python twin; the native one is engine._native._offset_map, same API (the twin "offset_map" of
+engine.record.twins).
 Crash policy: none (memory only). Not thread-safe: one clean owns a map at a time.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import hashlib
 import struct
 
 from engine.common.errors import InvalidConfigurationError
-from engine.record import codec
+from engine.record import twins
 
 HASH, ENTRY = 16, 24
 _INT, _LONG = struct.Struct(">i"), struct.Struct(">q")
@@ -128,12 +128,10 @@ class SkimpyOffsetMap:
         return kept, len(kept) == len(records), any(rec.value is None for rec in kept)
 
 
-def load(impl: str) -> type:
-    """The offset map class of one implementation ("cython" or "python")."""
-    if impl == "python":
-        return SkimpyOffsetMap
+def _native() -> type:
     from engine._native import _offset_map
     return _offset_map.SkimpyOffsetMap
 
 
-selected = load(codec.IMPL)
+twins.register("offset_map", python=lambda: SkimpyOffsetMap, native=_native)
+selected = twins.selected("offset_map")  # the offset map class

@@ -2,7 +2,7 @@
 the write of whole batches to the `.log` and the sparse-index cadence, with the counters they keep.
 
 This module is the pure-Python twin; the native one is engine._native._segment_appender, same API and the same
-bytes written, selected by the codec's implementation (engine.record.codec.IMPL).
+bytes written, the twin "segment_appender" of engine.record.twins.
 Byte layout: the `.log` takes the batches as they are (segments.segment); an offset-index entry (the last
 offset of a batch, its start position) and a time-index entry (the max timestamp so far) are added when more
 than `index.interval.bytes` accumulated since the previous entry, checked before each batch counts.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from engine.common.errors import KafkaStorageError
 from engine.record import batch_format as bf
-from engine.record import codec
+from engine.record import codec, twins
 
 INT32_MAX = 2**31 - 1
 
@@ -139,12 +139,10 @@ class SegmentAppender:
         self.size = position + size  # the batches are in the log: nothing below may undo that
 
 
-def load(impl: str) -> type:
-    """The appender class of one implementation ("cython" or "python")."""
-    if impl == "python":
-        return SegmentAppender
+def _native() -> type:
     from engine._native import _segment_appender
     return _segment_appender.SegmentAppender
 
 
-selected = load(codec.IMPL)
+twins.register("segment_appender", python=lambda: SegmentAppender, native=_native)
+selected = twins.selected("segment_appender")  # the appender class

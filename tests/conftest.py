@@ -12,14 +12,14 @@ import os
 import pytest
 
 import engine
-from engine.record import codec as codec_selector
+from engine.record import twins
 
 
 def _implementations() -> list[str]:
     if os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1":
         return ["python"]
     try:
-        codec_selector.load("cython")
+        twins.load("codec", "cython")
     except ImportError:
         return ["python"]
     return ["cython", "python"]
@@ -39,12 +39,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def codec(request):
-    """The codec module of one implementation (engine.record.codec.load: the native modules or their twins)."""
-    return codec_selector.load(request.param)
+    """The codec module of one implementation (the twin "codec" of engine.record.twins: the native modules or their twins)."""
+    return twins.load("codec", request.param)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def producer_impl(request):
-    """The accumulator, futures and murmur2 of one implementation (engine.clients.accumulator.load)."""
+    """The accumulator, futures and murmur2 of one implementation (the twin "accumulator" of engine.record.twins)."""
     from engine.clients import accumulator
-    return accumulator.load(request.param)
+    return twins.load("accumulator", request.param)

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 import engine
+from engine.record import twins
 from engine.segments import segment_appender
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
@@ -102,7 +103,7 @@ def model_log(directory, impl: str, config: dict, clock):
     """A fresh UnifiedLog at `directory` whose segments use `impl`'s segment appender (a one-call append and the
     general path then run on the same implementation), closed on exit."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(segment_appender, "selected", segment_appender.load(impl))
+        patch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
         lg = UnifiedLog(FileSystem(), str(directory), LogConfig.from_dict(config), clock)
         try:
             yield lg

@@ -7,15 +7,15 @@ returns None with nothing done, and the log's general path appends, raising the 
 
 The native twin (engine._native._segment_appender.FollowerAppender) does this with no Python frame between the call
 and the segment's write, beyond one producer-state call per batch that has a producer id. This pure-Python twin
-always leaves the append to the general path, which is that path in Python; `load` picks the one that drives the
-log's segment appenders.
+always leaves the append to the general path, which is that path in Python; they are the twin "follower_append" of
+engine.record.twins, and a log uses the side of its segment appenders' implementation.
 Byte layout, crash policy and thread-safety: those of txn.leader_append, whose segment write this one shares (no
 bytes of its own; a failed write cut back, an OSError raised as KafkaStorageError naming the log; the log's lock held
 from the LEO read to the producer-state update).
 """
 from __future__ import annotations
 
-from engine.segments import segment_appender
+from engine.record import twins
 
 
 class FollowerAppender:
@@ -29,9 +29,10 @@ class FollowerAppender:
         return None
 
 
-def load(appender: type) -> type:
-    """The follower appender that drives segments whose appender class is `appender`."""
-    if appender is segment_appender.SegmentAppender:
-        return FollowerAppender
+def _native() -> type:
     from engine._native import _segment_appender
     return _segment_appender.FollowerAppender
+
+
+# (the side to use is the segment appender's: txn.unified_log asks for the same implementation)
+twins.register("follower_append", python=lambda: FollowerAppender, native=_native)

@@ -6,8 +6,8 @@ write (segments.segment_appender.append_batch), the LEO and the flush that `flus
 and the log's general path appends.
 
 This module is the pure-Python twin; the native one (engine._native._segment_appender.LeaderAppender) keeps
-the same state and answers with no Python frame between the call and the segment's write. `load` picks the one
-that drives the log's segment appenders.
+the same state and answers with no Python frame between the call and the segment's write. They are the twin
+"leader_append" of engine.record.twins; a log uses the side of its segment appenders' implementation.
 Byte layout: none of its own (the segment's `.log` and indexes, the leader-epoch checkpoint when an epoch starts).
 Crash policy: the segment appender's: a failed write is cut back; an OSError becomes KafkaStorageError naming the
 log, as the general path's does.
@@ -16,7 +16,7 @@ Thread-safety: the log's lock is held from the LEO read to the producer-state up
 from __future__ import annotations
 
 from engine.record import batch_format as bf
-from engine.segments import segment_appender
+from engine.record import twins
 
 
 class LeaderAppender:
@@ -65,10 +65,11 @@ def _stored_as_sent(config, view: memoryview) -> bool:
             and not bf.reencoded(view[bf.ATTRIBUTES_OFFSET + 1], config.target_compression[0]))
 
 
-def load(appender: type) -> type:
-    """The leader appender that drives segments whose appender class is `appender`."""
-    if appender is segment_appender.SegmentAppender:
-        return LeaderAppender
+def _native() -> type:
     from engine._native import _segment_appender
     return _segment_appender.LeaderAppender
+
+
+# (the side to use is the segment appender's: txn.unified_log asks for the same implementation)
+twins.register("leader_append", python=lambda: LeaderAppender, native=_native)
 

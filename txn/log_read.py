@@ -12,7 +12,8 @@ segments.log_segments.LogSegments.offset_for_timestamp (read with pread where it
 mapping, as segments.segment.LogSegment.lookup_read chooses); this twin leaves the lookup to those layers.
 
 This module is the pure-Python twin; the native one (engine._native._log_read.LogReader) takes the same steps
-with no Python frame between the call and the answer. `load` picks the one that matches the segments' locks.
+with no Python frame between the call and the answer. They are the twin "log_read" of
+engine.record.twins (the native one takes the segments' locks as the native core makes them).
 Byte layout: none of its own (the segment's `.log` and `.index`).
 Crash policy: none (it reads).
 Thread-safety: the LEO, the active segment and its size are read together under the log's lock (UnifiedLog.tail),
@@ -20,7 +21,7 @@ as the layers read them; each segment structure is read under its own lock.
 """
 from __future__ import annotations
 
-from engine.record import codec
+from engine.record import codec, twins
 
 _EMPTY = memoryview(b"")
 
@@ -72,10 +73,11 @@ class LogReader:
         return False
 
 
-def load(impl: str) -> type:
-    """The reader of one implementation ("cython" or "python"): the native one takes the segment layer's locks as
-    segments.fs.new_lock makes them with the native core loaded."""
-    if impl == "python":
-        return LogReader
+def _native() -> type:
+    """The native reader: it takes the segment layer's locks as segments.fs.new_lock makes them with the native core
+    loaded."""
     from engine._native import _log_read
     return _log_read.LogReader
+
+
+twins.register("log_read", python=lambda: LogReader, native=_native)

@@ -52,7 +52,7 @@ from engine.common.errors import (
 )
 from engine.common.shared_state import adopt_state
 from engine.record import batch_format as bf
-from engine.record import codec
+from engine.record import codec, twins
 from engine.segments import segment_appender
 from engine.segments.cleaner import ActiveProducer
 from engine.segments.fs import FileSystem, new_lock
@@ -172,9 +172,10 @@ class UnifiedLog:
                                            frozenset(self.recovery.segments_recovered))
         # (after the replay, whose entries it checks too; only a log not closed cleanly can hold unaccounted batches)
         log_rebuild.check_leader_epochs(self, may_lag=not self.recovery.clean_shutdown)
-        self._leader_append = leader_append.load(segment_appender.selected)(self, AppendInfo)
-        self._follower_append = follower_append.load(segment_appender.selected)(self, AppendInfo)
-        self._reader = log_read.load(codec.IMPL)(self, FetchData, WINDOW_BYTES)
+        appends = twins.impl_of("segment_appender", segment_appender.selected)  # (they drive its segments)
+        self._leader_append = twins.load("leader_append", appends)(self, AppendInfo)
+        self._follower_append = twins.load("follower_append", appends)(self, AppendInfo)
+        self._reader = twins.selected("log_read")(self, FetchData, WINDOW_BYTES)
 
     # --- loading on first use (lazy partitions) ------------------------------------------------
     @classmethod

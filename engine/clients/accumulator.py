@@ -1,6 +1,6 @@
 """The producer's record accumulator (Kafka's RecordAccumulator + BuiltInPartitioner): the pure-Python
-twin of the native one (engine._native._accumulator), the batch type both share, and `load()`, which
-picks one the way the codec was picked (engine.record.codec).
+twin of the native one (engine._native._accumulator) and the batch type both share; the twin "accumulator" of
+engine.record.twins, which picks the one the codec's implementation says.
 
 `RecordAccumulator.send()` validates one record, picks its partition (explicit, a custom
 partitioner, `toPositive(murmur2(key)) % n`, or the sticky partition for a null key, which moves
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from engine.common.errors import InvalidRecordError
 from engine.common.structs import RecordMetadata, TopicPartition
 from engine.record import batch_format as bf
-from engine.record import codec
+from engine.record import twins
 from engine.record.columns import column_buffers
 from engine.record.records_builder import RecordsBuilder
 
@@ -421,19 +421,22 @@ class RecordAccumulator:
                 self._sealed.extend(b for b in t.open if b is not None)
 
 
-def load(impl: str) -> SimpleNamespace:
-    """The accumulator, future type, murmur2 and key_partitions of one implementation ("cython" or "python")."""
-    if impl == "python":
-        return SimpleNamespace(IMPL=impl, RecordAccumulator=RecordAccumulator, RecordFuture=RecordFuture,
-                               AsyncRecordFuture=AsyncRecordFuture, murmur2=murmur2, key_partitions=key_partitions)
+def _python() -> SimpleNamespace:
+    return SimpleNamespace(IMPL="python", RecordAccumulator=RecordAccumulator, RecordFuture=RecordFuture,
+                           AsyncRecordFuture=AsyncRecordFuture, murmur2=murmur2, key_partitions=key_partitions)
+
+
+def _native() -> SimpleNamespace:
     from engine._native import _accumulator as native
 
     class NativeRecordAccumulator(native.RecordAccumulator):
         batch_class = ProducerBatch
 
-    return SimpleNamespace(IMPL=impl, RecordAccumulator=NativeRecordAccumulator, RecordFuture=native.RecordFuture,
+    return SimpleNamespace(IMPL="cython", RecordAccumulator=NativeRecordAccumulator, RecordFuture=native.RecordFuture,
                            AsyncRecordFuture=native.AsyncRecordFuture, murmur2=native.murmur2,
                            key_partitions=native.key_partitions)
 
 
-selected = load(codec.IMPL)
+# the accumulator, future types, murmur2 and key_partitions of one implementation
+twins.register("accumulator", python=_python, native=_native)
+selected = twins.selected("accumulator")

@@ -38,9 +38,10 @@ API = {  # each public name of the codec, and the module of each implementation 
 _PACKAGES = {"cython": "engine._native._", "python": "engine.record."}
 
 
-def load(impl: str) -> ModuleType:
+def gather(impl: str) -> ModuleType:
     """One implementation ("cython" or "python"), regardless of the environment: a module holding the names of API,
-    gathered from that implementation's modules (an ImportError if one of them does not import)."""
+    gathered from that implementation's modules (an ImportError if one of them does not import). Ask for it as the
+    twin "codec" of engine.record.twins (`twins.load("codec", impl)`), which builds each once."""
     codec = ModuleType(f"engine.record.codec:{impl}", f"The {impl} codec's API, from {_PACKAGES[impl]}*.")
     for name, module in API.items():
         setattr(codec, name, getattr(importlib.import_module(_PACKAGES[impl] + module), name))
@@ -54,9 +55,9 @@ def _select() -> tuple[str, ModuleType]:
     global LOAD_ERROR
     if os.environ.get("KAFKALOG_NO_EXTENSIONS") == "1":
         LOAD_ERROR = "KAFKALOG_NO_EXTENSIONS=1"
-        return "python", load("python")
+        return "python", gather("python")
     try:
-        return "cython", load("cython")
+        return "cython", gather("cython")
     except ImportError as exc:
         LOAD_ERROR = str(exc)
         if os.environ.get("KAFKALOG_REQUIRE_EXTENSIONS") == "1":
@@ -69,7 +70,7 @@ def _select() -> tuple[str, ModuleType]:
             RuntimeWarning,
             stacklevel=3,
         )
-        return "python", load("python")
+        return "python", gather("python")
 
 
 IMPL, impl = _select()

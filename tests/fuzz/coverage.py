@@ -28,7 +28,7 @@ except ImportError:  # no atheris for this Python: mutation_fuzz stands in
 
 INSTRUMENTED = ["engine.record", "engine.segments", "engine.txn.producer_snapshot", "engine.metadata"]
 with atheris.instrument_imports(include=INSTRUMENTED) if atheris else contextlib.nullcontext():
-    from engine.record import codec as selector
+    from engine.record import twins
     from tests.unit.test_codec_fuzz import _corpus, _verdict
     from tests.unit.test_parser_fuzz import PARSERS, _seeds
 
@@ -63,7 +63,7 @@ def run_target(name: str, data: bytes) -> None:
     """One input through a target: returns, or raises a typed error; twins must agree on the decoder."""
     data = _with_valid_checksums(name, data)
     if name == "decoder":
-        impls = [selector.load(i) for i in IMPLEMENTATIONS]
+        impls = [twins.load("codec", i) for i in IMPLEMENTATIONS]
         verdicts = [_verdict(impl, data) for impl in impls]
         if any(v != verdicts[0] for v in verdicts[1:]):
             raise AssertionError(f"the twins disagree on {data.hex()}: {verdicts}")
@@ -74,7 +74,7 @@ def run_target(name: str, data: bytes) -> None:
 
 def seeds(name: str) -> list[bytes]:
     """The mutation fuzzers' valid inputs, each prefixed with the byte that keeps its checksums right."""
-    found = _corpus(selector.load(IMPLEMENTATIONS[0])) if name == "decoder" else _seeds()[name]
+    found = _corpus(twins.load("codec", IMPLEMENTATIONS[0])) if name == "decoder" else _seeds()[name]
     return [b"\x01" + s for s in found]
 
 

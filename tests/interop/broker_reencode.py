@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from engine.record import codec as selector
+from engine.record import twins
 from engine.record import compression as comp
 
 BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -60,7 +60,7 @@ def produce() -> None:
 
 
 def compare(data_dir: str) -> None:
-    impls = [selector.load("cython"), selector.load("python")]
+    impls = [twins.load("codec", "cython"), twins.load("codec", "python")]
     counts: dict = {}
     for name, (target, level, _) in TOPICS.items():
         with open(f"{data_dir}/conv-{name}-0/00000000000000000000.log", "rb") as f:

@@ -13,7 +13,7 @@ from engine.segments import leader_epoch_checkpoint, offset_checkpoint
 from engine.segments.fs import FileSystem
 from engine.segments.partition_reader import read_checkpoints
 from tests import vectors
-from tests.spark.test_jvm_decoder import run_check
+from tests.spark.jvm_checks import run_check
 
 pytestmark = pytest.mark.spark
 

@@ -3,21 +3,20 @@
 Every Kafka-written segment decodes on the JVM to exactly what Kafka's own dump says, and a seeded slice of the
 decoder fuzzer's mutants gets the same verdict from both decoders: the same records, or the same typed error. The
 JVM never returns a record the Cython decoder refuses. The JVM's side runs as one `java` process over every case
-(kafkalog.spark.DecoderCheck); KAFKALOG_JVM_FUZZ_CASES sets the slice (CI: 100,000).
+(kafkalog.spark.DecoderCheck, tests/spark/jvm_checks.py); KAFKALOG_JVM_FUZZ_CASES sets the slice (CI: 100,000).
 """
 from __future__ import annotations
 
 import os
 import random
 import struct
-import subprocess
 
 import pytest
 
 from engine.common.errors import KafkaError
-from engine.record import codec as selector
-from engine.spark import jvm
+from engine.record import twins
 from tests import vectors
+from tests.spark.jvm_checks import run_check
 from tests.unit.test_codec_errors import _compressed_batch, _gzip_member
 from tests.unit.test_codec_fuzz import _corpus, _mutate
 from tests.unit.test_codec_vectors import unknown_control_batch_without_value
@@ -25,24 +24,6 @@ from tests.unit.test_codec_vectors import unknown_control_batch_without_value
 pytestmark = pytest.mark.spark
 
 CASES = int(os.environ.get("KAFKALOG_JVM_FUZZ_CASES", "100000"))
-
-
-def run_check(main: str, *paths, timeout: int = 600) -> list[str]:
-    """The lines kafkalog.spark.`main` prints for the cases in `paths`, run by the jar on this pyspark's jars. Skipped
-    where there is no JVM source (no javac, no java), failed instead when KAFKALOG_SPARK_SOURCE=jvm asked for one."""
-    import pyspark
-
-    why = jvm.problem(pyspark.__version__)
-    java = jvm.java()
-    if why is not None or not java or not os.path.exists(java):
-        if os.environ.get("KAFKALOG_SPARK_SOURCE") == "jvm":
-            pytest.fail(f"the JVM source was asked for and cannot run: {why or 'no java'}")
-        pytest.skip(f"no JVM source here: {why or 'no java'}")
-    classpath = jvm.JAR + os.pathsep + os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-    done = subprocess.run([java, "-cp", classpath, f"kafkalog.spark.{main}", *map(str, paths)],
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout.splitlines()
 
 
 def _jvm_verdicts(cases: list[bytes], tmp_path) -> list[str]:
@@ -98,7 +79,7 @@ def _kafka_verdict(lines: list[dict], name: str) -> str:
 def test_kafka_written_segments_decode_on_the_jvm_as_kafka_dumped_them(tmp_path):
     logs = vectors.all_logs()
     got = _jvm_verdicts([path.read_bytes() for _, path, _ in logs], tmp_path)
-    cython = selector.load("cython")
+    cython = twins.load("codec", "cython")
     for (label, path, lines), verdict in zip(logs, got):
         expected = _kafka_verdict(lines, path.name)
         assert verdict.count(" R ") + verdict.count(" C ") > 0, label
@@ -107,7 +88,7 @@ def test_kafka_written_segments_decode_on_the_jvm_as_kafka_dumped_them(tmp_path)
 
 
 def test_decoder_mutants_get_the_same_verdict_on_the_jvm_as_from_cython(tmp_path):
-    cython = selector.load("cython")
+    cython = twins.load("codec", "cython")
     corpus = _corpus(cython)
     rng = random.Random(int(os.environ.get("KAFKALOG_FUZZ_SEED", "20261205")))
     cases = [_mutate(rng, corpus, cython.crc32c) for _ in range(CASES)]
@@ -123,7 +104,7 @@ def test_decoder_mutants_get_the_same_verdict_on_the_jvm_as_from_cython(tmp_path
 
 def test_hand_made_edge_cases_get_the_same_verdict_on_the_jvm(tmp_path):
     """Inputs the fuzzer rarely builds: gzip as Kafka's reader takes it, an UNKNOWN control record without a value."""
-    cython = selector.load("cython")
+    cython = twins.load("codec", "cython")
     section = cython.encode_batch([(b"k", b"v", [("h", b"x")], 5)] * 3)[61:]
     cases = [
         _compressed_batch(1, _gzip_member(section, flags=0xE0), 3),

@@ -12,8 +12,9 @@ import pytest
 
 from engine.record import batch_format as bf
 from engine.record import codec as selector
+from engine.record import twins
 from tests import vectors
-from tests.spark.test_jvm_decoder import run_check
+from tests.spark.jvm_checks import run_check
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +50,7 @@ def _as_staged(batch: bytes) -> bytes:
 
 
 def test_kafkas_uncompressed_batches_encode_on_the_jvm_to_kafkas_bytes(tmp_path):
-    cython = selector.load("cython")
+    cython = twins.load("codec", "cython")
     cases, expected = [], []
     for _, path, _ in vectors.all_logs():
         for batch in cython.iter_batches(path.read_bytes()):
@@ -76,7 +77,7 @@ def _random_records(rng: random.Random) -> list[tuple]:
 
 @pytest.mark.parametrize("impl", ["cython", "python"])
 def test_random_records_encode_on_the_jvm_as_each_implementation_encodes_them(impl, tmp_path):
-    codec = selector.load(impl)
+    codec = twins.load("codec", impl)
     rng = random.Random(71)
     cases = [_random_records(rng) for _ in range(300)]
     got = _jvm_batches(cases, tmp_path)

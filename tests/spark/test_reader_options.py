@@ -11,7 +11,7 @@ import re
 import pytest
 
 from engine.common.errors import InvalidConfigurationError
-from tests.spark.test_jvm_decoder import run_check
+from tests.spark.jvm_checks import run_check
 
 pytestmark = pytest.mark.spark
 

@@ -10,11 +10,11 @@ import shutil
 import pytest
 
 import engine
-from engine.record.codec import load
+from engine.record import twins
 from tests import vectors
 
 pytestmark = pytest.mark.spark
-TWIN = load("python")
+TWIN = twins.load("codec", "python")
 T0 = 1_700_000_000_000
 
 

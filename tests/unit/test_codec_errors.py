@@ -9,11 +9,11 @@ import cramjam
 import pytest
 
 import engine.common.errors as E
-from engine.record import codec as selector
+from engine.record import twins
 from engine.record import compression as comp
 from tests.conftest import IMPLEMENTATIONS
 
-IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]
+IMPLS = [twins.load("codec", name) for name in IMPLEMENTATIONS]
 GOOD = [(b"k", b"v", None, 1_700_000_000_000)]
 
 

@@ -12,7 +12,7 @@ import random
 import struct
 
 from engine.common.errors import KafkaError
-from engine.record import codec as selector
+from engine.record import twins
 from tests import vectors
 from tests.conftest import IMPLEMENTATIONS
 
@@ -81,7 +81,7 @@ def _verdict(impl, data: bytes):
 
 
 def test_mutants_never_crash_and_twins_agree():
-    impls = [selector.load(name) for name in IMPLEMENTATIONS]
+    impls = [twins.load("codec", name) for name in IMPLEMENTATIONS]
     primary = impls[0]
     corpus = _corpus(primary)
     rng = random.Random(int(os.environ.get("KAFKALOG_FUZZ_SEED", "20261122")))

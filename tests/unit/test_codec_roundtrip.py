@@ -7,10 +7,10 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.record import codec as selector
+from engine.record import twins
 from tests.conftest import IMPLEMENTATIONS
 
-IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]
+IMPLS = [twins.load("codec", name) for name in IMPLEMENTATIONS]
 
 blob = st.one_of(
     st.none(),

@@ -18,6 +18,7 @@ import engine
 from engine import (CleaningAbortedError, CorruptRecordError, InvalidConfigurationError, InvalidRecordError, ManualClock,
                     TopicPartition)
 from engine.record import batch_format as bf
+from engine.record import twins
 from engine.tools import cli, dump_log
 from engine.segments import offset_map
 from tests import vectors
@@ -60,7 +61,7 @@ def _model_table(entries: list[tuple[bytes, int]], slots: int) -> bytes:
 def test_offset_map_lays_out_md5_slots_as_kafkas_skimpy_offset_map(impl, slots, count, seed):
     """Every implementation fills the slots exactly as a model of Kafka's map does (so the twins agree slot for slot),
     and answers from them."""
-    m = offset_map.load(impl)(24 * slots)
+    m = twins.load("offset_map", impl)(24 * slots)
     rng = random.Random(seed)
     keys = [rng.randbytes(rng.randrange(0, 120)) for _ in range(count)]  # MD5 tails of one and two blocks
     for i, key in enumerate(keys):
@@ -79,12 +80,12 @@ def test_offset_map_lays_out_md5_slots_as_kafkas_skimpy_offset_map(impl, slots, 
 @pytest.mark.parametrize("memory,factor", [(23, 0.9), (2**31, 0.9), ("1MB", 0.9), (1024, 0.0), (1024, 1.5)])
 def test_offset_map_refuses_a_budget_it_cannot_use(impl, memory, factor):
     with pytest.raises(InvalidConfigurationError):
-        offset_map.load(impl)(memory, factor)
+        twins.load("offset_map", impl)(memory, factor)
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_a_full_offset_map_refuses_a_new_key(impl):
-    m = offset_map.load(impl)(24 * 3)
+    m = twins.load("offset_map", impl)(24 * 3)
     for key in (b"a", b"b", b"c"):
         m.put(key, 1)
     with pytest.raises(ValueError):
@@ -96,10 +97,8 @@ def test_a_full_offset_map_refuses_a_new_key(impl):
 def test_a_maps_kept_records_rebuild_their_batch_and_no_other(impl):
     """filter_batch's kept records (the native map's are pointers into the batch) rebuild the batch as the decoded
     records would; handed another batch, they are refused."""
-    from engine.record import codec as selector
-
-    codec = selector.load(impl)
-    m = offset_map.load(impl)(24 * 16)
+    codec = twins.load("codec", impl)
+    m = twins.load("offset_map", impl)(24 * 16)
     data = codec.encode_batch([(b"a", b"1", [("h", b"x")], 5), (b"b", None, None, 7), (b"a", b"2", None, 9)],
                               base_offset=10)
     (batch,) = codec.iter_batches(data)
@@ -151,16 +150,14 @@ def test_the_side_by_side_md5_gives_each_keys_digest(code):
 def test_a_batchs_keys_mapped_and_filtered_together_agree_with_the_model(impl, slots, seed):
     """add_batch and filter_batch hash a batch's keys together (side by side when a key fits one MD5 block, alone
     when not) and fetch slots ahead: the slots, where the map fills, and the records kept are the model's."""
-    from engine.record import codec as selector
-
-    codec = selector.load(impl)
+    codec = twins.load("codec", impl)
     rng = random.Random(seed)
     pool = [rng.randbytes(rng.choice([0, 1, 16, 54, 55, 56, 64, 120])) for _ in range(60)]
     records = [(None if rng.random() < 0.05 else rng.choice(pool), None if rng.random() < 0.1 else b"v", None, 1)
                for _ in range(300)]
     data = b"".join(codec.encode_batch(records[lo:hi], base_offset=lo) for lo, hi in ((0, 7), (7, 200), (200, 300)))
     batches = list(codec.iter_batches(data))
-    m = offset_map.load(impl)(24 * slots)
+    m = twins.load("offset_map", impl)(24 * slots)
     start, limit = 3, int(slots * 0.9)
     model: dict = {}
     mapped = []
@@ -195,9 +192,7 @@ def test_a_pass_keeps_the_records_a_lookup_of_their_keys_finds_latest(impl, slot
     for the records from the pass's start up to memory / 2 of them: before, within and beyond that, after a clear()
     and for another start, and after a put out of offset order, a record is kept exactly when a lookup of its key
     (and a model) finds it latest."""
-    from engine.record import codec as selector
-
-    codec = selector.load(impl)
+    codec = twins.load("codec", impl)
     rng = random.Random(slots)
     pool = [b"k%d" % i for i in range(int(slots * 0.6))] + [rng.randbytes(60) for _ in range(3)]
     records = [(None if rng.random() < 0.03 else rng.choice(pool), None if rng.random() < 0.1 else b"v", None, 1)
@@ -205,7 +200,7 @@ def test_a_pass_keeps_the_records_a_lookup_of_their_keys_finds_latest(impl, slot
     bounds = sorted({0, count, *rng.sample(range(1, count), count // 50)})
     data = b"".join(codec.encode_batch(records[lo:hi], base_offset=lo) for lo, hi in zip(bounds, bounds[1:]))
     batches = list(codec.iter_batches(data))
-    m = offset_map.load(impl)(24 * slots)
+    m = twins.load("offset_map", impl)(24 * slots)
     for start in (*starts, None):
         if start is None:  # a put out of offset order: the record put becomes its key's latest again
             offset, key = next((o, r[0]) for o, r in enumerate(records) if r[0] and o > starts[-1] and model[r[0]] > o)
@@ -238,9 +233,7 @@ def test_a_filter_pass_keeps_whole_records_beside_the_superseded_it_steps_over(i
     steps over it by its length; the records it keeps (with headers, tombstones before their delete horizon, none
     past it, no keyless one) rebuild each batch exactly as the decoded records a model keeps, compressed or with
     LogAppendTime, with the same all-kept and tombstone answers; a batch no map pass checked is read whole."""
-    from engine.record import codec as selector
-
-    codec = selector.load(impl)
+    codec = twins.load("codec", impl)
     rng = random.Random(compression + timestamp_type)
     pool = [b"key-%d" % i for i in range(60)]
     records = [(None if rng.random() < 0.04 else rng.choice(pool), None if rng.random() < 0.15 else rng.randbytes(9),
@@ -257,7 +250,7 @@ def test_a_filter_pass_keeps_whole_records_beside_the_superseded_it_steps_over(i
             batch = codec.rebuild_batch(decoded, decoded.records(), horizon)
         data += batch
     batches = list(codec.iter_batches(data))
-    m = offset_map.load(impl)(24 * 200)
+    m = twins.load("offset_map", impl)(24 * 200)
     for batch in batches[:-1]:  # the last batch: no map pass reads it (its records are past the latest offset)
         assert not m.add_batch(batch, 0)
         m.update_latest_offset(batch.last_offset)
@@ -604,7 +597,7 @@ def test_a_clean_refuses_a_batch_whose_crc_fails_and_changes_nothing(tmp_path, m
     """A batch whose bytes no longer match its CRC (one value byte changed), in the section an earlier clean left
     (which this clean's map pass does not read) or in the dirty section: the clean raises CorruptRecordError naming
     the segment and leaves every file as it was; it never writes the batch out with a CRC of its own."""
-    monkeypatch.setattr(offset_map, "selected", offset_map.load(impl))
+    monkeypatch.setattr(offset_map, "selected", twins.load("offset_map", impl))
     with engine.open(tmp_path, clock=ManualClock(T0), background=False) as e:
         e.create_topic("t", config={**COMPACT, "segment.bytes": 600})
         with e.producer(linger_ms=0, batch_size=200) as p:
@@ -656,7 +649,7 @@ def test_both_offset_maps_clean_a_log_to_the_same_bytes(tmp_path, monkeypatch, c
         e.log("t", 0).roll()
     cleaned = {}
     for impl in IMPLEMENTATIONS:
-        monkeypatch.setattr(offset_map, "selected", offset_map.load(impl))
+        monkeypatch.setattr(offset_map, "selected", twins.load("offset_map", impl))
         shutil.copytree(source, tmp_path / impl)
         with engine.open(tmp_path / impl, clock=clock, background=False,
                          cleaner_config={"log_cleaner_dedupe_buffer_size": 24 * 50}) as e:

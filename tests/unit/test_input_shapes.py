@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.clients import accumulator as accumulator_module
+from engine.clients import accumulator as _registers_the_twin  # noqa: F401
 from engine.record import batch_format as bf
-from engine.record import codec as selector
+from engine.record import twins
 from tests.conftest import IMPLEMENTATIONS
 
-IMPLS = {name: selector.load(name) for name in IMPLEMENTATIONS}
+IMPLS = {name: twins.load("codec", name) for name in IMPLEMENTATIONS}
 Row = namedtuple("Row", "key value headers timestamp")
 Pair = namedtuple("Pair", "key value")
 
@@ -128,7 +128,7 @@ class FixedClock:
 
 
 def accumulator(impl_name: str, sealed: list):
-    acc_impl = accumulator_module.load(impl_name)
+    acc_impl = twins.load("accumulator", impl_name)
     holder = {}
     acc = acc_impl.RecordAccumulator(batch_size=1 << 14, max_request_size=1 << 20, lookup=lambda topic: (3, 1 << 20),
                                      drain=lambda batch: None, on_full=lambda: sealed.extend(holder["a"].take_sealed()),
@@ -205,7 +205,7 @@ def supported_records(impl):
 
 
 def test_supported_shapes_stay_native(validator_calls):
-    native = selector.load("cython")
+    native = twins.load("codec", "cython")
     records = supported_records(native)
     batch = native.encode_batch(records)
     assert validator_calls == []
@@ -221,7 +221,7 @@ def test_supported_shapes_stay_native(validator_calls):
 
 
 def test_the_validator_counter_sees_a_shape_the_native_pass_hands_over(validator_calls):
-    native = selector.load("cython")
+    native = twins.load("codec", "cython")
     native.encode_batch([Row(b"k", b"v", None, 1)])  # a tuple subclass: valid, but read by the shared validator
     assert "unpack_record" in validator_calls
     with pytest.raises(Exception, match="key must be bytes-like"):
@@ -230,7 +230,7 @@ def test_the_validator_counter_sees_a_shape_the_native_pass_hands_over(validator
 
 
 def test_decoded_records_pass_back_to_the_encoder_and_send_natively(validator_calls):
-    native = selector.load("cython")
+    native = twins.load("codec", "cython")
     batch = native.encode_batch([(b"k", b"v", None, 1), (b"k2", b"v2", [("h", b"1")], 2)])
     decoded = native.RecordBatch(batch).records()
     assert decoded[0].headers is bf.NO_HEADERS

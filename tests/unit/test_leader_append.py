@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 import engine.common.errors as E
-from engine.record import codec as selector
+from engine.record import twins
 from tests.conftest import IMPLEMENTATIONS
 
-IMPLS = [selector.load(name) for name in IMPLEMENTATIONS]
+IMPLS = [twins.load("codec", name) for name in IMPLEMENTATIONS]
 T0 = 1_700_000_000_000
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
+from engine.record import twins
 from engine.common.clock import ManualClock
 from engine.common.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from engine.segments.fs import FileSystem
@@ -36,7 +37,7 @@ class _Never:
 
 
 def _readers(lg: Log) -> dict:
-    return {impl: log_read.load(impl)(lg, FetchData, WINDOW_BYTES) for impl in IMPLEMENTATIONS}
+    return {impl: twins.load("log_read", impl)(lg, FetchData, WINDOW_BYTES) for impl in IMPLEMENTATIONS}
 
 
 def _layers(lg: Log, *args):
@@ -190,7 +191,7 @@ def _timed_log(fs: FileSystem, path: str, batches: int, records: int, value_byte
 def _lookup(lg: Log, impl: str):
     """The lookup by time of one implementation: the native reader's one call, or the layers' (the log then reads
     through the twin reader too, which knows no windows)."""
-    reader = lg._reader = log_read.load(impl)(lg, FetchData, WINDOW_BYTES)
+    reader = lg._reader = twins.load("log_read", impl)(lg, FetchData, WINDOW_BYTES)
     if impl == "cython":
         return reader.offset_for_timestamp
     return lambda ts: lg.local.segments.offset_for_timestamp(ts, lg.log_start_offset)

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 import engine
+from engine.record import twins
 from engine.common.clock import ManualClock
 from engine.common.errors import InvalidConfigurationError, InvalidRequiredAcksError
 from engine.record import batch_format as bf
@@ -201,10 +202,10 @@ def test_a_read_racing_an_append_returns_what_was_there_when_it_started(tmp_path
 
         setattr(seg, hook, racing)
         if path == "layers":
-            lg._reader = log_read.load("python")(lg, FetchData, WINDOW_BYTES)
+            lg._reader = twins.load("log_read", "python")(lg, FetchData, WINDOW_BYTES)
             lg._reader.read = lambda *args: None  # the one call declines: the layers read
             got = lg.read(0)
         else:
-            got = log_read.load("python")(lg, FetchData, WINDOW_BYTES).read(0, 1 << 20, None, True)
+            got = twins.load("log_read", "python")(lg, FetchData, WINDOW_BYTES).read(0, 1 << 20, None, True)
         delattr(seg, hook)
         assert [b.last_offset for b in got.batches(lg.dir)] == [2] and lg.log_end_offset == 5

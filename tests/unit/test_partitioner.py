@@ -8,6 +8,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 import engine
+from engine.record import twins
 from engine.clients.accumulator import ProducerBatch
 
 # clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.testMurmur2
@@ -96,11 +97,10 @@ def test_batches_seal_at_batch_size_and_keep_order(producer_impl):
 
 def test_native_and_twin_accumulators_agree():
     pytest.importorskip("engine._native._accumulator")
-    from engine.clients.accumulator import load
     outcomes = []
     for impl in ("cython", "python"):
         sealed = []
-        acc = accumulator(load(impl), sealed, batch_size=300)
+        acc = accumulator(twins.load("accumulator", impl), sealed, batch_size=300)
         for i in range(300):
             acc.send("t", value=b"x" * (i % 40), key=None if i % 3 else b"k%d" % i, timestamp_ms=i,
                      headers=[("h", b"1")] if i % 7 == 0 else None)

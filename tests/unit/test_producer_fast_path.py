@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine
+from engine.record import twins
 from engine.common.clock import ManualClock
 from engine.common.errors import KafkaError
 from engine.segments import segment_appender
@@ -120,7 +121,7 @@ def test_the_fast_path_leaves_what_the_general_path_leaves(tmp_path_factory, con
 def test_in_sequence_batches_skip_the_general_checks(impl, transactional, tmp_path, monkeypatch):
     """After a producer's first batch (the general path: it opens the producer's state and, transactional, its
     transaction), its in-sequence batches are never validated or parsed by the general path."""
-    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
     calls = []
     for name in ("validate", "update", "find_duplicate"):
         real = getattr(producer_state.ProducerStateManager, name)
@@ -146,7 +147,7 @@ def test_in_sequence_batches_skip_the_general_checks(impl, transactional, tmp_pa
 def test_batches_without_a_producer_take_the_one_call(impl, timestamps, tmp_path, monkeypatch):
     """A batch without a producer id never reaches the general path's write; natively, not even a Python frame of
     the LocalLog (the native LeaderAppender drives the segment's appender itself)."""
-    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
     calls = []
     for owner, name in ((Log, "_append"), (LocalLog, "append_batch")):
         real = getattr(owner, name)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.common.clock import ManualClock
-from engine.replication.replica import load
+from engine.record import twins
+from engine.replication import replica as _registers_the_twin  # noqa: F401
 from tests.conftest import IMPLEMENTATIONS
 
 LAG_MAX_MS = 100
@@ -37,9 +38,9 @@ def _rule(leader_leo: int, hw: int, remote: dict, isr: frozenset, min_isr: int, 
 @settings(max_examples=300, deadline=None)
 @given(STEPS, st.integers(1, 4))
 def test_both_twins_keep_the_same_progress_and_move_the_hw_by_the_rule(steps, min_isr):
-    twins = [load(impl) for impl in ("cython", "python")]
+    sides = [twins.load("replica", impl) for impl in ("cython", "python")]
     clock = ManualClock(0)
-    remotes = [{b: replica(b) for b in FOLLOWERS} for replica, _ in twins]
+    remotes = [{b: replica(b) for b in FOLLOWERS} for replica, _ in sides]
     leader_leo, hw, isr = 0, 0, frozenset({0, *FOLLOWERS})
     for what, b, offset, step in steps:
         clock.advance(step)
@@ -57,7 +58,7 @@ def test_both_twins_keep_the_same_progress_and_move_the_hw_by_the_rule(steps, mi
         assert [r.caught_up(now, LAG_MAX_MS) for r in remotes[0].values()] == \
             [r.caught_up(now, LAG_MAX_MS) for r in remotes[1].values()]
         answers = [rule(leader_leo, hw, remote, isr, min_isr, clock, LAG_MAX_MS)
-                   for (_, rule), remote in zip(twins, remotes)]
+                   for (_, rule), remote in zip(sides, remotes)]
         assert answers == [_rule(leader_leo, hw, remotes[1], isr, min_isr, now)] * 2
         if what == "hw":
             hw = answers[0]
@@ -65,7 +66,7 @@ def test_both_twins_keep_the_same_progress_and_move_the_hw_by_the_rule(steps, mi
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_a_leader_alone_follows_its_log_end_and_the_hw_never_goes_down(impl):
-    replica, rule = load(impl)
+    replica, rule = twins.load("replica", impl)
     clock = ManualClock(0)
     assert rule(7, 3, {}, frozenset({0}), 1, clock, LAG_MAX_MS) == 7
     assert rule(2, 3, {}, frozenset({0}), 1, clock, LAG_MAX_MS) == 3
@@ -78,7 +79,7 @@ def test_a_leader_alone_follows_its_log_end_and_the_hw_never_goes_down(impl):
 
 @pytest.mark.skipif(IMPLEMENTATIONS == ["python"], reason="the native twin is not built in this run")
 def test_the_native_twin_refuses_what_it_cannot_hold_with_a_typed_error():
-    replica, rule = load("cython")
+    replica, rule = twins.load("replica", "cython")
     with pytest.raises(OverflowError):
         replica(1).on_fetch(2**63, 0, 0)
     with pytest.raises(TypeError):

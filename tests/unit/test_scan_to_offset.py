@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 
 from engine.common.clock import ManualClock
 from engine.common.errors import CorruptRecordError, KafkaError
-from engine.record import codec as selector
+from engine.record import twins
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
 from engine.txn.unified_log import UnifiedLog
 
-IMPLS = {name: selector.load(name) for name in IMPLEMENTATIONS}
-PY = selector.load("python")
+IMPLS = {name: twins.load("codec", name) for name in IMPLEMENTATIONS}
+PY = twins.load("codec", "python")
 
 
 def segment(counts: list[int], gaps: list[int], base: int) -> bytes:

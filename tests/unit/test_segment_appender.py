@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine
+from engine.record import twins
 from engine.common.clock import ManualClock
 from engine.common.errors import KafkaStorageError, RecordBatchTooLargeError
 from engine.segments import segment_appender
@@ -32,7 +33,7 @@ CONFIGS = st.fixed_dictionaries({"segment.bytes": st.sampled_from([600, 2000, 1 
 def _write(path, impl: str, config: dict, appends: list) -> dict:
     """Run the appends on a fresh log with one implementation; the closed directory's files."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(segment_appender, "selected", segment_appender.load(impl))
+        patch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
         return _append_all(path / impl / "t-0", config, appends)
 
 
@@ -79,7 +80,7 @@ def test_the_roll_check_is_kafkas(impl, tmp_path):
     """should_roll as Kafka's LogSegment.shouldRoll: full by size, by segment.ms from the first batch's timestamp
     (or from creation without timestamps), and an offset past an int32 of the base."""
     lg = Log(FileSystem(), str(tmp_path / "t-0"), LogConfig.from_dict({"segment.ms": 1000}), ManualClock(T0))
-    app = segment_appender.load(impl)(lg.active_segment, 0, T0, 1000)
+    app = twins.load("segment_appender", impl)(lg.active_segment, 0, T0, 1000)
     assert app.should_roll(10, T0, 5, T0, 100) is False            # empty: nothing waited
     app.size, app.rolling_ts, app.rolling_ts_loaded = 50, T0, True
     assert app.should_roll(51, T0, 5, T0, 100) is True             # 50 + 51 bytes > segment.bytes
@@ -104,7 +105,7 @@ class _ReadOnlyAppends(FileSystem):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_a_failed_write_is_typed_and_loses_nothing(impl, tmp_path, monkeypatch):
-    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
     fs = _ReadOnlyAppends()
     fs.broken = False
     seam_writes = []
@@ -128,7 +129,7 @@ def test_a_failed_write_is_typed_and_loses_nothing(impl, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_appends_take_a_new_handle_whenever_the_pool_let_the_last_one_go(impl, tmp_path, monkeypatch):
-    monkeypatch.setattr(segment_appender, "selected", segment_appender.load(impl))
+    monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
     fs = FileSystem()
     lg = Log(fs, str(tmp_path / "t-0"), LogConfig(), ManualClock(T0))
     seg = lg.active_segment

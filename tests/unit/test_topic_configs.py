@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import engine
 from engine.common.errors import InvalidConfigurationError, InvalidTimestampError, RecordTooLargeError
 from engine.record import batch_format as bf
-from engine.record import codec as selector
+from engine.record import twins
 from engine.record import compression as comp
 from engine.segments.log_config import LogConfig
 
@@ -249,7 +249,7 @@ def leader_inputs(draw):
     pid = draw(st.sampled_from([-1, 5, 2**40]))
     producer = {} if pid < 0 else dict(producer_id=pid, producer_epoch=draw(st.integers(0, 32767)),
                                        base_sequence=draw(st.integers(0, 2**31 - 1)), transactional=draw(st.booleans()))
-    data = selector.load("python").encode_batch(recs, compression=draw(st.sampled_from(CODECS)), **producer)
+    data = twins.load("codec", "python").encode_batch(recs, compression=draw(st.sampled_from(CODECS)), **producer)
     target = draw(st.integers(-1, 4))
     bounds = draw(st.none() | st.tuples(st.integers(NOW - 2 * 10**6, NOW), st.integers(NOW, NOW + 2 * 10**6)))
     return data, draw(st.sampled_from([-1, NOW + 5])), (target, draw(LEVELS[target]), bounds)
@@ -264,7 +264,7 @@ def test_native_core_and_twin_prepare_the_same_leader_append(inputs, offset, epo
     outcomes = []
     for impl in ("cython", "python"):
         try:
-            pieces, *rest = selector.load(impl).prepare_leader_append(data, offset, epoch, log_append_time, 1 << 24,
+            pieces, *rest = twins.load("codec", impl).prepare_leader_append(data, offset, epoch, log_append_time, 1 << 24,
                                                                       False, "p", checks)
             outcomes.append((b"".join(bytes(p) for p in pieces), *rest))
         except InvalidTimestampError as exc:
@@ -278,12 +278,12 @@ def test_the_topics_level_applies_to_the_reencoding(codec, target, level_name, l
     """The re-encoded payload is exactly the codec's output at the topic's level (Kafka's default lz4 level 9 is the
     fast compressor), and the native core and the twin agree byte for byte."""
     recs = [(b"k%d" % i, b"value %d " % i * 40, [("h", b"x")], NOW + i) for i in range(200)]
-    data = selector.load("python").encode_batch(recs)
+    data = twins.load("codec", "python").encode_batch(recs)
     target_id = comp.codec_id(target)
     pieces, *_ = codec.prepare_leader_append(data, 0, 0, -1, 1 << 22, False, None, (target_id, level, None))
     out = b"".join(bytes(p) for p in pieces)
     assert out[bf.HEADER_SIZE:] == comp.compress(target_id, data[bf.HEADER_SIZE:], level)
-    twin, *_ = selector.load("python").prepare_leader_append(data, 0, 0, -1, 1 << 22, False, None,
+    twin, *_ = twins.load("codec", "python").prepare_leader_append(data, 0, 0, -1, 1 << 22, False, None,
                                                              (target_id, level, None))
     assert b"".join(bytes(p) for p in twin) == out
     if target == "lz4":  # 9 is the fast compressor, any other level LZ4-HC, which packs these records tighter
@@ -334,7 +334,7 @@ def test_producer_levels_take_kafkas_names_defaults_and_ranges(eng):
     with eng.producer(compression_type="snappy") as p:
         assert p.compression_level is None
     stored = _stored(eng.log("t", 0))[0]
-    body = selector.load("python").RecordsBuilder()
+    body = twins.load("codec", "python").RecordsBuilder()
     body.append(None, b"abc" * 300, None, NOW)
     expected = body.build(compression="zstd", compression_level=19)
     assert bytes(stored.buffer)[bf.HEADER_SIZE:] == expected[bf.HEADER_SIZE:]

@@ -8,9 +8,9 @@ import java.util.TreeMap;
 
 /**
  * The reader's checkpoint parsing on its own, for the test that holds it to Kafka's reader and the Python one:
- * `java -cp <jar>:<spark jars>/* kafkalog.spark.CheckpointCheck FILE...` prints one line per file: "ok", then a tab
- * and "topic-partition=offset" for each entry in key order, or "error " and the error's report ("kind: message").
- * Stateless; one thread.
+ * `kafkalog.spark.CheckpointCheck FILE...` (compiled and run by tests/spark/jvm_checks.py) prints one line per file:
+ * "ok", then a tab and "topic-partition=offset" for each entry in key order, or "error " and the error's report
+ * ("kind: message"). Stateless; one thread.
  */
 public final class CheckpointCheck {
     private CheckpointCheck() {}

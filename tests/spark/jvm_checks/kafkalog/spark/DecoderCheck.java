@@ -8,14 +8,13 @@ import java.io.IOException;
 import java.io.PrintStream;
 
 /**
- * The reader's decoder on its own, for the tests that hold it to the Cython one: `java -cp <jar>:<spark jars>/*
- * kafkalog.spark.DecoderCheck CASES` reads CASES (each case an int32 big-endian length, then that many bytes of a
- * log: batches back to back) and prints one line per case: "ok" then every record as the reader walks the case
- * (" R offset timestamp key value headers", fields in hex, "-" for null, headers as key=value joined by ","; a control
- * record as " C offset type", -1 for a type Kafka does not name), or "error " and the error's report ("kind:
+ * The reader's decoder on its own, for the tests that hold it to the Cython one: `kafkalog.spark.DecoderCheck CASES`
+ * (compiled and run by tests/spark/jvm_checks.py) reads CASES (each case an int32 big-endian length, then that many
+ * bytes of a log: batches back to back) and prints one line per case: "ok" then every record as the reader walks the
+ * case (" R offset timestamp key value headers", fields in hex, "-" for null, headers as key=value joined by ","; a
+ * control record as " C offset type", -1 for a type Kafka does not name), or "error " and the error's report ("kind:
  * message"). A batch is checked and decoded as ColumnarReader does (CRC, then its records inflated within 1 MiB); a
- * partial batch at the end is the end, as in a segment.
- * Stateless; one thread.
+ * partial batch at the end is the end, as in a segment. Stateless; one thread.
  */
 public final class DecoderCheck {
     private static final long MAX_BYTES = 1 << 20;

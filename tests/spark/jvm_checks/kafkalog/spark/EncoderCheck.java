@@ -10,10 +10,10 @@ import java.io.PrintStream;
 
 /**
  * The sink's batch encoder on its own, for the tests that hold it to Kafka's bytes and the Cython encoder's:
- * `java -cp <jar>:<spark jars>/* kafkalog.spark.EncoderCheck CASES` reads CASES (each case an int32 record count,
- * then each record as int64 timestamp, key and value as int32 length (-1 null) and bytes, int32 header count and each
- * header's key and value likewise) and prints, per case, the batch MemoryRecordsBuilder builds of them, in hex.
- * Stateless; one thread.
+ * `kafkalog.spark.EncoderCheck CASES` (compiled and run by tests/spark/jvm_checks.py) reads CASES (each case an int32
+ * record count, then each record as int64 timestamp, key and value as int32 length (-1 null) and bytes, int32 header
+ * count and each header's key and value likewise) and prints, per case, the batch MemoryRecordsBuilder builds of them,
+ * in hex. Stateless; one thread.
  */
 public final class EncoderCheck {
     private static final char[] HEX = "0123456789abcdef".toCharArray();

@@ -14,10 +14,11 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * The reader's options on their own, for the test that runs one table of cases through both sources: `java -cp
- * <jar>:<spark jars>/* kafkalog.spark.OptionsCheck CASES`, CASES holding one JSON object per line ({"options":
- * {...}, "streaming": bool}), prints one JSON object per line: what Options made of them (the fields of
- * engine/spark/source.py's Settings, by the names below) or {"error": kind, "message": ...}. Stateless; one thread.
+ * The reader's options on their own, for the test that runs one table of cases through both sources:
+ * `kafkalog.spark.OptionsCheck CASES` (compiled and run by tests/spark/jvm_checks.py), CASES holding one JSON object
+ * per line ({"options": {...}, "streaming": bool}), prints one JSON object per line: what Options made of them (the
+ * fields of engine/spark/source.py's Settings, by the names below) or {"error": kind, "message": ...}. Stateless; one
+ * thread.
  */
 public final class OptionsCheck {
     private static final ObjectMapper JSON = new ObjectMapper();
