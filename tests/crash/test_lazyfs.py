@@ -113,7 +113,9 @@ def _run(*args: str) -> int:
 
 def _killed(lazyfs, what: str, *args: str) -> tuple[str, int]:
     """Run writer `what` on a fresh folder of the mount until it reports KILL_AFTER[what] steps done, SIGKILL it, then
-    drop every unsynced byte: (the folder, the last step it reported done)."""
+    drop every unsynced byte: (the folder, the last step it reported done). That is the last line it printed before
+    it died, read after the kill: the writer goes on while the kill is being sent, and a step it reported then is
+    done too (a writer prints a step once it is acknowledged)."""
     home, env = lazyfs
     path = str(home / "mnt" / what)
     proc = subprocess.Popen([sys.executable, "-m", "tests.crash.lazyfs_writer", what, path, *args], cwd=ROOT,
@@ -127,6 +129,7 @@ def _killed(lazyfs, what: str, *args: str) -> tuple[str, int]:
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)
+        done = max([done, *(int(line) for line in proc.stdout.read().splitlines(keepends=True) if line.endswith("\n"))])
         stderr = proc.stderr.read()
         proc.stdout.close()
         proc.stderr.close()
