@@ -9,7 +9,7 @@ implementation the process uses (engine.record.codec.IMPL); its own API is the t
 Each side is built by its factory on first use and kept: a factory that imports the native module raises ImportError
 where it is missing, and `selected` then fails at the import of the module asking, as the native core was required.
 Thread-safety: registration happens at import (under the import lock); `load` may build a side twice when two threads
-first ask at once, and keeps one, which is harmless (a factory is pure).
+first ask at once; the first kept is the one both get (a factory is pure).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def load(name: str, impl: str) -> Any:
         raise KeyError(f"no twin {name!r} is registered (its module registers it when imported): {names()}")
     key = (name, impl)
     if key not in _built:
-        _built[key] = _factories[name][impl]()
+        _built.setdefault(key, _factories[name][impl]())  # (two threads at once: both get the one kept)
     return _built[key]
 
 
