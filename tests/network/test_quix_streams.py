@@ -89,6 +89,10 @@ def _kill_with_a_transaction_open(app: subprocess.Popen, bootstrap: str, timeout
             app.send_signal(signal.SIGCONT)
             assert time.monotonic() < deadline and app.poll() is None, "no moment with uncommitted output was found"
             time.sleep(0.01)
+    except BaseException:
+        app.kill()  # (never left frozen behind a failed test)
+        app.wait()
+        raise
     finally:
         for p in probes:
             p.close()

@@ -13,18 +13,16 @@ import engine
 from engine.record import codec, twins
 from tests.conftest import IMPLEMENTATIONS
 
-EVERY_TWIN = ["accumulator", "codec", "follower_append", "leader_append", "log_read", "offset_map", "replica",
-              "segment_appender"]
-
-
-HOMES = ["engine.clients.accumulator", "engine.record.codec", "engine.txn.follower_append", "engine.txn.leader_append",
-         "engine.txn.log_read", "engine.segments.offset_map", "engine.replication.replica",
-         "engine.segments.segment_appender"]  # where each of EVERY_TWIN is defined
+HOMES = {"accumulator": "engine.clients.accumulator", "codec": "engine.record.codec",
+         "follower_append": "engine.txn.follower_append", "leader_append": "engine.txn.leader_append",
+         "log_read": "engine.txn.log_read", "offset_map": "engine.segments.offset_map",
+         "replica": "engine.replication.replica", "segment_appender": "engine.segments.segment_appender"}
+EVERY_TWIN = sorted(HOMES)  # (each twin, and the module that defines it)
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _registered():
-    for home in HOMES:
+    for home in HOMES.values():
         importlib.import_module(home)
 
 
