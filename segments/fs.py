@@ -121,7 +121,8 @@ class FileSystem:
 
     def __init__(self, fd_budget: int | None = None) -> None:
         self.fd_budget = fd_budget or default_fd_budget()
-        self._handles: OrderedDict[tuple, object] = OrderedDict()  # (path, mode) -> _Handle; ("map", id) -> owner
+        # (path, mode) -> _Handle; ("map", id) -> owner; public for the native reader, which tests it as track_map does
+        self.handles: OrderedDict[tuple, object] = OrderedDict()
         self._pool_lock = new_lock(reentrant=False)
         self._local = threading.local()  # `deferred_syncs` of this thread: None outside one, else the paths owed
         self._syncfs_by_device: dict[int, bool] = {}
@@ -134,16 +135,16 @@ class FileSystem:
             raise ValueError(f"a pooled handle's mode is one of {HANDLE_MODES}, not {mode!r}")
         key = (path, mode)
         with self._pool_lock:
-            entry = self._handles.get(key)
+            entry = self.handles.get(key)
             if entry is not None:
-                self._handles.move_to_end(key)
+                self.handles.move_to_end(key)
                 entry.pins += 1
                 return entry
         entry = _Handle(self.open(path, mode), self._pool_lock)
         with self._pool_lock:
-            raced = self._handles.get(key)
+            raced = self.handles.get(key)
             if raced is None:
-                self._handles[key] = entry
+                self.handles[key] = entry
             else:  # another thread opened it meanwhile: use theirs
                 raced.pins += 1
                 entry.file.close()
@@ -156,8 +157,8 @@ class FileSystem:
         """Unpinned handles and mappings to close, oldest first, until the pool is within budget (lock held); never
         `keep`, the mapping being used right now."""
         chosen = []
-        excess = len(self._handles) - self.fd_budget
-        for key, entry in self._handles.items():  # oldest first, and only as far as needed
+        excess = len(self.handles) - self.fd_budget
+        for key, entry in self.handles.items():  # oldest first, and only as far as needed
             if excess <= 0:
                 break
             if key != keep and (not isinstance(entry, _Handle) or entry.pins == 0):
@@ -167,7 +168,7 @@ class FileSystem:
 
     def _evict(self, key: tuple):
         """Take an entry out of the pool (lock held); a handle is marked so that `repin` refuses it."""
-        entry = self._handles.pop(key)
+        entry = self.handles.pop(key)
         if isinstance(entry, _Handle):
             entry.evicted = True
         return entry
@@ -178,7 +179,7 @@ class FileSystem:
                 v.file.close()
             elif not v.unmap():  # busy right now: it stays, counted, and goes another time
                 with self._pool_lock:
-                    self._handles[("map", id(v))] = v
+                    self.handles[("map", id(v))] = v
 
     def track_map(self, owner) -> None:
         """`owner` holds a mapping, which holds a descriptor (CPython keeps a duplicate); it counts against the
@@ -186,38 +187,38 @@ class FileSystem:
         next use). Each use moves it to the young end once the pool is half full; below that no room is needed
         soon, and a mapping already counted keeps its place (a read's mappings then cost no pool lock)."""
         key = ("map", id(owner))
-        if 2 * len(self._handles) < self.fd_budget and key in self._handles:
+        if 2 * len(self.handles) < self.fd_budget and key in self.handles:
             return
         with self._pool_lock:
-            if key in self._handles:
-                self._handles.move_to_end(key)
+            if key in self.handles:
+                self.handles.move_to_end(key)
                 return
-            self._handles[key] = owner
+            self.handles[key] = owner
             victims = self._victims(keep=key)
         self._close_all(victims)
 
     def untrack_map(self, owner) -> None:
         with self._pool_lock:
-            self._handles.pop(("map", id(owner)), None)
+            self.handles.pop(("map", id(owner)), None)
 
     def release(self, path: str) -> None:
         """Close the pooled handles on `path` (before it is renamed, replaced or removed)."""
         with self._pool_lock:
             doomed = [k for k in ((path, mode) for mode in HANDLE_MODES)
-                      if k in self._handles and self._handles[k].pins == 0]
+                      if k in self.handles and self.handles[k].pins == 0]
             files = [self._evict(k) for k in doomed]
         self._close_all(files)
 
     def open_handles(self) -> int:
         """Descriptors the pool holds now (handles and mappings)."""
         with self._pool_lock:
-            return len(self._handles)
+            return len(self.handles)
 
     def close_pool(self) -> None:
         """Close every unpinned pooled handle (mappings stay with their owners)."""
         with self._pool_lock:
-            files = [self._evict(k) for k in list(self._handles)
-                     if isinstance(self._handles[k], _Handle) and self._handles[k].pins == 0]
+            files = [self._evict(k) for k in list(self.handles)
+                     if isinstance(self.handles[k], _Handle) and self.handles[k].pins == 0]
         self._close_all(files)
 
     def direct_writes(self) -> bool:
@@ -352,7 +353,7 @@ class FileSystem:
 
     def rmtree(self, path: str) -> None:
         with self._pool_lock:
-            inside = [k for k in self._handles if k[0] != "map" and k[0].startswith(path + os.sep)]
+            inside = [k for k in self.handles if k[0] != "map" and k[0].startswith(path + os.sep)]
         for key in inside:
             self.release(key[0])
         shutil.rmtree(path)

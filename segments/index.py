@@ -31,7 +31,10 @@ INT32_MAX = 2**31 - 1
 
 
 class MmapIndex(ABC):
-    """A sparse index of fixed-size entries over an mmap (subclasses define the entries)."""
+    """A sparse index of fixed-size entries over an mmap (subclasses define the entries).
+    The native appender and reader (engine._native._segment_appender, _log_read) work on it through public members,
+    its seam: under `lock`, `entries`, the buffered entries `pending`, the `last` entry's fields, `write_pending()`,
+    `readable()` (the entries the file holds) and `mapped()` (the mapping, made on demand; `mapping` once made)."""
 
     ENTRY = struct.Struct(">ii")
     PENDING_ENTRIES = 64  # buffered entries written with one pwrite (the native appender reads it too)
@@ -43,10 +46,10 @@ class MmapIndex(ABC):
         is known not to exist (None: look)."""
         self.fs, self.path, self.base_offset, self.writable = fs, path, base_offset, writable
         self.entry_size = self.ENTRY.size
-        self._lock = new_lock()
-        self._pending = bytearray()  # entries counted in `entries` but not yet written
-        self._last = None  # the last entry's raw fields, cached
-        self._map = None
+        self.lock = new_lock()
+        self.pending = bytearray()  # entries counted in `entries` but not yet written
+        self.last = None  # the last entry's raw fields, cached
+        self.mapping = None
         self._unmade = False  # a new index whose file is not made yet (`_make`)
         try:
             if new is None:
@@ -81,60 +84,60 @@ class MmapIndex(ABC):
 
     def _map_file(self, length: int) -> None:
         """Map the first `length` bytes; the descriptor is closed at once (the mapping outlives it). Until a
-        failed mapping is retried (`_mapped`), the index has that many slots and no mapping."""
-        self._map = None
+        failed mapping is retried (`mapped`), the index has that many slots and no mapping."""
+        self.mapping = None
         self.fs.untrack_map(self)
         self.max_entries = length // self.entry_size
         if length and not self.writable:
             with self.fs.open(self.path, "rb") as f:
-                self._map = self.fs.pread(f, length, 0)
-            self.max_entries = len(self._map) // self.entry_size  # the file may have been trimmed meanwhile
+                self.mapping = self.fs.pread(f, length, 0)
+            self.max_entries = len(self.mapping) // self.entry_size  # the file may have been trimmed meanwhile
         elif length:
             with self.fs.open(self.path, "r+b") as f:
-                self._map = self.fs.mmap(f, length, True)
+                self.mapping = self.fs.mmap(f, length, True)
             self.fs.track_map(self)
 
     def _drop_map(self) -> None:
         """Close the mapping (lock held); a read-only index's copy is just let go."""
-        if self._map is not None and self.writable:
-            self._map.close()
-        self._map = None
+        if self.mapping is not None and self.writable:
+            self.mapping.close()
+        self.mapping = None
 
-    def _mapped(self):
+    def mapped(self):
         """The mapping (lock held), made again if the descriptor pool dropped it or a failed resize left none."""
-        if self._map is None:
+        if self.mapping is None:
             if self.max_entries:
                 self._make()
                 self._map_file(self.max_entries * self.entry_size)
         elif self.writable:  # a read-only index's copy holds no descriptor: the pool does not count it
             self.fs.track_map(self)
-        return self._map
+        return self.mapping
 
     def unmap(self) -> bool:
         """Drop the mapping for the descriptor pool (False, kept, while the index is in use)."""
-        if not self._lock.acquire(blocking=False):
+        if not self.lock.acquire(blocking=False):
             return False
         try:
             self._drop_map()
             return True
         finally:
-            self._lock.release()
+            self.lock.release()
 
     # --- entries --------------------------------------------------------------------------------
     def _raw(self, slot: int) -> tuple:
-        with self._lock:
-            written = self._readable() if self._pending else self.entries
+        with self.lock:
+            written = self.readable() if self.pending else self.entries
             if slot >= written:  # still buffered (a full disk): read from the buffer
-                return self.ENTRY.unpack_from(self._pending, (slot - written) * self.entry_size)
-            return self.ENTRY.unpack_from(self._mapped(), slot * self.entry_size)
+                return self.ENTRY.unpack_from(self.pending, (slot - written) * self.entry_size)
+            return self.ENTRY.unpack_from(self.mapped(), slot * self.entry_size)
 
     def _last_raw(self) -> tuple | None:
-        if self._last is None and self.entries:
-            self._last = self._raw(self.entries - 1)
-        return self._last
+        if self.last is None and self.entries:
+            self.last = self._raw(self.entries - 1)
+        return self.last
 
     def _put(self, *fields) -> None:
-        with self._lock:
+        with self.lock:
             if self.is_full():
                 raise KafkaStorageError(f"attempt to append to a full index ({self.entries} entries)",
                                         file=self.path)
@@ -142,41 +145,41 @@ class MmapIndex(ABC):
 
     def _write_entry(self, *fields) -> None:
         """Add the next entry (room already checked); written with the next batch of entries."""
-        self._pending += self.ENTRY.pack(*fields)
-        self._last = fields
+        self.pending += self.ENTRY.pack(*fields)
+        self.last = fields
         self.entries += 1
-        if len(self._pending) >= self.PENDING_ENTRIES * self.entry_size:
-            self._write_pending()
+        if len(self.pending) >= self.PENDING_ENTRIES * self.entry_size:
+            self.write_pending()
 
-    def _write_pending(self) -> None:
-        with self._lock:
-            if not self._pending:
+    def write_pending(self) -> None:
+        with self.lock:
+            if not self.pending:
                 return
             self._make()
-            start = (self.entries - len(self._pending) // self.entry_size) * self.entry_size
+            start = (self.entries - len(self.pending) // self.entry_size) * self.entry_size
             try:
                 with self.fs.handle(self.path, "r+b") as f:
-                    self.fs.pwrite(f, bytes(self._pending), start)
+                    self.fs.pwrite(f, bytes(self.pending), start)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot write index entries: {exc}", file=self.path,
                                         position=start) from exc
-            self._pending.clear()
+            self.pending.clear()
 
-    def _readable(self) -> int:
+    def readable(self) -> int:
         """The entries a lookup searches in the mapping (lock held): buffered ones are written first; when that fails
         (a full disk) only those already written, a sparser index, never a wrong answer: reading needs no space."""
         try:
-            self._write_pending()
+            self.write_pending()
         except KafkaStorageError:
-            return self.entries - len(self._pending) // self.entry_size
+            return self.entries - len(self.pending) // self.entry_size
         return self.entries
 
     def load_entries(self, data: bytes) -> None:
         """Append many already-ordered packed entries with one write (index rebuilding)."""
-        with self._lock:
-            self._write_pending()
+        with self.lock:
+            self.write_pending()
             count = len(data) // self.entry_size
-            self._last = None
+            self.last = None
             if self.entries + count > self.max_entries:
                 raise KafkaStorageError(f"{count} entries do not fit the index ({self.max_entries} slots)",
                                         file=self.path)
@@ -188,14 +191,14 @@ class MmapIndex(ABC):
 
     def release_handle(self) -> None:
         """Write buffered entries and close the write handle (reopened by the next append)."""
-        with self._lock:
-            self._write_pending()
+        with self.lock:
+            self.write_pending()
             self.fs.release(self.path)
 
     def _search(self, key: int) -> int:
-        with self._lock:
-            entries = self._readable() if self._pending else self.entries
-            return codec.index_search(self._mapped(), entries, self.entry_size, key) if entries else -1
+        with self.lock:
+            entries = self.readable() if self.pending else self.entries
+            return codec.index_search(self.mapped(), entries, self.entry_size, key) if entries else -1
 
     def _floor(self, key: int) -> tuple | None:
         """The raw fields of the largest entry whose key <= `key` (None if none), found and read under one lock."""
@@ -203,11 +206,11 @@ class MmapIndex(ABC):
 
     def _floor_slot(self, key: int) -> tuple[int, tuple | None]:
         """The slot of the largest entry whose key <= `key` (-1 if none) and its raw fields, under one lock."""
-        with self._lock:
-            entries = self._readable() if self._pending else self.entries
+        with self.lock:
+            entries = self.readable() if self.pending else self.entries
             if not entries:
                 return -1, None
-            mapping = self._mapped()
+            mapping = self.mapped()
             slot = codec.index_search(mapping, entries, self.entry_size, key)
             return slot, (self.ENTRY.unpack_from(mapping, slot * self.entry_size) if slot >= 0 else None)
 
@@ -227,8 +230,8 @@ class MmapIndex(ABC):
     # --- file management ------------------------------------------------------------------------
     def resize(self, new_size: int) -> bool:
         """Set the file to `new_size` bytes (whole entries), keeping the entries; False when it had that size."""
-        with self._lock:
-            self._write_pending()
+        with self.lock:
+            self.write_pending()
             length = max(self._round(new_size), self.size_in_bytes())
             if self.max_entries * self.entry_size == length:  # (the file's length, mapped or not)
                 return False
@@ -251,34 +254,34 @@ class MmapIndex(ABC):
         return self.resize(self.size_in_bytes())
 
     def truncate_to_entries(self, n: int) -> None:
-        with self._lock:
-            self._write_pending()
+        with self.lock:
+            self.write_pending()
             self.entries = min(self.entries, n)
-            self._last = None
+            self.last = None
 
     def reset(self, max_index_size: int) -> None:
         """Drop every entry and preallocate again (before a segment is recovered)."""
-        with self._lock:
-            self._pending.clear()
+        with self.lock:
+            self.pending.clear()
             self.entries = 0
-            self._last = None
+            self.last = None
             self.resize(max_index_size)
 
     def flush(self) -> None:
-        with self._lock:
+        with self.lock:
             if self.writable:
-                self._write_pending()
+                self.write_pending()
                 if not self._unmade:  # (an index never written holds nothing to make durable)
                     self.fs.fsync_path(self.path)
 
     def close(self, durable: bool = True) -> None:
         """Release the mapping and the handle, and trim the file to its entries; `durable`: fsync a file it trimmed
         (a clean shutdown's: the trimmed length survives a power loss)."""
-        with self._lock:
+        with self.lock:
             if self._unmade:
                 self._make_exact(durable)
                 return
-            self._write_pending()
+            self.write_pending()
             self._drop_map()
             self.fs.untrack_map(self)
             self.fs.release(self.path)
@@ -298,27 +301,27 @@ class MmapIndex(ABC):
         entries it has)."""
         try:
             with self.fs.open(self.path, "wb+") as f:
-                if self._pending:
-                    self.fs.write(f, bytes(self._pending))
+                if self.pending:
+                    self.fs.write(f, bytes(self.pending))
                 if durable:
                     self.fs.fsync(f)
         except OSError as exc:
             raise KafkaStorageError(f"cannot write the index: {exc}", file=self.path) from exc
-        self._pending.clear()
+        self.pending.clear()
         self._unmade = False
         self.max_entries = self.entries
 
     def rename_to(self, path: str) -> None:
-        with self._lock:
-            self._write_pending()
+        with self.lock:
+            self.write_pending()
             if not self._unmade:
                 self.fs.rename(self.path, path)
             self.path = path
 
     def close_unchanged(self) -> None:
         """Release the mapping without trimming the file (an index about to be rebuilt)."""
-        with self._lock:
-            self._pending.clear()
+        with self.lock:
+            self.pending.clear()
             self._drop_map()
             self.fs.untrack_map(self)
             self.fs.release(self.path)
@@ -328,8 +331,8 @@ class MmapIndex(ABC):
         the entries; here garbage in an index never steers a read."""
         self.sanity_check()
         if self.entries:
-            self._write_pending()
-            problem = self.check_entries(self.ENTRY.iter_unpack(self._mapped()[:self.entries * self.entry_size]),
+            self.write_pending()
+            problem = self.check_entries(self.ENTRY.iter_unpack(self.mapped()[:self.entries * self.entry_size]),
                                           log_size)
             if problem:
                 raise CorruptIndexError(problem, file=self.path)

@@ -24,78 +24,79 @@ EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -4, -5
 
 class LogSegments:
     def __init__(self) -> None:
-        self._lock = new_lock(reentrant=False)  # native with the core loaded: a reader takes it from C
-        self._segments: dict[int, LogSegment] = {}
-        self._bases: list[int] = []
+        # the native reader's seam: it reads `bases` and `by_base` under `lock`, as the methods below do
+        self.lock = new_lock(reentrant=False)  # native with the core loaded: a reader takes it from C
+        self.by_base: dict[int, LogSegment] = {}
+        self.bases: list[int] = []
 
     def add(self, seg: LogSegment) -> None:
-        with self._lock:
-            if seg.base_offset not in self._segments:
-                bisect.insort(self._bases, seg.base_offset)
-            self._segments[seg.base_offset] = seg
+        with self.lock:
+            if seg.base_offset not in self.by_base:
+                bisect.insort(self.bases, seg.base_offset)
+            self.by_base[seg.base_offset] = seg
 
     def remove(self, seg: LogSegment) -> None:
-        with self._lock:
-            del self._segments[seg.base_offset]
-            self._bases.remove(seg.base_offset)
+        with self.lock:
+            del self.by_base[seg.base_offset]
+            self.bases.remove(seg.base_offset)
 
     def __len__(self) -> int:
-        return len(self._bases)
+        return len(self.bases)
 
     def __contains__(self, base_offset: int) -> bool:
-        return base_offset in self._segments
+        return base_offset in self.by_base
 
     def all(self) -> list[LogSegment]:
         """Every segment, by base offset."""
-        with self._lock:
-            return [self._segments[b] for b in self._bases]
+        with self.lock:
+            return [self.by_base[b] for b in self.bases]
 
     @property
     def first(self) -> LogSegment:
-        with self._lock:
-            return self._segments[self._bases[0]]
+        with self.lock:
+            return self.by_base[self.bases[0]]
 
     @property
     def last(self) -> LogSegment:
-        with self._lock:
-            return self._segments[self._bases[-1]]
+        with self.lock:
+            return self.by_base[self.bases[-1]]
 
     def after(self, base_offset: int) -> list[LogSegment]:
         """The segments whose base offset is above `base_offset`."""
-        with self._lock:
-            return [self._segments[b] for b in self._bases[bisect.bisect_right(self._bases, base_offset):]]
+        with self.lock:
+            return [self.by_base[b] for b in self.bases[bisect.bisect_right(self.bases, base_offset):]]
 
     def next_base(self, base_offset: int) -> int | None:
         """The base offset of the segment after the one at `base_offset`, None for the last."""
-        with self._lock:
-            i = bisect.bisect_right(self._bases, base_offset)
-            return self._bases[i] if i < len(self._bases) else None
+        with self.lock:
+            i = bisect.bisect_right(self.bases, base_offset)
+            return self.bases[i] if i < len(self.bases) else None
 
     def holding(self, offset: int) -> tuple[LogSegment | None, int | None]:
         """The segment holding `offset` (the greatest base <= offset, else the first) with the next segment's base
         (None for the last); (None, None) when there are no segments."""
-        with self._lock:
-            return self._at(max(0, bisect.bisect_right(self._bases, offset) - 1))
+        with self.lock:
+            return self._at(max(0, bisect.bisect_right(self.bases, offset) - 1))
 
     def following(self, base_offset: int) -> tuple[LogSegment | None, int | None]:
         """The first segment above `base_offset` with the base of the one after it ((None, None) past the last)."""
-        with self._lock:
-            return self._at(bisect.bisect_right(self._bases, base_offset))
+        with self.lock:
+            return self._at(bisect.bisect_right(self.bases, base_offset))
 
     def _at(self, i: int) -> tuple[LogSegment | None, int | None]:
-        if i >= len(self._bases):
+        if i >= len(self.bases):
             return None, None
-        return self._segments[self._bases[i]], self._bases[i + 1] if i + 1 < len(self._bases) else None
+        return self.by_base[self.bases[i]], self.bases[i + 1] if i + 1 < len(self.bases) else None
 
     def from_offset(self, offset: int) -> Iterator[LogSegment]:
         """The segment holding `offset` (the greatest base <= offset, else the first), then every later one,
         lazily: a read usually needs only the first, and a log may have thousands."""
         last = None
         while True:
-            with self._lock:  # a few bases at a time, resuming after the last base seen (not an index)
-                i = (bisect.bisect_right(self._bases, last) if last is not None
-                     else max(0, bisect.bisect_right(self._bases, offset) - 1))
-                chunk = [self._segments[b] for b in self._bases[i:i + 8]]
+            with self.lock:  # a few bases at a time, resuming after the last base seen (not an index)
+                i = (bisect.bisect_right(self.bases, last) if last is not None
+                     else max(0, bisect.bisect_right(self.bases, offset) - 1))
+                chunk = [self.by_base[b] for b in self.bases[i:i + 8]]
             if not chunk:
                 return
             yield from chunk

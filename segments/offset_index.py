@@ -43,7 +43,7 @@ class OffsetIndex(MmapIndex):
         """lookup(offset), and the position of the second entry past the position found (None if none): the batch
         found and the next one indexed lie before it, where a lookup by time finds its answer (the time index names
         the last offset of a batch whose timestamps are at or below the one sought) unless timestamps go back."""
-        with self._lock:
+        with self.lock:
             slot, found = self._floor_slot(max(min(offset - self.base_offset, INT32_MAX), -1))
             after = 1 if slot < 0 and self.entries and self._raw(0)[1] == 0 else slot + 1  # past the position found
             following = self._raw(after + 1)[1] if after + 1 < self.entries else None

@@ -7,16 +7,20 @@ page table entries go, the page cache keeps the bytes). So a consumer scanning a
 it resident, not the whole segment, and a view of released pages reads them again from the page cache. Random reads
 release nothing (a release costs more than such a read).
 A lookup by time reads its batches with pread where no read is known to have touched the mapping (a first touch
-costs page faults, which cost more than the copy). So the reads that touched the mapping flag the FAULT_AROUND windows
-of its addresses they fell in (`touched`: the mapping and one flag per window); a release clears them, and a new
-mapping starts with none. The native reader (engine._native._log_read), which knows the mapping's address, flags and
-tests exactly the windows a read falls in; Python code, which does not, tests every window a span may fall in.
-On disk: nothing. Thread-safety: every method is called with the segment's lock held.
+costs page faults, which cost more than the copy). Knowing that takes the mapping's address: the FAULT_AROUND windows
+of the addresses reads fell in are flagged, a release clears them, a new mapping starts with none. Only the native
+twin (engine._native._residency, chosen by engine.record.twins as "residency") knows the address: the native log reader
+flags the windows it read through its cdef seam (`_residency.pxd`), and `all_touched` tests them. This twin flags
+nothing, so with it a lookup by time always preads.
+On disk: nothing. Thread-safety: every method is called with the segment's lock held (the native reader's flagging
+holds the GIL only: a flag raced makes one lookup choose the slower of two correct reads).
 """
 from __future__ import annotations
 
 import mmap
 from collections import deque
+
+from engine.record import twins
 
 RELEASE_BYTES = 8 << 20
 READERS = 8  # ranges remembered: as many sequential readers of one segment as are followed at once
@@ -25,18 +29,16 @@ _PAGE = mmap.PAGESIZE
 
 
 class Residency:
-    """The ranges readers are moving through, and the windows of the mapping that reads touched."""
+    """The ranges readers are moving through; the Python twin, which knows no mapping's address."""
 
     def __init__(self) -> None:
         self.ranges: deque[tuple[int, int]] = deque()  # the latest [start, end) read on through the mapping
-        self.touched: tuple[mmap.mmap, bytearray] | None = None  # (mapping, one flag per FAULT_AROUND window)
 
     def mapped(self, mapping: mmap.mmap) -> None:
-        """A new mapping of the whole `.log`: no window of it touched yet, at any address."""
-        self.touched = (mapping, bytearray(len(mapping) // FAULT_AROUND + 2))
+        """A new mapping of the whole `.log` (no window of it is flagged here)."""
 
     def unmapped(self) -> None:
-        self.touched = None
+        """The mapping is gone."""
 
     def note_read(self, mapping: mmap.mmap | None, position: int, nbytes: int) -> None:
         """`nbytes` were read at `position` through `mapping` (the newest one; None: none is left)."""
@@ -56,22 +58,18 @@ class Residency:
             top -= top % _PAGE
             if top > lo - lo % _PAGE:
                 mapping.madvise(mmap.MADV_DONTNEED, lo - lo % _PAGE, top - (lo - lo % _PAGE))
-                self._untouch(mapping, lo - lo % _PAGE, top)
             lo = position
         ranges.append((lo, hi))
 
-    def _untouch(self, mapping: mmap.mmap, start: int, end: int) -> None:
-        """Forget that reads touched the mapping's pages of [start, end): every window they may fall in, whatever
-        the mapping's address."""
-        touched = self.touched
-        if touched is not None and touched[0] is mapping:
-            flags = touched[1]
-            lo, hi = start // FAULT_AROUND, min(len(flags), (end - 1) // FAULT_AROUND + 2)
-            if hi > lo:
-                flags[lo:hi] = bytes(hi - lo)
-
     def all_touched(self, mapping: mmap.mmap | None, start: int, end: int) -> bool:
-        """Whether reads touched every window the mapping's bytes [start, end) may fall in, at any address."""
-        touched = self.touched
-        return (touched is not None and mapping is not None and touched[0] is mapping
-                and all(touched[1][start // FAULT_AROUND:(end - 1) // FAULT_AROUND + 2]))
+        """Whether reads are known to have touched every window the mapping's bytes [start, end) fall in: never here."""
+        return False
+
+
+def _native() -> type:
+    from engine._native import _residency
+    return _residency.Residency
+
+
+twins.register("residency", python=lambda: Residency, native=_native)
+selected = twins.selected("residency")  # the Residency class

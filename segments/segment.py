@@ -87,7 +87,7 @@ class LogSegment:
         self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
         self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
         self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
-        self._lock = new_lock()  # never replaced: the appender keeps it
+        self.lock = new_lock()  # never replaced: the appenders and the native reader keep it
         self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
         if self._new:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s empty answer)
             self.appender.max_ts = (-1, base_offset)
@@ -115,9 +115,15 @@ class LogSegment:
             self.open_index(names.TIME_INDEX)
         return self._time_index
 
+    def opened_indexes(self) -> tuple[OffsetIndex, TimeIndex] | None:
+        """Both indexes once both are open (a segment never replaces one), None before: what an appender may keep
+        without opening either."""
+        oi, ti = self._offset_index, self._time_index
+        return None if oi is None or ti is None else (oi, ti)
+
     def open_index(self, kind: str, check: bool = True) -> None:
         """Open one index; with `check`, an existing one whose entries are wrong makes both be rebuilt."""
-        with self._lock:
+        with self.lock:
             attr, cls = ("_offset_index", OffsetIndex) if kind == names.INDEX else ("_time_index", TimeIndex)
             if getattr(self, attr) is not None:
                 return
@@ -151,7 +157,7 @@ class LogSegment:
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
         """A zero-copy view of the `.log` bytes [start, end) through the segment's shared mapping (a read-only
         segment: a copy read with pread)."""
-        with self._lock:
+        with self.lock:
             end = self.appender.size if end is None else min(end, self.appender.size)
             if end <= start:
                 return memoryview(b"")
@@ -166,7 +172,7 @@ class LogSegment:
         """A copy of the `.log` bytes [start, end), read with pread (through the append handle while there is one):
         for the bytes just appended to the active segment, which a mapping would have to be remade to reach, and for
         a lookup's batches where the mapping is cold."""
-        with self._lock:
+        with self.lock:
             end = min(end, self.appender.size)
             if end <= start:
                 return b""
@@ -177,7 +183,7 @@ class LogSegment:
 
     def read_into(self, buffer, start: int, end: int) -> int:
         """read_bytes into the start of `buffer` (room for end - start bytes): how many, 0 with none at `start`."""
-        with self._lock:
+        with self.lock:
             end = min(end, self.appender.size)
             if end <= start:
                 return 0
@@ -202,7 +208,7 @@ class LogSegment:
 
     def window(self, start: int, end: int) -> memoryview:
         """A zero-copy view for a reader to keep (segments.segment_reads: a large one maps only its own window)."""
-        with self._lock:
+        with self.lock:
             end = min(end, self.appender.size)
             if end <= start:
                 return memoryview(b"")
@@ -214,12 +220,12 @@ class LogSegment:
 
     def unmap(self) -> bool:
         """Drop the mappings no reader holds, for the descriptor pool (False, kept, while busy or still viewed)."""
-        if not self._lock.acquire(blocking=False):
+        if not self.lock.acquire(blocking=False):
             return False
         try:
             return self.reads.release()
         finally:
-            self._lock.release()
+            self.lock.release()
 
     def append_handle(self):
         """The append handle, pinned (for a `with` block): the last one taken while the pool keeps it, else a new
@@ -231,7 +237,7 @@ class LogSegment:
 
     def release_handle(self) -> None:
         """Close the write handles (an inactive segment needs none; reads use mappings)."""
-        with self._lock:
+        with self.lock:
             self.fs.release(self.log_path)
             for index in (self._offset_index, self._time_index):
                 if index is not None:
@@ -261,7 +267,7 @@ class LogSegment:
         try:
             found = self._locate(start_offset, upper)
         except CorruptIndexError as exc:  # the index steered to a batch that does not match it: rebuild
-            with self._lock:
+            with self.lock:
                 self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
                 self.rebuild_indexes()
             found = self._locate(start_offset, upper)
@@ -341,7 +347,7 @@ class LogSegment:
         """(max timestamp so far, last offset of its batch), read from the indexes and the last batches once."""
         if self.appender.max_ts is not None:
             return self.appender.max_ts
-        with self._lock:
+        with self.lock:
             if self.appender.max_ts is None:
                 self.appender.max_ts = self.time_index.last_entry()
                 last_indexed = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
@@ -426,7 +432,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= `offset`; return the bytes removed."""
-        with self._lock:
+        with self.lock:
             mapping = self.translate_offset(offset, self.offset_index.lookup(offset)[1])
             self.offset_index.truncate_to(offset)
             self.time_index.truncate_to(offset)
@@ -446,7 +452,7 @@ class LogSegment:
     def recover(self, upper: int | None = None) -> int:
         """Validate every batch (size, CRC, offsets continuing and below `upper`), truncate at the first
         invalid one and rebuild the indexes; return the bytes removed."""
-        with self._lock:
+        with self.lock:
             valid = segment_recovery.index_valid_prefix(self, upper, recovering=True)
             truncated = self.appender.size - valid
             if truncated:
@@ -455,7 +461,7 @@ class LogSegment:
 
     def rebuild_indexes(self, upper: int | None = None) -> None:
         """Rebuild both indexes from the batches (up to the first that fails the checks of `recover`)."""
-        with self._lock:
+        with self.lock:
             segment_recovery.index_valid_prefix(self, upper, recovering=False)
 
     def read_next_offset(self) -> int:
@@ -471,7 +477,7 @@ class LogSegment:
     # --- lifecycle ----------------------------------------------------------------------------
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, indexes trimmed to their entries."""
-        with self._lock:
+        with self.lock:
             self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
@@ -483,7 +489,7 @@ class LogSegment:
     def start_flush(self) -> None:
         """Begin writing the `.log`'s appended bytes to the device without waiting for them (a writer of a whole new
         segment, such as the cleaner, calls it as it goes, so the `flush` it ends with has little left to wait for)."""
-        with self._lock:
+        with self.lock:
             try:
                 with self.append_handle() as f:
                     self.fs.start_writeback(f)
@@ -491,7 +497,7 @@ class LogSegment:
                 raise KafkaStorageError(f"flush failed: {exc}", file=self.log_path) from exc
 
     def flush(self) -> None:
-        with self._lock:
+        with self.lock:
             try:
                 with self.append_handle() as f:
                     self.fs.fsync(f)
@@ -505,7 +511,7 @@ class LogSegment:
 
     def close(self, durable: bool = True) -> None:
         """Close the files; `durable`: the indexes it trims are fsynced (a clean shutdown's, not a deletion's)."""
-        with self._lock:
+        with self.lock:
             if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
                 self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             for index in (self._offset_index, self._time_index):
@@ -522,7 +528,7 @@ class LogSegment:
 
     def change_suffix(self, suffix: str) -> None:
         """Rename every file of the segment (e.g. to `.deleted`), keeping them open."""
-        with self._lock:
+        with self.lock:
             for kind in names.SEGMENT_SUFFIXES:
                 old = self._path(kind)
                 if self.fs.exists(old):

@@ -102,7 +102,7 @@ class SegmentAppender:
             size = len(data)
         if not size:
             return
-        with seg._lock:
+        with seg.lock:
             position = self._start(largest_offset, largest_timestamp, size)
             max_ts = seg.max_timestamp_and_offset()[0]  # before the write: it may open the indexes
             self._write(data, size, position)

@@ -24,7 +24,7 @@ from engine.common.errors import CorruptIndexError
 from engine.record import batch_format as bf
 from engine.record import codec
 from engine.record.records import first_in_batches
-from engine.segments.residency import Residency
+from engine.segments import residency as residency_twins
 
 WINDOW_BYTES = 1 << 20
 LOOKUP_READ_BYTES = 256 << 10  # the most a lookup by time reads with pread before it reads through the mapping
@@ -48,7 +48,7 @@ class MappedReads:
         self.segment = segment
         self.maps: list = []  # every mmap of the .log that may still have live views
         self.map = None  # the newest one
-        self.residency = Residency()
+        self.residency = residency_twins.selected()
 
     def view(self, start: int, end: int) -> memoryview:
         """A view of the bytes [start, end) (within the file; lock held) through the shared mapping."""
@@ -124,7 +124,7 @@ class MappedReads:
 
     def note_read(self, position: int, nbytes: int) -> None:
         """A reader read `nbytes` at `position` through the shared mapping (see segments.residency)."""
-        with self.segment._lock:
+        with self.segment.lock:
             self.residency.note_read(self.map, position, nbytes)
 
     def find_by_timestamp(self, timestamp: int, starting_offset: int, position: int, following: int | None):
@@ -142,10 +142,9 @@ class MappedReads:
     def cold_read(self, position: int, following: int | None) -> bytes | None:
         """For a lookup by time: the batches from the indexed `position` to `following` (OffsetIndex.lookup_span's;
         else the segment's end) read with pread, unless the mapping is known to be touched there or they are more than
-        LOOKUP_READ_BYTES (None: read them through the mapping). Known here means every window the span may fall
-        in, at whatever address (the native reader checks the windows it does fall in)."""
+        LOOKUP_READ_BYTES (None: read them through the mapping); known as segments.residency says."""
         seg = self.segment
-        with seg._lock:
+        with seg.lock:
             size = seg.appender.size
             end = following if following is not None and position < following <= size else size
             if not position < end <= position + LOOKUP_READ_BYTES:

@@ -42,7 +42,7 @@ class TimeIndex(MmapIndex):
         if timestamp > last_ts:
             if not skip_full_check and self.is_full():
                 raise InvalidOffsetError("attempt to append to a full time index", file=self.path)
-            with self._lock:
+            with self.lock:
                 if self.entries >= self.max_entries:
                     raise InvalidOffsetError("the time index has no room left", file=self.path)
                 self._write_entry(timestamp, self.relative(offset))

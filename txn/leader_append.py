@@ -37,7 +37,7 @@ class LeaderAppender:
         size = view.nbytes
         if config.compact or size > config.segment_bytes or config.leader_checks and not _stored_as_sent(config, view):
             return None
-        with log._lock:
+        with log.lock:
             append_time = log.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = local.log_end_offset
             ps = log.producer_state
@@ -46,7 +46,7 @@ class LeaderAppender:
                 done = local.append_batch(data, first, leader_epoch, append_time, config.max_message_bytes, log.dir,
                                           producer)
             except OSError as exc:
-                raise log._storage_error("append", exc) from exc
+                raise log.storage_error("append", exc) from exc
             if done is None:
                 return None
             end, max_ts, offset_of_max = done

@@ -153,7 +153,7 @@ class UnifiedLog:
         named = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         self._changes = None if named is not None and named[0] in INTERNAL_TOPICS else LOGS  # (see above)
         self.cleaner_checkpoint = cleaner_checkpoint  # the first dirty offset the last clean left (None: never)
-        self._lock = new_lock()
+        self.lock = new_lock()  # appends, rolls and truncations; the appenders and the native reader take it too
         self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
                               log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
         self.recovery = self.local.recovery
@@ -347,7 +347,7 @@ class UnifiedLog:
         if size > config.segment_bytes:
             raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={config.segment_bytes}",
                                            file=self.dir)
-        with self._lock:
+        with self.lock:
             append_time = self.clock.time_ms() if config.message_timestamp_type == "LogAppendTime" else -1
             first = self.local.log_end_offset
             ps = self.producer_state
@@ -422,7 +422,7 @@ class UnifiedLog:
         if info is not None:
             return info
         batches = self._validate(data)
-        with self._lock:
+        with self.lock:
             leo = self.log_end_offset
             if batches[0].base_offset < leo:
                 raise InvalidOffsetError(f"follower append at {batches[0].base_offset} is below the LEO {leo}",
@@ -473,9 +473,10 @@ class UnifiedLog:
                 self._roll(first)
                 self.local.append(last, max_ts, offset_of_max, data, size, batches)
         except OSError as exc:
-            raise self._storage_error("append", exc) from exc
+            raise self.storage_error("append", exc) from exc
 
-    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+    def storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        """The KafkaStorageError `exc` makes of `what` on this log (the appenders, native or not, raise it)."""
         return KafkaStorageError(f"{what} failed: {exc}", file=getattr(exc, "filename", None) or self.dir)
 
     @contextmanager
@@ -484,11 +485,11 @@ class UnifiedLog:
         try:
             yield
         except OSError as exc:
-            raise self._storage_error(what, exc) from exc
+            raise self.storage_error(what, exc) from exc
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, LEO); the old one is flushed."""
-        with self._lock, self._storage("roll"):
+        with self.lock, self._storage("roll"):
             return self._roll(expected_next_offset)
 
     def _roll(self, expected_next_offset: int | None) -> LogSegment:
@@ -502,13 +503,13 @@ class UnifiedLog:
     # --- flushing -------------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, offset); advance the recovery point."""
-        with self._lock, self._storage("flush"):
+        with self.lock, self._storage("flush"):
             self.local.flush(offset)
             self.leader_epochs.sync()
 
     def maybe_flush_on_time(self) -> bool:
         """Flush if `flush.ms` passed since the last flush (the background flusher calls this)."""
-        with self._lock, self._storage("flush"):
+        with self.lock, self._storage("flush"):
             if self.local.flush_due():
                 self.local.flush()
                 self.leader_epochs.sync()
@@ -536,7 +537,7 @@ class UnifiedLog:
     def tail(self) -> tuple[int, int, int]:
         """(LEO, active segment base, its size): taken together, so the bytes before that size are exactly the
         batches below that LEO (an append moves both under the log's lock)."""
-        with self._lock:
+        with self.lock:
             seg = self.local.active_segment
             return self.log_end_offset, seg.base_offset, seg.size
 
@@ -545,7 +546,7 @@ class UnifiedLog:
         fits `max_bytes`: the batches read back without an index lookup or a scan (they are whole: written
         under the lock held here). None when that does not hold; `read` then serves the fetch."""
         offset, base, position = mark
-        with self._lock:
+        with self.lock:
             seg = self.local.active_segment
             leo, size = self.log_end_offset, seg.size
             if seg.base_offset != base or size < position or leo < offset or size - position > max_bytes:
@@ -591,7 +592,7 @@ class UnifiedLog:
         """Remove everything at and after `offset`; False if there was nothing to remove."""
         if offset < 0:
             raise InvalidOffsetError(f"cannot truncate to a negative offset {offset}", file=self.dir)
-        with self._lock:
+        with self.lock:
             if offset >= self.log_end_offset:
                 return False
             if offset < self.segments[0].base_offset:
@@ -606,7 +607,7 @@ class UnifiedLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`."""
-        with self._lock:
+        with self.lock:
             self.local.truncate_fully_and_start_at(offset)
             self._clamp_cleaner_checkpoint()
             self.log_start_offset = self.high_watermark = offset
@@ -630,7 +631,7 @@ class UnifiedLog:
     # --- log start and retention --------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (clamped to [log start, LEO]); the partition above owns its meaning."""
-        with self._lock:
+        with self.lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
             self.producer_state.on_high_watermark(self.high_watermark)
             self._bound_moved()
@@ -638,7 +639,7 @@ class UnifiedLog:
 
     def delete_records(self, offset: int) -> int:
         """Raise the log start offset to `offset` (-1: the high watermark); never past the HW."""
-        with self._lock:
+        with self.lock:
             offset = self.high_watermark if offset == -1 else offset
             if offset > self.high_watermark or offset < 0:
                 raise OffsetOutOfRangeError(
@@ -676,7 +677,7 @@ class UnifiedLog:
     def _delete_while(self, predicate) -> int:
         """Remove the oldest segments while `predicate(segment, next segment)` holds and the segment lies
         wholly below the high watermark (an empty active segment is never removed)."""
-        with self._lock:
+        with self.lock:
             segs = self.segments
             doomed = []
             for i, seg in enumerate(segs):
@@ -701,7 +702,7 @@ class UnifiedLog:
     def active_producers(self) -> dict[int, ActiveProducer]:
         """Each tracked producer's last data offset (or, after a marker, its epoch): a clean keeps that batch
         (Kafka's lastRecordsOfActiveProducers)."""
-        with self._lock:
+        with self.lock:
             return {pid: ActiveProducer(e.batches[-1].last_offset if e.batches else None, e.epoch)
                     for pid, e in self.producer_state.producers.items()}
 
@@ -710,7 +711,7 @@ class UnifiedLog:
         calculateCleanableBytes): a clean stops at the LSO (at most the HW), the active segment, and the first
         segment holding a record newer than `min.compaction.lag.ms`, rounded down to the base of the segment that
         holds it, as only whole segments are cleaned."""
-        with self._lock:
+        with self.lock:
             dirty = self.first_dirty_offset()
             bound = min(self.last_stable_offset, self.active_segment.base_offset)
             lag = self.config.min_compaction_lag_ms
@@ -731,7 +732,7 @@ class UnifiedLog:
     def replace_segments(self, new: list[LogSegment], old: list[LogSegment]) -> None:
         """Swap a clean's segments in for `old` (segments.local_log.replace_segments), unless the log changed
         under the clean (a truncation, retention, or a roll into them): CleaningAbortedError then."""
-        with self._lock, self._storage("swap"):
+        with self.lock, self._storage("swap"):
             live = {seg.base_offset: seg for seg in self.segments}
             if any(live.get(seg.base_offset) is not seg or seg is self.active_segment for seg in old):
                 raise CleaningAbortedError(f"{self.dir} changed while it was cleaned", file=self.dir)
@@ -739,11 +740,11 @@ class UnifiedLog:
 
     def delete_pending_files(self) -> int:
         """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""
-        with self._lock:
+        with self.lock:
             return self.local.delete_pending_files()
 
     def remove_expired_producers(self) -> int:
-        with self._lock:
+        with self.lock:
             return self.producer_state.remove_expired(self.clock.time_ms())
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -756,7 +757,7 @@ class UnifiedLog:
                 pending.closed = True
             if self.__dict__.get("_pending") is pending:
                 return
-        with self._lock:
+        with self.lock:
             if flush:
                 self.producer_state.map_end_offset = self.log_end_offset
                 self.producer_state.take_snapshot()

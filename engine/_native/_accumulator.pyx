@@ -169,7 +169,7 @@ cdef class AsyncRecordFuture:
         self._asyncio_future_blocking = False
 
     def get_loop(self):
-        return self._owner._loop
+        return self._owner.loop
 
     def done(self):
         return self._cancelled or self.batch.done
@@ -181,7 +181,7 @@ cdef class AsyncRecordFuture:
         if self._cancelled or self.batch.done:
             return False
         self._cancelled = True
-        self._owner._run_callbacks(self)
+        self._owner.run_callbacks(self)
         return True
 
     def result(self):
@@ -200,12 +200,12 @@ cdef class AsyncRecordFuture:
 
     def add_done_callback(self, fn, *, context=None):
         if self._cancelled or self.batch.done:
-            self._owner._loop.call_soon(fn, self, context=context)
+            self._owner.loop.call_soon(fn, self, context=context)
         else:
-            self._owner._waiting[self.batch].append((self, fn, context))
+            self._owner.waiting[self.batch].append((self, fn, context))
 
     def remove_done_callback(self, fn):
-        return self._owner._remove_callback(self, fn)
+        return self._owner.remove_callback(self, fn)
 
     def __await__(self):
         if not (self._cancelled or self.batch.done):
@@ -319,7 +319,7 @@ cdef class RecordAccumulator:
         return f
 
     def send_async(self, owner, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        """send() for engine.aio: returns an AsyncRecordFuture reporting to `owner`, whose `_track(batch)` is called
+        """send() for engine.aio: returns an AsyncRecordFuture reporting to `owner`, whose `track(batch)` is called
         once for each batch this opens, before any batch is pushed out."""
         cdef int flags = 0
         cdef AsyncRecordFuture f = AsyncRecordFuture.__new__(AsyncRecordFuture)
@@ -328,7 +328,7 @@ cdef class RecordAccumulator:
         f._asyncio_future_blocking = False
         if flags:
             if flags & 1:
-                owner._track(f.batch)
+                owner.track(f.batch)
             self._notify(flags)
         return f
 

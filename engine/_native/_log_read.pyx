@@ -14,17 +14,18 @@ last batch before the answer's, so most lookups copy one batch, not two).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
 from libc.errno cimport errno
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from engine._native._codec cimport HEADER_SIZE
 from engine._native._log_scan cimport as_int64, check_epochs, index_floor, read_all, scan_headers, span_of
 from engine._native._records cimport first_in, passed_by
 from engine._native._lock cimport Lock
+from engine._native._residency cimport Residency
 
 import os
 
@@ -38,10 +39,9 @@ cdef object _EMPTY = memoryview(b"")
 cdef enum:
     ENTRY_SIZE = 8  # an `.index` entry: int32 offset relative to the segment's base, int32 position
     TIME_ENTRY_SIZE = 12  # a `.timeindex` entry: int64 timestamp, int32 offset relative to the segment's base
-    FAULT_WINDOW = 64 << 10  # segments.residency.FAULT_AROUND: the windows of a mapping's addresses a fault maps
     LOOKUP_READ_BYTES = 256 << 10  # segments.segment_reads.LOOKUP_READ_BYTES
 
-FAULT_AROUND, LOOKUP_READ = FAULT_WINDOW, LOOKUP_READ_BYTES  # for the test that they are the segment layer's
+LOOKUP_READ = LOOKUP_READ_BYTES  # for the test that it is the segment layer's
 
 
 @cython.final
@@ -53,7 +53,7 @@ cdef class _Pool:
     cdef Py_ssize_t budget
 
     def __init__(self, fs):
-        self.fs, self.handles, self.budget = fs, fs._handles, fs.fd_budget
+        self.fs, self.handles, self.budget = fs, fs.handles, fs.fd_budget
 
     cdef int track(self, object owner, object key) except -1:
         """FileSystem.track_map(owner): its first test (the pool less than half full and `key`, the owner's
@@ -70,7 +70,8 @@ cdef class _Segment:
     keeps it: readers on other threads share the reader, and each works from the record it took."""
 
     cdef object segment, appender, index, segment_key, index_key
-    cdef object reads, residency        # its MappedReads (segments.segment_reads) and their Residency
+    cdef object reads                   # its MappedReads (segments.segment_reads)
+    cdef Residency residency            # theirs, when it is the native twin (None: nothing is flagged)
     cdef Lock segment_lock, index_lock
     cdef _Pool pool
     cdef int64_t base
@@ -80,12 +81,14 @@ cdef class _Segment:
 
     def __init__(self, segment, _Pool pool):
         index = segment.offset_index
-        self.segment_lock, self.index_lock = segment._lock, index._lock
+        self.segment_lock, self.index_lock = segment.lock, index.lock
         self.appender, self.index, self.base = segment.appender, index, segment.base_offset
         self.segment_key, self.index_key = ("map", id(segment)), ("map", id(index))
         self.pool = pool if pool is not None and pool.fs is segment.fs else _Pool(segment.fs)
         self.direct = segment.fs.direct_reads()
-        self.reads, self.residency = segment.reads, segment.reads.residency
+        self.reads = segment.reads
+        residency = segment.reads.residency
+        self.residency = residency if isinstance(residency, Residency) else None
         self.segment = segment
 
 
@@ -106,8 +109,8 @@ cdef class LogReader:
         segments = log.local.segments
         self.log, self.local, self.epochs = log, log.local, log.leader_epochs
         self.fetch, self.new_tuple, self._window = fetch_type, tuple.__new__, window_bytes
-        self._lock, self._list_lock = log._lock, segments._lock
-        self._bases, self._by_base = segments._bases, segments._segments
+        self._lock, self._list_lock = log.lock, segments.lock
+        self._bases, self._by_base = segments.bases, segments.by_base
         self._active = self._last = self._looked_up = None
 
     def read(self, offset, max_size, upper_bound, bint min_one_message):
@@ -177,7 +180,8 @@ cdef class LogReader:
             end = span_of(p + found[1], stop - found[1], max_bytes, min_one_message, found[3], upper, entries)
             if end < 0:
                 return None
-            _touch(seg.residency.touched, mapping.obj, p, position, found[1] + end)
+            if seg.residency is not None:
+                seg.residency.touch(mapping.obj, p, position, found[1] + end)
         finally:
             PyBuffer_Release(&buf)
         seg.reads.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
@@ -277,7 +281,7 @@ cdef bint _time_floor(_Segment seg, int64_t timestamp, int64_t *offset) except -
     cdef int found
     if seg.time_index is None:
         index = seg.segment.time_index  # opens it
-        seg.time_lock, seg.time_key, seg.time_index = index._lock, ("map", id(index)), index
+        seg.time_lock, seg.time_key, seg.time_index = index.lock, ("map", id(index)), index
     found = _search(seg.time_index, seg.time_lock, seg.pool, seg.time_key, TIME_ENTRY_SIZE, timestamp, entry, NULL)
     offset[0] = seg.base + entry[1] if found > 0 else seg.base
     return found >= 0
@@ -297,12 +301,12 @@ cdef int _search(object index, Lock lock, _Pool pool, object pool_key, int entry
         following[0] = -1
     lock.take()
     try:
-        entries = index._readable() if index._pending else index.entries
+        entries = index.readable() if index.pending else index.entries
         if not entries:
             return 0
-        mapping = index._map  # MmapIndex._mapped
+        mapping = index.mapping  # MmapIndex.mapped
         if mapping is None:
-            mapping = index._mapped()
+            mapping = index.mapped()
             if mapping is None:
                 return -1
         else:
@@ -447,50 +451,9 @@ cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except
         if not position < end <= position + LOOKUP_READ_BYTES:
             return -1
         mapping = seg.reads.map
-        if mapping is not None and len(mapping) >= size and _all_touched(seg.residency.touched, mapping, position, end):
+        if (mapping is not None and len(mapping) >= size and seg.residency is not None
+                and seg.residency.all_touched(mapping, position, end)):
             return -1
         return end
     finally:
         seg.segment_lock.give()
-
-
-cdef bint _windows(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end,
-                   Py_ssize_t *lo, Py_ssize_t *hi):
-    """The flags of `touched` (Residency.touched) for the windows [lo, hi) that the mapping's bytes [start, end) fall
-    in, `base` the mapping's address; False when `touched` is not that mapping's."""
-    cdef uintptr_t shift = <uintptr_t>base % FAULT_WINDOW
-    if touched is None or (<tuple>touched)[0] is not mapping or end <= start:
-        return False
-    lo[0] = <Py_ssize_t>((shift + <uintptr_t>start) // FAULT_WINDOW)
-    hi[0] = min(<Py_ssize_t>((shift + <uintptr_t>end - 1) // FAULT_WINDOW) + 1,
-                PyByteArray_GET_SIZE((<tuple>touched)[1]))
-    return lo[0] < hi[0]
-
-
-cdef bint _all_touched(object touched, object mapping, int64_t start, int64_t end) except -1:
-    """Whether reads touched every window of the mapping's addresses that its bytes [start, end) fall in."""
-    cdef Py_buffer buf
-    cdef Py_ssize_t lo, hi, i
-    cdef const char *flags
-    PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
-    try:
-        if not _windows(touched, mapping, <const uint8_t *>buf.buf, start, end, &lo, &hi):
-            return False
-        flags = PyByteArray_AS_STRING((<tuple>touched)[1])
-        for i in range(lo, hi):
-            if not flags[i]:
-                return False
-        return True
-    finally:
-        PyBuffer_Release(&buf)
-
-
-cdef int _touch(object touched, object mapping, const uint8_t *base, int64_t start, int64_t end) except -1:
-    """Flag the windows of the mapping's addresses (`base` its address) that a read of its bytes [start, end) touched."""
-    cdef Py_ssize_t lo, hi, i
-    cdef char *flags
-    if _windows(touched, mapping, base, start, end, &lo, &hi):
-        flags = PyByteArray_AS_STRING((<tuple>touched)[1])
-        for i in range(lo, hi):
-            flags[i] = 1
-    return 0

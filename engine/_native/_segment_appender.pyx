@@ -119,11 +119,11 @@ cdef int _add_entry(object index, object pending, int64_t entries, const uint8_t
     cdef Py_ssize_t n = PyByteArray_GET_SIZE(pending)
     PyByteArray_Resize(pending, n + entry_size)
     memcpy(PyByteArray_AS_STRING(pending) + n, entry, entry_size)
-    index._last = last
+    index.last = last
     index.entries = entries + 1
     if n + entry_size >= pending_entries * entry_size:
         try:
-            index._write_pending()
+            index.write_pending()
         except (OSError, KafkaStorageError) as exc:
             log.error("could not write the index entries of %s: %s", index.path, exc)
     return 0
@@ -161,7 +161,7 @@ cdef class SegmentAppender:
         self.base_offset = segment.base_offset
         self.interval = segment.config.index_interval_bytes
         self.direct = segment.fs.direct_writes()
-        self._seg_lock = segment._lock
+        self._seg_lock = segment.lock
         self._pinned = None
         self._oi = self._ti = None
 
@@ -195,13 +195,13 @@ cdef class SegmentAppender:
     cdef bint _indexes(self) except -1:
         """Whether the segment has opened both indexes; once it has, they are kept here with their locks' methods
         (a segment opens each index once and never replaces it)."""
-        cdef object seg, oi, ti
+        cdef object opened, oi, ti
         if self._oi is None:
-            seg = self.segment
-            oi, ti = seg._offset_index, seg._time_index
-            if oi is None or ti is None:
+            opened = self.segment.opened_indexes()
+            if opened is None:
                 return False
-            self._oi_lock, self._ti_lock = oi._lock, ti._lock
+            oi, ti = opened
+            self._oi_lock, self._ti_lock = oi.lock, ti.lock
             self._pending_entries = oi.PENDING_ENTRIES
             self._oi, self._ti = oi, ti
         return True
@@ -407,15 +407,15 @@ cdef class SegmentAppender:
         cdef uint8_t entry[12]
         if not (oi.writable and ti.writable) or not 0 <= rel <= INT32_MAX:
             return False
-        opending, tpending = oi._pending, ti._pending
+        opending, tpending = oi.pending, ti.pending
         if not (PyByteArray_CheckExact(opending) and PyByteArray_CheckExact(tpending)):
             return False
-        oentries, olast = oi.entries, oi._last
+        oentries, olast = oi.entries, oi.last
         if oentries >= <int64_t>oi.max_entries or (oentries and (olast is None or rel <= <int64_t>olast[0])):
             return False
         tentries = ti.entries
         if tentries:
-            tlast = ti._last
+            tlast = ti.last
             if tlast is None:
                 return False
             last_ts, last_rel = tlast[0], tlast[1]
@@ -450,7 +450,7 @@ cdef class _OneCallAppend:
     def __init__(self, log, info_type):
         self.log, self.local, self.ps, self.epochs = log, log.local, log.producer_state, log.leader_epochs
         self.clock, self.source, self.info, self.new_tuple = log.clock, log.dir, info_type, tuple.__new__
-        self._lock = log._lock
+        self._lock = log.lock
         self._config = self._segment = self._appender = None
 
     cdef int _configure(self, object config) except -1:
@@ -536,7 +536,7 @@ cdef class LeaderAppender(_OneCallAppend):
                     end = out[0] + 1
                     self._appended(end)
                 except OSError as exc:
-                    raise self.log._storage_error("append", exc) from exc
+                    raise self.log.storage_error("append", exc) from exc
                 self._epoch_starts(leader_epoch, first)
                 if producer is not None:
                     self.ps.append_next(producer, first, out[0], out[1])
@@ -596,7 +596,7 @@ cdef class FollowerAppender(_OneCallAppend):
                     self._appender._append(last, max_ts, offset_of_max, data, n, extents, NULL, 0)
                     self._appended(last + 1)
                 except OSError as exc:
-                    raise self.log._storage_error("append", exc) from exc
+                    raise self.log.storage_error("append", exc) from exc
                 self._account(p, n)
                 self.ps.map_end_offset = last + 1
                 return self.new_tuple(self.info, (first, last, max_ts, offset_of_max, -1, count, n, False, -1))

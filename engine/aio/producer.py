@@ -96,6 +96,79 @@ class BatchBuilder:
         self._closed = True
 
 
+class BatchWaiters:
+    """What one AIOKafkaProducer's record futures report to (engine.clients.accumulator.AsyncRecordFuture and its
+    native twin): the producer's `loop`, the done callbacks `waiting` on each batch not yet appended, `track(batch)`
+    (called by the accumulator for each batch a send opens), `run_callbacks(future)` (a cancelled future's) and
+    `remove_callback(future, fn)`. It also keeps the counts send() and flush() wait on: `room` is set while fewer than
+    `max_pending` batches are pending (only where batches are handed to the sender thread), `drained` whenever none
+    is, and `ready` says that send() may go straight through (started, not stopped, room)."""
+
+    def __init__(self, max_pending: int, hand_off: bool) -> None:
+        self.max_pending, self.hand_off = max_pending, hand_off
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = -1
+        self.waiting: dict = {}  # batch -> [(future, callback, context)] of its futures' done callbacks
+        self.drained: asyncio.Event | None = None
+        self.room: asyncio.Event | None = None
+        self.stopped = self.ready = False
+
+    def start(self) -> None:
+        """Bind to the running loop."""
+        self.loop, self.loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        self.drained, self.room = asyncio.Event(), asyncio.Event()
+        self.drained.set()
+        self.room.set()
+        self.ready = True
+
+    def stop(self) -> None:
+        self.stopped, self.ready = True, False
+
+    def track(self, batch) -> None:
+        """Follow a batch first seen here until it is appended: its futures' callbacks, flush() and the pending
+        count wait for it."""
+        self.waiting[batch] = []
+        self.drained.clear()
+        if len(self.waiting) >= self.max_pending and self.hand_off:
+            self.room.clear()
+            self.ready = False
+        loop, loop_thread, in_loop = self.loop, self.loop_thread, self._done_in_loop
+
+        def done(_result) -> None:  # (any thread: the one that appended the batch)
+            if threading.get_ident() == loop_thread:
+                in_loop(batch)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing awaits the batch any more
+                    loop.call_soon_threadsafe(in_loop, batch)
+
+        batch.on_done(0, done, done)
+
+    def _done_in_loop(self, batch) -> None:
+        for future, fn, context in self.waiting.pop(batch, ()):
+            self.loop.call_soon(fn, future, context=context)
+        if len(self.waiting) < self.max_pending and not self.room.is_set():
+            self.room.set()
+            self.ready = not self.stopped
+        if not self.waiting:
+            self.drained.set()
+
+    def run_callbacks(self, future) -> None:
+        """A cancelled future's callbacks, now."""
+        waiting = self.waiting.get(future.batch, [])
+        for entry in [e for e in waiting if e[0] is future]:
+            waiting.remove(entry)
+            self.loop.call_soon(entry[1], future, context=entry[2])
+
+    def remove_callback(self, future, fn) -> int:
+        waiting = self.waiting.get(future.batch)
+        if not waiting:
+            return 0
+        kept = [entry for entry in waiting if entry[0] is not future or entry[1] != fn]
+        removed = len(waiting) - len(kept)
+        waiting[:] = kept
+        return removed
+
+
 class AIOKafkaProducer:
     """`AIOKafkaProducer(engine=eng, **configs)`: start/stop or `async with`, send (an awaitable of the record's
     future), send_and_wait, create_batch/send_batch, flush, partitions_for, and transactions
@@ -120,43 +193,32 @@ class AIOKafkaProducer:
             engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
             request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
         self._producer.hand_off = len(engine.replicas.brokers) > 1
+        self._waiters = BatchWaiters(max_pending_batches, self._producer.hand_off)
         self._add = self._producer._acc.send_async  # (owner, topic, value, key, headers, partition, timestamp)
-        chain = self._producer.send_chain(functools.partial(self._add, self))
+        chain = self._producer.send_chain(functools.partial(self._add, self._waiters))
         self._send = None if isinstance(chain, functools.partial) else chain  # None: no serializer, no transaction
-        self._max_pending = max_pending_batches
         self._transactional = transactional_id is not None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1
-        self._waiting: dict = {}  # batch -> [(future, callback, context)] of its futures' done callbacks
-        self._drained: asyncio.Event | None = None  # set whenever no batch tracked here is pending
-        self._room: asyncio.Event | None = None  # set while fewer than max_pending_batches are pending
-        self._stopped = False
-        self._ready = False  # started, not stopped, and below max_pending_batches: send() goes straight through
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         """Bind to the running loop; a transactional producer registers its transactional_id (fencing older ones)."""
-        if self._stopped:
+        if self._waiters.stopped:
             raise IllegalStateError("the producer was stopped")
-        if self._loop is not None:
+        if self._waiters.loop is not None:
             return
-        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        self._drained, self._room = asyncio.Event(), asyncio.Event()
-        self._drained.set()
-        self._room.set()
-        self._ready = True
+        self._waiters.start()
         if self._transactional:
             self._producer.init_transactions()
 
     async def stop(self) -> None:
         """Append everything sent, then stop the sender thread; later sends raise IllegalStateError."""
-        if self._stopped:
+        if self._waiters.stopped:
             return
         try:
-            if self._loop is not None:
+            if self._waiters.loop is not None:
                 await self.flush()
         finally:
-            self._stopped, self._ready = True, False
+            self._waiters.stop()
             self._producer.close()
 
     async def __aenter__(self) -> "AIOKafkaProducer":
@@ -167,8 +229,8 @@ class AIOKafkaProducer:
         await self.stop()
 
     def _check(self) -> None:
-        if self._loop is None or self._stopped:
-            raise IllegalStateError("the producer is not started" if self._loop is None else
+        if self._waiters.loop is None or self._waiters.stopped:
+            raise IllegalStateError("the producer is not started" if self._waiters.loop is None else
                                     "the producer is stopped")
 
     # --- sending --------------------------------------------------------------------------------
@@ -176,12 +238,13 @@ class AIOKafkaProducer:
                    timestamp_ms: int | None = None, headers=None):
         """Add the record to its partition's batch; returns its AsyncRecordFuture (await it for the metadata). Errors
         that the record itself causes (size, type, an unknown topic) are raised here."""
-        if not self._ready:
+        waiters = self._waiters
+        if not waiters.ready:
             self._check()
-            await self._room.wait()
+            await waiters.room.wait()
         send = self._send
         if send is None:
-            return self._add(self, topic, value, key, headers, partition, timestamp_ms)
+            return self._add(waiters, topic, value, key, headers, partition, timestamp_ms)
         return send(topic, value, key, headers, partition, timestamp_ms)
 
     async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
@@ -206,19 +269,19 @@ class AIOKafkaProducer:
             self._producer._txn.check_send()
         spans = self._producer._acc.send_many(topic, batch._records, partition)
         for b, _first, _last in spans:
-            if b not in self._waiting:
-                self._track(b)
+            if b not in self._waiters.waiting:
+                self._waiters.track(b)
             self._producer._acc.seal(b)
         self._push()
         first, index, _ = spans[0]
-        return accumulator.selected.AsyncRecordFuture(self, first, index)
+        return accumulator.selected.AsyncRecordFuture(self._waiters, first, index)
 
     async def flush(self) -> None:
         """Until every record sent so far is appended (or failed)."""
         self._check()
         self._producer._acc.seal_all()
         self._push()
-        await self._drained.wait()
+        await self._waiters.drained.wait()
 
     def _push(self) -> None:
         """Have the sealed batches appended: by the sender thread (hand-off), or now, on this thread."""
@@ -229,51 +292,6 @@ class AIOKafkaProducer:
 
     async def partitions_for(self, topic: str) -> set[int]:
         return self._producer.partitions_for(topic)
-
-    # --- batches' completion --------------------------------------------------------------------
-    def _track(self, batch) -> None:
-        """Follow a batch first seen here until it is appended: its futures' callbacks, flush() and the pending
-        count wait for it."""
-        self._waiting[batch] = []
-        self._drained.clear()
-        if len(self._waiting) >= self._max_pending and self._producer.hand_off:
-            self._room.clear()
-            self._ready = False
-        loop, loop_thread, in_loop = self._loop, self._loop_thread, self._done_in_loop
-
-        def done(_result) -> None:  # (any thread: the one that appended the batch)
-            if threading.get_ident() == loop_thread:
-                in_loop(batch)
-            else:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nothing awaits the batch any more
-                    loop.call_soon_threadsafe(in_loop, batch)
-
-        batch.on_done(0, done, done)
-
-    def _done_in_loop(self, batch) -> None:
-        for future, fn, context in self._waiting.pop(batch, ()):
-            self._loop.call_soon(fn, future, context=context)
-        if len(self._waiting) < self._max_pending and not self._room.is_set():
-            self._room.set()
-            self._ready = not self._stopped
-        if not self._waiting:
-            self._drained.set()
-
-    def _run_callbacks(self, future) -> None:
-        """A cancelled future's callbacks, now."""
-        waiting = self._waiting.get(future.batch, [])
-        for entry in [e for e in waiting if e[0] is future]:
-            waiting.remove(entry)
-            self._loop.call_soon(entry[1], future, context=entry[2])
-
-    def _remove_callback(self, future, fn) -> int:
-        waiting = self._waiting.get(future.batch)
-        if not waiting:
-            return 0
-        kept = [entry for entry in waiting if entry[0] is not future or entry[1] != fn]
-        removed = len(waiting) - len(kept)
-        waiting[:] = kept
-        return removed
 
     # --- transactions -----------------------------------------------------------------------------
     async def begin_transaction(self) -> None:

@@ -199,8 +199,9 @@ class RecordFuture:
 
 class AsyncRecordFuture:
     """The outcome of one engine.aio send(): asyncio's Future protocol (await, done, result, exception,
-    add_done_callback, cancel) over the record's batch. Its `owner` (the AIOKafkaProducer) has the `_loop`, the
-    `_waiting` callbacks of each batch not yet done, `_run_callbacks` (a cancelled future's) and `_remove_callback`.
+    add_done_callback, cancel) over the record's batch. Its `owner` (engine.aio.producer.BatchWaiters) has the
+    `loop`, the `waiting` callbacks of each batch not yet done, `run_callbacks` (a cancelled future's) and
+    `remove_callback`.
     Cancelling it only stops the waiting: the record is sent all the same."""
 
     __slots__ = ("batch", "index", "_owner", "_cancelled", "_asyncio_future_blocking")
@@ -211,7 +212,7 @@ class AsyncRecordFuture:
         self._asyncio_future_blocking = False
 
     def get_loop(self):
-        return self._owner._loop
+        return self._owner.loop
 
     def done(self) -> bool:
         return self._cancelled or self.batch.done
@@ -223,7 +224,7 @@ class AsyncRecordFuture:
         if self._cancelled or self.batch.done:
             return False
         self._cancelled = True
-        self._owner._run_callbacks(self)
+        self._owner.run_callbacks(self)
         return True
 
     def result(self) -> RecordMetadata:
@@ -242,12 +243,12 @@ class AsyncRecordFuture:
 
     def add_done_callback(self, fn, *, context=None) -> None:
         if self._cancelled or self.batch.done:
-            self._owner._loop.call_soon(fn, self, context=context)
+            self._owner.loop.call_soon(fn, self, context=context)
         else:
-            self._owner._waiting[self.batch].append((self, fn, context))
+            self._owner.waiting[self.batch].append((self, fn, context))
 
     def remove_done_callback(self, fn) -> int:
-        return self._owner._remove_callback(self, fn)
+        return self._owner.remove_callback(self, fn)
 
     def __await__(self):
         if not (self._cancelled or self.batch.done):
@@ -300,11 +301,11 @@ class RecordAccumulator:
 
     def send_async(self, owner, topic, value=None, key=None, headers=None, partition=None,
                    timestamp_ms=None) -> AsyncRecordFuture:
-        """send() for engine.aio: an AsyncRecordFuture reporting to `owner`, whose `_track(batch)` is called once for
+        """send() for engine.aio: an AsyncRecordFuture reporting to `owner`, whose `track(batch)` is called once for
         each batch this opens, before any batch is pushed out."""
         batch, index, flags = self._add(topic, value, key, headers, partition, timestamp_ms)
         if flags & OPENED:
-            owner._track(batch)
+            owner.track(batch)
         self._notify(flags)
         return AsyncRecordFuture(owner, batch, index)
 

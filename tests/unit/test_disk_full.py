@@ -173,7 +173,7 @@ def test_readers_go_on_while_the_disk_is_full(disk):
         with pytest.raises(KafkaStorageError):
             for i in range(700, 100_000):  # the real disk may take a few more into pages it had
                 acked.append((_send(eng, i).first_offset, b"record-%d" % i))
-        assert eng.log("t", 0).active_segment.offset_index._pending, "no index entry left buffered"
+        assert eng.log("t", 0).active_segment.offset_index.pending, "no index entry left buffered"
         for _ in range(2):  # twice: a lookup that could not write its buffered entries leaves them for the next
             c = eng.consumer(auto_offset_reset="earliest", max_partition_fetch_bytes=4096)
             c.assign([engine.TopicPartition("t", 0)])

@@ -2,10 +2,15 @@
 engine/common, then engine/record and engine/_native (the codec), segments, txn, replication, and
 the facade (the rest of engine/: Engine, clients, tools, spark). The folders segments/, txn/ and replication/ import
 as engine.segments, engine.txn and engine.replication (an installed wheel holds them inside engine/), never by their
-folder's name."""
+folder's name. The native modules (engine/_native/*.pyx) touch no other module's private members: a `_name` of an object
+is read only through `self` or a variable typed with a cdef class (declared in the module or in a `.pxd` it cimports),
+so what native code uses of Python objects is their public names, the seams their docstrings state."""
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,3 +158,73 @@ def test_the_cycle_checker_finds_one(tmp_path):
     for folder in FOLDER_LAYERS:
         (tmp_path / folder).mkdir()
     assert cycles(tmp_path) == [["engine.a", "engine.b", "engine.a"]]
+
+
+def _cdef_classes(path: Path, native: Path) -> set[str]:
+    """The cdef classes a .pyx may type a variable with: its own and those it cimports from engine._native."""
+    text = path.read_text()
+    known = set(re.findall(r"^\s*cdef class (\w+)", text, re.M))
+    for module, names in re.findall(r"^from engine\._native\.(\w+) cimport (.+)$", text, re.M):
+        pxd = native / f"{module}.pxd"
+        declared = set(re.findall(r"^\s*cdef class (\w+)", pxd.read_text(), re.M)) if pxd.exists() else set()
+        known |= {n.strip() for n in names.strip("()").split(",") if n.strip() in declared}
+    return known
+
+
+def private_reaches(path: Path) -> list[str]:
+    """`x._name` in a .pyx (comments and strings aside) where `x` is neither `self` nor a name some declaration types
+    with a cdef class (`cdef T a, b`, a parameter `T a`; `(<T>x)._name` too): a private member of an object whose
+    class the module does not declare."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+              if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)]
+    known = _cdef_classes(path, path.parent)
+    typed = {"self"}
+    for i, t in enumerate(tokens[:-1]):
+        if t.type == tokenize.NAME and t.string in known:
+            j = i + 1
+            while j < len(tokens) and tokens[j].type == tokenize.NAME:
+                typed.add(tokens[j].string)
+                if j + 1 < len(tokens) and tokens[j + 1].string == ",":
+                    j += 2
+                else:
+                    break
+    found = []
+    for i, t in enumerate(tokens[1:-1], 1):
+        name = tokens[i + 1]
+        if t.string != "." or name.type != tokenize.NAME or not name.string.startswith("_") or name.string[:2] == "__":
+            continue
+        receiver = tokens[i - 1]
+        if receiver.type == tokenize.NAME and (receiver.string in typed or receiver.string in ("engine", "_native")):
+            continue
+        if receiver.string == ")":  # a cast: (<T>x)._name
+            depth, k = 0, i - 1
+            while k > 0:
+                depth += {")": 1, "(": -1}.get(tokens[k].string, 0)
+                if depth == 0:
+                    break
+                k -= 1
+            if tokens[k + 1].string == "<" and tokens[k + 2].string in known:
+                continue
+        found.append(f"{path.name}:{t.start[0]}: {receiver.string}.{name.string}")
+    return found
+
+
+def test_native_code_reaches_no_private_member_of_another_module():
+    pyx = sorted((ROOT / "engine" / "_native").glob("*.pyx"))
+    assert len(pyx) >= 14
+    assert [f for p in pyx for f in private_reaches(p)] == []
+
+
+def test_the_private_reach_checker_catches_one(tmp_path):
+    native = tmp_path / "_native"
+    native.mkdir()
+    (native / "_seam.pxd").write_text("cdef class Seam:\n    cdef int _count\n")
+    (native / "_user.pyx").write_text(
+        "from engine._native._seam cimport Seam\n"
+        "cdef class Own:\n    cdef object _log\n    cdef Seam _seam\n"
+        "    def ok(self, Seam s):\n        cdef Seam a, b\n"
+        "        return self._log, self._seam._count, s._count, a._count, b._count, (<Seam>self._log)._count\n"
+        "    def bad(self, segment):\n"
+        "        x = segment._lock  # a comment about y._z is no access\n"
+        "        return self._log._storage_error, '(s._count)', x\n")
+    assert private_reaches(native / "_user.pyx") == ["_user.pyx:9: segment._lock", "_user.pyx:10: _log._storage_error"]

@@ -218,7 +218,9 @@ def test_a_lookup_by_time_reads_with_pread_until_a_read_touched_the_mapping_ther
     find = _lookup(lg, impl)
     if impl == "cython":  # the sizes it works with are the segment layer's
         from engine._native import _log_read
-        assert (_log_read.FAULT_AROUND, _log_read.LOOKUP_READ) == (residency.FAULT_AROUND, segment_reads.LOOKUP_READ_BYTES)
+        from engine._native import _residency
+        assert (_residency.FAULT_AROUND, _residency.RELEASE_BYTES, _residency.READERS, _log_read.LOOKUP_READ) == (
+            residency.FAULT_AROUND, residency.RELEASE_BYTES, residency.READERS, segment_reads.LOOKUP_READ_BYTES)
     targets = [T0 + o for o in range(3, 400, 13)]
     assert _preads_per_lookup(lg, fs, find, targets) == [1] * len(targets)
     assert seg.reads.map is None  # the lookups mapped nothing
@@ -385,11 +387,11 @@ def test_a_corrupt_index_entry_is_left_to_the_layers_which_rebuild_it(tmp_path):
         lg.append_as_leader(_batch(i, 2))
     want = {offset: bytes(_layers(lg, offset, 1, None, True).records) for offset in range(40)}
     index = lg.active_segment.offset_index
-    index._write_pending()
-    index._map[8 * 5 + 4:8 * 5 + 8] = index._map[8 * 2 + 4:8 * 2 + 8]  # the sixth entry points at the third batch
+    index.write_pending()
+    index.mapping[8 * 5 + 4:8 * 5 + 8] = index.mapping[8 * 2 + 4:8 * 2 + 8]  # the sixth entry points at the third batch
     notes = []
     lg.active_segment.on_repair = notes.append
-    steered = int.from_bytes(index._map[8 * 5:8 * 5 + 4], "big")  # an offset that entry names
+    steered = int.from_bytes(index.mapping[8 * 5:8 * 5 + 4], "big")  # an offset that entry names
     for impl, reader in _readers(lg).items():
         assert reader.read(steered, 1, None, True) is None, impl
     assert {offset: bytes(lg.read(offset, 1).records) for offset in range(40)} == want
