@@ -16,10 +16,10 @@ from bench.codec import make_records
 from bench.log import records_per_batch
 from bench.peers import raw_read
 from engine.common.clock import SystemClock
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 
 def _batch_16k() -> bytes:
@@ -100,7 +100,7 @@ import json, os, sys, tempfile
 import engine
 from engine.common.clock import SystemClock
 from engine.segments.fs import FileSystem
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 from engine.segments.log_config import LogConfig
 from bench.curves import peak_kib
 path, count, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

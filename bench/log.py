@@ -17,7 +17,7 @@ from bench.runner import Contender, Workload
 from engine.common.clock import ManualClock, SystemClock
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

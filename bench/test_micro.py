@@ -14,7 +14,7 @@ import engine.clients.accumulator
 from engine.common.clock import SystemClock
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 
 VALUE = os.urandom(100)
 RECORDS = [(b"key-%05d" % i, VALUE, None, 1_700_000_000_000 + i) for i in range(130)]  # ~16 KiB

@@ -36,8 +36,8 @@ from engine.common.gc_pause import gc_paused
 from engine.metadata import COMPACTED_INTERNAL_TOPICS, INTERNAL_TOPICS, Catalogue, TopicRecord
 from engine.record import batch_format as bf
 from engine.replica_manager import ReplicaManager
-from engine.replication.log_cleaner import log_to_clean
-from engine.replication.log_manager import LogManager
+from engine.log.log_cleaner import log_to_clean
+from engine.log.log_manager import LogManager
 from engine.segments import names, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
@@ -110,7 +110,7 @@ class AdminManager:
     def reconcile(self, adopt: bool) -> None:
         """Match partition directories with the catalogue: adopt them (no catalogue yet) or set strays aside. With a
         catalogue, a directory's name is matched, not its partition.metadata: a partition's topic id is checked as
-        its log loads (replication.log_manager: a missing file is written again, another topic's directory is set
+        its log loads (engine.log.log_manager: a missing file is written again, another topic's directory is set
         aside as a stray then), so opening reads nothing per partition."""
         topics = self.catalogue.topics
         found = self.logs.logs().items()

@@ -8,7 +8,7 @@ producer ids and wakes consumers waiting for data. The rest is its collaborators
 - engine.coordinators: the transaction and group coordinators, made on first use;
 - engine.staged_writes.queue: the writes other processes stage for this directory.
 
-On disk: Kafka's log directory (replication.log_manager) plus `kafkalog.metadata` (engine.metadata). With
+On disk: Kafka's log directory (engine.log.log_manager) plus `kafkalog.metadata` (engine.metadata). With
 `brokers=N` the engine runs N in-process brokers (replication.broker): broker 0's log directory is `path`, broker
 b's `path/brokers/<b>`. Transactions and consumer groups use two internal topics, `__transaction_state` and
 `__consumer_offsets`, created with 50 partitions on first use and kept in the catalogue; no client API can name them.
@@ -58,16 +58,16 @@ from engine.groups.group_coordinator import (
 from engine.metadata import INTERNAL_TOPICS, Catalogue
 from engine.transactions import INTERNAL_WRITE_TIMEOUT_MS, Transactions
 from engine.replication.broker import Broker, broker_dir
-from engine.replication.log_cleaner import CleanerConfig
+from engine.log.log_cleaner import CleanerConfig
 from engine.replica_manager import ReplicaManager
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.replication.partition import REPLICA_LAG_TIME_MAX_MS, Partition
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from engine.staged_writes.queue import StagedWrites
 from engine.txn.transaction_coordinator import EXPIRE_CHECK_INTERVAL_MS, TransactionConfig
-from engine.txn.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
+from engine.log.unified_log import CLIENT, DEFAULT_EXPIRATION_MS, AppendInfo, UnifiedLog
 
 log = logging.getLogger("kafkalog.engine")
 

@@ -32,7 +32,7 @@ from engine.replication.partition import Partition
 from engine.replication.replica_fetcher import ReplicaFetcher, native_fetcher
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import AppendInfo, UnifiedLog
+from engine.log.unified_log import AppendInfo, UnifiedLog
 
 STRAY = "stray partition"  # health()'s task name for a partition directory set aside
 

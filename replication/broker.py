@@ -1,5 +1,5 @@
 """One simulated broker of an engine (what Kafka's ReplicaManager is to a broker): its log directory (a
-replication.log_manager.LogManager), the partitions it hosts as leader or follower, and its replica fetcher
+engine.log.log_manager.LogManager), the partitions it hosts as leader or follower, and its replica fetcher
 thread. `crash()` stops it as a dying process would (no flush, no checkpoint, no clean-shutdown marker) and
 `restart()` recovers its directory; the controller decides what each hosted partition does afterwards.
 On-disk: the broker's Kafka log directory; broker 0's is the directory the user opened, broker b's is
@@ -13,7 +13,7 @@ import threading
 from typing import Callable
 
 from engine.common.closing import Steps
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.replication.partition import LazyPartition, Partition, only_replica_loaded
 from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
 

@@ -57,7 +57,7 @@ from engine.segments.log_segments import (
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
-from engine.txn.unified_log import CLIENT, AppendInfo, UnifiedLog
+from engine.log.unified_log import CLIENT, AppendInfo, UnifiedLog
 
 NewReplica, high_watermark = twins.selected("replica")  # its Replica type and HW rule
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"

@@ -8,7 +8,7 @@ directory) at once, an append's new epoch (`assign`) only by the log's next flus
 first append costs no fsync (Kafka fsyncs it at once). An unreadable file, or entries that cannot be a cache
 (negative, not ascending), is logged and read as empty, and entries at or past the log end are dropped on load, as
 Kafka does. The log's load then checks the entries against its batch headers and rebuilds them from the headers
-when they disagree (txn.unified_log): after an unclean shutdown a checkpoint may lag the batches, whether an entry
+when they disagree (engine.log.unified_log): after an unclean shutdown a checkpoint may lag the batches, whether an entry
 was not synced or a batch was unaccounted.
 Thread-safety: `render`/`parse` are pure; a cache is changed only under its log's lock.
 """

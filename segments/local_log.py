@@ -3,7 +3,7 @@
 On-disk layout: a `<topic>-<partition>/` directory of segments (segments.segment), opened by
 segments.log_loader. Offsets it owns: the log end (LEO, the next offset to assign) and the recovery
 point (every byte below it is fsynced). It knows nothing of producers, leader epochs, the log start
-offset or the high watermark: txn.unified_log, which owns a LocalLog, keeps those.
+offset or the high watermark: engine.log.unified_log, which owns a LocalLog, keeps those.
 Crash policy: appends reach the page cache at once and the disk on `flush()` (`flush.messages`
 counts appends); a roll flushes the segment it closes; removed segments are renamed `.deleted` and
 their files unlinked after `file.delete.delay.ms`, so a crash in between leaves only leftovers the

@@ -34,8 +34,8 @@ assert Tokenizer()("abc") == "a b c", "the index's segments no longer tokenizes"
 site = os.path.dirname(os.path.dirname(segments.__file__))
 import engine
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog
-from engine.replication.log_manager import LogManager
+from engine.log.unified_log import UnifiedLog
+from engine.log.log_manager import LogManager
 assert os.path.dirname(os.path.dirname(engine.__file__)) == site, engine.__file__
 assert engine.IMPL == "cython", engine.IMPL
 assert os.path.dirname(engine.segments.__file__) == os.path.join(site, "engine", "segments")
@@ -111,7 +111,7 @@ def check_wheel(wheel: Path) -> None:
 def check_sdist(sdist: Path) -> None:
     names = tarfile.open(sdist).getnames()
     for path in ("setup.py", "pyproject.toml", "engine/_native/_records.pyx", "engine/_native/_codec.pxd",
-                 "segments/local_log.py", "txn/unified_log.py", "replication/partition.py",
+                 "segments/local_log.py", "engine/log/unified_log.py", "replication/partition.py",
                  "engine/spark/jvm/src/kafkalog/spark/KafkalogTable.java"):
         assert any(n.split("/", 1)[-1] == path for n in names), f"the sdist lacks {path}"
 

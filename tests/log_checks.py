@@ -13,7 +13,7 @@ from engine.segments import segment_appender
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from engine.tools import dump_log
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 
 
 def verify_index_files(directory) -> None:

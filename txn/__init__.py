@@ -1,5 +1,4 @@
-"""A partition's log with its producer state and snapshots (UnifiedLog); later transactions' per-partition
-state and the last stable offset (see docs/architecture.md).
-
-Imports segments, the codec and engine.common; never replication or the engine facade.
+"""The transaction coordinator: Kafka's transaction states and transitions, and the `__transaction_state` records it
+writes (see docs/architecture.md). It writes through an interface the facade implements (TxnIO), so it imports only
+engine.common and the codec's schema notation: never the log layer below it, replication or the facade.
 """

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The native twin of txn.log_read.LogReader (see that module for which reads it serves, its crash policy and its
+"""The native twin of engine.log.log_read.LogReader (see that module for which reads it serves, its crash policy and its
 thread-safety): the same answers, with the log's state, the segment list, the offset index and the segment's mapping
 read from here. The locks it takes (the log's, the segment list's, the segment's, the index's) are
 engine._native._lock's, as segments.fs.new_lock makes them with the native core loaded. What a segment is made of
@@ -94,7 +94,7 @@ cdef class _Segment:
 
 @cython.final
 cdef class LogReader:
-    """The native twin of txn.log_read.LogReader."""
+    """The native twin of engine.log.log_read.LogReader."""
 
     cdef object log, local, epochs, fetch, new_tuple
     cdef Lock _lock, _list_lock                 # the log's, the segment list's

@@ -490,7 +490,7 @@ cdef class _OneCallAppend:
 
 @cython.final
 cdef class LeaderAppender(_OneCallAppend):
-    """The native twin of txn.leader_append.LeaderAppender (see that module for what the one-call append changes,
+    """The native twin of engine.log.leader_append.LeaderAppender (see that module for what the one-call append changes,
     its crash policy and its thread-safety): the same answers, with the log's state read and written from here."""
 
     def append(self, data, int32_t leader_epoch, bint client):
@@ -551,7 +551,7 @@ cdef class LeaderAppender(_OneCallAppend):
 
 @cython.final
 cdef class FollowerAppender(_OneCallAppend):
-    """The native twin of txn.follower_append.FollowerAppender (see that module for what the one-call append changes,
+    """The native twin of engine.log.follower_append.FollowerAppender (see that module for what the one-call append changes,
     its crash policy and its thread-safety): a replica's batches checked, written and accounted for from here."""
 
     def append(self, data):

@@ -4,7 +4,7 @@ Reads go through each partition's `fetch()` (replication.partition): whole batch
 watermark (never past it), decoded by the native core into ConsumerRecords with kafka-python's
 fields. Control batches are never returned and offset gaps (compaction) are skipped. Under
 isolation_level='read_committed' reads stop at the last stable offset and the batches of aborted
-transactions are skipped with the fetch's aborted-transaction list (txn.read_committed, as Kafka's
+transactions are skipped with the fetch's aborted-transaction list (engine.log.read_committed, as Kafka's
 fetcher). Positions live in the consumer; `poll()` and iteration move them past every record they return.
 A fetch that found every position at its partition's bound notes `engine.common.changes.LOGS` (taken before it
 looked) with the position map it looked at; the next fetch returns nothing at once while both are the same (no
@@ -53,7 +53,7 @@ from engine.groups.offsets import committed_map
 from engine.record import codec
 from engine.record.compression import DEFAULT_MAX_DECOMPRESSED
 from engine.replication.partition import READ_COMMITTED, Partition, check_isolation
-from engine.txn.read_committed import AbortedFilter
+from engine.log.read_committed import AbortedFilter
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger("kafkalog.consumer")

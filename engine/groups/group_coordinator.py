@@ -64,7 +64,7 @@ from engine.groups.group_metadata import (
 )
 from engine.groups.offsets import CommitRecord, OffsetStore
 from engine.record import codec
-from engine.txn.unified_log import COORDINATOR
+from engine.log.unified_log import COORDINATOR
 
 log = logging.getLogger("kafkalog.groups")
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000

@@ -13,7 +13,7 @@ columnar decoder turns them into Arrow record batches; control records never app
 by timestamp) comes from replication.partition.PartitionView, the rules the engine's consumers follow.
 `kafka.isolation.level` (or `isolation.level`) `read_committed` bounds "latest" by the last stable offset and
 skips aborted transactions: the driver scans each partition's batch headers up to the high watermark once
-(txn.read_committed.scan: open transactions give the LSO, markers the aborted ranges) and hands every task the
+(engine.log.read_committed.scan: open transactions give the LSO, markers the aborted ranges) and hands every task the
 aborted ranges it overlaps; a task decodes only the runs of batches a read_committed consumer would return.
 Errors: an unknown option, a conflicting pair, or a bad value raises InvalidConfigurationError naming the
 option. The options' names, defaults, bounds and syntax are options.json's, which the JVM source reads too.
@@ -58,7 +58,7 @@ from engine.segments import names
 from engine.segments.fs import FileSystem
 from engine.segments.partition_reader import Chunk, PartitionReader, read_checkpoints
 from engine.segments.txn_index import AbortedTxn
-from engine.txn import read_committed
+from engine.log import read_committed
 
 EARLIEST, LATEST = -2, -1
 CHUNK_BYTES = 8 << 20

@@ -27,7 +27,8 @@ from engine.segments.fs import FileSystem
 from engine.segments.offset_index import OffsetIndex
 from engine.segments.time_index import TimeIndex
 from engine.segments.txn_index import TxnIndex
-from engine.txn import producer_snapshot, transaction_log
+from engine.log import producer_snapshot
+from engine.txn import transaction_log
 
 TS_TYPE = {"create": "CreateTime", "log_append": "LogAppendTime"}
 

@@ -25,7 +25,7 @@ import shutil
 import engine
 from engine import metadata
 from engine.common import errors
-from engine.replication.log_manager import CLEAN_SHUTDOWN
+from engine.log.log_manager import CLEAN_SHUTDOWN
 from engine.segments import leader_epoch_checkpoint as epochs
 from engine.segments import names, offset_checkpoint, partition_metadata
 from engine.segments.fs import FileSystem

@@ -30,7 +30,7 @@ from engine import metadata
 from engine.common.errors import InvalidConfigurationError, KafkaError
 from engine.tools.dump_log import Dumper
 from engine.tools.output import Output, progress
-from engine.replication.log_manager import CLEAN_SHUTDOWN
+from engine.log.log_manager import CLEAN_SHUTDOWN
 from engine.segments import leader_epoch_checkpoint, names, offset_checkpoint, partition_metadata
 from engine.segments.fs import FileSystem
 

@@ -6,7 +6,7 @@ import random
 import sys
 
 import engine
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments.log_config import LogConfig
 
 

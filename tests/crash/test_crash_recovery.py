@@ -13,12 +13,12 @@ import pytest
 
 import engine
 from engine.common.clock import ManualClock
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments.fs import FaultyFileSystem, FileSystem
 from engine.segments.log_config import LogConfig
 from tests.crash.children import run_until_killed
 from tests.log_checks import read_all, verify_index_files, verify_log
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 pytestmark = pytest.mark.crash
 TRIALS = int(os.environ.get("KAFKALOG_CRASH_TRIALS", "50"))

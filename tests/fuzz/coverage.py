@@ -26,7 +26,7 @@ try:
 except ImportError:  # no atheris for this Python: mutation_fuzz stands in
     atheris = None
 
-INSTRUMENTED = ["engine.record", "engine.segments", "engine.txn.producer_snapshot", "engine.metadata"]
+INSTRUMENTED = ["engine.record", "engine.segments", "engine.log.producer_snapshot", "engine.metadata"]
 with atheris.instrument_imports(include=INSTRUMENTED) if atheris else contextlib.nullcontext():
     from engine.record import twins
     from tests.unit.test_codec_fuzz import _corpus, _verdict

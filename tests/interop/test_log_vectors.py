@@ -15,7 +15,7 @@ from engine.tools import dump_log
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from tests import vectors
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 CASES = vectors.CASES
 

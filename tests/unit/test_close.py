@@ -14,7 +14,7 @@ import pytest
 import engine
 from engine.clients.consumer_coordinator import ConsumerRebalanceListener
 from engine.common.closing import DeferringLock, Steps
-from engine.replication.log_manager import CLEAN_SHUTDOWN
+from engine.log.log_manager import CLEAN_SHUTDOWN
 from tests.conftest import IMPLEMENTATIONS
 
 

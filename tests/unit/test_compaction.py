@@ -1,4 +1,4 @@
-"""Log compaction (segments.cleaner, replication.log_cleaner): against a model of the latest value per key, the
+"""Log compaction (segments.cleaner, engine.log.log_cleaner): against a model of the latest value per key, the
 Kafka-written `compacted-0` vector, Kafka's offset-map layout, a map smaller than the log, the internal topics,
 the background cleaner and the `kafkalog compact` tool. The kill -9 trials are in tests/crash/test_cleaner_kill.py.
 `KAFKALOG_COMPACTION_MODEL_RUNS` seeds run the model test (CI 8; `make fuzz` 100)."""
@@ -798,7 +798,7 @@ def test_a_commit_marker_goes_once_its_data_is_gone_and_its_horizon_passed(tmp_p
 def test_a_compact_of_a_dirty_log_reads_no_header_for_the_delete_horizon(tmp_path, monkeypatch):
     """An explicit compact scans the clean section's batch headers for their earliest delete horizon only when
     nothing is dirty: a clean of a dirty section does not use it, and the scan reads one header a batch."""
-    from engine.replication import log_cleaner
+    from engine.log import log_cleaner
     scans = []
 
     def counted(segments):

@@ -13,7 +13,7 @@ import pytest
 import engine
 from engine.common import health
 from engine.common.errors import KafkaError, KafkaStorageError
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments.fs import FaultyFileSystem
 
 TOPIC = "f"

@@ -1,4 +1,4 @@
-"""A follower's append in one call (txn.follower_append, both twins): whole, CRC-valid data batches above the log end
+"""A follower's append in one call (engine.log.follower_append, both twins): whole, CRC-valid data batches above the log end
 skip the general path, and must leave what that path leaves. The model here is the general path itself (the one-call
 append switched off), run on the same appends: the same answers and errors, the same files, the same producer state,
 leader epochs, LEO and recovery point; and such appends must really take the one call."""
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import engine
 from engine.common.clock import ManualClock
 from engine.common.errors import KafkaError
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import GeneralPathOnly, appended_state, files_of, model_log
 

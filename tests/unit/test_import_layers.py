@@ -1,6 +1,6 @@
 """docs/architecture.md: imports only point down. A module's layer is the folder it lives in, lowest first:
-engine/common, then engine/record and engine/_native (the codec), segments, txn, replication, and
-the facade (the rest of engine/: Engine, clients, tools, spark). The folders segments/, txn/ and replication/ import
+engine/common, then engine/record and engine/_native (the codec), segments, engine/log (the log layer), txn (the
+transaction coordinator), replication, and the facade (the rest of engine/: Engine, clients, tools, spark). The folders segments/, txn/ and replication/ import
 as engine.segments, engine.txn and engine.replication (an installed wheel holds them inside engine/), never by their
 folder's name. The native modules (engine/_native/*.pyx) touch no other module's private members: a `_name` of an object
 is read only through `self` or a variable typed with a cdef class (declared in the module or in a `.pxd` it cimports),
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "segments", "txn", "replication")
 FOLDER_LAYERS = PACKAGES[1:]  # top-level folders that import as engine.<folder>
 # (module prefix, rank): the longest matching prefix names a module's layer
-LAYERS = {"engine.common": 0, "engine.record": 1, "engine._native": 1, "engine.segments": 2, "engine.txn": 3,
-          "engine.replication": 4, "engine": 5}
+LAYERS = {"engine.common": 0, "engine.record": 1, "engine._native": 1, "engine.segments": 2, "engine.log": 3,
+          "engine.txn": 4, "engine.replication": 5, "engine": 6}
 
 
 def layer(module: str) -> str | None:
@@ -96,7 +96,8 @@ def test_every_module_has_a_layer():
     assert modules and all(layer(m) is not None for m in modules)
     assert layer("engine.record.codec") == "engine.record" and layer("engine.clients.producer") == "engine"
     assert layer("engine._native._records") == "engine._native" and layer("enginex") is None
-    assert layer(_module_name(ROOT / "txn" / "unified_log.py", ROOT)) == "engine.txn"
+    assert layer(_module_name(ROOT / "txn" / "transaction_coordinator.py", ROOT)) == "engine.txn"
+    assert layer(_module_name(ROOT / "engine" / "log" / "unified_log.py", ROOT)) == "engine.log"
 
 
 def test_imports_only_point_down():
@@ -105,8 +106,8 @@ def test_imports_only_point_down():
 
 def test_the_checker_catches_an_upward_import(tmp_path):
     """Plant upward imports in a copy of the tree's shape: each must be reported, and only those."""
-    for package in ("engine", "engine/common", "engine/record", "engine/_native", "engine/clients", "segments",
-                    "txn", "replication"):
+    for package in ("engine", "engine/common", "engine/record", "engine/_native", "engine/clients", "engine/log",
+                    "segments", "txn", "replication"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "segments" / "log.py").write_text("from engine.replication import partition\n")
@@ -116,10 +117,12 @@ def test_the_checker_catches_an_upward_import(tmp_path):
     (tmp_path / "txn" / "state.py").write_text("from engine.segments import log\nfrom engine.common import errors\n")
     (tmp_path / "engine" / "clients" / "producer.py").write_text("from engine.replication import partition\n")
     (tmp_path / "replication" / "broker.py").write_text("from txn import state\n")  # by its folder's name
+    (tmp_path / "engine" / "log" / "unified_log.py").write_text("from engine.txn import state\n")  # the log is below
+    (tmp_path / "engine" / "log" / "log_read.py").write_text("from engine.segments import log\n")
     found = violations(tmp_path)
-    assert len(found) == 5, found
+    assert len(found) == 6, found
     for planted in ("segments/log.py", "engine/record/records.py", "engine/common/clock.py",
-                    "engine/_native/_acc.pyx", "replication/broker.py"):
+                    "engine/_native/_acc.pyx", "replication/broker.py", "engine/log/unified_log.py"):
         assert any(f.startswith(planted) for f in found), (planted, found)
 
 

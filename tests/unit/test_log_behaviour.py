@@ -24,12 +24,12 @@ from engine.common.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments import names, offset_checkpoint
 from engine.segments.fs import FaultyFileSystem, FileSystem
 from engine.segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 
@@ -384,7 +384,7 @@ def test_a_second_open_fails_clearly_in_this_and_another_process(tmp_path):
     with LogManager(str(tmp_path), background=False):
         with pytest.raises(LogDirectoryLockedError, match="already open"):
             LogManager(str(tmp_path), background=False)
-        code = ("import sys; from replication.log_manager import LogManager\n"
+        code = ("import sys; from engine.log.log_manager import LogManager\n"
                 "from engine.common.errors import LogDirectoryLockedError\n"
                 f"try: LogManager({str(tmp_path)!r}, background=False)\n"
                 "except LogDirectoryLockedError as e: print('LOCKED', e); sys.exit(3)\n")

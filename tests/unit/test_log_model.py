@@ -14,7 +14,7 @@ from engine.common.errors import OffsetOutOfRangeError
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from tests.log_checks import read_all, verify_index_files, verify_log
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 SEEDS = int(os.environ.get("KAFKALOG_LOG_MODEL_SEEDS", "40"))
 CONFIG = {"segment.bytes": 6000, "index.interval.bytes": 300, "segment.index.bytes": 96,

@@ -1,4 +1,4 @@
-"""A read of a log in one call (txn.log_read, both twins): whatever it answers is what the layers answer
+"""A read of a log in one call (engine.log.log_read, both twins): whatever it answers is what the layers answer
 (segments.local_log.LocalLog.read and segments.segment.LogSegment.read, the model here, run with the one-call read
 switched off on the same log), and a read bounded by the log end, of an offset in the log, takes the one call."""
 from __future__ import annotations
@@ -23,8 +23,8 @@ from engine.segments import residency, segment_reads
 from engine.segments.residency import RELEASE_BYTES
 from engine.segments.segment_reads import WINDOW_BYTES
 from tests.conftest import IMPLEMENTATIONS
-from engine.txn import log_read
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log import log_read
+from engine.log.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

@@ -20,7 +20,7 @@ from engine.replication.broker import broker_dir
 from engine.replication.partition import Partition
 from engine.replication.replica_fetcher import ReplicaFetcher, native_fetcher
 from engine.segments.fs import FaultyFileSystem, FileSystem
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import GeneralPathOnly, appended_state, model_log
 

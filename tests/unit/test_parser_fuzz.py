@@ -15,7 +15,7 @@ from engine.segments import leader_epoch_checkpoint, offset_checkpoint, partitio
 from engine.segments.offset_index import OffsetIndex
 from engine.segments.time_index import TimeIndex
 from tests import vectors
-from engine.txn import producer_snapshot
+from engine.log import producer_snapshot
 
 CASES = int(os.environ.get("KAFKALOG_PARSER_FUZZ_CASES", "200000"))
 

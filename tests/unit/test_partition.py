@@ -22,9 +22,9 @@ from engine.segments.log_config import LogConfig
 from engine.segments.partition_reader import PartitionReader
 from engine.segments.segment import WINDOW_BYTES
 from tests import vectors
-from engine.txn import log_read
-from engine.txn.read_committed import CommittedLog
-from engine.txn.unified_log import UnifiedLog
+from engine.log import log_read
+from engine.log.read_committed import CommittedLog
+from engine.log.unified_log import UnifiedLog
 
 T0 = 1_700_000_000_000
 

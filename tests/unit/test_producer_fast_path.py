@@ -1,4 +1,4 @@
-"""A leader's append of one batch in one call (txn.leader_append, both twins, with txn.producer_state.next_batch and
+"""A leader's append of one batch in one call (engine.log.leader_append, both twins, with engine.log.producer_state.next_batch and
 the segment appender's append_batch): a batch without a producer id, or a client's batch that continues its producer
 exactly (same epoch, the next sequence, the transaction state it already has), skips the general path's checks and
 state update, and must leave what that path leaves. The model here is the general path itself (the one-call append
@@ -20,9 +20,9 @@ from engine.segments.local_log import LocalLog
 from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import appended_state, files_of, model_log
-from engine.txn import producer_state
-from engine.txn.unified_log import CLIENT, COORDINATOR
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log import producer_state
+from engine.log.unified_log import CLIENT, COORDINATOR
+from engine.log.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 PRODUCERS = (5, 9)

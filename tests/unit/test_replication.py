@@ -20,7 +20,7 @@ from engine.replication.replica_fetcher import ReplicaFetcher
 from engine.segments.fs import FileSystem
 from engine.segments.leader_epoch_checkpoint import LeaderEpochCache
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 
 TOPIC = "t"
 

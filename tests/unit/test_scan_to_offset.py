@@ -13,7 +13,7 @@ from engine.record import twins
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 
 IMPLS = {name: twins.load("codec", name) for name in IMPLEMENTATIONS}
 PY = twins.load("codec", "python")

@@ -16,7 +16,7 @@ from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
 from tests.conftest import IMPLEMENTATIONS
 from tests.log_checks import read_all, verify_index_files, verify_log
-from engine.txn.unified_log import UnifiedLog as Log
+from engine.log.unified_log import UnifiedLog as Log
 
 T0 = 1_700_000_000_000
 

@@ -26,7 +26,8 @@ from engine.common.errors import (
 from engine.transactions import Transactions
 from engine.segments.txn_index import AbortedTxn
 from tests import vectors
-from engine.txn import producer_snapshot, transaction_log
+from engine.log import producer_snapshot
+from engine.txn import transaction_log
 from engine.txn.transaction_log import TxnState
 
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from engine.common.errors import CorruptIndexError, InvalidOffsetError
-from engine.replication.log_manager import LogManager
+from engine.log.log_manager import LogManager
 from engine.segments.fs import FileSystem
 from engine.segments.txn_index import AbortedTxn, TxnIndex
 from tests import vectors

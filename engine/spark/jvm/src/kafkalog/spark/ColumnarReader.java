@@ -25,7 +25,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * dictionary-encoded while they repeat: BinaryColumn), topic and partition as constant vectors, only the columns the
  * query reads (Spark prunes the rest). Control batches are never rows; at read_committed a batch of a producer whose
  * aborted transaction the range overlaps is skipped until that producer's ABORT marker (Kafka's consumer rule,
- * as engine.txn.read_committed.AbortedFilter applies it). Offset gaps (compaction, markers) are not data loss.
+ * as engine.log.read_committed.AbortedFilter applies it). Offset gaps (compaction, markers) are not data loss.
  * Not thread-safe: Spark calls a reader from its task's thread.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {

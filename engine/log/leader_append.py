@@ -1,5 +1,5 @@
 """A leader's append of one client batch in one call (the common case of UnifiedLog.append_as_leader): a lone
-batch with no producer id, or its producer's next batch (txn.producer_state.next_batch), on a topic that is not
+batch with no producer id, or its producer's next batch (engine.log.producer_state.next_batch), on a topic that is not
 compacted, with no roll due. Everything that case changes is changed here, under the log's lock: the segment
 write (segments.segment_appender.append_batch), the LEO and the flush that `flush.messages` asks for
 (segments.local_log), the leader-epoch cache, the producer state. Anything else returns None with nothing done,
@@ -70,6 +70,6 @@ def _native() -> type:
     return _segment_appender.LeaderAppender
 
 
-# (the side to use is the segment appender's: txn.unified_log asks for the same implementation)
+# (the side to use is the segment appender's: engine.log.unified_log asks for the same implementation)
 twins.register("leader_append", python=lambda: LeaderAppender, native=_native)
 

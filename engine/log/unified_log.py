@@ -11,18 +11,18 @@ producer must come one per append, as Kafka requires. Leader appends get offsets
 leader epoch; follower appends keep theirs.
 Transactions: a marker (`append_marker`, the coordinator's) closes its producer's open transaction; an ABORT
 puts `(producer, first offset, marker offset, LSO)` into the active segment's `.txnindex`, on leaders and
-followers alike. `last_stable_offset` is the first unstable offset (txn.producer_state) capped by the HW, and
+followers alike. `last_stable_offset` is the first unstable offset (engine.log.producer_state) capped by the HW, and
 `collect_aborted` answers a read_committed fetch with the aborted transactions it overlaps (kafka-format.md §10).
 Each change to a fetch bound (the HW, the LSO, the log start, a truncation) bumps `engine.common.changes.LOGS`
 once made: a consumer that found nothing new skips its next look until the count moved. An internal topic's log
 (named by its directory) leaves the count alone: no consumer reads one, and a group's every commit and rebalance
 moves the HW of `__consumer_offsets`, which would send every idle consumer of the process looking again.
-On-disk: the segments (segments.local_log), `<offset>.snapshot` files (txn.producer_state: written
+On-disk: the segments (segments.local_log), `<offset>.snapshot` files (engine.log.producer_state: written
 at every roll, up to the new segment's base, and on close, up to the log end; deleted with their
 segment) and `leader-epoch-checkpoint` (segments.leader_epoch_checkpoint).
 Crash policy: on open the LocalLog is recovered (segments.log_loader); leader epochs at or past the log
 end, or before its start, are dropped; then the producer state and the leader epochs are rebuilt from the batches
-as txn.log_rebuild says (the newest usable snapshot plus a replay of the log after it; epochs checked against the
+as engine.log.log_rebuild says (the newest usable snapshot plus a replay of the log after it; epochs checked against the
 batch headers).
 Lazy loading (`unloaded`): a log of a directory of many partitions is loaded the first time anything of it is asked
 for: the instance lacks every attribute loading sets, so the first lookup of one loads it (`__getattr__`), under a
@@ -64,9 +64,9 @@ from engine.segments.names import INTERNAL_TOPICS, parse_partition_dir
 from engine.segments.segment import INT32_MAX, LogSegment
 from engine.segments.segment_reads import WINDOW_BYTES
 from engine.segments.txn_index import AbortedTxn
-from engine.txn import follower_append, leader_append, log_read, log_rebuild
-from engine.txn.producer_state import CompletedTxn, ProducerStateManager
-from engine.txn.read_committed import marker_of
+from engine.log import follower_append, leader_append, log_read, log_rebuild
+from engine.log.producer_state import CompletedTxn, ProducerStateManager
+from engine.log.read_committed import marker_of
 
 DEFAULT_EXPIRATION_MS = 86_400_000
 REPLAY_CHUNK = 8 << 20
@@ -302,7 +302,7 @@ class UnifiedLog:
     def size_in_bytes(self) -> int:
         return self.local.size_in_bytes()
 
-    # --- producer state (txn.log_rebuild rebuilds it on load and after a truncation) ----------
+    # --- producer state (engine.log.log_rebuild rebuilds it on load and after a truncation) ----------
     def batches(self, offset: int, end: int):
         """(segment base, batch) of every batch below `end` from the one holding `offset`, read a chunk at a time
         (for replays and for loading the internal topics)."""

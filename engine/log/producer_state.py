@@ -10,7 +10,7 @@ Transactions (§10.2): the first transactional batch of a producer opens its tra
 as a `CompletedTxn`, which stays "unreplicated" until the high watermark passes its marker. The first
 unstable offset is the smallest first offset of an open or unreplicated transaction; the last stable offset
 (the log's) is that, capped by the HW.
-The state covers offsets below `map_end_offset`; `<N>.snapshot` files (txn.producer_snapshot) record it
+The state covers offsets below `map_end_offset`; `<N>.snapshot` files (engine.log.producer_snapshot) record it
 at segment rolls and on close, and it is rebuilt by loading the newest usable snapshot and replaying
 the log after it.
 Crash policy: snapshots are written atomically; a corrupt one is deleted and the next older one is
@@ -35,8 +35,8 @@ from engine.common.errors import (
 from engine.record import batch_format as bf
 from engine.segments import names
 from engine.segments.fs import FileSystem
-from engine.txn import producer_snapshot
-from engine.txn.producer_snapshot import CorruptSnapshotError, ProducerSnapshotEntry
+from engine.log import producer_snapshot
+from engine.log.producer_snapshot import CorruptSnapshotError, ProducerSnapshotEntry
 
 log = logging.getLogger("kafkalog.producer_state")
 

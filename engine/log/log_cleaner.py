@@ -3,7 +3,7 @@ LogCleaner and LogCleanerManager).
 
 On-disk: `cleaner-offset-checkpoint` at the directory's root (segments.offset_checkpoint): each compacted
 partition's first dirty offset, the end of its last clean. An absent or out-of-range entry makes the whole log
-dirty again (the log start offset); a truncation below it pulls it back (txn.unified_log).
+dirty again (the log start offset); a truncation below it pulls it back (engine.log.unified_log).
 Choosing: a log is cleanable when `cleanup.policy` holds compact and its dirty ratio (bytes in whole segments
 from the first dirty offset up to the first uncleanable one, over those plus the clean bytes before them)
 exceeds `min.cleanable.dirty.ratio`, or `max.compaction.lag.ms` has passed for its oldest dirty segment; the
@@ -28,7 +28,7 @@ from engine.common.structs import settings_of
 from engine.segments import offset_checkpoint, offset_map
 from engine.segments.cleaner import CleanableLog, Cleaner, CleanerStats, earliest_delete_horizon
 from engine.segments.fs import FileSystem
-from engine.txn.unified_log import UnifiedLog
+from engine.log.unified_log import UnifiedLog
 
 log = logging.getLogger("kafkalog.log_cleaner")
 

@@ -2,14 +2,14 @@
 CRC-valid data batches (no marker) above the log end, in increasing offset order, that fit the active segment with
 no roll due. Everything that case changes is changed in the call, under the log's lock: the segment write with its
 index entries (segments.segment_appender), the LEO and the flush that `flush.messages` asks for (segments.local_log),
-the leader-epoch cache, the producer state (txn.producer_state.ProducerStateManager.update_data). Anything else
+the leader-epoch cache, the producer state (engine.log.producer_state.ProducerStateManager.update_data). Anything else
 returns None with nothing done, and the log's general path appends, raising the precise error where there is one.
 
 The native twin (engine._native._segment_appender.FollowerAppender) does this with no Python frame between the call
 and the segment's write, beyond one producer-state call per batch that has a producer id. This pure-Python twin
 always leaves the append to the general path, which is that path in Python; they are the twin "follower_append" of
 engine.record.twins, and a log uses the side of its segment appenders' implementation.
-Byte layout, crash policy and thread-safety: those of txn.leader_append, whose segment write this one shares (no
+Byte layout, crash policy and thread-safety: those of engine.log.leader_append, whose segment write this one shares (no
 bytes of its own; a failed write cut back, an OSError raised as KafkaStorageError naming the log; the log's lock held
 from the LEO read to the producer-state update).
 """
@@ -34,5 +34,5 @@ def _native() -> type:
     return _segment_appender.FollowerAppender
 
 
-# (the side to use is the segment appender's: txn.unified_log asks for the same implementation)
+# (the side to use is the segment appender's: engine.log.unified_log asks for the same implementation)
 twins.register("follower_append", python=lambda: FollowerAppender, native=_native)

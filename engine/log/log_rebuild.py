@@ -10,10 +10,10 @@ later epoch starts at a batch's base); after an unclean shutdown also the batch 
 and the log's last batch the latest one. Only then can a checkpoint lag the log (a follower's link wrote batches that
 were never accounted), and a replay that starts at a snapshot past where an epoch began sees it late, or not at all.
 Entries that fail a check are rebuilt from the headers, with a recovery note.
-On disk: `<offset>.snapshot` files (txn.producer_state: one at the log end once rebuilt) and `leader-epoch-checkpoint`
+On disk: `<offset>.snapshot` files (engine.log.producer_state: one at the log end once rebuilt) and `leader-epoch-checkpoint`
 (segments.leader_epoch_checkpoint), each written whole. Crash policy: those files' own; a crash during a rebuild
 leaves what the next open rebuilds again.
-Each function takes the partition's txn.unified_log.UnifiedLog (which imports this module).
+Each function takes the partition's engine.log.unified_log.UnifiedLog (which imports this module).
 Thread-safety: called before the log is shared (on open) or with its lock held (a truncation).
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ Properties text), `.kafka_cleanshutdown` (its presence means the last close was 
 soon as it is seen), and the offset checkpoints `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint` (only starts above the first segment base) and
 `replication-offset-checkpoint` (high watermarks), and the cleaner's `cleaner-offset-checkpoint`
-(replication.log_cleaner).
+(engine.log.log_cleaner).
 Crash policy: checkpoints are atomic (tmp + fsync + rename + dir fsync); an unreadable one is
 treated as absent (full recovery). New partition directories are made durable by one sync of the file system
 (`sync_created`, at the end of the request that created them). The clean-shutdown marker is written last on close,
@@ -48,12 +48,12 @@ from engine.common.errors import (
     LogDirectoryLockedError,
     UnknownTopicOrPartitionError,
 )
-from engine.replication.log_cleaner import CleanerConfig, LogCleaner
+from engine.log.log_cleaner import CleanerConfig, LogCleaner
 from engine.segments import names, offset_checkpoint, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.txn.unified_log import Loading, UnifiedLog
+from engine.log.unified_log import Loading, UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
 
