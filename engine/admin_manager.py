@@ -35,6 +35,7 @@ from engine.common.errors import (
 from engine.common.gc_pause import gc_paused
 from engine.metadata import COMPACTED_INTERNAL_TOPICS, INTERNAL_TOPICS, Catalogue, TopicRecord
 from engine.record import batch_format as bf
+from engine.producer_id_manager import ProducerIdManager
 from engine.replica_manager import ReplicaManager
 from engine.log.log_cleaner import log_to_clean
 from engine.log.log_manager import LogManager
@@ -446,6 +447,31 @@ class AdminManager:
                     if leader is None or leader.broker_id == b:
                         out.setdefault(p, stats)
         return out
+
+    def transaction_partitions(self) -> set[tuple[str, int]] | None:
+        """The partitions not loaded yet that may hold a transaction its coordinator already ended: those the last
+        clean close noted with an open transaction; None (every partition) after an unclean shutdown."""
+        if not self.replicas.closed_cleanly():
+            return None
+        return set(self.catalogue.open_transactions)
+
+    def note_loaded_logs(self, producer_ids: ProducerIdManager) -> None:
+        """Before the logs close: the catalogue notes what the logs loaded in this open hold that the next open
+        must know without loading every log: the partitions with an open transaction (with those noted before whose
+        log was not loaded), and a producer-id block past every producer id in them (`producer_ids.cover`)."""
+        with self._lock:
+            noted, highest = set(), -1
+            for broker in self.brokers.values():  # (a follower's log holds its leader's transactions too)
+                for tp, lg in broker.logs.loaded_items() if broker.alive else ():
+                    if lg.producer_state.ongoing():
+                        noted.add(tp)
+                    highest = max(highest, lg.producer_state.max_producer_id())
+            leaders = self.leaders
+            noted |= {tp for tp in self.catalogue.open_transactions
+                      if tp in leaders and not leaders[tp].log.loaded}
+            if producer_ids.cover(highest) | (noted != self.catalogue.open_transactions):
+                self.catalogue.open_transactions = noted
+                self.save()
 
     def save(self) -> None:
         with self.replicas.controller_lock:

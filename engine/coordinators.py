@@ -1,7 +1,7 @@
 """The engine's two coordinators, made on first use: the transaction coordinator with the committed offsets of
 transactions (engine.transactions) and the group coordinator (engine.groups.group_coordinator). Both keep their
-state in internal topics (`__transaction_state`, `__consumer_offsets`), which they write through the engine's
-`append_internal` and `append_marker` (acks='all'), so they are given the engine itself.
+state in internal topics (`__transaction_state`, `__consumer_offsets`), which they write through the coordinators'
+side of the engine (engine.internal_topics: appends and markers with acks='all').
 
 State: the two coordinators once made, and the group and transaction configs they are made with.
 On disk: nothing of its own (the internal topics' records; see each coordinator).
@@ -12,25 +12,34 @@ does nothing once the engine is closing.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
+from engine.common.clock import Clock
 from engine.groups import offsets as group_offsets
 from engine.groups.group_coordinator import GroupConfig, GroupCoordinator, GroupLog
+from engine.internal_topics import InternalTopics
 from engine.transactions import Transactions
 from engine.txn.transaction_coordinator import TransactionConfig
 
 
 class Coordinators:
-    """The transaction and group coordinators of one engine."""
+    """The transaction and group coordinators of one engine: made over `internal` on `clock`; `closed()` says the
+    engine is closing (their periodic work then does nothing); the transaction coordinator takes producer ids from
+    `allocate_producer_id()` and the partitions to look for orphans in from `transaction_partitions()`."""
 
-    def __init__(self, engine, group_config: GroupConfig, transaction_config: TransactionConfig) -> None:
-        self._engine, self._group_config, self.transaction_config = engine, group_config, transaction_config
+    def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
+                 transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],
+                 transaction_partitions: Callable[[], set[tuple[str, int]] | None]) -> None:
+        self._internal, self._clock, self._closed = internal, clock, closed
+        self._group_config, self.transaction_config = group_config, transaction_config
+        self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
         self._lock = threading.RLock()
         self._txn: Transactions | None = None
         self._groups: GroupCoordinator | None = None
 
     def load_existing(self) -> None:
         """On open: make the coordinators whose internal topics exist, so their timeouts and expiry run."""
-        topics = self._engine.internal_topics()
+        topics = self._internal.internal_topics()
         if group_offsets.TOPIC in topics:
             self.groups  # noqa: B018 (loads groups and offsets)
         if topics:
@@ -42,7 +51,10 @@ class Coordinators:
         if self._txn is None:
             with self._lock:
                 if self._txn is None:
-                    self._txn = Transactions(self._engine, self.transaction_config)
+                    self._txn = Transactions(
+                        self._internal, self._clock, self.transaction_config, groups=lambda: self.groups,
+                        allocate_producer_id=self._allocate_producer_id,
+                        transaction_partitions=self._transaction_partitions)
         return self._txn
 
     @property
@@ -51,15 +63,15 @@ class Coordinators:
         if self._groups is None:
             with self._lock:
                 if self._groups is None:
-                    groups = GroupCoordinator(GroupLog(self._engine), self._engine.clock, self._group_config)
-                    if group_offsets.TOPIC in self._engine.internal_topics():
+                    groups = GroupCoordinator(GroupLog(self._internal), self._clock, self._group_config)
+                    if group_offsets.TOPIC in self._internal.internal_topics():
                         groups.load()
                     self._groups = groups
         return self._groups
 
     def _running(self, coordinator):
         """`coordinator` if it was made and the engine is not closing (a closing engine's tasks do nothing)."""
-        return coordinator if coordinator is not None and not self._engine.closed else None
+        return coordinator if coordinator is not None and not self._closed() else None
 
     def abort_timed_out_transactions(self) -> int:
         """Fence and abort transactions open past their timeout (a background task, every

@@ -185,6 +185,10 @@ class ReplicaManager:
         for broker in self.brokers.values():
             broker.wake.set()
 
+    def closed_cleanly(self) -> bool:
+        """Whether the last close of every live broker's directory was clean (no log needs recovering)."""
+        return all(b.logs.clean_shutdown for b in self.brokers.values() if b.alive)
+
     def replicate(self, max_rounds: int = 1000) -> int:
         """Run fetch rounds for every follower until nothing moves; the bytes replicated."""
         total = 0

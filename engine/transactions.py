@@ -14,17 +14,19 @@ Thread-safety: the coordinator's lock serialises requests; the group coordinator
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownTopicOrPartitionError
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from engine.common.clock import Clock
 from engine.groups import offsets
+from engine.groups.group_coordinator import GroupCoordinator
+from engine.internal_topics import INTERNAL_WRITE_TIMEOUT_MS, InternalTopics
 from engine.record import codec
 from engine.txn import transaction_log
 from engine.txn.transaction_coordinator import TransactionConfig, TransactionCoordinator
 from engine.txn.transaction_log import TxnState
 
-INTERNAL_WRITE_TIMEOUT_MS = 30_000
 log = logging.getLogger("kafkalog.transactions")
 
 
@@ -41,25 +43,33 @@ class OpenTransaction(NamedTuple):
 
 
 class Transactions:
-    def __init__(self, eng, config: TransactionConfig) -> None:
-        self._eng = eng
-        self.coordinator = TransactionCoordinator(self, eng.clock, config)
-        if transaction_log.TOPIC in eng.internal_topics():
+    """The transaction coordinator of one engine and its TxnIO (see the module docstring): it writes through
+    `internal` (the coordinators' appends and markers), reads the group coordinator's offset store through `groups()`,
+    takes producer ids from `allocate_producer_id()`, and after a clean shutdown looks for orphans only in the
+    partitions `transaction_partitions()` names (None: every partition)."""
+
+    def __init__(self, internal: InternalTopics, clock: Clock, config: TransactionConfig, *,
+                 groups: Callable[[], GroupCoordinator], allocate_producer_id: Callable[[], int],
+                 transaction_partitions: Callable[[], set[tuple[str, int]] | None]) -> None:
+        self._internal, self._clock, self._groups = internal, clock, groups
+        self.allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
+        self.coordinator = TransactionCoordinator(self, clock, config)
+        if transaction_log.TOPIC in internal.internal_topics():
             self.coordinator.load(self._records())
         self.resolve_orphans()
 
     @property
     def offsets(self):
         """The committed group offsets (the group coordinator's store)."""
-        return self._eng.groups.offsets
+        return self._groups().offsets
 
     def ensure_topic(self, topic: str) -> None:
         """Create an internal topic on first use (adopting a broker's partitions of it, whose records load)."""
-        if self._eng.ensure_internal_topic(topic):
+        if self._internal.ensure_internal_topic(topic):
             if topic == transaction_log.TOPIC:
                 self.coordinator.load(self._records())
             else:
-                self._eng.groups.load()
+                self._groups().load()
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
         self.ensure_topic(transaction_log.TOPIC)
@@ -68,8 +78,8 @@ class Transactions:
     def _records(self):
         """(key, value) of every `__transaction_state` record up to each partition's HW."""
         topic = transaction_log.TOPIC
-        for p in range(self._eng.internal_topics()[topic]):
-            log = self._eng.internal_partition(topic, p).log
+        for p in range(self._internal.internal_topics()[topic]):
+            log = self._internal.internal_partition(topic, p).log
             for _, batch in log.batches(log.log_start_offset, log.high_watermark):
                 if not batch.is_control:
                     yield from ((r.key, r.value) for r in batch.records())
@@ -77,26 +87,23 @@ class Transactions:
     # --- TxnIO ----------------------------------------------------------------------------------
     def write_state(self, transactional_id: str, value: bytes | None) -> None:
         data = codec.encode_batch([(transaction_log.encode_key(transactional_id), value, None,
-                                    self._eng.clock.time_ms())])
-        self._eng.append_internal(transaction_log.TOPIC, transaction_log.partition(transactional_id), data)
+                                    self._clock.time_ms())])
+        self._internal.append_internal(transaction_log.TOPIC, transaction_log.partition(transactional_id), data)
 
     def coordinator_epoch(self, transactional_id: str) -> int:
-        return self._eng.internal_partition(transaction_log.TOPIC, transaction_log.partition(transactional_id)) \
+        return self._internal.internal_partition(transaction_log.TOPIC, transaction_log.partition(transactional_id)) \
             .leader_epoch
 
     def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       partitions: list[tuple[str, int]], commit: bool) -> None:
         for topic, p in partitions:
             try:
-                self._eng.append_marker(topic, p, commit, producer_id, producer_epoch, coordinator_epoch,
+                self._internal.append_marker(topic, p, commit, producer_id, producer_epoch, coordinator_epoch,
                                         INTERNAL_WRITE_TIMEOUT_MS)
             except UnknownTopicOrPartitionError:
                 continue  # deleted since it joined the transaction: nothing to mark
             if topic == offsets.TOPIC:
                 self.offsets.complete(p, producer_id, commit)
-
-    def allocate_producer_id(self) -> int:
-        return self._eng.allocate_producer_id()
 
     # --- requests the producer makes ------------------------------------------------------------
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
@@ -110,7 +117,7 @@ class Transactions:
                        member: ConsumerGroupMetadata, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
         self.add_offsets(transactional_id, producer_id, producer_epoch, member.group_id)
-        self._eng.groups.commit_transactional(member, committed, producer_id, producer_epoch)
+        self._groups().commit_transactional(member, committed, producer_id, producer_epoch)
 
     def resolve_orphans(self) -> int:
         """Close transactions of this coordinator's producers left open in a partition where the coordinator has
@@ -118,11 +125,11 @@ class Transactions:
         that commit, ABORT otherwise (as `kafka-transactions.sh abort` does for a hanging transaction). Producers
         it does not know are left alone. The count closed. A coordinator that knows no transactional id has nothing to
         close; after a clean shutdown only the partitions the catalogue noted with an open transaction, and the ones
-        loaded since, are looked at (engine.transaction_partitions); after an unclean one, every partition."""
+        loaded since, are looked at (AdminManager.transaction_partitions); after an unclean one, every partition."""
         if not self.coordinator.txns:
             return 0
         closed = 0
-        for o in self.open_transactions(self._eng.transaction_partitions()):
+        for o in self.open_transactions(self._transaction_partitions()):
             if o.transactional_id is None:
                 continue  # a producer this coordinator never knew (a broker's, in an adopted directory)
             md = self.coordinator.txns[o.transactional_id]
@@ -148,7 +155,7 @@ class Transactions:
         """Every partition's open transactions (hanging ones included), from the partitions' producer state; with
         `among`, only those partitions' and the ones whose log is loaded already (the others are not loaded)."""
         out = []
-        for (topic, p), part in sorted(self._eng.leaders().items()):
+        for (topic, p), part in sorted(self._internal.leaders().items()):
             if among is not None and (topic, p) not in among and not part.log.loaded:
                 continue
             for pid, entry in sorted(part.log.producer_state.ongoing().items()):

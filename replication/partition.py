@@ -139,6 +139,11 @@ class FollowerFetch(NamedTuple):
 
 
 class Partition(PartitionView):
+    """A partition as one broker hosts it (see the module docstring): its role (leader, follower), leader epoch, ISR,
+    followers' replicas, high watermark and the appends, fetches and waits that read and move them. They change
+    together under the partition's lock (an append, a follower fetch, an ISR change and a role change each see the
+    others whole), which is why it stays one class of about 440 lines, as Kafka's Partition is one."""
+
     log: UnifiedLog
 
     def __init__(self, topic: str, index: int, log: UnifiedLog, *, broker_id: int = 0,

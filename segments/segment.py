@@ -59,7 +59,7 @@ class SegmentConfig:
 class LogSegment:
     """One segment's files and what is done to them: appends (through its `appender`), reads (through `reads`, chosen
     once), lookups, index upkeep, truncation, flush, renames and closing; recovery is segments.segment_recovery's.
-    Its methods are Kafka's LogSegment's, one for one, which is why it stays one class of about 450 lines."""
+    Its methods are Kafka's LogSegment's, one for one, which is why it stays one class of about 490 lines."""
 
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, config: SegmentConfig, now_ms: int,
                  *, suffix: str = "", writable: bool = True, new: bool = False) -> None:

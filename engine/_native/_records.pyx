@@ -22,26 +22,9 @@ from libc.stdint cimport INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp
 
 from engine._native._codec cimport (
-    ATTRS_OFFSET,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MIN_ENTRY_SIZE,
-    MIN_RECORD_SIZE,
-    NOGIL_CRC_BYTES,
-    UP_TO_MAGIC,
-    HeaderRef,
-    RecView,
-    _next_header,
-    _parse_record,
-    kl_be16,
-    kl_be32,
-    kl_be64,
-    kl_crc32c,
-    kl_crc32c_hardware_available,
-    kl_crc32c_init,
-    kl_crc32c_software,
-    kl_empty,
-)
+    ATTRS_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_ENTRY_SIZE, MIN_RECORD_SIZE, NOGIL_CRC_BYTES, UP_TO_MAGIC,
+    HeaderRef, RecView, _next_header, _parse_record, kl_be16, kl_be32, kl_be64, kl_crc32c,
+    kl_crc32c_hardware_available, kl_crc32c_init, kl_crc32c_software, kl_empty)
 
 from engine.record import batch_format as bf
 from engine.record import compression as comp

@@ -181,7 +181,7 @@ class AIOKafkaConsumer:
             raise InvalidConfigurationError(f"max_poll_records={max_poll_records!r} must be None or an int >= 1")
         self._engine = engine
         self._max_poll_records = max_poll_records
-        self._consumer: _BufferedConsumer = engine._register(_BufferedConsumer(
+        self._consumer: _BufferedConsumer = engine.registry.register(_BufferedConsumer(
             engine, max_poll_records=max_poll_records or 2**31 - 1,
             partition_assignment_strategy=partition_assignment_strategy, **configs))
         self._before_start: tuple | None = ("subscribe", (topics,), {}) if topics else None  # applied by start()

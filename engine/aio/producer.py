@@ -189,7 +189,7 @@ class AIOKafkaProducer:
         if type(max_pending_batches) is not int or max_pending_batches < 1:
             raise InvalidConfigurationError(f"max_pending_batches={max_pending_batches!r} must be an int >= 1")
         self._engine = engine
-        self._producer: _LoopProducer = engine._register(_LoopProducer(
+        self._producer: _LoopProducer = engine.registry.register(_LoopProducer(
             engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
             request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
         self._producer.hand_off = len(engine.replicas.brokers) > 1

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Protocol
 
 from engine.common.closing import DeferringLock
 from engine.common.errors import (
@@ -93,25 +93,37 @@ class GroupConfig(NamedTuple):
         return out
 
 
-class GroupLog:
-    """The coordinator's storage: its groups' `__consumer_offsets` partitions in an engine."""
+class InternalLog(Protocol):
+    """What the group coordinator's storage uses of an engine (engine.internal_topics.InternalTopics)."""
 
-    def __init__(self, eng) -> None:
-        self._eng = eng
+    def internal_topics(self) -> dict[str, int]: ...
+
+    def ensure_internal_topic(self, name: str) -> bool: ...
+
+    def internal_partition(self, topic: str, partition: int): ...
+
+    def append_internal(self, topic: str, partition: int, data, origin: str = ...): ...
+
+
+class GroupLog:
+    """The coordinator's storage: its groups' `__consumer_offsets` partitions, through `internal`."""
+
+    def __init__(self, internal: InternalLog) -> None:
+        self._internal = internal
         self.on_created = None  # called when the topic is created here (adopting a broker's partitions of it)
 
     def append(self, partition: int, rows: list[tuple[bytes, bytes | None]], now: int, **batch) -> None:
         """One batch of (key, value) records."""
-        if self._eng.ensure_internal_topic(offsets.TOPIC) and self.on_created is not None:
+        if self._internal.ensure_internal_topic(offsets.TOPIC) and self.on_created is not None:
             self.on_created()
         data = codec.encode_batch([(k, v, None, now) for k, v in rows], **batch)
-        self._eng.append_internal(offsets.TOPIC, partition, data, origin=COORDINATOR)
+        self._internal.append_internal(offsets.TOPIC, partition, data, origin=COORDINATOR)
 
     def batches(self):
         """(partition, batch) of every `__consumer_offsets` partition up to its high watermark."""
-        count = self._eng.internal_topics().get(offsets.TOPIC, 0)
+        count = self._internal.internal_topics().get(offsets.TOPIC, 0)
         for p in range(count):
-            lg = self._eng.internal_partition(offsets.TOPIC, p).log
+            lg = self._internal.internal_partition(offsets.TOPIC, p).log
             yield from ((p, b) for _, b in lg.batches(lg.log_start_offset, lg.high_watermark))
 
 

@@ -91,6 +91,11 @@ _held_lock = threading.Lock()
 
 
 class LogManager:
+    """One log directory (see the module docstring): its logs, loaded or not, the root files and checkpoints, the
+    background thread's tasks, deletion, and the stray directories set aside. Every one of those reads or changes
+    the same map of logs and the same checkpoints under one lock, and the close must see them all at once to decide
+    the clean-shutdown marker, which is why it stays one class of about 630 lines, as Kafka's LogManager is one."""
+
     RETENTION_CHECK_MS = 300_000
     DELETE_RETRY_MS = 1_000  # how soon a deleted log's directory that could not be removed is tried again
     FLUSH_CHECK_MS = 1_000

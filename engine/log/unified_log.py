@@ -142,7 +142,7 @@ class _Pending:
 class UnifiedLog:
     """One partition's log (see the module docstring). Its operations are Kafka's UnifiedLog's (appends as leader and
     follower, reads and lookups, truncation, retention and log start, the cleaner's hooks, flush and close), all over
-    one lock and one state, which is why it stays one class of about 500 lines."""
+    one lock and one state, which is why it stays one class of about 630 lines."""
 
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,

@@ -27,7 +27,7 @@ from engine.network.api_common import (
     topic_uuid,
 )
 from engine.protocol import Request
-from engine.protocol import messages as m
+from engine.protocol import admin_messages as am
 from engine.segments.log_config import LogConfig
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
@@ -51,14 +51,14 @@ class AdminApis:
         self.static_configs = static_configs  # the node's own settings, described as STATIC_BROKER_CONFIG
 
     def handlers(self) -> dict[int, Callable]:
-        return {m.CREATE_TOPICS.key: self.create_topics, m.DELETE_TOPICS.key: self.delete_topics,
-                m.CREATE_PARTITIONS.key: self.create_partitions, m.DELETE_RECORDS.key: self.delete_records,
-                m.DESCRIBE_CONFIGS.key: self.describe_configs,
-                m.INCREMENTAL_ALTER_CONFIGS.key: self.incremental_alter_configs}
+        return {am.CREATE_TOPICS.key: self.create_topics, am.DELETE_TOPICS.key: self.delete_topics,
+                am.CREATE_PARTITIONS.key: self.create_partitions, am.DELETE_RECORDS.key: self.delete_records,
+                am.DESCRIBE_CONFIGS.key: self.describe_configs,
+                am.INCREMENTAL_ALTER_CONFIGS.key: self.incremental_alter_configs}
 
     def create_topics(self, request: Request) -> dict:
         b = request.body
-        internal = self.engine.internal_topics()
+        internal = self.engine.internal.internal_topics()
         existing = set(self.engine.list_topics()) | set(internal)
         records = sum(1 + len(t["configs"]) + (len(t["assignments"]) or (
             t["num_partitions"] if t["num_partitions"] != -1 else self.default_partitions))

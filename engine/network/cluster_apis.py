@@ -11,7 +11,7 @@ from typing import Callable
 from engine.common.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from engine.network.api_common import COORDINATOR_TOPICS, NODE_ID, check_assignment, code_of, error_of
 from engine.protocol import Request
-from engine.protocol import messages as m
+from engine.protocol import admin_messages as am
 
 LOG_DIR_NOT_FOUND, ELECTION_NOT_NEEDED, NO_REASSIGNMENT_IN_PROGRESS = 57, 84, 85
 
@@ -21,15 +21,15 @@ class ClusterApis:
         self.engine = engine
 
     def handlers(self) -> dict[int, Callable]:
-        return {m.ELECT_LEADERS.key: self.elect_leaders, m.DESCRIBE_LOG_DIRS.key: self.describe_log_dirs,
-                m.ALTER_REPLICA_LOG_DIRS.key: self.alter_replica_log_dirs,
-                m.ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
-                m.LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments}
+        return {am.ELECT_LEADERS.key: self.elect_leaders, am.DESCRIBE_LOG_DIRS.key: self.describe_log_dirs,
+                am.ALTER_REPLICA_LOG_DIRS.key: self.alter_replica_log_dirs,
+                am.ALTER_PARTITION_REASSIGNMENTS.key: self.alter_partition_reassignments,
+                am.LIST_PARTITION_REASSIGNMENTS.key: self.list_partition_reassignments}
 
     def _partition(self, topic: str, partition: int):
         """The partition, an internal topic's included (Kafka describes those too)."""
-        if topic in self.engine.internal_topics():
-            return self.engine.internal_partition(topic, partition)
+        if topic in self.engine.internal.internal_topics():
+            return self.engine.internal.internal_partition(topic, partition)
         return self.engine.partition(topic, partition)
 
     def _code(self, topic: str, partition: int) -> int:
@@ -41,7 +41,7 @@ class ClusterApis:
         topics' included."""
         if asked is None:
             return [(t, list(range(self.engine.partitions_for(t)))) for t in self.engine.list_topics()] + \
-                [(t, list(range(n))) for t, n in sorted(self.engine.internal_topics().items())
+                [(t, list(range(n))) for t, n in sorted(self.engine.internal.internal_topics().items())
                  if t in COORDINATOR_TOPICS]
         return [(t["topic"], t["partitions"]) for t in asked]
 

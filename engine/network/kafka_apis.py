@@ -47,6 +47,7 @@ from engine.network.socket_server import Close, Delayed
 from engine.network.txn_apis import TxnApis
 from engine.protocol import APIS, Request, encode_response
 from engine.protocol.types import ZERO_UUID
+from engine.protocol import admin_messages as am
 from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 from engine.segments.log_segments import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
@@ -70,11 +71,11 @@ class KafkaApis:
         self.cluster_id = _cluster_id(engine.path)
         self._purgatory = ProducePurgatory()
         self._handlers = {m.API_VERSIONS.key: self.api_versions, m.METADATA.key: self.metadata,
-                          m.FIND_COORDINATOR.key: self.find_coordinator, m.DESCRIBE_CLUSTER.key: self.describe_cluster,
+                          m.FIND_COORDINATOR.key: self.find_coordinator, am.DESCRIBE_CLUSTER.key: self.describe_cluster,
                           m.PRODUCE.key: self.produce, m.FETCH.key: self.fetch, m.LIST_OFFSETS.key: self.list_offsets,
                           m.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
                           m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate,
-                          m.DESCRIBE_TOPIC_PARTITIONS.key: self.describe_topic_partitions,
+                          am.DESCRIBE_TOPIC_PARTITIONS.key: self.describe_topic_partitions,
                           **GroupApis(engine).handlers(), **TxnApis(engine).handlers(),
                           **ClusterApis(engine).handlers(),
                           **AdminApis(engine, default_partitions, {
@@ -136,7 +137,7 @@ class KafkaApis:
     def metadata(self, request: Request) -> dict:
         wanted = request.body["topics"]
         if wanted is None or (request.version == 0 and not wanted):
-            names = self.engine.list_topics() + [t for t in COORDINATOR_TOPICS if t in self.engine.internal_topics()]
+            names = self.engine.list_topics() + [t for t in COORDINATOR_TOPICS if t in self.engine.internal.internal_topics()]
             create = False
         else:
             names = [t["name"] for t in wanted]
@@ -174,14 +175,14 @@ class KafkaApis:
         """A coordinator's topic as Kafka describes it (is_internal); a missing one is created when the request may
         create topics, else UNKNOWN_TOPIC_OR_PARTITION."""
         eng = self.engine
-        if name not in eng.internal_topics():
+        if name not in eng.internal.internal_topics():
             if not create:
                 return {"error_code": UnknownTopicOrPartitionError.code, "name": name, "topic_id": ZERO_UUID,
                         "is_internal": True, "partitions": []}
-            eng.ensure_internal_topic(name)
+            eng.internal.ensure_internal_topic(name)
         return {"error_code": 0, "name": name, "topic_id": topic_uuid(eng.admin.internal_topic_id(name)) or ZERO_UUID,
                 "is_internal": True,
-                "partitions": _partitions_metadata(eng.internal_partition, name, eng.internal_topics()[name])}
+                "partitions": _partitions_metadata(eng.internal.internal_partition, name, eng.internal.internal_topics()[name])}
 
     def describe_topic_partitions(self, request: Request) -> dict:
         """Metadata's topics paged by partition: topics in name order (every topic when none is named) from the

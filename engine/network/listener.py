@@ -21,13 +21,13 @@ from engine.network.connection_quotas import ConnectionQuotas
 from engine.network.kafka_apis import KafkaApis
 from engine.network.sasl import SaslConfig
 from engine.network.socket_server import SocketServer
-from engine.protocol import messages as m
+from engine.protocol import admin_messages as am
 
 log = logging.getLogger("kafkalog.network")
 # what Kafka's brokers forward to the controller: run on the listener's controller thread
-CONTROLLER_APIS = frozenset({m.CREATE_TOPICS.key, m.DELETE_TOPICS.key, m.CREATE_PARTITIONS.key,
-                             m.INCREMENTAL_ALTER_CONFIGS.key, m.ALTER_PARTITION_REASSIGNMENTS.key,
-                             m.ELECT_LEADERS.key})
+CONTROLLER_APIS = frozenset({am.CREATE_TOPICS.key, am.DELETE_TOPICS.key, am.CREATE_PARTITIONS.key,
+                             am.INCREMENTAL_ALTER_CONFIGS.key, am.ALTER_PARTITION_REASSIGNMENTS.key,
+                             am.ELECT_LEADERS.key})
 
 
 def _is_loopback(host: str) -> bool:

@@ -5,6 +5,9 @@ of Kafka's published message schemas, in snake case).
 The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format). Produce
 stops before v12, which adds partitions to a transaction without AddPartitionsToTxn (KIP-890's second part); Fetch
 goes to v17, which addresses topics by id (v13+).
+The admin and cluster APIs' messages (topics, configs, records' deletion, the cluster's description, elections, log
+directories, reassignments) are engine.protocol.admin_messages', which defines them into the same `APIS` (the
+package imports both).
 Thread-safety: module constants, immutable after import.
 """
 from __future__ import annotations
@@ -48,14 +51,14 @@ RESPONSE_HEADER = parse_fields("""
 APIS: dict[int, Api] = {}
 
 
-def _api(key: int, name: str, versions: str, flexible_from: int, request: str, response: str) -> Api:
+def define(key: int, name: str, versions: str, flexible_from: int, request: str, response: str) -> Api:
     lo, _, hi = versions.partition("-")
     api = Api(key, name, int(lo), int(hi or lo), flexible_from, parse_fields(request), parse_fields(response))
     APIS[key] = api
     return api
 
 
-PRODUCE = _api(0, "Produce", "3-11", 9, """
+PRODUCE = define(0, "Produce", "3-11", 9, """
   transactional_id string 3+ null=3+ default=null
   acks int16 0+
   timeout_ms int32 0+
@@ -88,7 +91,7 @@ PRODUCE = _api(0, "Produce", "3-11", 9, """
     rack string 10+ null=10+ default=null
 """)
 
-FETCH = _api(1, "Fetch", "4-17", 12, """
+FETCH = define(1, "Fetch", "4-17", 12, """
   cluster_id string 12+ null=12+ tag=0 default=null ignorable
   replica_id int32 0-14 default=-1
   replica_state {} 15+ tag=1
@@ -147,7 +150,7 @@ FETCH = _api(1, "Fetch", "4-17", 12, """
     rack string 16+ null=16+ default=null
 """)
 
-LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
+LIST_OFFSETS = define(2, "ListOffsets", "1-10", 6, """
   replica_id int32 0+
   isolation_level int8 2+
   topics [] 0+
@@ -169,7 +172,7 @@ LIST_OFFSETS = _api(2, "ListOffsets", "1-10", 6, """
       leader_epoch int32 4+ default=-1
 """)
 
-METADATA = _api(3, "Metadata", "0-13", 9, """
+METADATA = define(3, "Metadata", "0-13", 9, """
   topics [] 0+ null=1+
     topic_id uuid 10+ ignorable
     name string 0+ null=10+
@@ -203,7 +206,7 @@ METADATA = _api(3, "Metadata", "0-13", 9, """
   error_code int16 13+ ignorable
 """)
 
-FIND_COORDINATOR = _api(10, "FindCoordinator", "0-5", 3, """
+FIND_COORDINATOR = define(10, "FindCoordinator", "0-5", 3, """
   key string 0-3
   key_type int8 1+ default=0
   coordinator_keys []string 4+
@@ -223,7 +226,7 @@ FIND_COORDINATOR = _api(10, "FindCoordinator", "0-5", 3, """
     error_message string 4+ null=4+ ignorable
 """)
 
-API_VERSIONS = _api(18, "ApiVersions", "0-4", 3, """
+API_VERSIONS = define(18, "ApiVersions", "0-4", 3, """
   client_software_name string 3+ ignorable
   client_software_version string 3+ ignorable
 """, """
@@ -244,7 +247,7 @@ API_VERSIONS = _api(18, "ApiVersions", "0-4", 3, """
     min_version_level int16 3+
 """)
 
-INIT_PRODUCER_ID = _api(22, "InitProducerId", "0-4", 2, """
+INIT_PRODUCER_ID = define(22, "InitProducerId", "0-4", 2, """
   transactional_id string 0+ null=0+
   transaction_timeout_ms int32 0+
   producer_id int64 3+ default=-1
@@ -256,7 +259,7 @@ INIT_PRODUCER_ID = _api(22, "InitProducerId", "0-4", 2, """
   producer_epoch int16 0+
 """)
 
-OFFSET_COMMIT = _api(8, "OffsetCommit", "2-9", 8, """
+OFFSET_COMMIT = define(8, "OffsetCommit", "2-9", 8, """
   group_id string 0+
   generation_id_or_member_epoch int32 1+ default=-1 ignorable
   member_id string 1+ ignorable
@@ -279,7 +282,7 @@ OFFSET_COMMIT = _api(8, "OffsetCommit", "2-9", 8, """
       error_code int16 0+
 """)
 
-OFFSET_FETCH = _api(9, "OffsetFetch", "1-9", 6, """
+OFFSET_FETCH = define(9, "OffsetFetch", "1-9", 6, """
   group_id string 0-7
   topics [] 0-7 null=2-7
     name string 0-7
@@ -316,7 +319,7 @@ OFFSET_FETCH = _api(9, "OffsetFetch", "1-9", 6, """
     error_code int16 8+ default=0
 """)
 
-JOIN_GROUP = _api(11, "JoinGroup", "0-9", 6, """
+JOIN_GROUP = define(11, "JoinGroup", "0-9", 6, """
   group_id string 0+
   session_timeout_ms int32 0+
   rebalance_timeout_ms int32 1+ default=-1 ignorable
@@ -342,7 +345,7 @@ JOIN_GROUP = _api(11, "JoinGroup", "0-9", 6, """
     metadata bytes 0+
 """)
 
-HEARTBEAT = _api(12, "Heartbeat", "0-4", 4, """
+HEARTBEAT = define(12, "Heartbeat", "0-4", 4, """
   group_id string 0+
   generation_id int32 0+
   member_id string 0+
@@ -352,7 +355,7 @@ HEARTBEAT = _api(12, "Heartbeat", "0-4", 4, """
   error_code int16 0+
 """)
 
-LEAVE_GROUP = _api(13, "LeaveGroup", "0-5", 4, """
+LEAVE_GROUP = define(13, "LeaveGroup", "0-5", 4, """
   group_id string 0+
   member_id string 0-2
   members [] 3+
@@ -368,7 +371,7 @@ LEAVE_GROUP = _api(13, "LeaveGroup", "0-5", 4, """
     error_code int16 3+
 """)
 
-SYNC_GROUP = _api(14, "SyncGroup", "0-5", 4, """
+SYNC_GROUP = define(14, "SyncGroup", "0-5", 4, """
   group_id string 0+
   generation_id int32 0+
   member_id string 0+
@@ -386,7 +389,7 @@ SYNC_GROUP = _api(14, "SyncGroup", "0-5", 4, """
   assignment bytes 0+
 """)
 
-ADD_PARTITIONS_TO_TXN = _api(24, "AddPartitionsToTxn", "0-3", 3, """
+ADD_PARTITIONS_TO_TXN = define(24, "AddPartitionsToTxn", "0-3", 3, """
   v3_and_below_transactional_id string 0-3
   v3_and_below_producer_id int64 0-3
   v3_and_below_producer_epoch int16 0-3
@@ -402,7 +405,7 @@ ADD_PARTITIONS_TO_TXN = _api(24, "AddPartitionsToTxn", "0-3", 3, """
       partition_error_code int16 0+
 """)
 
-ADD_OFFSETS_TO_TXN = _api(25, "AddOffsetsToTxn", "0-3", 3, """
+ADD_OFFSETS_TO_TXN = define(25, "AddOffsetsToTxn", "0-3", 3, """
   transactional_id string 0+
   producer_id int64 0+
   producer_epoch int16 0+
@@ -412,7 +415,7 @@ ADD_OFFSETS_TO_TXN = _api(25, "AddOffsetsToTxn", "0-3", 3, """
   error_code int16 0+
 """)
 
-END_TXN = _api(26, "EndTxn", "0-3", 3, """
+END_TXN = define(26, "EndTxn", "0-3", 3, """
   transactional_id string 0+
   producer_id int64 0+
   producer_epoch int16 0+
@@ -422,7 +425,7 @@ END_TXN = _api(26, "EndTxn", "0-3", 3, """
   error_code int16 0+
 """)
 
-TXN_OFFSET_COMMIT = _api(28, "TxnOffsetCommit", "0-3", 3, """
+TXN_OFFSET_COMMIT = define(28, "TxnOffsetCommit", "0-3", 3, """
   transactional_id string 0+
   group_id string 0+
   producer_id int64 0+
@@ -446,7 +449,7 @@ TXN_OFFSET_COMMIT = _api(28, "TxnOffsetCommit", "0-3", 3, """
       error_code int16 0+
 """)
 
-LIST_GROUPS = _api(16, "ListGroups", "0-5", 3, """
+LIST_GROUPS = define(16, "ListGroups", "0-5", 3, """
   states_filter []string 4+
   types_filter []string 5+
 """, """
@@ -459,7 +462,7 @@ LIST_GROUPS = _api(16, "ListGroups", "0-5", 3, """
     group_type string 5+ ignorable
 """)
 
-DESCRIBE_GROUPS = _api(15, "DescribeGroups", "0-5", 5, """
+DESCRIBE_GROUPS = define(15, "DescribeGroups", "0-5", 5, """
   groups []string 0+
   include_authorized_operations bool 3+
 """, """
@@ -480,7 +483,7 @@ DESCRIBE_GROUPS = _api(15, "DescribeGroups", "0-5", 5, """
     authorized_operations int32 3+ default=-2147483648
 """)
 
-DELETE_GROUPS = _api(42, "DeleteGroups", "0-2", 2, """
+DELETE_GROUPS = define(42, "DeleteGroups", "0-2", 2, """
   groups_names []string 0+
 """, """
   throttle_time_ms int32 0+
@@ -489,267 +492,7 @@ DELETE_GROUPS = _api(42, "DeleteGroups", "0-2", 2, """
     error_code int16 0+
 """)
 
-CREATE_TOPICS = _api(19, "CreateTopics", "0-7", 5, """
-  topics [] 0+
-    name string 0+
-    num_partitions int32 0+
-    replication_factor int16 0+
-    assignments [] 0+
-      partition_index int32 0+
-      broker_ids []int32 0+
-    configs [] 0+
-      name string 0+
-      value string 0+ null=0+
-  timeout_ms int32 0+ default=60000
-  validate_only bool 1+ default=false
-""", """
-  throttle_time_ms int32 2+ ignorable
-  topics [] 0+
-    name string 0+
-    topic_id uuid 7+ ignorable
-    error_code int16 0+
-    error_message string 1+ null=0+ ignorable
-    topic_config_error_code int16 5+ tag=0 ignorable
-    num_partitions int32 5+ default=-1 ignorable
-    replication_factor int16 5+ default=-1 ignorable
-    configs [] 5+ null=5+ ignorable
-      name string 5+
-      value string 5+ null=5+
-      read_only bool 5+
-      config_source int8 5+ default=-1 ignorable
-      is_sensitive bool 5+
-""")
-
-DELETE_TOPICS = _api(20, "DeleteTopics", "0-5", 4, """
-  topic_names []string 0-5 ignorable
-  timeout_ms int32 0+
-""", """
-  throttle_time_ms int32 1+ ignorable
-  responses [] 0+
-    name string 0+ null=6+
-    error_code int16 0+
-    error_message string 5+ null=5+ default=null ignorable
-""")
-
-DELETE_RECORDS = _api(21, "DeleteRecords", "0-2", 2, """
-  topics [] 0+
-    name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      offset int64 0+
-  timeout_ms int32 0+
-""", """
-  throttle_time_ms int32 0+
-  topics [] 0+
-    name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      low_watermark int64 0+
-      error_code int16 0+
-""")
-
-DESCRIBE_CONFIGS = _api(32, "DescribeConfigs", "0-4", 4, """
-  resources [] 0+
-    resource_type int8 0+
-    resource_name string 0+
-    configuration_keys []string 0+ null=0+
-  include_synonyms bool 1+ default=false
-  include_documentation bool 3+ default=false
-""", """
-  throttle_time_ms int32 0+
-  results [] 0+
-    error_code int16 0+
-    error_message string 0+ null=0+
-    resource_type int8 0+
-    resource_name string 0+
-    configs [] 0+
-      name string 0+
-      value string 0+ null=0+
-      read_only bool 0+
-      is_default bool 0
-      config_source int8 1+ default=-1 ignorable
-      is_sensitive bool 0+
-      synonyms [] 1+ ignorable
-        name string 1+
-        value string 1+ null=0+
-        source int8 1+
-      config_type int8 3+ default=0 ignorable
-      documentation string 3+ null=0+ ignorable
-""")
-
-CREATE_PARTITIONS = _api(37, "CreatePartitions", "0-3", 2, """
-  topics [] 0+
-    name string 0+
-    count int32 0+
-    assignments [] 0+ null=0+
-      broker_ids []int32 0+
-  timeout_ms int32 0+
-  validate_only bool 0+
-""", """
-  throttle_time_ms int32 0+
-  results [] 0+
-    name string 0+
-    error_code int16 0+
-    error_message string 0+ null=0+ default=null
-""")
-
-INCREMENTAL_ALTER_CONFIGS = _api(44, "IncrementalAlterConfigs", "0-1", 1, """
-  resources [] 0+
-    resource_type int8 0+
-    resource_name string 0+
-    configs [] 0+
-      name string 0+
-      config_operation int8 0+
-      value string 0+ null=0+
-  validate_only bool 0+
-""", """
-  throttle_time_ms int32 0+
-  responses [] 0+
-    error_code int16 0+
-    error_message string 0+ null=0+
-    resource_type int8 0+
-    resource_name string 0+
-""")
-
-DESCRIBE_CLUSTER = _api(60, "DescribeCluster", "0-1", 0, """
-  include_cluster_authorized_operations bool 0+
-  endpoint_type int8 1+ default=1
-""", """
-  throttle_time_ms int32 0+
-  error_code int16 0+
-  error_message string 0+ null=0+ default=null
-  endpoint_type int8 1+ default=1
-  cluster_id string 0+
-  controller_id int32 0+ default=-1
-  brokers [] 0+
-    broker_id int32 0+
-    host string 0+
-    port int32 0+
-    rack string 0+ null=0+ default=null
-  cluster_authorized_operations int32 0+ default=-2147483648
-""")
-
-DESCRIBE_TOPIC_PARTITIONS = _api(75, "DescribeTopicPartitions", "0", 0, """
-  topics [] 0+
-    name string 0+
-  response_partition_limit int32 0+ default=2000
-  cursor {} 0+ null=0+ default=null
-    topic_name string 0+
-    partition_index int32 0+
-""", """
-  throttle_time_ms int32 0+ ignorable
-  topics [] 0+
-    error_code int16 0+
-    name string 0+ null=0+
-    topic_id uuid 0+ ignorable
-    is_internal bool 0+ default=false ignorable
-    partitions [] 0+
-      error_code int16 0+
-      partition_index int32 0+
-      leader_id int32 0+
-      leader_epoch int32 0+ default=-1 ignorable
-      replica_nodes []int32 0+
-      isr_nodes []int32 0+
-      eligible_leader_replicas []int32 0+ null=0+ default=null
-      last_known_elr []int32 0+ null=0+ default=null
-      offline_replicas []int32 0+ ignorable
-    topic_authorized_operations int32 0+ default=-2147483648
-  next_cursor {} 0+ null=0+ default=null
-    topic_name string 0+
-    partition_index int32 0+
-""")
-
-ELECT_LEADERS = _api(43, "ElectLeaders", "0-2", 2, """
-  election_type int8 1+
-  topic_partitions [] 0+ null=0+
-    topic string 0+
-    partitions []int32 0+
-  timeout_ms int32 0+ default=60000
-""", """
-  throttle_time_ms int32 0+
-  error_code int16 1+
-  replica_election_results [] 0+
-    topic string 0+
-    partition_result [] 0+
-      partition_id int32 0+
-      error_code int16 0+
-      error_message string 0+ null=0+
-""")
-
-DESCRIBE_LOG_DIRS = _api(35, "DescribeLogDirs", "0-4", 2, """
-  topics [] 0+ null=0+
-    topic string 0+
-    partitions []int32 0+
-""", """
-  throttle_time_ms int32 0+
-  error_code int16 3+ ignorable
-  results [] 0+
-    error_code int16 0+
-    log_dir string 0+
-    topics [] 0+
-      name string 0+
-      partitions [] 0+
-        partition_index int32 0+
-        partition_size int64 0+
-        offset_lag int64 0+
-        is_future_key bool 0+
-    total_bytes int64 4+ default=-1 ignorable
-    usable_bytes int64 4+ default=-1 ignorable
-""")
-
-ALTER_REPLICA_LOG_DIRS = _api(34, "AlterReplicaLogDirs", "0-2", 2, """
-  dirs [] 0+
-    path string 0+
-    topics [] 0+
-      name string 0+
-      partitions []int32 0+
-""", """
-  throttle_time_ms int32 0+
-  results [] 0+
-    topic_name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      error_code int16 0+
-""")
-
-ALTER_PARTITION_REASSIGNMENTS = _api(45, "AlterPartitionReassignments", "0", 0, """
-  timeout_ms int32 0+ default=60000
-  topics [] 0+
-    name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      replicas []int32 0+ null=0+ default=null
-""", """
-  throttle_time_ms int32 0+
-  error_code int16 0+
-  error_message string 0+ null=0+
-  responses [] 0+
-    name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      error_code int16 0+
-      error_message string 0+ null=0+
-""")
-
-LIST_PARTITION_REASSIGNMENTS = _api(46, "ListPartitionReassignments", "0", 0, """
-  timeout_ms int32 0+ default=60000
-  topics [] 0+ null=0+ default=null
-    name string 0+
-    partition_indexes []int32 0+
-""", """
-  throttle_time_ms int32 0+
-  error_code int16 0+
-  error_message string 0+ null=0+
-  topics [] 0+
-    name string 0+
-    partitions [] 0+
-      partition_index int32 0+
-      replicas []int32 0+
-      adding_replicas []int32 0+
-      removing_replicas []int32 0+
-""")
-
-OFFSET_FOR_LEADER_EPOCH = _api(23, "OffsetForLeaderEpoch", "0-4", 4, """
+OFFSET_FOR_LEADER_EPOCH = define(23, "OffsetForLeaderEpoch", "0-4", 4, """
   replica_id int32 3+ default=-2 ignorable
   topics [] 0+
     topic string 0+
@@ -768,7 +511,7 @@ OFFSET_FOR_LEADER_EPOCH = _api(23, "OffsetForLeaderEpoch", "0-4", 4, """
       end_offset int64 0+ default=-1
 """)
 
-DESCRIBE_PRODUCERS = _api(61, "DescribeProducers", "0", 0, """
+DESCRIBE_PRODUCERS = define(61, "DescribeProducers", "0", 0, """
   topics [] 0+
     name string 0+
     partition_indexes []int32 0+
@@ -789,7 +532,7 @@ DESCRIBE_PRODUCERS = _api(61, "DescribeProducers", "0", 0, """
         current_txn_start_offset int64 0+ default=-1
 """)
 
-DESCRIBE_TRANSACTIONS = _api(65, "DescribeTransactions", "0", 0, """
+DESCRIBE_TRANSACTIONS = define(65, "DescribeTransactions", "0", 0, """
   transactional_ids []string 0+
 """, """
   throttle_time_ms int32 0+
@@ -806,7 +549,7 @@ DESCRIBE_TRANSACTIONS = _api(65, "DescribeTransactions", "0", 0, """
       partitions []int32 0+
 """)
 
-LIST_TRANSACTIONS = _api(66, "ListTransactions", "0-1", 0, """
+LIST_TRANSACTIONS = define(66, "ListTransactions", "0-1", 0, """
   state_filters []string 0+
   producer_id_filters []int64 0+
   duration_filter int64 1+ default=-1
@@ -820,14 +563,14 @@ LIST_TRANSACTIONS = _api(66, "ListTransactions", "0-1", 0, """
     transaction_state string 0+
 """)
 
-SASL_HANDSHAKE = _api(17, "SaslHandshake", "1", 1 << 15, """
+SASL_HANDSHAKE = define(17, "SaslHandshake", "1", 1 << 15, """
   mechanism string 0+
 """, """
   error_code int16 0+
   mechanisms []string 0+
 """)
 
-SASL_AUTHENTICATE = _api(36, "SaslAuthenticate", "0-2", 2, """
+SASL_AUTHENTICATE = define(36, "SaslAuthenticate", "0-2", 2, """
   auth_bytes bytes 0+
 """, """
   error_code int16 0+

@@ -14,10 +14,12 @@ Thread-safety: one apply at a time per directory (queue.StagedWrites holds the l
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
+from engine.common.clock import Clock
 from engine.common.errors import KafkaError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.segments.fs import FileSystem
 from engine.staged_writes import staged_batches
 
 JOB_MARKER = "kafkalog-jobs"
@@ -28,12 +30,25 @@ class Withdrawn(KafkaError):
     """The request was taken back (its requester's deadline, or the owner closing) before its commit: aborted."""
 
 
+class Owner(Protocol):
+    """What applying staged writes uses of the directory's owner (an open engine, through its public API): its file
+    system and path, its clock, a transactional `producer(**config)`, and the offset a group `committed`."""
+
+    fs: FileSystem
+    path: str
+    clock: Clock
+
+    def producer(self, **config) -> Any: ...
+
+    def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None: ...
+
+
 def _topics(fs, files: list[str]) -> set[str]:
     """The topics a job writes (its frames' heads only)."""
     return set().union(*(staged_batches.topics(fs, path) for path in files))
 
 
-def _append(e, producer, path: str, ask: Callable[[], None]) -> Iterator[int]:
+def _append(e: Owner, producer, path: str, ask: Callable[[], None]) -> Iterator[int]:
     """Append one staged file through `producer`, batch by batch (engine.clients.producer.Producer.append_batch),
     calling `ask` before each (it raises to stop) and yielding the rows each appended."""
     for frame in staged_batches.frames(e.fs, path):
@@ -59,9 +74,9 @@ def with_job(jobs: dict[str, int], job: str, rows: int) -> str:
     return " ".join([JOB_MARKER, *entries])
 
 
-def apply(e, request: dict, still_wanted: Callable[[], bool] = lambda: True,
+def apply(e: Owner, request: dict, still_wanted: Callable[[], bool] = lambda: True,
           commit_point: Callable[[], bool] = lambda: True) -> int:
-    """Append a request's staged rows in one transaction of the engine `e`; returns the rows the job appended (when
+    """Append a request's staged rows in one transaction of the owner `e`; returns the rows the job appended (when
     it had landed before: the rows it appended then). `still_wanted` is asked before each batch and `commit_point`
     once before the commit: False from either aborts the transaction and raises Withdrawn."""
     topics = _topics(e.fs, request["files"])

@@ -25,7 +25,7 @@ import time
 
 from engine.common.errors import KafkaError
 from engine.segments.fs import FileSystem
-from engine.staged_writes.apply import Withdrawn, apply
+from engine.staged_writes.apply import Owner, Withdrawn, apply
 from engine.staged_writes.layout import (
     APPLYING,
     COMMITTING,
@@ -44,10 +44,11 @@ log = logging.getLogger("kafkalog.staged_writes")
 
 
 class StagedWrites:
-    """The owner's side of the queue for one open engine `e`."""
+    """The owner's side of the queue of the directory `path` on `fs`, for the open engine `e` (what applying uses of
+    it; the engine may still be opening)."""
 
-    def __init__(self, e) -> None:
-        self._e, self._fs, self._path = e, e.fs, e.path
+    def __init__(self, fs: FileSystem, path: str, e: Owner) -> None:
+        self._e, self._fs, self._path = e, fs, path
         self._lock = threading.Lock()  # one apply at a time per directory
         self._start_lock = threading.Lock()  # starting and stopping the thread
         self._wake = threading.Event()

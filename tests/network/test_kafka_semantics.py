@@ -22,6 +22,7 @@ from kafka.record.util import calc_crc32c
 
 import engine
 from engine.protocol import decode_response, encode_request
+from engine.protocol import admin_messages as am
 from engine.protocol import messages as m
 from tests.network.test_listener import _call, _closed_by_peer, _recv
 
@@ -211,11 +212,11 @@ def test_a_large_legal_create_does_not_hold_other_connections(served):
             answered.append(read(_call(sock, api, version, body)))
 
     requests = [threading.Thread(target=admin, args=(
-        m.CREATE_TOPICS, 5, {"topics": [{"name": "wide", "num_partitions": 9_000, "replication_factor": 1,
+        am.CREATE_TOPICS, 5, {"topics": [{"name": "wide", "num_partitions": 9_000, "replication_factor": 1,
                                          "assignments": [], "configs": []}], "timeout_ms": 300_000,
                              "validate_only": False}, lambda r: r["topics"][0]["error_code"]))]
     requests += [threading.Thread(target=admin, args=(
-        m.DELETE_TOPICS, 4, {"topic_names": [f"doomed-{i}"], "timeout_ms": 300_000},
+        am.DELETE_TOPICS, 4, {"topic_names": [f"doomed-{i}"], "timeout_ms": 300_000},
         lambda r: r["responses"][0]["error_code"])) for i in range(8)]
     for t in requests:
         t.start()
@@ -421,7 +422,7 @@ def test_the_offsets_topic_is_described_as_kafka_describes_it(served):
     (topic,) = body["topics"]
     assert topic["error_code"] == 0 and topic["is_internal"]
     assert [t["name"] for t in everything if t["is_internal"]] == ["__consumer_offsets"]
-    assert len(topic["partitions"]) == eng.internal_topics()["__consumer_offsets"]
+    assert len(topic["partitions"]) == eng.internal.internal_topics()["__consumer_offsets"]
     admin = AdminClient({"bootstrap.servers": listener.bootstrap})
     with pytest.raises(Exception) as caught:
         admin.create_topics([NewTopic("__consumer_offsets", 1, 1)], request_timeout=30)["__consumer_offsets"].result(30)
@@ -436,7 +437,7 @@ def test_the_internal_topics_metadata_lists_are_described_by_the_other_apis(serv
     with socket.create_connection(listener.address) as sock:
         listed = _call(sock, m.METADATA, 9, {"topics": [{"name": "__consumer_offsets"}],
                                              "allow_auto_topic_creation": True})["topics"]
-        dirs = _call(sock, m.DESCRIBE_LOG_DIRS, 4, {"topics": None})["results"]
+        dirs = _call(sock, am.DESCRIBE_LOG_DIRS, 4, {"topics": None})["results"]
     assert listed[0]["error_code"] == 0
     described = {t["name"]: len(t["partitions"]) for r in dirs for t in r["topics"]}
     assert described == {"plain": 1, "__consumer_offsets": len(listed[0]["partitions"])}
@@ -486,7 +487,7 @@ def test_an_unknown_topic_config_is_named_as_kafka_names_it(served):
         body = {"topics": [{"name": "cfg", "num_partitions": 1, "replication_factor": 1, "assignments": [],
                             "configs": [{"name": "no.such.config", "value": "1"}]}], "timeout_ms": 5000,
                 "validate_only": False}
-        (answer,) = _call(sock, m.CREATE_TOPICS, 5, body)["topics"]
+        (answer,) = _call(sock, am.CREATE_TOPICS, 5, body)["topics"]
     assert answer["error_code"] == kafka_errors.InvalidConfigurationError.errno
     assert answer["error_message"] == "Unknown topic config name: no.such.config"
 

@@ -113,3 +113,21 @@ def test_the_documented_api_table_is_what_the_listener_speaks():
         rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+)(?:–(\d+))? \|$", f.read(), re.M)
     documented = {int(key): (name, int(lo), int(hi or lo)) for name, key, lo, hi in rows}
     assert documented == {a.key: (a.name, a.min_version, a.max_version) for a in APIS.values()}
+
+
+def test_the_protocol_modules_docstrings_say_the_versions_served():
+    """Each version range a protocol module's docstring states ("Produce stops before v12", "Fetch goes to v17", "the
+    advertised ranges start where ... (Produce 3, Fetch 4") is the one the listener serves."""
+    from engine.protocol import admin_messages, messages
+    by_name = {a.name: a for a in APIS.values()}
+    claims = []
+    for module in (messages, admin_messages):
+        text = " ".join(module.__doc__.split())
+        claims += [(name, "max", int(v) - 1) for name, v in re.findall(r"(\w+) stops before v(\d+)", text)]
+        claims += [(name, "max", int(v)) for name, v in re.findall(r"(\w+) goes to v(\d+)", text)]
+        for listed in re.findall(r"ranges start where [^(]*\(([^)]*)\)", text):
+            claims += [(name, "min", int(v)) for name, v in re.findall(r"(\w+) (\d+)", listed)]
+    assert len(claims) >= 4, claims
+    for name, end, version in claims:
+        api = by_name[name]
+        assert (api.min_version if end == "min" else api.max_version) == version, (name, end, version)

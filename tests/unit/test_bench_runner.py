@@ -61,5 +61,5 @@ def test_a_suite_that_closes_its_engine_passes_and_threads_open_before_it_do_not
     alive = set(threading.enumerate())
     with engine.open(str(tmp_path / "before")):  # open before the suite began, as a session around a run is
         doc = run([_engine_suite(tmp_path / "suite", closes=True, opened=opened)], reps=1, min_time=0.0)
-    assert doc["rows"][0]["contenders"][0]["name"] == "kafkalog" and opened[0]._closed
+    assert doc["rows"][0]["contenders"][0]["name"] == "kafkalog" and opened[0].closed
     assert not [t for t in set(threading.enumerate()) - alive if t.name.startswith("kafkalog-")]

@@ -384,7 +384,7 @@ def test_a_standalone_consumer_commits_and_resumes_from_its_group_offsets(tmp_pa
         c.assign(tps)
         assert (c.position(tps[0]), c.position(tps[1])) == (3, 4)
         from engine.groups import offsets
-        batches = list(e.internal_partition("__consumer_offsets", offsets.partition("billing")).log.read(0).batches())
+        batches = list(e.internal.internal_partition("__consumer_offsets", offsets.partition("billing")).log.read(0).batches())
         assert [b.is_transactional for b in batches] == [False, False]
         assert offsets.decode_key(batches[0].records()[0].key) == ("billing", tps[0])
 

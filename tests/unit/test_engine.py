@@ -95,7 +95,7 @@ def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
 
     e = engine.open(str(tmp_path), fs=Stalling(), brokers=3)
     e.create_topic("events", replication_factor=3)
-    e.ensure_internal_topic("__consumer_offsets")  # (a commit would create it: a topic change of its own)
+    e.internal.ensure_internal_topic("__consumer_offsets")  # (a commit would create it: a topic change of its own)
 
     def create():
         if creating == "slow":
@@ -112,7 +112,7 @@ def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
             seen["offset"] = p.send("events", b"v").get(timeout=30).offset
         with pytest.raises(UnknownTopicOrPartitionError):
             e.partitions_for("slow")
-        seen["internal"] = e.internal_topics()
+        seen["internal"] = e.internal.internal_topics()
         with e.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
             c.assign([("events", 0)])
             seen["read"] = [r.value for records in c.poll(timeout_ms=30_000).values() for r in records]
@@ -137,7 +137,7 @@ def test_clients_go_on_while_a_topic_is_created(tmp_path, creating):
         if creating == "slow":
             assert e.partitions_for("slow") == 3
         else:
-            assert e.internal_topics() == {"__consumer_offsets": 50, creating: 50}
+            assert e.internal.internal_topics() == {"__consumer_offsets": 50, creating: 50}
     finally:
         e.close()
 

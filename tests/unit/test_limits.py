@@ -50,8 +50,8 @@ def test_max_partitions_counts_every_replica_and_every_way_to_add_one(tmp_path):
             eng.create_partitions("b", 3)
         assert eng.describe_topic("b").partitions[-1].partition == 1
         with pytest.raises(InvalidPartitionsError, match="internal topic '__consumer_offsets'"):
-            eng.ensure_internal_topic("__consumer_offsets")
-        assert "__consumer_offsets" not in eng.internal_topics()
+            eng.internal.ensure_internal_topic("__consumer_offsets")
+        assert "__consumer_offsets" not in eng.internal.internal_topics()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "10", None, True])

@@ -207,7 +207,7 @@ def test_expired_transactional_ids_get_tombstones(tmp_path):
         clock.advance(604_800_000)
         assert e.coordinators.expire_transactional_ids() == 1
         assert e.transactions.coordinator.list() == []
-        part = e.internal_partition(transaction_log.TOPIC, transaction_log.partition("idle"))
+        part = e.internal.internal_partition(transaction_log.TOPIC, transaction_log.partition("idle"))
         last = list(part.log.read(0).batches())[-1].records()[-1]
         assert transaction_log.decode_key(last.key) == "idle" and last.value is None
     with engine.open(tmp_path, clock=clock, background=False) as e:
@@ -446,7 +446,7 @@ def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
         p.send("t", b"x", partition=2).get()
         p.send("t", b"y", partition=0).get()
         p.commit_transaction()
-        part = e.internal_partition("__transaction_state", transaction_log.partition("schema-check"))
+        part = e.internal.internal_partition("__transaction_state", transaction_log.partition("schema-check"))
         records = [r for b in part.log.read(0).batches() for r in b.records()]
     states = []
     for r in records:
@@ -478,7 +478,7 @@ def test_offset_commit_records_decode_with_kafkas_schema(tmp_path):
                                       "polygenelubricants")
         p.commit_transaction()
         # "polygenelubricants".hashCode() is Integer.MIN_VALUE: Utils.abs makes it 0
-        batches = list(e.internal_partition("__consumer_offsets", 0).log.read(0).batches())
+        batches = list(e.internal.internal_partition("__consumer_offsets", 0).log.read(0).batches())
     data, marker = batches
     assert data.is_transactional and not data.is_control and marker.is_control
     r, = data.records()
