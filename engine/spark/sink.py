@@ -48,7 +48,7 @@ from engine.record import batch_format as bf
 from engine.record.codec import encode_batch, encode_columnar
 from engine.segments.log_config import LogConfig
 from engine.staged_writes import layout as staged_layout
-from engine.staged_writes import requester as staged_requester
+from engine.tools import staged_commit as staged_requester
 from engine.staged_writes import staged_batches
 
 MAX_REQUEST_SIZE = 1 << 20  # Kafka producer's max.request.size: the largest batch a task encodes
@@ -267,7 +267,7 @@ def abort(settings: SinkSettings, job: str, messages) -> None:
 
 def commit(settings: SinkSettings, job: str, messages, batch_id: int | None = None) -> int:
     """The driver's side (Spark runs it in a Python worker of its own): apply the staged rows of the committed
-    attempts (engine.staged_writes.requester.commit); returns the rows appended."""
+    attempts (engine.tools.staged_commit.commit); returns the rows appended."""
     return staged_requester.commit(settings.path, _request(settings, job, messages, batch_id),
                                    settings.commit_timeout_ms)
 

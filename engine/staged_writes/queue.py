@@ -1,5 +1,5 @@
 """The owner's side of the request queue between a process that staged a write and the process that owns the directory
-(the requester's side: engine.staged_writes.requester).
+(the requester's side: engine.tools.staged_commit).
 
 Files: layout's `requests/<job>.<state>`; every change of state is one rename, made by the side the state says:
 the owner claims (`json` -> `applying`), reaches its commit point (`applying` -> `committing`) and answers (writes

@@ -19,7 +19,7 @@ import pytest
 import engine
 from engine import KafkaTimeoutError
 from engine.staged_writes import layout as sw
-from engine.staged_writes import requester as sw_requester
+from engine.tools import staged_commit as sw_requester
 from tests.crash.children import ROOT
 from tests.log_checks import read_log
 from tests.staging import stage_values

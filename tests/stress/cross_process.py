@@ -1,6 +1,6 @@
 """The stress workload's parts that cross a process boundary, run beside the in-process ones (tests/stress/workload.py):
 
-- staged writes requested by other processes (`python -m engine.staged_writes`, as Spark's JVM sink runs it), with
+- staged writes requested by other processes (`python -m engine.tools.staged_commit`, as Spark's JVM sink runs it), with
   timeouts from none to long: each job is applied, withdrawn, or (its commit under way at the deadline) unknown to its
   requester; a requester still waiting when the engine closes takes the directory over and applies it itself;
 - a mirror into and out of librdkafka's mock cluster (`mirror.to_kafka` of a topic being written, `mirror.from_kafka`
@@ -44,7 +44,7 @@ def _stage(path: str, job: str, values: list[bytes]) -> dict:
 
 
 def _outcome(status: int, stdout: str, stderr: str, values: list) -> str:
-    """What a requester (`python -m engine.staged_writes`) answered."""
+    """What a requester (`python -m engine.tools.staged_commit`) answered."""
     if status == 0:
         return "applied" if int(stdout) == len(values) else f"applied {stdout.strip()} rows"
     if "withdrawn" in stderr:
@@ -86,7 +86,7 @@ class CrossProcess:
         while w.running():
             job, n = f"stress-{n}", n + 1
             values = [b"%s:%d" % (job.encode(), i) for i in range(rng.randrange(1, 3000))]
-            run = subprocess.run([sys.executable, "-m", "engine.staged_writes", w.path,
+            run = subprocess.run([sys.executable, "-m", "engine.tools.staged_commit", w.path,
                                   str(rng.choice((0, 50, 5_000, 30_000)))],
                                  input=json.dumps(_stage(w.path, job, values)), capture_output=True, text=True,
                                  timeout=120)
@@ -107,7 +107,7 @@ class CrossProcess:
                     return
                 job, n = f"owned-{n}", n + 1
                 values = [b"%s:%d" % (job.encode(), i) for i in range(rng.randrange(1_000, 20_000))]
-                requester = subprocess.Popen([sys.executable, "-m", "engine.staged_writes", self.owned, "30000"],
+                requester = subprocess.Popen([sys.executable, "-m", "engine.tools.staged_commit", self.owned, "30000"],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                              text=True)
                 requester.stdin.write(json.dumps(_stage(self.owned, job, values)))

@@ -231,3 +231,32 @@ def test_the_private_reach_checker_catches_one(tmp_path):
         "        x = segment._lock  # a comment about y._z is no access\n"
         "        return self._log._storage_error, '(s._count)', x\n")
     assert private_reaches(native / "_user.pyx") == ["_user.pyx:9: segment._lock", "_user.pyx:10: _log._storage_error"]
+
+
+def facade_reach(root: Path = ROOT, composition: str = "engine.composition", facade: str = "engine.engine") -> list[str]:
+    """The modules the composition root imports, directly or not, that import the facade (an arrow back up into it)."""
+    modules = {_module_name(p, root): p for package in PACKAGES for p in (root / package).rglob("*.py")}
+    seen, todo, found = set(), [composition], []
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in modules:
+            continue
+        seen.add(m)
+        targets = {t for _, t in _imports(modules[m])}
+        if facade in targets:
+            found.append(m)
+        todo += [t for t in targets if t in modules]
+    return sorted(found)
+
+
+def test_nothing_the_engine_is_made_of_imports_the_engine():
+    assert facade_reach() == []
+
+
+def test_the_facade_reach_checker_finds_one(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "engine" / "composition.py").write_text("from engine.queue import StagedWrites\n")
+    (tmp_path / "engine" / "queue.py").write_text("def f():\n    from engine.engine import open\n")
+    (tmp_path / "engine" / "engine.py").write_text("from engine import composition\n")
+    assert facade_reach(tmp_path) == ["engine.queue"]

@@ -21,7 +21,7 @@ from engine.record.codec import encode_batch, encode_control_batch
 from engine.staged_writes import apply as sw_apply
 from engine.staged_writes import layout as sw
 from engine.staged_writes import queue as sw_queue
-from engine.staged_writes import requester as sw_requester
+from engine.tools import staged_commit as sw_requester
 from tests.log_checks import read_log
 from tests.staging import stage_batches, stage_values
 
@@ -347,14 +347,14 @@ def test_a_malformed_request_is_refused_typed_before_anything_is_queued(tmp_path
 
 
 def test_the_entry_point_reports_one_typed_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "engine.staged_writes", str(tmp_path), "soon"], input="{}",
+    run = subprocess.run([sys.executable, "-m", "engine.tools.staged_commit", str(tmp_path), "soon"], input="{}",
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and run.stderr.startswith("InvalidConfigurationError: usage")
     with engine.open(tmp_path) as e:
         e.create_topic("t")
     req = _request(tmp_path, "cli", [b"from-the-jvm"])
     import json
-    run = subprocess.run([sys.executable, "-m", "engine.staged_writes", str(tmp_path), "30000"],
+    run = subprocess.run([sys.executable, "-m", "engine.tools.staged_commit", str(tmp_path), "30000"],
                          input=json.dumps(req), capture_output=True, text=True, timeout=60)
     assert (run.returncode, run.stdout.strip()) == (0, "1"), run.stderr
     assert _committed_values(tmp_path) == [b"from-the-jvm"]

@@ -38,7 +38,7 @@ import org.apache.spark.sql.types.StructType;
  * exactly-once commit of engine.spark.sink. Tasks encode their rows as Kafka batches (StagedBatches: partitions
  * chosen by Kafka's partitioner over the topics' partition counts, read from the catalogue as the write is planned)
  * into a file of the attempt's under `<path>/.kafkalog-staging/<job>/`; a failed attempt removes its file. The
- * driver's commit hands the committed attempts' files to kafkalog's Python engine (`python -m engine.staged_writes`,
+ * driver's commit hands the committed attempts' files to kafkalog's Python engine (`python -m engine.tools.staged_commit`,
  * the interpreter Spark's Python uses, started as the tasks are planned: CommitProcess), which appends their batches in one transaction, each with the transaction's
  * producer id, epoch and sequences (or asks the process that has the directory open to), as the Python sink's commit
  * does.
@@ -294,7 +294,7 @@ final class KafkalogWrite {
     }
 
     /**
-     * The process that will commit a job: `python -m engine.staged_writes`, started as the job's tasks are planned so
+     * The process that will commit a job: `python -m engine.tools.staged_commit`, started as the job's tasks are planned so
      * that its interpreter and kafkalog are loaded while they run; it waits for the request on its stdin. Its stderr
      * goes to a file, not a pipe read to its end: the wait in commit() is what bounds the commit.
      */
@@ -313,7 +313,7 @@ final class KafkalogWrite {
             IOException f = null;
             try {
                 e = File.createTempFile("kafkalog-commit-", ".err");
-                p = new ProcessBuilder(python, "-m", "engine.staged_writes", s.path, Long.toString(s.commitTimeoutMs))
+                p = new ProcessBuilder(python, "-m", "engine.tools.staged_commit", s.path, Long.toString(s.commitTimeoutMs))
                         .redirectError(e).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
             } catch (IOException x) {
                 f = x;
@@ -339,7 +339,7 @@ final class KafkalogWrite {
             try (java.io.OutputStream in = p.getOutputStream()) {
                 in.write(req.getBytes(StandardCharsets.UTF_8));
             }
-            // the child answers within its timeout and a second (engine.staged_writes.requester); a minute more to start
+            // the child answers within its timeout and a second (engine.tools.staged_commit); a minute more to start
             if (!p.waitFor(s.commitTimeoutMs + 60_000, TimeUnit.MILLISECONDS)) {
                 p.destroyForcibly();
                 throw KafkalogError.storage("the commit did not finish in " + s.commitTimeoutMs + " ms", s.path, null);
@@ -348,10 +348,10 @@ final class KafkalogWrite {
                 String[] lines = new String(java.nio.file.Files.readAllBytes(cp.err.toPath()), StandardCharsets.UTF_8)
                         .trim().split("\n");
                 String last = lines[lines.length - 1];
-                throw KafkalogError.badWrite("commit", "failed (" + cp.python + " -m engine.staged_writes): " + last);
+                throw KafkalogError.badWrite("commit", "failed (" + cp.python + " -m engine.tools.staged_commit): " + last);
             }
         } catch (IOException e) {
-            throw KafkalogError.storage("cannot run " + cp.python + " -m engine.staged_writes (kafkalog's Python engine "
+            throw KafkalogError.storage("cannot run " + cp.python + " -m engine.tools.staged_commit (kafkalog's Python engine "
                     + "applies the staged rows; set spark.pyspark.python to the Python that has kafkalog installed): " + e,
                     s.path, e);
         } catch (InterruptedException e) {

@@ -1,4 +1,7 @@
-"""The requester's side of the staged-writes queue (the owner's: engine.staged_writes.queue).
+"""The requester's side of the staged-writes queue (the owner's: engine.staged_writes.queue), and `python -m
+engine.tools.staged_commit <path> <timeout ms>` with a request on stdin: the JVM sink's commit, which prints the rows
+appended (a failure is one line on stderr, `ErrorName: message`, and exit status 1). It is a client of the engine (it
+opens one where no process owns the directory), so it sits above it, with the tools.
 
 `request` queues a request and waits for its answer at most its timeout plus a second of grace. While it waits it
 tries to open the directory every 250 ms: when no process has it open (the owner died or closed) it becomes the owner
@@ -10,6 +13,8 @@ Thread-safety: any number of requesters, in threads or processes, one per job id
 """
 from __future__ import annotations
 
+import json
+import sys
 import time
 
 from engine.common.errors import InvalidConfigurationError, KafkaError, KafkaStorageError, KafkaTimeoutError
@@ -135,3 +140,22 @@ def _give_up(fs: FileSystem, path: str, req: dict, timeout_ms: int, failure: Kaf
                                     f"job id is recorded when it lands, so requesting the same job again never "
                                     f"appends it twice)", file=path)
         time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if len(argv) != 2 or not argv[1].isdigit():
+            raise InvalidConfigurationError("usage: python -m engine.tools.staged_commit <path> <timeout ms> < request.json")
+        try:
+            req = json.load(sys.stdin)
+        except ValueError as exc:
+            raise InvalidConfigurationError(f"the request on stdin is not JSON: {exc}") from None
+        print(commit(argv[0], req, int(argv[1])))
+    except KafkaError as exc:  # the caller is the JVM: it reports this one line as the commit's error
+        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
