@@ -448,13 +448,6 @@ class AdminManager:
                         out.setdefault(p, stats)
         return out
 
-    def transaction_partitions(self) -> set[tuple[str, int]] | None:
-        """The partitions not loaded yet that may hold a transaction its coordinator already ended: those the last
-        clean close noted with an open transaction; None (every partition) after an unclean shutdown."""
-        if not self.replicas.closed_cleanly():
-            return None
-        return set(self.catalogue.open_transactions)
-
     def note_loaded_logs(self, producer_ids: ProducerIdManager) -> None:
         """Before the logs close: the catalogue notes what the logs loaded in this open hold that the next open
         must know without loading every log: the partitions with an open transaction (with those noted before whose

@@ -189,6 +189,13 @@ class ReplicaManager:
         """Whether the last close of every live broker's directory was clean (no log needs recovering)."""
         return all(b.logs.clean_shutdown for b in self.brokers.values() if b.alive)
 
+    def transaction_partitions(self) -> set[tuple[str, int]] | None:
+        """The partitions not loaded yet that may hold a transaction its coordinator already ended: those the last
+        clean close noted with an open transaction; None (every partition) after an unclean shutdown."""
+        if not self.closed_cleanly():
+            return None
+        return set(self.catalogue.open_transactions)
+
     def replicate(self, max_rounds: int = 1000) -> int:
         """Run fetch rounds for every follower until nothing moves; the bytes replicated."""
         total = 0

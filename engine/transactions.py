@@ -125,7 +125,7 @@ class Transactions:
         that commit, ABORT otherwise (as `kafka-transactions.sh abort` does for a hanging transaction). Producers
         it does not know are left alone. The count closed. A coordinator that knows no transactional id has nothing to
         close; after a clean shutdown only the partitions the catalogue noted with an open transaction, and the ones
-        loaded since, are looked at (AdminManager.transaction_partitions); after an unclean one, every partition."""
+        loaded since, are looked at (ReplicaManager.transaction_partitions); after an unclean one, every partition."""
         if not self.coordinator.txns:
             return 0
         closed = 0

@@ -72,7 +72,7 @@ class Consumer:
     """kafka-python's KafkaConsumer over an engine: its options and its methods one for one (subscribe and assign,
     poll and iteration, the seeks and positions, committed offsets and commits, pause and resume, the offset lookups,
     close), with the fetch positions they share; the group protocol is engine.clients.consumer_coordinator's. That
-    API's breadth is why this is one class of about 500 lines."""
+    API's breadth over the same positions is why it stays one class of about 500 lines."""
 
     def __init__(self, engine, *topics: str, group_id=None, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
