@@ -17,8 +17,7 @@ import time
 import engine
 from bench.clients import FreshTopic
 from bench.kafka import PARTITIONS, VALUE
-from bench.log import _figure
-from bench.runner import Contender, Workload
+from bench.runner import Contender, Workload, figure
 from engine.aio import AIOKafkaConsumer, AIOKafkaProducer
 
 SYNC = "kafkalog, synchronous clients"
@@ -260,6 +259,6 @@ def figures(quick: bool, scratch: str) -> list[dict]:
                 ms = sorted(x * 1000 for x in latencies)
                 p50s[side].append(statistics.median(ms))
                 p99s[side].append(ms[int(len(ms) * 0.99) - 1])
-    return [_figure(f"latency from send() to a waiting getone(), {q}, linger 0", ours, "ms",
+    return [figure(f"latency from send() to a waiting getone(), {q}, linger 0", ours, "ms",
                     "kafkalog, synchronous send() to a consumer waiting in poll()", theirs, True)
             for q, (ours, theirs) in (("p50", p50s), ("p99", p99s))]

@@ -24,7 +24,7 @@ import threading
 import time
 
 import engine
-from bench.log import _figure, rotated
+from bench.runner import figure, rotated
 
 VALUE, KEY = 100, 16
 
@@ -163,10 +163,10 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     shutil.rmtree(template)
     label = f"compaction of {n:,} records ({keys:,} keys, {mb:.0f} MB)"
     return [
-        _figure(f"{label}, MB/s of log read", ours, "MB/s", "plain copy of the same segment files", copies, False,
+        figure(f"{label}, MB/s of log read", ours, "MB/s", "plain copy of the same segment files", copies, False,
                 ratio_target=0.5),
-        _figure(f"{label}, MB/s of log read", ours, "MB/s", "sqlite3 DELETE superseded rows + VACUUM", lite, False),
-        _figure(f"{label}, peak RSS growth in a fresh process", ours_mem, "MiB per million keys",
+        figure(f"{label}, MB/s of log read", ours, "MB/s", "sqlite3 DELETE superseded rows + VACUUM", lite, False),
+        figure(f"{label}, peak RSS growth in a fresh process", ours_mem, "MiB per million keys",
                 "sqlite3 DELETE superseded rows + VACUUM", lite_mem, True),
     ]
 

@@ -1,11 +1,16 @@
-"""`python -m bench.compare_builds OTHER_TREE [--rounds N] [--quick]`: the codec rows of this checkout and of another
-one (an older commit, built in place with `make setup` or `python setup.py build_ext --inplace`), measured in one run.
+"""`python -m bench.compare_builds OTHER_TREE [--suites codec,clients,aio,many] [--rounds N] [--quick]`: an A/B of
+this checkout and another one (an older commit, built in place with `python setup.py build_ext --inplace`), measured
+in one run.
 
-Each round runs the codec suites (this checkout's bench.codec, the workloads of `python -m bench`) once in a child
-process per checkout, the two alternating (ABAB...), so both see the same machine. A child imports engine, segments,
-txn and replication from its checkout only, and the benchmark code from this one, so both run the same workloads.
-The table gives, per row, kafkalog's median time in each checkout (the median of its rounds), the change, and
-kafkalog's ratio to aiokafka measured in each checkout's own runs, which cancels what the machine did between them.
+Each round runs each suite once per checkout, the two alternating (ABAB...), so both see the same machine:
+- codec, clients, aio: the workloads of `python -m bench` (bench.codec, bench.clients, bench.aio without a broker) in
+  a child process per checkout; a child imports engine and the layers under it from its checkout only, and the
+  benchmark code from this one, so both run the same workloads. Every contender is reported: kafkalog's rows
+  and its peers' (the peers run the same code on both sides: their change is the machine's).
+- many: bench.many_partitions' write and open phases at MANY_N partitions, each phase in a fresh interpreter in the
+  checkout measured, with the data on tmpfs where there is one (the disk's sync times vary far more than the code).
+The table gives, per row and contender, the median of each side's rounds with its min-max spread, the change, and
+whether this tree's median lies within the other's spread widened by the peers' own drift between the two sides.
 """
 from __future__ import annotations
 
@@ -16,61 +21,103 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITES = ("codec", "clients", "aio", "many")
+MANY_N = 10_000
 
 
-def _child(quick: bool) -> None:
+def _child(suites: list[str], quick: bool) -> None:
     sys.path.insert(0, os.getcwd())  # the checkout measured: its engine and the layers under it
     spec = importlib.util.spec_from_file_location("bench", os.path.join(HERE, "bench", "__init__.py"),
                                                   submodule_search_locations=[os.path.join(HERE, "bench")])
     sys.modules["bench"] = package = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(package)
-    from bench import codec, runner
+    from bench import aio, clients, codec, runner
 
     reps, min_time = (2, 0.05) if quick else (5, 0.4)
-    rows = runner.run(codec.suites(quick), reps=reps, min_time=min_time)["rows"]
+    with tempfile.TemporaryDirectory(prefix="kafkalog-ab-") as scratch:
+        chosen = {"codec": codec.suites(quick), "clients": [lambda: clients.workloads(quick, scratch)],
+                  "aio": [lambda: aio.workloads(quick, None, scratch)]}
+        rows = runner.run([s for name in suites for s in chosen[name]], reps=reps, min_time=min_time)["rows"]
+    json.dump({f'{row["group"]}: {row["workload"]}': {c["name"]: c["median_s"] for c in row["contenders"]}
+               for row in rows}, sys.stdout)
+
+
+def _measure(tree: str, suites: list[str], quick: bool) -> dict:
     out = {}
-    for row in rows:
-        times = {c["name"]: c["median_s"] for c in row["contenders"]}
-        out[f'{row["group"]}: {row["workload"]}'] = {"kafkalog": times["kafkalog"], "aiokafka": times.get("aiokafka")}
-    json.dump(out, sys.stdout)
+    child = [s for s in suites if s != "many"]
+    if child:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        cmd = [sys.executable, "-I", os.path.abspath(__file__), "--child", ",".join(child)] + (["--quick"] * quick)
+        out.update(json.loads(subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.PIPE,
+                                             text=True).stdout))
+    if "many" in suites:
+        out.update(_many(tree, 1_000 if quick else MANY_N))
+    return out
 
 
-def _measure(tree: str, quick: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    cmd = [sys.executable, "-I", os.path.abspath(__file__), "--child"] + (["--quick"] if quick else [])
-    done = subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.PIPE, text=True)
-    return json.loads(done.stdout)
+def _many(tree: str, n: int) -> dict:
+    """bench.many_partitions' write and open phases of `n` partitions, run in the checkout `tree`."""
+    from bench import many_partitions as mp
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="kafkalog-ab-many-", dir=shm) as scratch:
+        path = os.path.join(scratch, "d")
+        figures = {**mp.phase(mp.WRITE, path, n, cwd=tree), **mp.phase(mp.OPEN, path, n, cwd=tree)}
+    where = "tmpfs" if shm else "disk"
+    return {f"many partitions ({n:,}, {where}): {k}": {"kafkalog": v} for k, v in figures.items()
+            if k in mp.PHASES and "MiB" not in k}
+
+
+def table(runs: dict[str, list[dict]], other: str) -> str:
+    lines = [f"| row | contender | {other} (ms) | this tree (ms) | this / other | within spread |",
+             "|---|---|---:|---:|---:|---|"]
+    first = runs["this"][0]
+    for row in first:
+        names = list(first[row])
+        drift = []  # the peers' change between the two sides: what the machine did, not the code
+        for name in names[1:]:
+            both = {side: [r[row][name] for r in runs[side] if r[row].get(name)] for side in runs}
+            if all(both.values()):
+                drift.append(statistics.median(both["this"]) / statistics.median(both["other"]))
+        slack = max([abs(d - 1) for d in drift], default=0.0)
+        for name in names:
+            vals = {side: [r[row][name] for r in runs[side] if r[row].get(name)] for side in runs}
+            if not all(vals.values()):
+                continue
+            med = {side: statistics.median(v) for side, v in vals.items()}
+            lo, hi = min(vals["other"]) * (1 - slack), max(vals["other"]) * (1 + slack)
+            spread = {side: f"{med[side] * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f})" for side, v in vals.items()}
+            within = "yes" if lo <= med["this"] <= hi else ("faster" if med["this"] < lo else "**slower**")
+            lines.append(f"| {row} | {name} | {spread['other']} | {spread['this']} | "
+                         f"{med['this'] / med['other']:.3f} | {within if name == names[0] else '(peer)'} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compare_builds")
     parser.add_argument("other", nargs="?", help="the other checkout (built in place)")
+    parser.add_argument("--suites", default="codec", help=f"comma-separated, of {', '.join(SUITES)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        _child(args.quick)
+    if args.child is not None:
+        _child(args.child.split(","), args.quick)
         return 0
     if args.other is None:
         parser.error("the other checkout is required")
+    suites = args.suites.split(",")
+    if set(suites) - set(SUITES):
+        parser.error(f"unknown suites: {sorted(set(suites) - set(SUITES))}")
     trees = {"other": os.path.abspath(args.other), "this": HERE}
     runs: dict[str, list[dict]] = {"other": [], "this": []}
     for _ in range(args.rounds):
         for side, tree in trees.items():
-            runs[side].append(_measure(tree, args.quick))
-    print(f"| codec row | {args.other} (ms) | this tree (ms) | this / other time | vs aiokafka: other | this |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for row in runs["this"][0]:
-        med = {side: statistics.median(r[row]["kafkalog"] for r in runs[side]) for side in runs}
-        ratio = {}
-        for side in runs:
-            peers = [r[row]["aiokafka"] / r[row]["kafkalog"] for r in runs[side] if r[row]["aiokafka"]]
-            ratio[side] = f"{statistics.median(peers):.2f}x" if peers else "-"
-        print(f"| {row} | {med['other'] * 1e3:.2f} | {med['this'] * 1e3:.2f} | {med['this'] / med['other']:.3f} "
-              f"| {ratio['other']} | {ratio['this']} |")
+            runs[side].append(_measure(tree, suites, args.quick))
+    sys.stdout.write(table(runs, args.other))
     return 0
 
 

@@ -19,8 +19,7 @@ import time
 
 import engine
 from bench.clients import _MockCluster
-from bench.log import _figure
-from bench.runner import Contender, Workload
+from bench.runner import Contender, Workload, figure
 from engine.common.structs import TopicPartition
 
 HEARTBEAT_MS = 100
@@ -123,7 +122,7 @@ def figures(quick: bool, scratch: str) -> list[dict]:
             eager = [kafkalog_rebalance(scratch, partitions, members, "range") * 1000 for _ in range(reps)]
             coop = [kafkalog_rebalance(scratch, partitions, members, "cooperative-sticky") * 1000
                     for _ in range(reps)]
-            fig = _figure(f"rebalance as member {members + 1} joins, {partitions} partitions: cooperative-sticky "
+            fig = figure(f"rebalance as member {members + 1} joins, {partitions} partitions: cooperative-sticky "
                           f"(two rounds)", coop, "ms", "kafkalog, eager range (one round, all revoke)", eager, True)
             fig["ceilings"] = [["cooperative", fig["value"], 10], ["eager", fig["peer_value"], 5]]
             out.append(fig)
@@ -135,7 +134,7 @@ def figures(quick: bool, scratch: str) -> list[dict]:
         for run in range(reps):
             ours.append(kafkalog_rebalance(scratch, 4, 2, strategy) * 1000)
             theirs.append(_mock_rebalance(mock, "rebalance", strategy, run) * 1000)
-        out.append(_figure(f"rebalance as member 3 joins, 4 partitions, {strategy}", ours, "ms",
+        out.append(figure(f"rebalance as member 3 joins, 4 partitions, {strategy}", ours, "ms",
                            "confluent-kafka mock cluster", theirs, True))
     return out
 

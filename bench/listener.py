@@ -20,8 +20,7 @@ import tempfile
 import time
 
 from bench.kafka import PARTITIONS, QUIET, VALUE, rdkafka_read, rdkafka_send
-from bench.log import _figure
-from bench.runner import Contender, Workload
+from bench.runner import Contender, Workload, figure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDS = "needs a broker: make bench KAFKA_HOME=<a Kafka installation or build folder>"
@@ -274,18 +273,18 @@ def memory_figures(served, broker) -> list[dict]:
     ours, theirs = group_memory(served.proc.pid), group_memory(broker._proc.pid)
     rows = {"taken": "produce", "served0": "poll() consume", f"served{BATCH}": "batched consume",
             "crowd": f"{CLIENTS} + {CLIENTS} clients"}
-    out = [_figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
+    out = [figure("listener: resident memory at idle, MiB", [served.idle_mib[0]], "MiB", "a Kafka broker",
                    [served.idle_mib[1]], True, ratio_target=5),
-           _figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
+           figure("listener: peak resident memory under the load rows, MiB", [ours[1]], "MiB", "a Kafka broker",
                    [theirs[1]], True, ratio_target=5)]
     if served.crowd_mib:
-        out.append(_figure(f"listener: resident memory with {CLIENTS} producers and {CLIENTS} consumers connected "
+        out.append(figure(f"listener: resident memory with {CLIENTS} producers and {CLIENTS} consumers connected "
                            f"(at the end of each run of that row), MiB", served.crowd_mib[True], "MiB",
                            "a Kafka broker", served.crowd_mib[False], True, ratio_target=5))
-        out.append(_figure(f"listener: p99 delivery latency of the {CLIENTS} producers' records (acks=all, linger "
+        out.append(figure(f"listener: p99 delivery latency of the {CLIENTS} producers' records (acks=all, linger "
                            f"5 ms) with {CLIENTS} consumers reading at once, ms", served.p99[True], "ms",
                            "a Kafka broker", served.p99[False], True))
-    return out + [_figure(f"listener: server CPU seconds per 1 M records ({row} row)", served.cpu[kind][True], "s",
+    return out + [figure(f"listener: server CPU seconds per 1 M records ({row} row)", served.cpu[kind][True], "s",
                           "a Kafka broker", served.cpu[kind][False], True)
                   for kind, row in rows.items() if kind in served.cpu]
 
@@ -296,7 +295,7 @@ def startup_figures(quick: bool, scratch: str) -> list[dict]:
     if not home:
         return []
     starts = [startup_seconds(scratch, home) for _ in range(1 if quick else 3)]
-    fig = _figure("listener: process start to the first acknowledged produce (the broker's storage format "
+    fig = figure("listener: process start to the first acknowledged produce (the broker's storage format "
                   "included)", [s[0] for s in starts], "s", "a Kafka broker", [s[1] for s in starts], True)
     fig["ceilings"] = [["kafkalog serve", fig["value"], 0.3]]
     return [fig]

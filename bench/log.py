@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import statistics
 import tempfile
 import time
 
 import engine
 from bench.codec import make_records
 from bench.peers import SqliteLog, raw_read, stat_all
-from bench.runner import Contender, Workload
+from bench.runner import Contender, Workload, figure, percentile
 from engine.common.clock import ManualClock, SystemClock
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
@@ -111,38 +110,6 @@ def _create_dirs(partitions: int, scratch: str):
     return call
 
 
-def _figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[float], lower_is_better: bool,
-            target: float | None = None, ratio_target: float | None = None) -> dict:
-    """Repeated paired measurements beside a peer: medians, the ratio (> 1: kafkalog better) and its
-    min-max spread over the repetitions."""
-    ratios = [(t / o) if lower_is_better else (o / t) for o, t in zip(ours, theirs)]
-    value, peer_value = statistics.median(ours), statistics.median(theirs)
-    fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value,
-           "ratio": (peer_value / value) if lower_is_better else (value / peer_value),
-           "spread": [min(ratios), max(ratios)], "samples": [ours, theirs]}
-    if target is not None:  # a value in the figure's unit
-        fig["target"] = target
-    if ratio_target is not None:  # a ratio to the peer
-        fig["ratio_target"] = ratio_target
-    return fig
-
-
-def rotated(rep: int, calls: list) -> list:
-    """Each call's result, the calls run in an order rotated by `rep` (repetitions interleave the contenders, so no
-    one always runs first, on a cold cache or a warm one); results in the calls' order."""
-    order = list(range(len(calls)))
-    order = order[rep % len(calls):] + order[:rep % len(calls)]
-    out: list = [None] * len(calls)
-    for i in order:
-        out[i] = calls[i]()
-    return out
-
-
-def _percentile(samples: list[int], pct: float) -> float:
-    """The pct-th percentile of nanosecond samples, in microseconds."""
-    return sorted(samples)[int(len(samples) * pct)] / 1000
-
-
 def figures(quick: bool, scratch: str) -> list[dict]:
     """Reads, recovery and opening, each against its peer, on one log built here."""
     size = (64 << 20) if quick else (1 << 30)
@@ -187,9 +154,9 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     for what, probe in (("offset", by_offset), ("timestamp", by_timestamp)):
         reps = [[probe() for _ in range(n)] for _ in range(3)]  # three repetitions, interleaved per probe
         for pct, name in ((0.5, "p50"), (0.99, "p99")):
-            ours = [_percentile([m for m, _ in r], pct) for r in reps]
-            theirs = [_percentile([t for _, t in r], pct) for r in reps]
-            out.append(_figure(f"random read by {what}, {name} ({label})", ours, "µs", "sqlite3 WAL", theirs, True,
+            ours = [percentile([m for m, _ in r], pct) for r in reps]
+            theirs = [percentile([t for _, t in r], pct) for r in reps]
+            out.append(figure(f"random read by {what}, {name} ({label})", ours, "µs", "sqlite3 WAL", theirs, True,
                                ratio_target=1.0 if what == "timestamp" else None))
     seg = lg.active_segment
     speeds, raw = [], []
@@ -200,7 +167,7 @@ def figures(quick: bool, scratch: str) -> list[dict]:
         t = time.perf_counter()
         raw_read(seg.log_path)
         raw.append(seg.size / (time.perf_counter() - t) / 1e9)
-    out.append(_figure(f"recovery scan from page cache ({label})", speeds, "GB/s",
+    out.append(figure(f"recovery scan from page cache ({label})", speeds, "GB/s",
                        "raw read() of the same bytes", raw, False, target=3.0))
     db.close()
     lg.close()
@@ -231,5 +198,5 @@ def _open_many(count: int, scratch: str) -> dict:
         stat_all(path)
         floors.append(time.perf_counter() - t)
     shutil.rmtree(d)
-    return _figure(f"open a directory of {count:,} segments (clean shutdown)", ours, "s",
+    return figure(f"open a directory of {count:,} segments (clean shutdown)", ours, "s",
                    "listdir + stat() of every file", floors, True)

@@ -48,7 +48,7 @@ TARGETS = {  # (phase, partitions): seconds or MiB, from the issue that set them
     ("create", 100_000): 20.0, ("clean open", 100_000): 1.0, ("first read after kill -9", 100_000): 0.05,
 }
 
-_PRELUDE = """
+PRELUDE = """
 import json, os, signal, sys, tempfile, time
 import engine
 engine.open(tempfile.mkdtemp()).close()  # a process that already uses the library
@@ -64,7 +64,7 @@ def timed(call):
     return time.perf_counter() - t, result
 """
 
-_WRITE = _PRELUDE + """
+WRITE = PRELUDE + """
 e = engine.open(path, max_partitions=max(n + 100, 20_000))
 out = {}
 out["create"], _ = timed(lambda: e.create_topic("many", n))
@@ -80,7 +80,7 @@ out["close"], _ = timed(e.close)
 print(json.dumps(out))
 """
 
-_OPEN = _PRELUDE + """
+OPEN = PRELUDE + """
 base = rss_mib()
 out = {}
 out["clean open"], e = timed(lambda: engine.open(path, max_partitions=max(n + 100, 20_000)))
@@ -102,14 +102,14 @@ e.close()
 print(json.dumps(out))
 """
 
-_KILLED = _PRELUDE + """
+KILLED = PRELUDE + """
 e = engine.open(path, max_partitions=max(n + 100, 20_000))
 with e.producer(linger_ms=0) as p:
     p.send("many", b"after", partition=0).get()
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
-_AFTER_KILL = _PRELUDE + """
+AFTER_KILL = PRELUDE + """
 out = {}
 out["open after kill -9"], e = timed(lambda: engine.open(path, max_partitions=max(n + 100, 20_000)))
 def first_read():
@@ -122,8 +122,10 @@ print(json.dumps(out))
 """
 
 
-def _child(code: str, path: str, n: int, killed: bool = False) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path, str(n)], cwd=ROOT,
+def phase(code: str, path: str, n: int, killed: bool = False, cwd: str = ROOT) -> dict:
+    """Run one phase's `code` (WRITE, OPEN, KILLED, AFTER_KILL) on `n` partitions at `path` in a fresh interpreter
+    whose kafkalog is the checkout `cwd`'s; its figures."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path, str(n)], cwd=cwd,
                           capture_output=True, text=True, timeout=3600)
     if killed:
         if done.returncode != -signal.SIGKILL:
@@ -177,12 +179,12 @@ def _point(n: int, scratch: str, broker: bool) -> dict:
     """Every phase at `n` partitions, in a directory of its own (and, with `broker` and KAFKA_HOME, a real broker's
     load of it)."""
     path = tempfile.mkdtemp(dir=scratch)
-    got = {**_child(_WRITE, path, n), **_child(_OPEN, path, n)}
+    got = {**phase(WRITE, path, n), **phase(OPEN, path, n)}
     home = os.environ.get("KAFKA_HOME")
     if home:
         got["Kafka broker loading the same logs"] = _broker_load(home, n, path, scratch) if broker else None
-    _child(_KILLED, path, n, killed=True)
-    got.update(_child(_AFTER_KILL, path, n))
+    phase(KILLED, path, n, killed=True)
+    got.update(phase(AFTER_KILL, path, n))
     if got["partitions read"] != n or got["loaded on open"]:
         raise RuntimeError(f"{n} partitions: read {got['partitions read']}, {got['loaded on open']} loaded on open")
     shutil.rmtree(path)

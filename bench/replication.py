@@ -14,8 +14,7 @@ import time
 
 import engine
 from bench.clients import VALUE, FreshTopic, _values
-from bench.log import _figure, _percentile
-from bench.runner import Contender, Workload
+from bench.runner import Contender, Workload, figure, percentile
 from engine.clients.producer import MAX_IN_FLIGHT
 
 
@@ -88,9 +87,9 @@ def _follower_lag(quick: bool, scratch: str) -> list[dict]:
             reps.append((lags, appends))
     out = []
     for pct, name in ((0.5, "p50"), (0.99, "p99")):
-        ours = [_percentile(lags, pct) / 1000 for lags, _ in reps]
-        theirs = [_percentile(appends, pct) / 1000 for _, appends in reps]
-        out.append(_figure(f"follower lag, {name}: a 16 KiB batch on the leader until both followers hold it "
+        ours = [percentile(lags, pct) / 1000 for lags, _ in reps]
+        theirs = [percentile(appends, pct) / 1000 for _, appends in reps]
+        out.append(figure(f"follower lag, {name}: a 16 KiB batch on the leader until both followers hold it "
                            f"(RF=3, fetcher threads)", ours, "ms", "the leader's own append (acks=1)", theirs, True))
     return out
 
@@ -119,5 +118,5 @@ def _failover(quick: bool, scratch: str) -> dict:
         single.append("f", 0, batch)
         theirs.append((time.perf_counter() - t) * 1000)
         single.close()
-    return _figure("failover: leader failed until the new leader took a write (acks='all', RF=3)", ours, "ms",
+    return figure("failover: leader failed until the new leader took a write (acks='all', RF=3)", ours, "ms",
                    "reopening a one-broker engine, then a write", theirs, True)

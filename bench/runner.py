@@ -214,3 +214,35 @@ def write(doc: dict, out_dir) -> tuple[str, str]:
     with open(js, "w") as f:
         json.dump(doc, f, indent=1)
     return md, js
+
+
+def figure(name: str, ours: list[float], unit: str, peer: str, theirs: list[float], lower_is_better: bool,
+            target: float | None = None, ratio_target: float | None = None) -> dict:
+    """Repeated paired measurements beside a peer: medians, the ratio (> 1: kafkalog better) and its
+    min-max spread over the repetitions."""
+    ratios = [(t / o) if lower_is_better else (o / t) for o, t in zip(ours, theirs)]
+    value, peer_value = statistics.median(ours), statistics.median(theirs)
+    fig = {"name": name, "value": value, "unit": unit, "peer": peer, "peer_value": peer_value,
+           "ratio": (peer_value / value) if lower_is_better else (value / peer_value),
+           "spread": [min(ratios), max(ratios)], "samples": [ours, theirs]}
+    if target is not None:  # a value in the figure's unit
+        fig["target"] = target
+    if ratio_target is not None:  # a ratio to the peer
+        fig["ratio_target"] = ratio_target
+    return fig
+
+
+def rotated(rep: int, calls: list) -> list:
+    """Each call's result, the calls run in an order rotated by `rep` (repetitions interleave the contenders, so no
+    one always runs first, on a cold cache or a warm one); results in the calls' order."""
+    order = list(range(len(calls)))
+    order = order[rep % len(calls):] + order[:rep % len(calls)]
+    out: list = [None] * len(calls)
+    for i in order:
+        out[i] = calls[i]()
+    return out
+
+
+def percentile(samples: list[int], pct: float) -> float:
+    """The pct-th percentile of nanosecond samples, in microseconds."""
+    return sorted(samples)[int(len(samples) * pct)] / 1000
