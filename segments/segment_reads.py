@@ -24,7 +24,7 @@ from engine.common.errors import CorruptIndexError
 from engine.record import batch_format as bf
 from engine.record import codec
 from engine.record.records import first_in_batches
-from engine.segments import residency as residency_twins
+from engine.segments.residency import Residency
 
 WINDOW_BYTES = 1 << 20
 LOOKUP_READ_BYTES = 256 << 10  # the most a lookup by time reads with pread before it reads through the mapping
@@ -48,7 +48,7 @@ class MappedReads:
         self.segment = segment
         self.maps: list = []  # every mmap of the .log that may still have live views
         self.map = None  # the newest one
-        self.residency = residency_twins.selected()
+        self.residency = Residency()
 
     def view(self, start: int, end: int) -> memoryview:
         """A view of the bytes [start, end) (within the file; lock held) through the shared mapping."""

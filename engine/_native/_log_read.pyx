@@ -25,7 +25,7 @@ from engine._native._codec cimport HEADER_SIZE
 from engine._native._log_scan cimport as_int64, check_epochs, index_floor, read_all, scan_headers, span_of
 from engine._native._records cimport first_in, passed_by
 from engine._native._lock cimport Lock
-from engine._native._residency cimport Residency
+from engine._native._residency cimport TouchedWindows
 
 import os
 
@@ -71,7 +71,7 @@ cdef class _Segment:
 
     cdef object segment, appender, index, segment_key, index_key
     cdef object reads                   # its MappedReads (segments.segment_reads)
-    cdef Residency residency            # theirs, when it is the native twin (None: nothing is flagged)
+    cdef TouchedWindows windows         # their Residency's, when the native twin (None: nothing is flagged)
     cdef Lock segment_lock, index_lock
     cdef _Pool pool
     cdef int64_t base
@@ -87,8 +87,8 @@ cdef class _Segment:
         self.pool = pool if pool is not None and pool.fs is segment.fs else _Pool(segment.fs)
         self.direct = segment.fs.direct_reads()
         self.reads = segment.reads
-        residency = segment.reads.residency
-        self.residency = residency if isinstance(residency, Residency) else None
+        windows = segment.reads.residency.windows
+        self.windows = windows if isinstance(windows, TouchedWindows) else None
         self.segment = segment
 
 
@@ -180,8 +180,8 @@ cdef class LogReader:
             end = span_of(p + found[1], stop - found[1], max_bytes, min_one_message, found[3], upper, entries)
             if end < 0:
                 return None
-            if seg.residency is not None:
-                seg.residency.touch(mapping.obj, p, position, found[1] + end)
+            if seg.windows is not None:
+                seg.windows.touch(mapping.obj, p, position, found[1] + end)
         finally:
             PyBuffer_Release(&buf)
         seg.reads.note_read(position, found[1] + end - position)  # the headers scanned and the batches returned
@@ -451,8 +451,8 @@ cdef int64_t _cold_end(_Segment seg, int64_t position, int64_t following) except
         if not position < end <= position + LOOKUP_READ_BYTES:
             return -1
         mapping = seg.reads.map
-        if (mapping is not None and len(mapping) >= size and seg.residency is not None
-                and seg.residency.all_touched(mapping, position, end)):
+        if (mapping is not None and len(mapping) >= size and seg.windows is not None
+                and seg.windows.all_touched(mapping, position, end)):
             return -1
         return end
     finally:

@@ -1,8 +1,8 @@
 # cython: language_level=3
-"""The native twin of segments.residency (its module docstring states the rule): a segment's sequential readers'
-ranges, the pages released RELEASE_BYTES behind them, and the FAULT_WINDOW windows of the mapping's addresses that
-reads touched. Knowing the mapping's address, it flags and tests exactly the windows a span falls in (the twin, which
-does not, flags none, so its lookups by time always pread).
+"""The native twin of segments.residency.TouchedWindows (that module states the residency rule, which is kept there
+only): the FAULT_WINDOW windows of a segment's mapping that reads touched, known by the mapping's address, so it
+flags and tests exactly the windows a span falls in (the twin, which knows no address, flags none, and its lookups
+by time always pread).
 On disk: nothing. Thread-safety: called with the segment's lock held, or (`touch`, from the native reader) with the GIL
 only: a flag set while another thread clears it makes one lookup read through the mapping or pread, both correct.
 """
@@ -12,15 +12,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint8_t, uintptr_t
 from libc.string cimport memset
 
-import mmap
-from collections import deque
-
-RELEASE_BYTES = 8 << 20  # as segments.residency
-READERS = 8
-FAULT_AROUND = FAULT_WINDOW  # for the test that the twins agree
-cdef int64_t _PAGE = mmap.PAGESIZE
-cdef int64_t _RELEASE = RELEASE_BYTES
-cdef Py_ssize_t _READERS = READERS
+FAULT_AROUND = FAULT_WINDOW  # for the test that it is the segment layer's
 
 
 cdef bint _span(bytearray flags, const uint8_t *base, int64_t start, int64_t end, Py_ssize_t *lo, Py_ssize_t *hi):
@@ -34,13 +26,11 @@ cdef bint _span(bytearray flags, const uint8_t *base, int64_t start, int64_t end
 
 
 @cython.final
-cdef class Residency:
-    """segments.residency.Residency with the windows of the mapping's addresses known."""
+cdef class TouchedWindows:
+    """segments.residency.TouchedWindows with the mapping's address known."""
 
     def __init__(self):
-        self.ranges = deque()
-        self._mapping = None
-        self._flags = None
+        self._mapping = self._flags = None
 
     def mapped(self, mapping):
         """A new mapping of the whole `.log`: no window of it touched yet."""
@@ -50,42 +40,18 @@ cdef class Residency:
     def unmapped(self):
         self._mapping = self._flags = None
 
-    def note_read(self, mapping, int64_t position, int64_t nbytes):
-        """`nbytes` were read at `position` through `mapping` (the newest one; None: none is left)."""
-        cdef int64_t end = position + nbytes + FAULT_WINDOW, lo = position, hi = end, top, bottom
-        cdef Py_ssize_t i
-        cdef object ranges = self.ranges
-        for i, (start, stop) in enumerate(ranges):
-            if start <= position <= stop:
-                del ranges[i]
-                lo, hi = start, max(stop, end)
-                break
-        else:
-            if len(ranges) == _READERS:
-                ranges.popleft()
-        if hi - lo >= _RELEASE and mapping is not None:
-            top = min(hi, <int64_t>len(mapping))
-            top -= top % _PAGE
-            bottom = lo - lo % _PAGE
-            if top > bottom:
-                mapping.madvise(mmap.MADV_DONTNEED, bottom, top - bottom)
-                self._untouch(mapping, bottom, top)
-            lo = position
-        ranges.append((lo, hi))
-
-    cdef int _untouch(self, object mapping, int64_t start, int64_t end) except -1:
-        """Forget that reads touched the windows the mapping's bytes [start, end) fall in."""
+    cpdef clear(self, object mapping, int64_t start, int64_t end):
+        """Forget that reads touched the windows the mapping's bytes [start, end) fall in (they were released)."""
         cdef Py_buffer buf
         cdef Py_ssize_t lo, hi
-        if mapping is not self._mapping or self._flags is None:
-            return 0
+        if mapping is None or mapping is not self._mapping:
+            return
         PyObject_GetBuffer(mapping, &buf, PyBUF_SIMPLE)
         try:
             if _span(self._flags, <const uint8_t *>buf.buf, start, end, &lo, &hi):
                 memset(PyByteArray_AS_STRING(self._flags) + lo, 0, hi - lo)
         finally:
             PyBuffer_Release(&buf)
-        return 0
 
     cpdef bint all_touched(self, object mapping, int64_t start, int64_t end) except -1:
         """Whether reads touched every window the mapping's bytes [start, end) fall in."""

@@ -219,8 +219,7 @@ def test_a_lookup_by_time_reads_with_pread_until_a_read_touched_the_mapping_ther
     if impl == "cython":  # the sizes it works with are the segment layer's
         from engine._native import _log_read
         from engine._native import _residency
-        assert (_residency.FAULT_AROUND, _residency.RELEASE_BYTES, _residency.READERS, _log_read.LOOKUP_READ) == (
-            residency.FAULT_AROUND, residency.RELEASE_BYTES, residency.READERS, segment_reads.LOOKUP_READ_BYTES)
+        assert (_residency.FAULT_AROUND, _log_read.LOOKUP_READ) == (residency.FAULT_AROUND, segment_reads.LOOKUP_READ_BYTES)
     targets = [T0 + o for o in range(3, 400, 13)]
     assert _preads_per_lookup(lg, fs, find, targets) == [1] * len(targets)
     assert seg.reads.map is None  # the lookups mapped nothing
