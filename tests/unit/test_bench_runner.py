@@ -63,3 +63,23 @@ def test_a_suite_that_closes_its_engine_passes_and_threads_open_before_it_do_not
         doc = run([_engine_suite(tmp_path / "suite", closes=True, opened=opened)], reps=1, min_time=0.0)
     assert doc["rows"][0]["contenders"][0]["name"] == "kafkalog" and opened[0].closed
     assert not [t for t in set(threading.enumerate()) - alive if t.name.startswith("kafkalog-")]
+
+
+def test_the_ab_table_judges_a_row_by_the_other_trees_spread_widened_by_the_peers_drift():
+    """bench.compare_builds: a kafkalog median inside the other tree's rounds is "yes"; outside them by more than the
+    peers moved, "slower" or "faster"; by less, "yes"; a peer's own rows are only shown."""
+    from bench.compare_builds import table
+
+    def rounds(kafkalog: list[float], peer: list[float]) -> list[dict]:
+        return [{"r": {"kafkalog": k, "peer": p}} for k, p in zip(kafkalog, peer)]
+
+    def verdict(other, this) -> str:
+        lines = table({"other": rounds(*other), "this": rounds(*this)}, "old").splitlines()
+        ours, theirs = lines[2].split("|"), lines[3].split("|")
+        assert theirs[2].strip() == "peer" and theirs[-2].strip() == "(peer)"
+        return ours[-2].strip()
+
+    assert verdict(([1.0, 1.2], [5.0, 5.0]), ([1.1, 1.1], [5.0, 5.0])) == "yes"
+    assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [5.0, 5.0])) == "**slower**"
+    assert verdict(([1.0, 1.0], [5.0, 5.0]), ([0.7, 0.7], [5.0, 5.0])) == "faster"
+    assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [6.5, 6.5])) == "yes"  # the machine slowed everything
