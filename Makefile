@@ -48,7 +48,7 @@ run: setup
 PURE_PYTHON_SUITES := tests/unit/test_codec_vectors.py tests/unit/test_import_selection.py tests/interop \
 	tests/unit/test_partitioner.py tests/unit/test_clients.py tests/unit/test_idempotence.py tests/unit/test_engine.py \
 	tests/unit/test_transactions.py tests/unit/test_leader_append.py tests/unit/test_segment_appender.py \
-	tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_topic_configs.py \
+	tests/unit/test_producer_fast_path.py tests/unit/test_log_read.py tests/unit/test_residency.py tests/unit/test_topic_configs.py \
 	tests/unit/test_replication.py tests/unit/test_aio.py tests/network/test_kafka_semantics.py
 
 test: setup
