@@ -135,7 +135,7 @@ def assemble(facade: Owner, path, *, clock: Clock | None = None, fs: FileSystem 
         topic_ids=admin.topic_id_of, cleaner_config=cleaner, hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
         start_recovery=False,
         tasks={name: (every, while_open(task)) for name, (every, task) in {
-            "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, lambda: expire_producers(logs)),
+            "producer-expiration": (PRODUCER_EXPIRATION_CHECK_MS, lambda: logs.expire_producers()),
             "isr-expiration": (max(1, replica_lag_time_max_ms // 2), replicas.shrink_isrs),
             "transaction-abort": (txn_config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                                   coordinators.abort_timed_out_transactions),
@@ -172,11 +172,6 @@ def assemble(facade: Owner, path, *, clock: Clock | None = None, fs: FileSystem 
         raise
     return Parts(path, clock, fs, defaults, max_partitions, admin_lock, clients, HeartbeatThread(clock), leaders,
                  catalogue, replicas, admin, logs, internal, producer_ids, coordinators, staged)
-
-
-def expire_producers(logs: LogManager) -> int:
-    """Forget producers idle past producer.id.expiration.ms in every loaded log (a background task)."""
-    return sum(lg.remove_expired_producers() for lg in logs.loaded_logs())
 
 
 def _broker_count(brokers, found: Catalogue | None) -> int:

@@ -246,7 +246,7 @@ class Engine:
         self.replicas.flush()
 
     def expire_producers(self) -> int:
-        return composition.expire_producers(self._logs)
+        return self._logs.expire_producers()
 
     # --- waiting for data (engine.client_registry, which documents each) -----------------------------
     def wait_for_data(self, event: threading.Event, timeout_ms: float) -> None:

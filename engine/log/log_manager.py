@@ -595,6 +595,11 @@ class LogManager:
                 raise KafkaStorageError(f"the log directory's background {task} is failing: {error.message}",
                                         file=error.file or self.dir) from error
 
+    def expire_producers(self) -> int:
+        """Forget producers idle past producer.id.expiration.ms in every loaded log (an unloaded one has had no
+        append since the open); how many were forgotten."""
+        return sum(lg.remove_expired_producers() for lg in self.loaded_logs())
+
     def flush_due_logs(self) -> int:
         return sum(lg.maybe_flush_on_time() for lg in self.loaded_logs())
 

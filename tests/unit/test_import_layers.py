@@ -236,16 +236,16 @@ def test_the_private_reach_checker_catches_one(tmp_path):
 def facade_reach(root: Path = ROOT, composition: str = "engine.composition", facade: str = "engine.engine") -> list[str]:
     """The modules the composition root imports, directly or not, that import the facade (an arrow back up into it)."""
     modules = {_module_name(p, root): p for package in PACKAGES for p in (root / package).rglob("*.py")}
-    seen, todo, found = set(), [composition], []
-    while todo:
-        m = todo.pop()
+    seen, pending, found = set(), [composition], []
+    while pending:
+        m = pending.pop()
         if m in seen or m not in modules:
             continue
         seen.add(m)
         targets = {t for _, t in _imports(modules[m])}
         if facade in targets:
             found.append(m)
-        todo += [t for t in targets if t in modules]
+        pending += [t for t in targets if t in modules]
     return sorted(found)
 
 
