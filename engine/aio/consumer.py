@@ -1,17 +1,18 @@
 """aiokafka's AIOKafkaConsumer over an open engine: the same names, the engine's semantics.
 
-The fetching, positions, commits and group membership are the synchronous consumer's (engine.clients.consumer and
-its coordinator), called on the loop's thread; they never block there: a rebalance step runs with a deadline of
-"now" and the consumer then waits, on the loop, for what it needs. A `getmany()` that found nothing waits on a
-LoopWake that the engine sets when a fetch bound moves anywhere (engine.common.changes.LOGS: an append, the high
-watermark, the last stable offset, a new leader), when the group coordinator starts a rebalance, and when a JoinGroup
-or SyncGroup answer it waits for comes in; the group's own deadlines and the heartbeat interval bound each wait.
+The fetching, positions, commits and group membership are the consumer core's (engine.clients.consumer_core and its
+coordinator, which the synchronous consumer wraps too), used through its public steps on the loop's thread; they
+never block there: a rebalance step runs with a deadline of "now" and the consumer then waits, on the loop, for what
+it needs. A `getmany()` that found nothing waits on a LoopWake that the engine sets when a fetch bound moves anywhere
+(engine.common.changes.LOGS: an append, the high watermark, the last stable offset, a new leader), when the group
+coordinator starts a rebalance, and when a JoinGroup or SyncGroup answer it waits for comes in; the group's own
+deadlines and the heartbeat interval bound each wait.
 Rebalances happen inside getmany()/getone() (and commit(), stop()), never between a fetch and the commit after it.
 A rebalance listener's callbacks may be coroutines: a rebalance step that may call them runs on a worker thread
 that runs each callback on the loop and waits for it, so the step sees it finished, as a synchronous listener.
-Records `getone()` and `async for` fetched but did not return yet stay unread: position(), commit() and the
-auto-commit count from the first of them, and seek(), pause() and a revocation drop or hold them back; a cancelled
-wait returns nothing and moves no position.
+Records `getone()` and `async for` fetched but did not return yet stay in the core's `unread`: position(), commit()
+and the auto-commit count from the first of them, and seek(), pause() and a revocation drop or hold them back; a
+cancelled wait returns nothing and moves no position.
 Defaults are aiokafka's where they differ from the synchronous consumer's: max_poll_records=None (getmany()
 returns what one fetch finds, up to fetch_max_bytes) and partition_assignment_strategy=('roundrobin',). Configs
 only a networked client has (bootstrap_servers, security and SASL, fetch_max_wait_ms, request_timeout_ms,
@@ -30,7 +31,7 @@ import threading
 
 from engine.aio.loop_wake import LoopWake
 from engine.aio.producer import refuse_network_configs
-from engine.clients.consumer import Consumer
+from engine.clients.consumer_core import ConsumerCore
 from engine.clients.consumer_coordinator import ConsumerRebalanceListener as SyncListener
 from engine.common.changes import LOGS
 from engine.common.errors import IllegalStateError, InvalidConfigurationError
@@ -103,63 +104,6 @@ class _ListenerBridge(SyncListener):
                                 "own thread (Engine.close() there): stop() the consumer first")
 
 
-class _BufferedConsumer(Consumer):
-    """The synchronous consumer, with the records getone() fetched and has not returned yet counted as unread."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.buffered: dict[TopicPartition, collections.deque] = {}
-        super().__init__(*args, **kwargs)
-
-    def _committable(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        out = super()._committable()
-        for tp, records in self.buffered.items():
-            if records and tp in out:
-                out[tp] = OffsetAndMetadata(records[0].offset, "", records[0].leader_epoch)
-        return out
-
-    def position(self, tp: TopicPartition) -> int:
-        records = self.buffered.get(tp)
-        return records[0].offset if records else super().position(tp)
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        super().seek(tp, offset)
-        self._drop([tp])
-
-    def seek_to_beginning(self, *partitions) -> None:
-        super().seek_to_beginning(*partitions)
-        self._drop(partitions or list(self.buffered))
-
-    def seek_to_end(self, *partitions) -> None:
-        super().seek_to_end(*partitions)
-        self._drop(partitions or list(self.buffered))
-
-    def _drop(self, partitions) -> None:
-        """Forget the unread records of `partitions`; a deque `async for` holds is emptied."""
-        for tp in partitions:
-            records = self.buffered.pop(tp, None)
-            if records is not None:
-                records.clear()
-
-    def _set_assignment(self, partitions, given=None) -> None:
-        super()._set_assignment(partitions, given)
-        self._keep_assigned()
-
-    def assign(self, partitions) -> None:
-        super().assign(partitions)
-        self._keep_assigned()
-
-    def unsubscribe(self) -> None:
-        super().unsubscribe()
-        self._drop(list(self.buffered))
-
-    def on_topic_changed(self, topic: str) -> None:
-        super().on_topic_changed(topic)
-        self._keep_assigned()
-
-    def _keep_assigned(self) -> None:
-        self._drop([tp for tp in self.buffered if tp not in self._positions])
-
-
 class AIOKafkaConsumer:
     """`AIOKafkaConsumer(*topics, engine=eng, **configs)`: start/stop or `async with`, subscribe (topics, pattern,
     listener), assign, getone, getmany, `async for`, the seeks, position, highwater, last_stable_offset, commit and
@@ -181,7 +125,7 @@ class AIOKafkaConsumer:
             raise InvalidConfigurationError(f"max_poll_records={max_poll_records!r} must be None or an int >= 1")
         self._engine = engine
         self._max_poll_records = max_poll_records
-        self._consumer: _BufferedConsumer = engine.registry.register(_BufferedConsumer(
+        self._consumer: ConsumerCore = engine.registry.register(ConsumerCore(
             engine, max_poll_records=max_poll_records or 2**31 - 1,
             partition_assignment_strategy=partition_assignment_strategy, **configs))
         self._before_start: tuple | None = ("subscribe", (topics,), {}) if topics else None  # applied by start()
@@ -340,11 +284,11 @@ class AIOKafkaConsumer:
 
     def highwater(self, partition: TopicPartition) -> int:
         """The partition's high watermark now."""
-        return self._consumer._partition(self._assigned(partition)).high_watermark
+        return self._consumer.partition_of(self._assigned(partition)).high_watermark
 
     def last_stable_offset(self, partition: TopicPartition) -> int:
         """The partition's last stable offset now (below it, every transaction is decided)."""
-        return self._consumer._partition(self._assigned(partition)).log.last_stable_offset
+        return self._consumer.partition_of(self._assigned(partition)).log.last_stable_offset
 
     def _assigned(self, partition: TopicPartition) -> TopicPartition:
         if partition not in self._consumer.assignment():
@@ -409,9 +353,9 @@ class AIOKafkaConsumer:
             if record is not None:
                 return record
             got = await self._fetch(partitions, self._max_poll_records or GETONE_FETCH, _HOUR_S)
-            buffered = self._consumer.buffered
+            unread = self._consumer.unread
             for tp, records in got.items():
-                buffered.setdefault(tp, collections.deque()).extend(records)
+                unread.setdefault(tp, collections.deque()).extend(records)
 
     def __aiter__(self) -> "AIOKafkaConsumer":
         self._check()
@@ -435,9 +379,9 @@ class AIOKafkaConsumer:
         partition it came from becomes `async for`'s current one."""
         consumer = self._consumer
         paused = consumer.paused()
-        for tp, records in list(consumer.buffered.items()):
+        for tp, records in list(consumer.unread.items()):
             if not records:
-                del consumer.buffered[tp]
+                del consumer.unread[tp]
             elif tp not in paused and (not partitions or tp in partitions):
                 self._current = records if not paused and not partitions else None
                 return records.popleft()
@@ -448,14 +392,14 @@ class AIOKafkaConsumer:
         consumer = self._consumer
         out = {}
         paused = consumer.paused()
-        for tp, records in list(consumer.buffered.items()):
+        for tp, records in list(consumer.unread.items()):
             if limit <= 0:
                 break
             if tp in paused or (partitions and tp not in partitions):
                 continue
             taken = [records.popleft() for _ in range(min(limit, len(records)))]
             if not records:
-                del consumer.buffered[tp]
+                del consumer.unread[tp]
             if taken:
                 out[tp] = taken
                 limit -= len(taken)
@@ -473,24 +417,24 @@ class AIOKafkaConsumer:
             await self._membership()
             wake.arm()
             LOGS.listen(wake)
-            consumer._waiting = wake
+            consumer.waiting = wake
             try:
-                pending = consumer._group.in_flight() if consumer._group is not None else None
+                pending = consumer.group.in_flight() if consumer.group is not None else None
                 if pending is not None:
                     pending.watch(wake)
-                got = consumer._fetch(limit, set(partitions) if partitions else None)
+                got = consumer.fetch(limit, set(partitions) if partitions else None)
                 left = deadline - loop.time()
                 if got or left <= 0 or self._stopping:
                     return got
                 await wake.wait(min(left, self._wait_bound_s()))
             finally:
-                consumer._waiting = None
+                consumer.waiting = None
                 LOGS.unlisten(wake)
 
     def _wait_bound_s(self) -> float:
         """How long a wait may last before the membership must be looked at again: the heartbeat interval (what the
         heartbeat thread flags is acted on) and the group coordinator's next deadline (a rebalance timeout)."""
-        group = self._consumer._group
+        group = self._consumer.group
         if group is None or self._consumer.subscription() is None:
             return _HOUR_S
         bound = group.heartbeat_interval_ms
@@ -504,11 +448,11 @@ class AIOKafkaConsumer:
         await self._await_step()
         consumer = self._consumer
         now = self._engine.clock.time_ms()
-        group = consumer._group
+        group = consumer.group
         if self._listener is None or group is None or not group.rebalancing():
-            consumer._membership(now)
+            consumer.membership(now)
             return
-        self._step = self._loop.run_in_executor(None, consumer._membership, now)
+        self._step = self._loop.run_in_executor(None, consumer.membership, now)
         await self._await_step()
 
     async def _await_step(self) -> None:

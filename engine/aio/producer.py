@@ -48,27 +48,14 @@ def refuse_network_configs(configs: dict, kind: str) -> None:
             f"`kafkalog serve` over the network, use aiokafka's own client")
 
 
-class _LoopProducer(Producer):
-    """The synchronous producer, with full batches handed to its sender thread when `hand_off` is set."""
-
-    hand_off = False
-
-    def _drain_full(self) -> None:
-        if not self.hand_off:
-            super()._drain_full()
-            return
-        self._wake.set()
-        if hasattr(self._clock, "wake"):
-            self._clock.wake()
-
-
 class BatchBuilder:
-    """aiokafka's BatchBuilder: records gathered for one `send_batch()` to one partition."""
+    """aiokafka's BatchBuilder: records gathered for one `send_batch()` to one partition (`records`: their (key,
+    value, headers, timestamp) tuples, serialized and checked)."""
 
     def __init__(self, max_size: int, key_serializer, value_serializer) -> None:
         self._max, self._size = max_size, 0
         self._key_ser, self._value_ser = key_serializer, value_serializer
-        self._records: list[tuple] = []
+        self.records: list[tuple] = []
         self._closed = False
 
     def append(self, *, timestamp=None, key=None, value=None, headers=()):
@@ -80,14 +67,14 @@ class BatchBuilder:
         if self._value_ser is not None and value is not None:
             value = self._value_ser(value)
         value, key, headers, size, timestamp = bf.check_send(value, key, headers, timestamp)  # (typed errors here)
-        if self._records and self._size + size > self._max:
+        if self.records and self._size + size > self._max:
             return None
         self._size += size
-        self._records.append((key, value, headers, timestamp))
-        return len(self._records) - 1
+        self.records.append((key, value, headers, timestamp))
+        return len(self.records) - 1
 
     def record_count(self) -> int:
-        return len(self._records)
+        return len(self.records)
 
     def size(self) -> int:
         return self._size
@@ -189,12 +176,13 @@ class AIOKafkaProducer:
         if type(max_pending_batches) is not int or max_pending_batches < 1:
             raise InvalidConfigurationError(f"max_pending_batches={max_pending_batches!r} must be an int >= 1")
         self._engine = engine
-        self._producer: _LoopProducer = engine.registry.register(_LoopProducer(
+        self._producer: Producer = engine.registry.register(Producer(
             engine, acks=acks, enable_idempotence=enable_idempotence, batch_size=max_batch_size,
-            request_timeout_ms=request_timeout_ms, transactional_id=transactional_id, **configs))
-        self._producer.hand_off = len(engine.replicas.brokers) > 1
+            request_timeout_ms=request_timeout_ms, transactional_id=transactional_id,
+            hand_off=len(engine.replicas.brokers) > 1, **configs))
+        self._accumulator = self._producer.accumulator
         self._waiters = BatchWaiters(max_pending_batches, self._producer.hand_off)
-        self._add = self._producer._acc.send_async  # (owner, topic, value, key, headers, partition, timestamp)
+        self._add = self._accumulator.send_async  # (owner, topic, value, key, headers, partition, timestamp)
         chain = self._producer.send_chain(functools.partial(self._add, self._waiters))
         self._send = None if isinstance(chain, functools.partial) else chain  # None: no serializer, no transaction
         self._transactional = transactional_id is not None
@@ -252,26 +240,26 @@ class AIOKafkaProducer:
         """send(), then the record's metadata once it is appended (its batch is sealed at once, as a get() does)."""
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         if not future.done():
-            self._producer._acc.seal(future.batch)
+            self._accumulator.seal(future.batch)
             self._push()
         return await future
 
     def create_batch(self) -> BatchBuilder:
-        return BatchBuilder(self._producer.batch_size, self._producer._key_ser, self._producer._value_ser)
+        return BatchBuilder(self._producer.batch_size, self._producer.key_serializer, self._producer.value_serializer)
 
     async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int):
         """Send the records of `batch` to `partition`, together; returns the future of the first one's metadata."""
         self._check()
         batch.close()
-        if not batch._records:
+        if not batch.records:
             raise InvalidConfigurationError("send_batch() of an empty batch")
-        if self._transactional and not self._producer._txn.in_transaction:
-            self._producer._txn.check_send()
-        spans = self._producer._acc.send_many(topic, batch._records, partition)
+        if self._transactional and not self._producer.transaction_manager.in_transaction:
+            self._producer.transaction_manager.check_send()
+        spans = self._accumulator.send_many(topic, batch.records, partition)
         for b, _first, _last in spans:
             if b not in self._waiters.waiting:
                 self._waiters.track(b)
-            self._producer._acc.seal(b)
+            self._accumulator.seal(b)
         self._push()
         first, index, _ = spans[0]
         return accumulator.selected.AsyncRecordFuture(self._waiters, first, index)
@@ -279,16 +267,13 @@ class AIOKafkaProducer:
     async def flush(self) -> None:
         """Until every record sent so far is appended (or failed)."""
         self._check()
-        self._producer._acc.seal_all()
+        self._accumulator.seal_all()
         self._push()
         await self._waiters.drained.wait()
 
     def _push(self) -> None:
         """Have the sealed batches appended: by the sender thread (hand-off), or now, on this thread."""
-        if self._producer.hand_off:
-            self._producer._drain_full()
-        else:
-            self._producer._drain(settle=False)
+        self._producer.push_full()
 
     async def partitions_for(self, topic: str) -> set[int]:
         return self._producer.partitions_for(topic)
@@ -307,7 +292,7 @@ class AIOKafkaProducer:
 
     async def _end(self, commit: bool) -> None:
         self._check()
-        txn = self._producer._transactional()
+        txn = self._producer.require_transactions()
         (txn.check_commit if commit else txn.check_abort)()
         await self.flush()
         (self._producer.commit_transaction if commit else self._producer.abort_transaction)()

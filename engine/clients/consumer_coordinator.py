@@ -66,7 +66,7 @@ class ConsumerCoordinator:
     def __init__(self, consumer, groups, *, group_id: str, group_instance_id: str | None, client_id: str,
                  session_timeout_ms: int, heartbeat_interval_ms: int, max_poll_interval_ms: int,
                  rebalance_timeout_ms: int, assignors: list, auto_commit: Callable[[], None] | None) -> None:
-        self._consumer, self._groups, self._clock = consumer, groups, consumer._engine.clock
+        self._consumer, self._groups, self._clock = consumer, groups, consumer.engine.clock
         self.group_id, self.group_instance_id, self.client_id = group_id, group_instance_id, client_id
         self.session_timeout_ms, self.heartbeat_interval_ms = session_timeout_ms, heartbeat_interval_ms
         self.max_poll_interval_ms, self.rebalance_timeout_ms = max_poll_interval_ms, rebalance_timeout_ms
@@ -86,7 +86,7 @@ class ConsumerCoordinator:
         self._stable = False  # a round completed (a generation and its assignment) and no JoinGroup was sent since
         self._fatal: KafkaError | None = None
         self._last_poll = self._clock.time_ms()
-        self._heartbeats = consumer._engine.heartbeats
+        self._heartbeats = consumer.engine.heartbeats
         self._stop = threading.Event()  # set: this member's heartbeats stop (close(); a test's crash)
         self._scheduled = False  # its heartbeats are on the engine's heartbeat thread
 
@@ -104,7 +104,7 @@ class ConsumerCoordinator:
         is waiting for records."""
         with self._lock:
             self._rejoin = True
-        self._consumer._wake()
+        self._consumer.wake()
 
     def poll(self, deadline_ms: int) -> bool:
         """Keep membership current (join, sync) until `deadline_ms` at most; True when stable."""
@@ -214,7 +214,7 @@ class ConsumerCoordinator:
                          cp.decode_subscription(meta)._replace(group_instance_id=iid)
                          for mid, iid, meta in result.members}
         topics = asg.subscribed_topics(subscriptions)
-        eng = self._consumer._engine
+        eng = self._consumer.engine
         partitions_per_topic = {}
         for t in sorted(topics):
             try:
@@ -270,7 +270,7 @@ class ConsumerCoordinator:
                 (self.listener.on_partitions_lost if lost else self.listener.on_partitions_revoked)(partitions)
         finally:
             self.owned -= partitions
-            self._consumer._set_assignment(self.owned)
+            self._consumer.set_assignment(self.owned)
 
     def _on_join_complete(self, generation: int, data: bytes) -> None:
         assignment = cp.decode_assignment(data) if data else cp.Assignment([])
@@ -290,7 +290,7 @@ class ConsumerCoordinator:
         else:
             added = assigned
         self.owned = assigned
-        self._consumer._set_assignment(self.owned, assignment.partitions)
+        self._consumer.set_assignment(self.owned, assignment.partitions)
         self.listener.on_partitions_assigned(added)
 
     def _reset(self, member: bool) -> None:

@@ -15,8 +15,13 @@ With `transactional_id` the producer is transactional (engine.clients.transactio
 init_transactions, begin_transaction, send_offsets_to_transaction, commit_transaction and abort_transaction;
 its batches carry the transactional bit, each partition joins the transaction before its first batch, and
 commit/abort first append everything sent (a failed batch makes the transaction abort-only).
+The steps under the blocking calls are public, for the asyncio producer (engine.aio.producer), which wraps this
+one: `accumulator` (send, seal), `drain()` (append what is sealed, now), `push_full()`, `key_serializer` and
+`value_serializer`, `transaction_manager` and `require_transactions()`. flush(), a future's get() and close() are the
+only calls that wait.
 Threads: send/flush/close are thread-safe. One sender thread per producer seals batches whose
-linger expired and appends them; full batches are appended by the sending thread itself. Batches
+linger expired and appends them; full batches are appended by the sending thread itself (by the sender thread with
+`hand_off=True`, the asyncio producer's choice in an engine with followers, whose acks='all' waits). Batches
 are appended one at a time, in sealing order, so records of a partition keep their send order.
 """
 from __future__ import annotations
@@ -96,7 +101,9 @@ def _restamp(batch: bytearray, producer_id: int, epoch: int, base_sequence: int,
 
 class Producer:
     """`send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)` returns a future
-    (`get()`, `add_callback`, `add_errback`); `send_batch`, `flush`, `close`, `partitions_for`."""
+    (`get()`, `add_callback`, `add_errback`); `send_batch`, `flush`, `close`, `partitions_for`. Its sealed batches,
+    the sequences they take, the appends waiting for the ISR and the sender thread change under one send lock,
+    which is why it stays one class of about 400 lines."""
 
     def __init__(self, engine, *, acks="all", enable_idempotence=_UNSET, linger_ms: int = 0,
                  batch_size: int = 16384, compression_type: str | None = None,
@@ -107,7 +114,8 @@ class Producer:
                  transaction_timeout_ms: int = 60_000, max_block_ms: int = 60_000,
                  compression_gzip_level: int = comp.LEVELS[comp.GZIP][2],
                  compression_lz4_level: int = comp.LEVELS[comp.LZ4][2],
-                 compression_zstd_level: int = comp.LEVELS[comp.ZSTD][2], **unknown) -> None:
+                 compression_zstd_level: int = comp.LEVELS[comp.ZSTD][2], hand_off: bool = False,
+                 **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown producer config(s): {', '.join(sorted(unknown))}")
         if acks not in ACKS:
@@ -140,14 +148,17 @@ class Producer:
         self.compression_level = _level(self.compression, {"gzip": compression_gzip_level, "lz4": compression_lz4_level,
                                                            "zstd": compression_zstd_level})
         self.client_id = client_id
+        if type(hand_off) is not bool:
+            raise InvalidConfigurationError(f"hand_off={hand_off!r} must be a bool")
+        self.hand_off = hand_off
         self._engine, self._clock = engine, engine.clock
         self.idempotent = enable_idempotence
         self.max_block_ms = _int("max_block_ms", max_block_ms, 0)
-        self._txn = None if transactional_id is None else TransactionManager(
+        self.transaction_manager = None if transactional_id is None else TransactionManager(
             engine, transactional_id, transaction_timeout_ms, retry_backoff_ms=self.retry_backoff_ms,
             max_block_ms=self.max_block_ms)
         self.producer_id, self.producer_epoch = (engine.allocate_producer_id(), 0) \
-            if self.idempotent and self._txn is None else (-1, -1)
+            if self.idempotent and self.transaction_manager is None else (-1, -1)
         self._sequences: dict[tuple[str, int], int] = {}
         self._send_lock = threading.RLock()
         self._handoff: list[ProducerBatch] = []  # sealed batches taken for the sender thread to append
@@ -158,11 +169,11 @@ class Producer:
         self._closed = self._flushing = False
         self._idle = True
         clock = None if type(engine.clock) is SystemClock else engine.clock  # None: the core reads wall time itself
-        self._acc = accumulator.selected.RecordAccumulator(
+        self.accumulator = accumulator.selected.RecordAccumulator(
             batch_size=self.batch_size, max_request_size=self.max_request_size, lookup=engine.partition_layout,
-            drain=self._force, on_full=self._drain_full, on_open=self._on_open, clock=clock, partitioner=partitioner)
-        self._key_ser, self._value_ser = key_serializer, value_serializer
-        self.send = self.send_chain(self._acc.send)
+            drain=self._force, on_full=self.push_full, on_open=self._on_open, clock=clock, partitioner=partitioner)
+        self.key_serializer, self.value_serializer = key_serializer, value_serializer
+        self.send = self.send_chain(self.accumulator.send)
         self._thread = threading.Thread(target=self._run, name="kafkalog-producer-sender", daemon=True)
         self._thread.start()
 
@@ -170,7 +181,7 @@ class Producer:
         """send() over `add` (the accumulator's send, or its send_async with the owner bound): the configured
         serializers applied, and in a transactional producer the transaction checked. With neither, `add` itself:
         the per-record path is then the native accumulator, nothing in between."""
-        key_ser, value_ser, txn = self._key_ser, self._value_ser, self._txn
+        key_ser, value_ser, txn = self.key_serializer, self.value_serializer, self.transaction_manager
         if key_ser is None and value_ser is None:
             serialized = add
         else:
@@ -193,7 +204,7 @@ class Producer:
         return transactional
 
     # --- moving batches -------------------------------------------------------------------------
-    def _drain(self, settle: bool = True) -> None:
+    def drain(self, settle: bool = True) -> None:
         """Append every sealed batch, in sealing order (those handed to the sender first: they were sealed
         before any still in the accumulator). With acks='all' up to MAX_IN_FLIGHT appended batches per partition
         wait for the ISR together (Kafka's max.in.flight.requests.per.connection); `settle` ends that wait now (a
@@ -201,10 +212,10 @@ class Producer:
         with self._send_lock:
             with self._handoff_lock:
                 batches, self._handoff = self._handoff, []
-                self._draining = batches = batches + self._acc.take_sealed()
-            if self._txn is not None and batches:
+                self._draining = batches = batches + self.accumulator.take_sealed()
+            if self.transaction_manager is not None and batches:
                 with contextlib.suppress(KafkaError):  # each batch's own attempt below fails it with the error
-                    self._txn.before_append((b.topic, b.partition) for b in batches)
+                    self.transaction_manager.before_append((b.topic, b.partition) for b in batches)
             for batch in batches:
                 self._append(batch)
             if settle:
@@ -213,11 +224,11 @@ class Producer:
     def _force(self, batch: ProducerBatch, timeout: float | None = None) -> None:
         """A future's get() on a pending batch: seal and append it now (in this thread), or, with a
         timeout, have the sender append it and wait at most that long (KafkaTimeoutError)."""
-        self._acc.seal(batch)
+        self.accumulator.seal(batch)
         if timeout is not None:
             self._await(timeout, only=batch)
             return
-        self._drain()
+        self.drain()
         if not batch.done:
             batch.fail(IllegalStateError("the producer is closed; the record was not sent"))
 
@@ -227,11 +238,11 @@ class Producer:
         if not isinstance(timeout, (int, float)) or timeout < 0:
             raise InvalidConfigurationError(f"timeout={timeout!r} must be a number of seconds >= 0")
         with self._handoff_lock:
-            self._handoff += self._acc.take_sealed()
+            self._handoff += self.accumulator.take_sealed()
             pending = self._draining + self._handoff + [entry[0] for entry in list(self._in_flight)]
             targets = [only] if only is not None else [b for b in pending if not b.done]
         if self._closed and not self._flushing:
-            self._drain()
+            self.drain()
         self._wake.set()
         if hasattr(self._clock, "wake"):
             self._clock.wake()
@@ -254,12 +265,12 @@ class Producer:
         tp = (batch.topic, batch.partition)
         seq = self._sequences.get(tp, 0)
         try:
-            if self._txn is not None:
-                self._txn.before_append([tp])
+            if self.transaction_manager is not None:
+                self.transaction_manager.before_append([tp])
             data = batch.records.build(compression=self.compression, compression_level=self.compression_level,
                                        producer_id=self.producer_id,
                                        producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1,
-                                       transactional=self._txn is not None)
+                                       transactional=self.transaction_manager is not None)
         except KafkaError as exc:
             self._fail(batch, exc)
             return
@@ -326,12 +337,12 @@ class Producer:
                     attempt += 1
                     self._clock.wait(self._stop, self.retry_backoff_ms)
                     continue
-                if exc.retriable and self.idempotent and self._txn is None:
+                if exc.retriable and self.idempotent and self.transaction_manager is None:
                     self._bump_epoch()  # the batch may or may not be in the log: start a fresh sequence space
                 raise
 
     def _fail(self, batch: ProducerBatch, exc: KafkaError) -> None:
-        batch.fail(self._txn.on_failed(exc) if self._txn is not None else exc)
+        batch.fail(self.transaction_manager.on_failed(exc) if self.transaction_manager is not None else exc)
 
     def _advance(self, tp: tuple[str, int], seq: int, records: int) -> None:
         if self.idempotent:
@@ -341,16 +352,23 @@ class Producer:
         self.producer_epoch += 1
         self._sequences.clear()
 
-    def _drain_full(self) -> None:
-        self._drain(settle=False)
+    def push_full(self) -> None:
+        """Have the full batches appended: now, on this thread (what the accumulator does as a batch fills), or, with
+        `hand_off`, by the sender thread (the asyncio producer's loop never appends in an engine with followers)."""
+        if not self.hand_off:
+            self.drain(settle=False)
+            return
+        self._wake.set()
+        if hasattr(self._clock, "wake"):
+            self._clock.wake()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
             self._idle = True  # before the scan: a batch opened after it wakes us (see _on_open)
-            nxt = self._acc.seal_expired(self._clock.time_ms(), self.linger_ms)
+            nxt = self.accumulator.seal_expired(self._clock.time_ms(), self.linger_ms)
             self._idle = nxt < 0
-            self._drain()
+            self.drain()
             wait = 3_600_000 if nxt < 0 else max(0, nxt - self._clock.time_ms())
             if self._in_flight:  # a sending thread's batches wait for the ISR: settle them soon
                 wait = min(wait, SETTLE_TICK_MS)
@@ -365,8 +383,8 @@ class Producer:
     def on_topic_changed(self, topic: str) -> None:
         """The engine deleted `topic` or added partitions to it: push out what is pending for it (sends to a
         deleted topic fail) and forget its layout, so the next send looks it up again."""
-        self._acc.forget_topic(topic)
-        self._drain()
+        self.accumulator.forget_topic(topic)
+        self.drain()
 
     # --- kafka-python API -----------------------------------------------------------------------
     def send_batch(self, topic: str, records, partition: int | None = None) -> list[BatchAppend]:
@@ -374,7 +392,7 @@ class Producer:
         would, without a future each. Once all are appended, returns for each batch they went into its partition,
         the offset of the first of these records in it and how many of them it holds (a batch may also carry
         records sent just before, or by another thread at the same time)."""
-        spans = self._acc.send_many(topic, records, partition)
+        spans = self.accumulator.send_many(topic, records, partition)
         self.flush()
         out = []
         for batch, first, last in spans:
@@ -393,45 +411,46 @@ class Producer:
             if self._closed:
                 raise IllegalStateError("the producer is closed; the batch was not sent")
             tp = (topic, partition)
-            if self._txn is not None:
-                self._txn.before_append([tp])
+            if self.transaction_manager is not None:
+                self.transaction_manager.before_append([tp])
             seq = self._sequences.get(tp, 0)
             records = _restamp(batch, self.producer_id, self.producer_epoch, seq if self.idempotent else -1,
-                               self._txn is not None, timestamp_ms)
+                               self.transaction_manager is not None, timestamp_ms)
             try:
                 info = self._append_retrying(topic, partition, batch, self._clock.time_ms())
             except KafkaError as exc:
-                raise self._txn.on_failed(exc) if self._txn is not None else exc from None
+                raise self.transaction_manager.on_failed(exc) if self.transaction_manager is not None else exc from None
             self._advance(tp, seq, records)
             return info.first_offset
 
     def flush(self, timeout: float | None = None) -> None:
         """Append everything sent so far; with `timeout` (seconds), KafkaTimeoutError if that takes longer
         (the batches are still sent)."""
-        self._acc.seal_all()
+        self.accumulator.seal_all()
         if timeout is None:
-            self._drain()
+            self.drain()
         else:
             self._await(timeout)
 
     # --- transactions ------------------------------------------------------------------------------
-    def _transactional(self):
-        if self._txn is None:
+    def require_transactions(self) -> TransactionManager:
+        """The transaction manager; IllegalStateError without a transactional_id or once closed."""
+        if self.transaction_manager is None:
             raise IllegalStateError("this producer has no transactional_id")
         if self._closed:
             raise IllegalStateError("the producer is closed")
-        return self._txn
+        return self.transaction_manager
 
     def init_transactions(self) -> None:
         """Register the transactional_id: a new epoch that fences any older producer using it (and aborts a
         transaction it left open)."""
         with self._send_lock:
-            self.producer_id, self.producer_epoch = self._transactional().init()
+            self.producer_id, self.producer_epoch = self.require_transactions().init()
             self._sequences.clear()
 
     def begin_transaction(self) -> None:
         with self._send_lock:
-            self._transactional().begin()
+            self.require_transactions().begin()
 
     def send_offsets_to_transaction(self, offsets: dict, consumer_group_id) -> None:
         """Commit `offsets` ({TopicPartition: OffsetAndMetadata or int}, the next offsets to read) for the
@@ -439,7 +458,7 @@ class Producer:
         `group_metadata()` rather than the group id to have its membership checked (a zombie consumer's offsets
         then raise CommitFailedError and the transaction must be aborted)."""
         with self._send_lock:
-            self._transactional().send_offsets(offsets, consumer_group_id)
+            self.require_transactions().send_offsets(offsets, consumer_group_id)
 
     def commit_transaction(self) -> None:
         """Append everything sent in the transaction, then commit it (TransactionAbortableError if a send
@@ -451,7 +470,7 @@ class Producer:
         self._end(commit=False)
 
     def _end(self, commit: bool) -> None:
-        txn = self._transactional()
+        txn = self.require_transactions()
         with self._send_lock:
             (txn.check_commit if commit else txn.check_abort)()
         self.flush()

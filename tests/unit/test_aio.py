@@ -172,7 +172,7 @@ def test_configs_are_aiokafkas_and_network_only_ones_are_refused(eng):
         with pytest.raises(InvalidConfigurationError):
             AIOKafkaProducer(engine=eng, **bad)
     c = AIOKafkaConsumer(engine=eng)
-    assert (c._consumer.max_poll_records, [a.name for a in c._consumer._group_settings["assignors"]]) == \
+    assert (c._consumer.max_poll_records, [a.name for a in c._consumer.assignors]) == \
         (2**31 - 1, ["roundrobin"])
     for bad in ({"bootstrap_servers": "x"}, {"fetch_max_wait_ms": 10}, {"check_crcs": False},
                 {"max_poll_records": 0}, {"isolation_level": "x"}):

@@ -314,7 +314,7 @@ def test_a_poll_that_close_interrupts_skips_the_partitions_taken_away(eng, lands
     else:
         eng.partitions_of = looking_up
     try:
-        got = c._fetch(500)
+        got = c.fetch(500)
     finally:
         for part in patched:
             del part.fetch

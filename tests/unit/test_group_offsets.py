@@ -111,7 +111,7 @@ def test_a_member_of_an_older_generation_cannot_commit(coordinator):
         c.reset_offsets("g", {TP("t", 0): OffsetAndMetadata(0)})
     c.commit_offsets("g", {TP("t", 0): OffsetAndMetadata(3)}, a.member_id, 2)
     consumer = e.consumer(group_id="g", enable_auto_commit=False)
-    consumer._group.member_id, consumer._group.generation = a.member_id, 1
+    consumer.group.member_id, consumer.group.generation = a.member_id, 1
     consumer._subscription = {"t"}
     with pytest.raises(CommitFailedError):
         consumer.commit({TP("t", 0): 5})
@@ -257,11 +257,11 @@ def test_an_evicted_member_loses_its_partitions_without_committing(tmp_path):
         c = e.consumer(group_id="g", session_timeout_ms=6000, heartbeat_interval_ms=1000, auto_offset_reset="earliest")
         c.subscribe(["t"], listener=seen)
         assert sum(len(v) for v in c.poll(0).values()) == 4
-        c._group._stop.set()  # its heartbeats stop (a long GC pause, say)
+        c.group._stop.set()  # its heartbeats stop (a long GC pause, say)
         clock.advance(6000)
         e.groups.tick()
         assert e.groups.describe_group("g").state == EMPTY
-        c._group.heartbeat()  # the answer: unknown member
+        c.group.heartbeat()  # the answer: unknown member
         c.poll(0)  # rejoins as a new member; what it owned was lost, not revoked, and nothing was committed
         assert seen.events[-2:] == [("lost", {TP("t", 0), TP("t", 1)}), ("assigned", {TP("t", 0), TP("t", 1)})]
         assert ("revoked", {TP("t", 0), TP("t", 1)}) not in seen.events

@@ -162,7 +162,7 @@ def test_a_cooperative_member_revokes_a_dropped_topic_before_it_rejoins(tmp_path
         poll_until([c], lambda: len(c.assignment()) == 4 and e.groups.describe_group("g").state == STABLE)
         generation, rec = c.group_metadata().generation_id, Recorder()
         c.subscribe(["A"], listener=rec)
-        poll_until([c], lambda: c.group_metadata().generation_id > generation and not c._group._rejoin
+        poll_until([c], lambda: c.group_metadata().generation_id > generation and not c.group._rejoin
                    and e.groups.describe_group("g").state == STABLE)
         assert c.assignment() == {TP("A", 0), TP("A", 1)}
         assert rec.events == [("revoked", {TP("B", 0), TP("B", 1)}), ("assigned", set())]
@@ -193,21 +193,21 @@ def test_a_heartbeat_while_the_member_is_between_rounds_neither_resets_it_nor_as
             joins.append(args)
             answer = join(*args, **kw)
             if during == "after its JoinGroup" and len(joins) == 1:
-                c._group.heartbeat()  # as the heartbeat thread would, with the join answered and not yet applied
+                c.group.heartbeat()  # as the heartbeat thread would, with the join answered and not yet applied
             return answer
 
         def syncing(*args, **kw):
             if during == "before its SyncGroup" and len(joins) == 1:
-                c._group.heartbeat()
+                c.group.heartbeat()
             return sync(*args, **kw)
 
         e.groups.join_group, e.groups.sync_group = joining, syncing
-        c._group.heartbeat()  # between rounds: sent
+        c.group.heartbeat()  # between rounds: sent
         c.subscribe(["A", "B"])
-        poll_until([c], lambda: len(c.assignment()) == 4 and not c._group._rejoin, poll_ms=0)
+        poll_until([c], lambda: len(c.assignment()) == 4 and not c.group._rejoin, poll_ms=0)
         assert len(joins) == 1 and c.group_metadata().generation_id == generation + 1
         assert e.groups.describe_group("g").state == STABLE
-        c._group.heartbeat()  # the round completed: sent, with the new generation
+        c.group.heartbeat()  # the round completed: sent, with the new generation
         assert sent == [generation, generation + 1]
         c.close()
 
@@ -309,7 +309,7 @@ def test_a_consumer_that_stops_polling_leaves_after_max_poll_interval(tmp_path):
         assert slow.assignment() and e.groups.describe_group("g").state == STABLE
         member = slow.group_metadata().member_id
         clock.advance(4000)
-        slow._group.heartbeat()
+        slow.group.heartbeat()
         assert member in {m["member_id"] for m in e.groups.describe_group("g").members}
         clock.advance(1001)  # the heartbeat thread notices: no poll() for max_poll_interval_ms
         end = time.monotonic() + 10
@@ -345,7 +345,7 @@ def test_random_joins_leaves_and_crashes_never_share_a_partition(tmp_path):
                     live.pop(rng.randrange(len(live))).close()
                 else:
                     c = live.pop(rng.randrange(len(live)))
-                    c._group._stop.set()  # a crash: no more heartbeats, polls or LeaveGroup
+                    c.group._stop.set()  # a crash: no more heartbeats, polls or LeaveGroup
                     crashed.append(c)
                 for _ in range(rng.randint(0, 3)):  # some partial progress
                     for c in live:
@@ -354,11 +354,11 @@ def test_random_joins_leaves_and_crashes_never_share_a_partition(tmp_path):
                 for _ in range(200):  # then settle
                     g = e.groups.groups.get("g")
                     stable = g is not None and g.state == STABLE and all(
-                        c.group_metadata().generation_id == g.generation and not c._group._rejoin for c in live)
+                        c.group_metadata().generation_id == g.generation and not c.group._rejoin for c in live)
                     if (stable and len(g.members) == len(live)) or (not live and (g is None or g.state == EMPTY)):
                         break
                     for c in live:  # the heartbeat threads' work, in step with the manual clock
-                        c._group.heartbeat()
+                        c.group.heartbeat()
                     clock.advance(500)
                     e.groups.tick()
                     for c in live:
@@ -367,7 +367,7 @@ def test_random_joins_leaves_and_crashes_never_share_a_partition(tmp_path):
                 else:
                     raise AssertionError(f"seed {seed} step {step}: the group did not settle: {g.state} "
                                          f"{g.generation} {len(g.members)} members, clients at "
-                                         f"{[(c.group_metadata().generation_id, c._group._rejoin) for c in live]}")
+                                         f"{[(c.group_metadata().generation_id, c.group._rejoin) for c in live]}")
                 owned = [tp for c in live for tp in c.assignment()]
                 assert len(owned) == len(set(owned)) and (set(owned) == everything or not live), (seed, step)
             for c in live + crashed:

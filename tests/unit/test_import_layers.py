@@ -233,6 +233,42 @@ def test_the_private_reach_checker_catches_one(tmp_path):
     assert private_reaches(native / "_user.pyx") == ["_user.pyx:9: segment._lock", "_user.pyx:10: _log._storage_error"]
 
 
+NAMEDTUPLE_API = frozenset(("_replace", "_asdict", "_fields", "_make"))  # public, underscored to spare field names
+
+
+def python_private_reaches(path: Path) -> list[str]:
+    """`x._name` in a Python module where `x` is not `self` or `cls` (a namedtuple's own API aside): a private
+    member of another object, `super()._hook` (an override of another class's private hook) included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and node.attr not in NAMEDTUPLE_API \
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node.value)}.{node.attr}")
+    return sorted(found)
+
+
+def test_the_clients_reach_no_private_member_of_another_object():
+    """The synchronous and asyncio clients wrap one core (engine.clients.consumer_core, the producer's steps) through
+    public names: none reads another object's private state or overrides its private hooks."""
+    modules = sorted((ROOT / "engine" / "clients").glob("*.py")) + sorted((ROOT / "engine" / "aio").glob("*.py"))
+    assert len(modules) >= 10
+    assert [f for p in modules for f in python_private_reaches(p)] == []
+    # the synchronous consumer extends the core with its waits: it uses none of the core's private members either
+    sync = ast.parse((ROOT / "engine" / "clients" / "consumer.py").read_text())
+    assert [n.attr for n in ast.walk(sync) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
+            and not n.attr.startswith("__")] == []
+
+
+def test_the_python_private_reach_checker_catches_one(tmp_path):
+    (tmp_path / "wrapper.py").write_text(
+        "class W(Base):\n"
+        "    def ok(self, t):\n        return self._core.fetch(), t._replace(a=1), cls._x if 0 else self._own\n"
+        "    def _hook(self):\n        super()._hook()\n        return self._core._positions  # c._d in a comment\n")
+    assert python_private_reaches(tmp_path / "wrapper.py") == ["wrapper.py:5: super()._hook",
+                                                               "wrapper.py:6: self._core._positions"]
+
+
 def facade_reach(root: Path = ROOT, composition: str = "engine.composition", facade: str = "engine.engine") -> list[str]:
     """The modules the composition root imports, directly or not, that import the facade (an arrow back up into it)."""
     modules = {_module_name(p, root): p for package in PACKAGES for p in (root / package).rglob("*.py")}
