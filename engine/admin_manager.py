@@ -80,7 +80,9 @@ class TopicDescription(NamedTuple):
 
 
 class AdminManager:
-    """The topics of one engine: their creation, growth, deletion, configs, descriptions and compaction."""
+    """The topics of one engine: their creation, growth, deletion, configs, descriptions and compaction. Each reads
+    and changes the catalogue under the engine's admin lock and saves it, which is why it stays one class of about
+    400 lines."""
 
     def __init__(self, path: str, fs: FileSystem, clock: Clock, catalogue: Catalogue, defaults: LogConfig,
                  max_partitions: int, replicas: ReplicaManager, admin_lock: threading.RLock,
@@ -114,11 +116,11 @@ class AdminManager:
         its log loads (engine.log.log_manager: a missing file is written again, another topic's directory is set
         aside as a stray then), so opening reads nothing per partition."""
         topics = self.catalogue.topics
-        found = self.logs.logs().items()
+        found = self.logs.slots().items()
         if not adopt:  # (only the names the catalogue lacks are looked at)
-            found = [(tp, lg) for tp, lg in found
+            found = [(tp, slot) for tp, slot in found
                      if tp[0] not in INTERNAL_TOPICS and (tp[0] not in topics or tp[1] >= topics[tp[0]].partitions)]
-        for (topic, partition), lg in sorted(found, key=lambda item: item[0]):
+        for (topic, partition), slot in sorted(found, key=lambda item: item[0]):
             if topic in INTERNAL_TOPICS:
                 continue  # a broker's internal topics stay as they are, outside the catalogue
             rec = topics.get(topic)
@@ -126,27 +128,27 @@ class AdminManager:
                 if rec is None or partition >= rec.partitions:
                     why = "no topic of that name" if rec is None else f"the topic has {rec.partitions} partitions"
                     moved = self.logs.set_aside(topic, partition, "stray")
-                    self.logs.repairs.append(f"set {lg.dir} aside as {moved}: the catalogue has {why}")
+                    self.logs.repairs.append(f"set {slot.dir} aside as {moved}: the catalogue has {why}")
                     log.warning("%s", self.logs.repairs[-1])
                 continue
             try:
-                topic_id = partition_metadata.read(self.fs, lg.dir)
+                topic_id = partition_metadata.read(self.fs, slot.dir)
             except KafkaStorageError as exc:  # unreadable: a new id says which topic it is
                 topic_id = None
-                lg.recovery.note(f"rewrote {exc.file}: {exc.message}")
+                slot.load().recovery.note(f"rewrote {exc.file}: {exc.message}")
             if rec is None:
                 rec = topics[topic] = TopicRecord(topic_id or partition_metadata.new_topic_id(), 0)
             rec.partitions = max(rec.partitions, partition + 1)
             if topic_id is None:
-                partition_metadata.write(self.fs, lg.dir, rec.topic_id)
-        have = self.logs.logs()
+                partition_metadata.write(self.fs, slot.dir, rec.topic_id)
+        have = self.logs.slots()
         for name, rec in self.catalogue.topics.items():
             for p in range(rec.partitions):  # a partition the catalogue has but the disk lost
                 if (name, p) not in have:
-                    self.logs.create_log(name, p, rec.topic_id)
+                    self.logs.create_slot(name, p, rec.topic_id)
         self.logs.sync_created()
         for b, broker in self.brokers.items():  # the other brokers hold only the replicas assigned to them
-            for (topic, partition) in sorted(broker.logs.logs()) if b else ():
+            for (topic, partition) in sorted(broker.logs.slots()) if b else ():
                 rec = self.catalogue.topics.get(topic)
                 state = rec.states.get(partition) if rec is not None else None
                 if state is None or b not in state.replicas:
@@ -288,11 +290,11 @@ class AdminManager:
             self._check_open()
             if name in self.catalogue.topics:
                 return False
-            found = {p: lg for (topic, p), lg in sorted(self.logs.logs().items()) if topic == name}
+            found = {p: slot for (topic, p), slot in sorted(self.logs.slots().items()) if topic == name}
             topic_id = None
-            for lg in found.values():
+            for slot in found.values():
                 try:
-                    topic_id = topic_id or partition_metadata.read(self.fs, lg.dir)
+                    topic_id = topic_id or partition_metadata.read(self.fs, slot.dir)
                 except KafkaStorageError:
                     continue
             rf = min(3, self.catalogue.brokers)
@@ -332,16 +334,18 @@ class AdminManager:
                 part = self.leaders.get((name, p))
                 hosted = {b: broker.partitions[(name, p)] for b, broker in self.brokers.items()
                           if (name, p) in broker.partitions}
-                shown = part or hosted.get(0) or next(iter(hosted.values()), None)
                 replicas = state.replicas if state else [0]
                 roles = (part.broker_id if part else -1, state.leader_epoch if state else 0, list(replicas),
                          sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []))
-                if p in fresh and all(not r.log.loaded for r in hosted.values()):
+                if p in fresh and all(not r.log_loaded for r in hosted.values()):
                     # (just created and not loaded since: the empty logs they are, one empty segment each)
                     parts.append(PartitionDescription(
                         p, 0, 0, 0 if part else -1, 0, 1, *roles, {b: ReplicaDescription(0, 0) for b in sorted(hosted)},
-                        0.0 if shown.log.config.compact else None))
+                        0.0 if self.log_config(name).compact else None))
                     continue
+                hosted = {b: self.replicas.made(r) for b, r in hosted.items()}  # (made now: their logs described)
+                part = part and self.replicas.made(part)
+                shown = part or hosted.get(0) or next(iter(hosted.values()), None)
                 for replica in hosted.values():
                     replica.take_linked()  # (a linked follower's LEO as its link wrote it)
                 if part:  # (a single replica's epoch is its log's latest: read as the log loads)
@@ -417,8 +421,8 @@ class AdminManager:
             self.save()
             for broker in self.brokers.values():
                 for (topic, _), part in list(broker.partitions.items()):
-                    if topic == name:
-                        part.log.config = new
+                    if topic == name and part.log_loaded:  # (a log not loaded takes its topic's config as it loads)
+                        part.loaded_log.config = new
             return new.to_dict()
 
     def compact(self, topic: str, partition: int | None = None,
@@ -461,7 +465,7 @@ class AdminManager:
                     highest = max(highest, lg.producer_state.max_producer_id())
             leaders = self.leaders
             noted |= {tp for tp in self.catalogue.open_transactions
-                      if tp in leaders and not leaders[tp].log.loaded}
+                      if tp in leaders and not leaders[tp].log_loaded}
             if producer_ids.cover(highest) | (noted != self.catalogue.open_transactions):
                 self.catalogue.open_transactions = noted
                 self.save()

@@ -156,7 +156,7 @@ def assemble(facade: Owner, path, *, clock: Clock | None = None, fs: FileSystem 
         replicas.start_fetchers()
         # a catalogue's block end is past every id handed out; a directory adopted without one says in its logs
         highest = -1 if found is not None else max(
-            (lg.producer_state.max_producer_id() for lg in logs.logs().values()), default=-1)
+            (slot.load().producer_state.max_producer_id() for slot in logs.slots().values()), default=-1)
         producer_ids.start(max(catalogue.producer_id_block_end, highest + 1))
         admin.save()
         coordinators.load_existing()

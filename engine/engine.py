@@ -42,7 +42,7 @@ from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
 from engine.groups.group_coordinator import GroupCoordinator
 from engine.log.unified_log import AppendInfo, UnifiedLog
 from engine.metadata import INTERNAL_TOPICS
-from engine.replication.partition import Partition
+from engine.replication.partition import LazyPartition, Partition
 from engine.segments.cleaner import CleanerStats
 from engine.transactions import Transactions
 
@@ -155,24 +155,33 @@ class Engine:
             notes += [where + what for what in broker.logs.repairs]
             if broker.alive and not broker.logs.clean_shutdown:
                 broker.logs.recover_all()
-            for (topic, p), lg in sorted(broker.logs.logs().items()):
-                if lg.loaded:
+            for (topic, p), slot in sorted(broker.logs.slots().items()):
+                lg = slot.loaded_log
+                if lg is not None:
                     notes += [f"{where}{topic}-{p}: {what}" for what in lg.recovery.describe()]
         return notes
 
     def log(self, topic: str, partition: int) -> UnifiedLog:
         """The log of one partition, loaded (for tools and tests; clients go through `partition()`)."""
-        lg = self.partition(topic, partition).log
-        lg.load()
-        return lg
+        return self.partition(topic, partition).log
 
     def partitions_of(self, tps: list[TopicPartition]) -> list[Partition | None]:
         """`partition()` of many partitions at once (a consumer's poll over its assignment): None where it would
         raise, which a call of `partition()` then explains."""
         found = self._partitions.get
         if INTERNAL_TOPICS.isdisjoint(map(TOPIC_OF, tps)):  # (the common case, looked up at C speed)
-            return list(map(found, tps))
-        return [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
+            out = list(map(found, tps))
+        else:
+            out = [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
+        if LazyPartition in set(map(type, out)):  # (partitions not made yet: made now, each loading its log)
+            out = [self._made(p) if type(p) is LazyPartition else p for p in out]
+        return out
+
+    def _made(self, part: LazyPartition) -> Partition | None:
+        try:
+            return self.replicas.made(part)
+        except NotLeaderOrFollowerError:
+            return None  # (gone since: a call of `partition()` explains)
 
     def partition(self, topic: str, partition: int) -> Partition:
         """The partition every read and write of `topic`-`partition` goes through."""
@@ -184,7 +193,7 @@ class Engine:
                 raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader (no live in-sync replica)",
                                                file=self.path)
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
-        return found
+        return found if type(found) is not LazyPartition else self.replicas.made(found)
 
     # --- the produce path ----------------------------------------------------------------------------
     def partition_layout(self, topic: str) -> tuple[int, int]:

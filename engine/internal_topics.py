@@ -17,7 +17,7 @@ from engine.common.errors import NotLeaderOrFollowerError, UnknownTopicOrPartiti
 from engine.log.unified_log import CLIENT, AppendInfo
 from engine.metadata import Catalogue
 from engine.replica_manager import ReplicaManager
-from engine.replication.partition import Partition
+from engine.replication.partition import LazyPartition, Partition
 
 INTERNAL_WRITE_TIMEOUT_MS = 30_000
 
@@ -46,10 +46,11 @@ class InternalTopics:
         found = self._leaders.get((topic, partition))
         if found is None:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader", file=self.path)
-        return found
+        return self._replicas.made(found)
 
-    def leaders(self) -> dict[tuple[str, int], Partition]:
-        """Every partition's leader, internal topics included."""
+    def leaders(self) -> dict[tuple[str, int], Partition | LazyPartition]:
+        """Every partition's leader, internal topics included (LazyPartition: not made yet, see
+        engine.replication.partition)."""
         return dict(self._leaders)
 
     def append_internal(self, topic: str, partition: int, data, origin: str = CLIENT) -> AppendInfo:
@@ -70,6 +71,7 @@ class InternalTopics:
             if rec is None or partition >= rec.partitions:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.path)
             raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader", file=self.path)
+        part = self._replicas.made(part)
         info = part.append_marker(commit, producer_id, producer_epoch, coordinator_epoch)
         self._replicas.wait_for_replication(part, info, timeout_ms)
         self._appended(topic, partition)

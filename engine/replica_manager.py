@@ -28,7 +28,7 @@ from engine.common.structs import TopicPartition, topic_partitions
 from engine.metadata import Catalogue
 from engine.replication.broker import Broker
 from engine.replication.controller import Controller
-from engine.replication.partition import Partition
+from engine.replication.partition import LazyPartition, Partition
 from engine.replication.replica_fetcher import ReplicaFetcher, native_fetcher
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
@@ -133,7 +133,16 @@ class ReplicaManager:
         return self.native_fetcher
 
     def leader_of(self, follower: Partition) -> Partition | None:
-        return self.leaders.get((follower.topic, follower.index))
+        return self.leaders.get((follower.topic, follower.index))  # (a follower's leader is never a LazyPartition)
+
+    def made(self, part: Partition | LazyPartition) -> Partition:
+        """`part` itself, or for a LazyPartition the Partition its broker makes in its place (engine.replication
+        .broker: its log loaded), which takes its place in the map of leaders too."""
+        if type(part) is not LazyPartition:
+            return part
+        made = self.brokers[part.broker_id].made(part)
+        self.leaders.swap((part.topic, part.index), part, made)
+        return made
 
     def wait_for_replication(self, part: Partition, info: AppendInfo, timeout_ms: int) -> None:
         """acks='all': the HW passes the append within `timeout_ms`, under the leader that appended it
@@ -223,7 +232,8 @@ class ReplicaManager:
             self._check_open()
             broker = self._broker(broker_id, alive=True)
             for tp, part in self.leaders.items():  # what readers may have seen stays visible after failover
-                self.hw_seen[tp] = max(self.hw_seen.get(tp, 0), part.high_watermark)
+                if type(part) is not LazyPartition:  # (an unmade one is a single replica's: it has no failover)
+                    self.hw_seen[tp] = max(self.hw_seen.get(tp, 0), part.high_watermark)
             broker.crash()
             with self.controller_lock:
                 self.controller.alive.discard(broker_id)
@@ -256,7 +266,7 @@ class ReplicaManager:
                            for p, state in rec.states.items()
                            if self.controller.broker_started(broker_id, state, self.unclean(name))}
                 metadata.write(self.fs, self.path, self.catalogue)
-            for (topic, p) in sorted(broker.logs.logs()):
+            for (topic, p) in sorted(broker.logs.slots()):
                 rec = self.catalogue.topics.get(topic)
                 state = rec.states.get(p) if rec is not None else None
                 if (rec is None or p >= rec.partitions or state is None and broker_id

@@ -156,9 +156,9 @@ class Transactions:
         `among`, only those partitions' and the ones whose log is loaded already (the others are not loaded)."""
         out = []
         for (topic, p), part in sorted(self._internal.leaders().items()):
-            if among is not None and (topic, p) not in among and not part.log.loaded:
+            if among is not None and (topic, p) not in among and not part.log_loaded:
                 continue
-            for pid, entry in sorted(part.log.producer_state.ongoing().items()):
+            for pid, entry in sorted(part.load_log().producer_state.ongoing().items()):
                 out.append(OpenTransaction(topic, p, pid, entry.epoch, entry.txn_first_offset, entry.last_timestamp,
                                            self.coordinator.transactional_id_of(pid)))
         return out

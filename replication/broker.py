@@ -14,10 +14,12 @@ from typing import Callable
 
 from engine.common.closing import Steps
 from engine.log.log_manager import LogManager
+from engine.common.errors import NotLeaderOrFollowerError
 from engine.replication.partition import LazyPartition, Partition, only_replica_loaded
 from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
 
 BROKERS_DIR = "brokers"
+_MAKING = threading.Lock()  # (a leaf lock: held while a LazyPartition's Partition is made, in every broker)
 
 
 def broker_dir(root: str, broker_id: int) -> str:
@@ -28,7 +30,7 @@ class Broker:
     def __init__(self, broker_id: int, logs: LogManager, partition_factory: Callable[..., Partition]) -> None:
         self.id, self.logs = broker_id, logs
         self.alive = True
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.partitions: dict[tuple[str, int], Partition | LazyPartition] = {}
         self._new_partition = partition_factory
         self.wake = threading.Event()
         self.fetcher: ReplicaFetcher | None = None  # the fetch logic its thread runs (a waiter may run it too)
@@ -36,51 +38,70 @@ class Broker:
         self._fetcher: ReplicaFetcherThread | None = None
 
     def host(self, topic: str, index: int, topic_id: str | None = None) -> Partition:
-        """This broker's replica of `topic`-`index` (its log created if the directory lacks it)."""
+        """This broker's replica of `topic`-`index`, made (its log created if the directory lacks it, and loaded)."""
         key = (topic, index)
         part = self.partitions.get(key)
+        if type(part) is LazyPartition:
+            return self.made(part)
         if part is None:
-            log = self.logs.get(key) or self.logs.create_log(topic, index, topic_id)
-            part = self.partitions[key] = self._new_partition(topic, index, log, self.id)
+            slot = self.logs.slot(key) or self.logs.create_slot(topic, index, topic_id)
+            part = self.partitions[key] = self._new_partition(topic, index, slot.load(), self.id)
         return part
 
     def lead_alone(self, keys: list[tuple[str, int]], topic_id: str | None = None) -> dict:
         """This broker's replicas of `keys` as their only replicas, leading them (make_leader() without arguments),
-        by key: a LazyPartition for each whose log is not loaded (made into the Partition when first used)."""
-        out, hosted, logs, make = {}, self.partitions, self.logs, self._make_leader
+        by key: a LazyPartition for each whose log is not loaded (`made()` makes its Partition)."""
+        out, hosted, logs = {}, self.partitions, self.logs
         for key in keys:
             part = hosted.get(key)
             if part is None:
-                log = logs.get(key) or logs.create_log(key[0], key[1], topic_id)
-                if not log.loaded:  # (reading the log alone settles its HW: `_log_loaded`)
-                    out[key] = hosted[key] = LazyPartition(key[0], key[1], log, self.id, make)
+                slot = logs.slot(key) or logs.create_slot(key[0], key[1], topic_id)
+                log = slot.loaded_log
+                if log is None:  # (loading the log alone settles its HW: `_log_loaded`)
+                    out[key] = hosted[key] = LazyPartition(key[0], key[1], slot, self.id)
                     continue
                 part = hosted[key] = self._new_partition(key[0], key[1], log, self.id)
+            elif type(part) is LazyPartition:
+                out[key] = part  # (leading alone already)
+                continue
             part.make_leader()
             out[key] = part
         return out
+
+    def made(self, lazy: LazyPartition) -> Partition:
+        """The Partition in `lazy`'s place: made now (its log loaded, leading as the only replica) and put in the map
+        instead of `lazy`, or the one made before. NotLeaderOrFollowerError if the broker hosts neither any more."""
+        key = (lazy.topic, lazy.index)
+        part = self.partitions.get(key)
+        if part is lazy:
+            log = lazy.slot.load()  # (before the lock: other partitions are made meanwhile)
+            with _MAKING:
+                part = self.partitions.get(key)
+                if part is lazy:
+                    part = self._new_partition(lazy.topic, lazy.index, log, self.id)
+                    part.make_leader()
+                    self.partitions[key] = part
+        if part is None or type(part) is LazyPartition:
+            raise NotLeaderOrFollowerError(f"{lazy.topic}-{lazy.index} is no longer hosted by broker {self.id}",
+                                           file=lazy.slot.dir)
+        return part
 
     def _log_loaded(self, tp: tuple[str, int], log) -> None:
         """As a log of this broker loads: the only replica of a partition not made yet has its HW at its log end."""
         if type(self.partitions.get(tp)) is LazyPartition:
             only_replica_loaded(log)
 
-    def _make_leader(self, lazy: LazyPartition) -> Partition:
-        part = self._new_partition(lazy.topic, lazy.index, lazy.log, self.id)
-        part.make_leader()
-        return part
-
     def stop_hosting(self, topic: str, index: int) -> None:
         """Stop hosting `topic`-`index`, its log kept (until `drop`)."""
         part = self.partitions.pop((topic, index), None)
-        if part is not None:
+        if part is not None and type(part) is not LazyPartition:  # (a placeholder has nothing to stop)
             with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
                 part.make_offline(discard=True)
 
     def drop(self, topic: str, index: int) -> None:
         """Stop hosting `topic`-`index` and delete its log (the topic or its replica went away)."""
         self.stop_hosting(topic, index)
-        if self.logs.get((topic, index)) is not None:
+        if self.logs.slot((topic, index)) is not None:
             self.logs.delete_log(topic, index)
 
     def followers(self) -> list[Partition]:
@@ -100,7 +121,7 @@ class Broker:
             self._fetcher.stop()
             self._fetcher = self.fetcher = None
         for part in list(self.partitions.values()):
-            if part.link is not None:
+            if part.link is not None:  # (never a LazyPartition's: it has no link)
                 with part.fetch_lock:
                     part.unlink(discard)
 
@@ -109,6 +130,8 @@ class Broker:
         self.stop_fetcher(discard=True)
         self.alive = False
         for part in self.partitions.values():
+            if type(part) is LazyPartition:
+                continue  # (a placeholder has nothing to stop)
             with part.fetch_lock:  # a fetch for it in progress (a waiter's) ends first; none starts after
                 part.make_offline(discard=True)
         self.partitions = {}

@@ -46,10 +46,10 @@ from engine.common.errors import (
     StaleControllerEpochError,
     UnknownLeaderEpochError,
 )
-from engine.common.shared_state import adopt_state
 from engine.record import twins
 from engine.replication.replica import Replica
 from engine.segments.local_log import FetchData
+from engine.segments.log_config import LogConfig
 from engine.segments.txn_index import AbortedTxn
 from engine.segments.log_segments import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -57,6 +57,7 @@ from engine.segments.log_segments import (
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
+from engine.log.log_slot import LogSlot
 from engine.log.unified_log import CLIENT, AppendInfo, UnifiedLog
 
 NewReplica, high_watermark = twins.selected("replica")  # its Replica type and HW rule
@@ -144,7 +145,8 @@ class Partition(PartitionView):
     together under the partition's lock (an append, a follower fetch, an ISR change and a role change each see the
     others whole), which is why it stays one class of about 440 lines, as Kafka's Partition is one."""
 
-    log: UnifiedLog
+    log: UnifiedLog  # loaded: a partition is made over a loaded log (LazyPartition stands in before that)
+    log_loaded = True
 
     def __init__(self, topic: str, index: int, log: UnifiedLog, *, broker_id: int = 0,
                  clock: Clock | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
@@ -168,9 +170,20 @@ class Partition(PartitionView):
         self.link = None  # as a follower: its link to the native replica fetcher, while it has one
         self.links = None  # as leader: its side of its followers' links (engine._native._replica_fetcher.Leader)
         self.controller_epoch = -1
-        self._settling = False  # make_leader() left its reading of the log to the log's loading
         self._lock = threading.RLock()
         self._hw_changed: threading.Condition | None = None  # made by the first wait for the HW (under the lock)
+
+    def load_log(self) -> UnifiedLog:
+        """Its log (loaded: LazyPartition's method of the same name loads one)."""
+        return self.log
+
+    @property
+    def loaded_log(self) -> UnifiedLog:
+        return self.log
+
+    @property
+    def config(self) -> LogConfig:
+        return self.log.config
 
     # --- roles ----------------------------------------------------------------------------------
     @property
@@ -190,18 +203,9 @@ class Partition(PartitionView):
                 self.unlink()
             self._close_links()
             self.leader_id = self.broker_id
-            self._tail_read, self._settling = None, False
+            self._tail_read = None
             if replicas is None and isr is None:  # the only replica
                 self.replicas, self.isr, self.remote = [self.broker_id], frozenset((self.broker_id,)), {}
-                if leader_epoch is None and not high_watermark_floor and not self.log.loaded:
-                    # a lazy partition's log is not loaded: its epoch and HW are settled as it loads (nothing can
-                    # read or append before then; a reader of the epoch loads it)
-                    self._settling = True
-                    self.__dict__.pop("leader_epoch", None)
-                    self.__dict__.pop("leader_epoch_start_offset", None)
-                    if self.log.when_loaded(self._settle_lead):
-                        return
-                    self._settling = False  # (it loaded meanwhile)
             else:
                 self.replicas = list(replicas) if replicas is not None else [self.broker_id]
                 self.isr = frozenset(isr) if isr is not None else frozenset({self.broker_id})
@@ -224,33 +228,10 @@ class Partition(PartitionView):
         if self._hw_changed is not None:
             self._hw_changed.notify_all()
 
-    def _settle_lead(self, log: UnifiedLog) -> None:
-        """make_leader()'s reading of the log, which the log runs as it loads, unless the role changed since (a
-        partition's hooks are all this method: the first to run while `_settling` acts)."""
-        if self._settling:
-            self._settling = False
-            self.leader_epoch = max(log.leader_epochs.latest_epoch or 0, 0)
-            self.leader_epoch_start_offset = log.log_end_offset
-            only_replica_loaded(log)
-
-    def __getattr__(self, name: str):
-        """Only for an attribute the instance lacks: the epoch of a leader whose log was not loaded when it took the
-        lead (loading it settles them; read as make_leader() would have, if its role changed since)."""
-        if name in ("leader_epoch", "leader_epoch_start_offset") and "log" in self.__dict__:
-            log = self.log
-            log.load()  # (runs the settling make_leader() left)
-            with self._lock:  # (a make_leader() in progress sets them before it lets go)
-                if name not in self.__dict__:
-                    self.leader_epoch = max(log.leader_epochs.latest_epoch or 0, 0)
-                    self.leader_epoch_start_offset = log.log_end_offset
-                return self.__dict__[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def make_follower(self, leader_id: int, leader_epoch: int, replicas=None, isr=None,
                       controller_epoch: int | None = None) -> None:
         """Follow `leader_id` in `leader_epoch`; the replica fetcher truncates the log by epoch before fetching."""
         with self._lock:
-            self._settling = False
             self._check_controller(controller_epoch)
             self.unlink()
             self._close_links()
@@ -267,7 +248,6 @@ class Partition(PartitionView):
         """No leader (the broker hosting this replica stopped, or no replica could be elected); with `discard`, what
         a link wrote is left to recovery (the broker died) or to the log's deletion."""
         with self._lock:
-            self._settling = False
             self.unlink(discard)
             self._close_links()
             self.leader_id = None
@@ -583,19 +563,27 @@ class Partition(PartitionView):
         return self.log.delete_records(offset)
 
 
-_MAKING = threading.Lock()  # (a leaf lock: held while a LazyPartition is made into its Partition)
-
-
 class LazyPartition:
-    """The only replica of a partition, leading it, whose log is not loaded: a Partition made (`make()`, which must
-    give one leading it) the first time anything is asked of it but what its class answers below, which a look over
-    every partition reads (a broker's failover and ISR checks, the fetcher's followers) and is what a Partition
-    leading as the only replica answers too. Until then it costs one small object; after, it is that Partition (the
-    same object, its class and state replaced in one step, so every map holding it holds the Partition)."""
+    """The only replica of a partition, leading it, whose Partition is not made yet and whose log is not loaded: a
+    placeholder in its broker's and the engine's maps of partitions until the replica manager makes the Partition
+    (ReplicaManager.made, which every read and write of the partition goes through first) and puts it in the
+    placeholder's place in both maps. Until then it costs one small object and answers what a look over every
+    partition reads (its role, replicas, ISR and followers: a partition led by its only replica's), whether its log is
+    loaded (`log_loaded`; it loads as the partition is made, or alone through `load_log()`, which a reader of its log
+    that needs no partition calls), and its config. It never becomes anything else: a holder of one that is made
+    asks the replica manager for the Partition."""
 
+    __slots__ = ("topic", "index", "slot", "broker_id")
     remote = MappingProxyType({})  # no followers
     link = links = None
     is_leader = True
+
+    def __init__(self, topic: str, index: int, slot: LogSlot, broker_id: int) -> None:
+        self.topic, self.index, self.slot, self.broker_id = topic, index, slot, broker_id
+
+    @property
+    def leader_id(self) -> int:
+        return self.broker_id
 
     @property
     def replicas(self) -> list[int]:
@@ -605,20 +593,22 @@ class LazyPartition:
     def isr(self) -> frozenset[int]:
         return frozenset((self.broker_id,))
 
-    def __init__(self, topic: str, index: int, log: UnifiedLog, broker_id: int,
-                 make: Callable[[LazyPartition], Partition]) -> None:
-        self.topic, self.index, self.log, self.broker_id, self.leader_id, self._make = \
-            topic, index, log, broker_id, broker_id, make
+    @property
+    def log_loaded(self) -> bool:
+        return self.slot.loaded
 
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        with _MAKING:
-            if type(self) is LazyPartition:
-                made = self._make(self)
-                adopt_state(self, made)  # (every attribute at once, then the methods)
-                self.__class__ = type(made)
-        return getattr(self, name)
+    @property
+    def loaded_log(self) -> UnifiedLog | None:
+        """Its log if it is loaded; None (and nothing loaded) otherwise."""
+        return self.slot.loaded_log
+
+    def load_log(self) -> UnifiedLog:
+        """Its log, loaded now if it was not (the partition is not made)."""
+        return self.slot.load()
+
+    @property
+    def config(self) -> LogConfig:
+        return self.slot.config
 
     def __repr__(self) -> str:
         return f"LazyPartition({self.topic}-{self.index})"

@@ -84,3 +84,11 @@ class BumpingDict(dict):
     def clear(self) -> None:
         super().clear()
         LOGS.bump()
+
+    def swap(self, key, old, new) -> bool:
+        """Put `new` in place of `old` at `key` without a bump (the same partition, made: no bound or leader moved);
+        False, nothing changed, if `key` does not hold `old`."""
+        if super().get(key) is not old:
+            return False
+        super().__setitem__(key, new)
+        return True

@@ -93,11 +93,12 @@ def _max_lag_passed(lg: UnifiedLog, first_dirty: int, now_ms: int) -> bool:
 
 
 class LogCleaner:
-    def __init__(self, directory: str, fs: FileSystem, clock: Clock, logs: Callable[[], dict],
+    def __init__(self, directory: str, fs: FileSystem, clock: Clock, slots: Callable[[], dict],
                  config: CleanerConfig, background: bool, loaded: Callable[[], dict]) -> None:
         """Clean the compacted logs among `loaded()` (the logs loaded so far, by (topic, partition)), and keep the
-        checkpoint of all of `logs()`; with `background` and `log_cleaner_enable`, on a thread of its own."""
-        self.dir, self.fs, self.clock, self._logs, self.config = directory, fs, clock, logs, config
+        checkpoint of all of `slots()` (the logs loaded or not: engine.log.log_slot); with `background` and
+        `log_cleaner_enable`, on a thread of its own."""
+        self.dir, self.fs, self.clock, self._slots, self.config = directory, fs, clock, slots, config
         self._loaded = loaded
         self._clean_lock = threading.Lock()  # one clean at a time
         self._stop = threading.Event()
@@ -113,8 +114,8 @@ class LogCleaner:
     # --- checkpoint ---------------------------------------------------------------------------------
     def write_checkpoint(self) -> None:
         offset_checkpoint.write(self.fs, os.path.join(self.dir, offset_checkpoint.CLEANER),
-                                {tp: lg.cleaner_checkpoint for tp, lg in self._logs().items()
-                                 if lg.cleaner_checkpoint is not None and (not lg.loaded or lg.config.compact)})
+                                {tp: slot.cleaner_checkpoint for tp, slot in self._slots().items()
+                                 if slot.cleaner_checkpoint is not None and (not slot.loaded or slot.config.compact)})
 
     # --- choosing -------------------------------------------------------------------------------------
     def cleanable_logs(self) -> list[LogToClean]:

@@ -1,8 +1,8 @@
 """A log directory: its partitions' logs and the files at its root (Kafka's LogManager).
 
 Lazy partitions: opening reads the root files and the partition directories' names, and loads no log: each is a
-`UnifiedLog.unloaded` holding its checkpointed offsets until its first use loads it (checking its topic id against
-`topic_ids` when it was found on open). Housekeeping (flush, retention, the cleaner, checkpoints) follows the loaded
+LogSlot (engine.log.log_slot) holding its checkpointed offsets until its first `load()` (checking its topic id
+against `topic_ids` when it was found on open). Housekeeping (flush, retention, the cleaner, checkpoints) follows the loaded
 logs; a checkpoint keeps the unloaded ones' entries as read and is rewritten only when it would change.
 
 Root files: `.lock` (held with a POSIX record lock while open), `meta.properties` (Java
@@ -53,7 +53,8 @@ from engine.segments import names, offset_checkpoint, partition_metadata
 from engine.segments.cleaner import CleanerStats
 from engine.segments.fs import FileSystem
 from engine.segments.log_config import LogConfig
-from engine.log.unified_log import Loading, UnifiedLog
+from engine.log.log_slot import Loading, LogSlot
+from engine.log.unified_log import UnifiedLog
 
 log = logging.getLogger("kafkalog.log_manager")
 
@@ -103,15 +104,14 @@ class LogManager:
     HW_CHECKPOINT_MS = 5_000  # replica.high.watermark.checkpoint.interval.ms: how soon other processes see a new HW
 
     def __init__(self, directory: str, *, fs: FileSystem | None = None, clock: Clock | None = None,
-                 configs=None, background: bool = True, log_class: type[UnifiedLog] = UnifiedLog,
-                 log_options: dict | None = None,
+                 configs=None, background: bool = True, log_options: dict | None = None,
                  tasks: dict | None = None, node_id: int = 0, cleaner_config: CleanerConfig | None = None,
                  hw_checkpoint_interval_ms: int | None = None,
                  topic_ids: Callable[[str], str | None] | None = None, start_recovery: bool = True) -> None:
         """Open (creating if needed) `directory`. `configs(topic) -> LogConfig` gives each topic's config and
         `topic_ids(topic)` its id, which a log found on open must have in its partition.metadata when it loads;
         without `start_recovery` the owner calls `start_recovery()` itself;
-        logs are `log_class(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
+        logs are `UnifiedLog(..., **log_options)`; `tasks` adds {name: (interval_ms, callable)} to the
         background thread's schedule; `cleaner_config` is the log cleaner's."""
         self.dir = os.path.abspath(directory)
         self.fs = fs or FileSystem()
@@ -121,7 +121,7 @@ class LogManager:
         self._start_recovery = start_recovery
         # `on_loaded(tp, log)` runs as each log loads, before anyone else sees it (the broker hosting the logs sets it)
         self.on_loaded: Callable[[tuple[str, int], UnifiedLog], None] | None = None
-        self._log_class, self._log_options = log_class, dict(log_options or {})
+        self._log_options = dict(log_options or {})
         self._tasks = {"flush": (self.FLUSH_CHECK_MS, self.flush_due_logs),
                        "retention": (self.RETENTION_CHECK_MS, self.cleanup_logs),
                        "checkpoint": (self.CHECKPOINT_MS, self.checkpoint_recovery_points),
@@ -130,7 +130,7 @@ class LogManager:
                        **(tasks or {})}
         self._pending_deletes: list[tuple[int, str]] = []  # (due ms, directory) of deleted logs not yet removed
         self._lock = threading.RLock()
-        self._logs: dict[tuple[str, int], UnifiedLog] = {}
+        self._logs: dict[tuple[str, int], LogSlot] = {}
         self._failures: dict[str, KafkaStorageError] = {}  # background tasks failing now, by name
         self.health = Health(self.dir, log)  # and what the log and `Engine.health()` say of them
         self.repairs: list[str] = []  # what opening the directory found wrong at its root, in words
@@ -153,14 +153,14 @@ class LogManager:
                 self.fs.fsync_dir(self.dir)
             self._load_logs()
         except BaseException:
-            for lg in self._logs.values():
-                lg.close()
+            for slot in self._logs.values():
+                slot.close()
             self._release_lock()
             raise
         self._start_background()
 
     def _start_background(self) -> None:
-        self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.logs, self.cleaner_config, self._background,
+        self.cleaner = LogCleaner(self.dir, self.fs, self.clock, self.slots, self.cleaner_config, self._background,
                                   self._loaded_map)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set to make the thread look at its schedule again (a deletion, close)
@@ -177,7 +177,7 @@ class LogManager:
         restart). An owner that gives its logs roles first (the engine) starts them after that, so that no log loads
         before its partition knows it is loading."""
         if self._background and not self.clean_shutdown and self._logs and not self._recovering:
-            waiting = iter(self.logs().values())
+            waiting = iter(self.slots().values())
             self._recovering = [threading.Thread(target=self._recover, args=(waiting,), daemon=True,
                                                  name=f"kafkalog-log-recovery-{i}:{self.dir}")
                                 for i in range(RECOVERY_THREADS)]
@@ -187,19 +187,20 @@ class LogManager:
     def _recover(self, waiting) -> None:
         """A recovery thread after an unclean shutdown: load (and so recover) the logs not loaded yet, one at a time,
         until none is left or the manager stops. A log that fails to load is left to its first use, which raises."""
-        for lg in waiting:  # (the threads share one iterator: each log is taken once)
+        for slot in waiting:  # (the threads share one iterator: each log is taken once)
             if self._stop.is_set():
                 return
             try:
-                lg.load()
+                slot.load_if_open()
             except Exception as exc:  # noqa: BLE001 - its first user gets the error; this thread goes on
-                log.warning("could not recover %s in the background (its first use will try again): %s", lg.dir, exc)
+                log.warning("could not recover %s in the background (its first use will try again): %s", slot.dir,
+                            exc)
 
     def recover_all(self) -> None:
         """Load every log an unclean shutdown left and no one loaded yet, in this thread (what the recovery threads
         would do): after it, every log's recovery is done and reported."""
-        for lg in self.logs().values():
-            lg.load()
+        for slot in self.slots().values():
+            slot.load_if_open()
 
     def _stop_background(self) -> None:
         if self.cleaner is not None:
@@ -265,7 +266,6 @@ class LogManager:
         self._loading = Loading(self._configs, self._log_options, self._on_load)
         self._loaded, self._created = {}, set()
         self._unloaded = ({}, {}, {})  # the unloaded logs' recovery points, log starts (the nonzero ones) and HWs
-        unloaded = self._log_class.unloaded
         fs, clock, loading, clean, parse = self.fs, self.clock, self._loading, self.clean_shutdown, \
             names.parse_partition_dir
         root = os.path.join(self.dir, "")
@@ -282,26 +282,26 @@ class LogManager:
                     self._note_stray(path, "set aside before this directory was opened")
                 continue
             point, start, hw = recovery_of(tp, 0), start_of(tp, 0), hw_of(tp, 0)
-            self._logs[tp] = unloaded(fs, path, clock, loading, recovery_point=point, log_start_offset=start,
-                                      high_watermark=hw, clean_shutdown=clean, cleaner_checkpoint=cleaned_of(tp))
+            self._logs[tp] = LogSlot(fs, path, clock, loading, recovery_point=point, log_start_offset=start,
+                                     high_watermark=hw, clean_shutdown=clean, cleaner_checkpoint=cleaned_of(tp))
             self._unloaded[0][tp], self._unloaded[2][tp] = point, hw
             if start:
                 self._unloaded[1][tp] = start
 
-    def _on_load(self, lg: UnifiedLog, loaded: UnifiedLog) -> UnifiedLog:
-        """As a log loads (`loaded`: its state, not yet visible): a log found on open has its topic id checked (a
-        directory of another topic id is set aside and the partition starts empty in a new one, whose state is
-        returned), and the log joins the loaded ones, which housekeeping and the checkpoints follow."""
-        tp = names.parse_partition_dir(os.path.basename(lg.dir))
+    def _on_load(self, slot: LogSlot, loaded: UnifiedLog) -> UnifiedLog:
+        """As a slot's log loads (`loaded`, not yet visible): a log found on open has its topic id checked (a
+        directory of another topic id is set aside and the partition starts empty in a new one, which is returned in
+        its place), and the log joins the loaded ones, which housekeeping and the checkpoints follow."""
+        tp = names.parse_partition_dir(os.path.basename(slot.dir))
         if tp not in self._created and not self._topic_id_matches(tp[0], loaded):
             loaded = self._replace_stray(tp, loaded)
         if self.on_loaded is not None:
             self.on_loaded(tp, loaded)
         with self._lock:
             if self._loading.closed:  # (the manager closed meanwhile: this log would be left open)
-                raise KafkaStorageError("the log directory was closed", file=lg.dir)
-            if self._logs.get(tp) is lg:
-                self._loaded[tp] = lg
+                raise KafkaStorageError("the log directory was closed", file=slot.dir)
+            if self._logs.get(tp) is slot:
+                self._loaded[tp] = loaded
         return loaded
 
     def _replace_stray(self, tp: tuple[str, int], stray: UnifiedLog) -> UnifiedLog:
@@ -317,8 +317,8 @@ class LogManager:
         log.warning("%s", self.repairs[-1])
         self._note_stray(moved, f"its partition.metadata names another topic id than the catalogue's "
                                 f"{self._topic_ids(tp[0])}")
-        return self._log_class(self.fs, stray.dir, self._configs(tp[0]), self.clock, clean_shutdown=True,
-                               **self._log_options)
+        return UnifiedLog(self.fs, stray.dir, self._configs(tp[0]), self.clock, clean_shutdown=True,
+                          **self._log_options)
 
     def _topic_id_matches(self, topic: str, lg: UnifiedLog) -> bool:
         """A log found on open, as it loads: whether its partition.metadata has the topic id `topic_ids` gives (none:
@@ -341,17 +341,19 @@ class LogManager:
 
     # --- logs ---------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> UnifiedLog:
+        """The log of `topic`-`partition`, loaded now if it was not."""
         try:
-            return self._logs[(topic, partition)]
+            slot = self._logs[(topic, partition)]
         except KeyError:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir) from None
+        return slot.load()
 
-    def get(self, tp: tuple[str, int]) -> UnifiedLog | None:
-        """The log of `tp` (loaded or not), None when the directory has none."""
+    def slot(self, tp: tuple[str, int]) -> LogSlot | None:
+        """The slot of `tp`'s log (loaded or not: nothing is loaded here), None when the directory has none."""
         return self._logs.get(tp)
 
-    def logs(self) -> dict[tuple[str, int], UnifiedLog]:
-        """Every log, loaded or not (touching an unloaded one's state loads it)."""
+    def slots(self) -> dict[tuple[str, int], LogSlot]:
+        """Every log's slot, loaded or not."""
         with self._lock:
             return dict(self._logs)
 
@@ -369,8 +371,8 @@ class LogManager:
         with self._lock:
             return list(self._loaded.items())
 
-    def _forget(self, tp: tuple[str, int]) -> UnifiedLog | None:
-        """Drop `tp`'s log from every map (the lock held); the log, if there was one."""
+    def _forget(self, tp: tuple[str, int]) -> LogSlot | None:
+        """Drop `tp`'s log from every map (the lock held); its slot, if there was one."""
         self._loaded.pop(tp, None)
         self._created.discard(tp)
         for values in self._unloaded:
@@ -378,7 +380,11 @@ class LogManager:
         return self._logs.pop(tp, None)
 
     def create_log(self, topic: str, partition: int, topic_id: str | None = None) -> UnifiedLog:
-        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log), unloaded: its
+        """`create_slot()`, then the log, loaded (its first segment made)."""
+        return self.create_slot(topic, partition, topic_id).load()
+
+    def create_slot(self, topic: str, partition: int, topic_id: str | None = None) -> LogSlot:
+        """Create `<topic>-<partition>/` with its partition.metadata (or return the existing log's slot), unloaded: its
         first segment is made when it is first used. Neither is synced here: `sync_created()` makes every creation
         since the last one durable at once. A failure is a KafkaStorageError and leaves no directory behind that
         it made."""
@@ -392,8 +398,7 @@ class LogManager:
                 self.fs.makedirs(path)
                 partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id(), sync=False)
                 self._unsynced.update((os.path.join(path, partition_metadata.FILE), path, self.dir))
-                self._logs[key] = self._log_class.unloaded(self.fs, path, self.clock, self._loading,
-                                                           clean_shutdown=True)
+                self._logs[key] = LogSlot(self.fs, path, self.clock, self._loading, clean_shutdown=True)
                 self._created.add(key)
                 self._unloaded[0][key] = self._unloaded[2][key] = 0
             except (OSError, KafkaError) as exc:
@@ -423,8 +428,8 @@ class LogManager:
         """Close the log and move its directory aside (`...-delete`), to be removed by the background thread once the
         log's `file.delete.delay.ms` has passed (at once without the thread)."""
         with self._lock:
-            lg = self._logs.get((topic, partition))
-            delay = lg.config.file_delete_delay_ms if lg is not None else 0
+            slot = self._logs.get((topic, partition))
+            delay = slot.config.file_delete_delay_ms if slot is not None else 0
         moved = self.set_aside(topic, partition, "delete")
         if self._thread is None:
             self.fs.rmtree(moved)
@@ -460,12 +465,12 @@ class LogManager:
         is, for `strays()`). A log set aside to be deleted is closed without a flush, as Kafka's asyncDelete leaves
         it: its bytes are going."""
         with self.cleaner.paused((topic, partition)), self._lock:
-            lg = self._forget((topic, partition))
-            if lg is None:
+            slot = self._forget((topic, partition))
+            if slot is None:
                 raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition}", file=self.dir)
-            lg.close(flush=kind != "delete")
-            moved = f"{lg.dir}.{uuid.uuid4().hex}-{kind}"
-            self.fs.rename(lg.dir, moved)
+            slot.close(flush=kind != "delete")
+            moved = f"{slot.dir}.{uuid.uuid4().hex}-{kind}"
+            self.fs.rename(slot.dir, moved)
             self.fs.fsync_dir(self.dir)
             if kind == "stray":
                 self._note_stray(moved, why or "its replica is no longer assigned here")
@@ -492,31 +497,31 @@ class LogManager:
             if stray is None:
                 raise InvalidRequestError(f"not a partition set aside as -stray in {self.dir}", file=path)
             tp = (stray.topic, stray.partition)
-            lg = self._logs.get(tp)
-            if lg is None:
+            slot = self._logs.get(tp)
+            if slot is None:
                 raise UnknownTopicOrPartitionError(
                     f"{stray.topic} has no partition {stray.partition}: create it (or the topic) first", file=path)
-            records = [f for f in self.fs.listdir(lg.dir) if f.endswith(names.LOG)
-                       and self.fs.size(os.path.join(lg.dir, f))]
+            records = [f for f in self.fs.listdir(slot.dir) if f.endswith(names.LOG)
+                       and self.fs.size(os.path.join(slot.dir, f))]
             if records:
                 raise InvalidRequestError(f"{stray.topic}-{stray.partition} holds records ({records[0]}): a stray "
-                                          f"goes back only in place of an empty partition", file=lg.dir)
+                                          f"goes back only in place of an empty partition", file=slot.dir)
 
             def swap() -> None:
-                doomed = f"{lg.dir}.{uuid.uuid4().hex}-delete"  # (removed by the next open if a crash comes first)
-                self.fs.rename(lg.dir, doomed)
-                self.fs.rename(path, lg.dir)
-                partition_metadata.write(self.fs, lg.dir, topic_id)
+                doomed = f"{slot.dir}.{uuid.uuid4().hex}-delete"  # (removed by the next open if a crash comes first)
+                self.fs.rename(slot.dir, doomed)
+                self.fs.rename(path, slot.dir)
+                partition_metadata.write(self.fs, slot.dir, topic_id)
                 self.fs.fsync_dir(self.dir)
                 self.fs.rmtree(doomed)
 
-            if not lg.replace_unloaded(swap):
+            if not slot.replace_unloaded(swap):
                 raise InvalidRequestError(f"{stray.topic}-{stray.partition} is in use: restore it right after the "
-                                          f"directory is opened (kafkalog recover --restore-stray)", file=lg.dir)
+                                          f"directory is opened (kafkalog recover --restore-stray)", file=slot.dir)
             del self._strays[path]
             for values in self._unloaded:  # (its checkpointed offsets were the empty log's)
                 values.pop(tp, None)
-            self.repairs.append(f"restored {path} as {lg.dir}")
+            self.repairs.append(f"restored {path} as {slot.dir}")
             log.warning("%s", self.repairs[-1])
             return tp
 
@@ -672,7 +677,7 @@ class LogManager:
         if self.clean_shutdown:
             return True
         with self._lock:  # (a log created since the open is new, so clean)
-            return all(lg.loaded or tp in self._created for tp, lg in self._logs.items())
+            return all(slot.loaded or tp in self._created for tp, slot in self._logs.items())
 
     def _close_logs(self) -> None:
         """No log loads any more; close every loaded one, each whatever the one before raised (an unloaded one
@@ -707,10 +712,10 @@ class LogManager:
         self._stop_background()
         with self._lock:
             self._loading.closed = True  # (no log loads any more)
-            logs, self._logs, self._loaded = list(self._loaded.values()), {}, {}
+            slots, self._logs, self._loaded = list(self._logs.values()), {}, {}
             self._pending_deletes = []  # a dead process removes nothing more: the next open does
-        for lg in logs:
-            lg.close(flush=False)
+        for slot in slots:
+            slot.close(flush=False)
 
     def release(self) -> None:
         """Give the directory up after `crash()`, leaving it as the crash left it."""

@@ -24,19 +24,16 @@ Crash policy: on open the LocalLog is recovered (segments.log_loader); leader ep
 end, or before its start, are dropped; then the producer state and the leader epochs are rebuilt from the batches
 as engine.log.log_rebuild says (the newest usable snapshot plus a replay of the log after it; epochs checked against the
 batch headers).
-Lazy loading (`unloaded`): a log of a directory of many partitions is loaded the first time anything of it is asked
-for: the instance lacks every attribute loading sets, so the first lookup of one loads it (`__getattr__`), under a
-lock of its own, and publishes the loaded state in one step (its `__dict__`), after the hooks waiting for it (the
-log manager's, a partition's) ran on it.
+An instance is always a loaded log: a directory of many partitions defers loading each one to its first use through
+the log manager's slots (engine.log.log_slot), which make the instance then.
 Thread-safety: appends, roll, flush, truncation and retention hold the log's lock; reads take none
 (the segment set hands out a consistent list).
 """
 from __future__ import annotations
 
 import os
-import threading
 from contextlib import contextmanager
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from engine.common.changes import LOGS
 from engine.common.clock import Clock
@@ -50,7 +47,6 @@ from engine.common.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from engine.common.shared_state import adopt_state
 from engine.record import batch_format as bf
 from engine.record import codec, twins
 from engine.segments import segment_appender
@@ -107,48 +103,16 @@ def _producer_batch(pieces: list, count: int, source: str) -> bf.BatchHeader | N
     return owned[0] if owned else None
 
 
-class Loading:
-    """What the unloaded logs of one log manager share (UnifiedLog.unloaded): `configs(topic)` gives a log's config
-    as it loads, `options` the rest of the constructor's arguments, and `on_load(log, loaded)` runs with the
-    unloaded log and its loaded state before anyone else sees that; it may refuse it by raising (the log stays
-    unloaded) or return another loaded state to take its place (a directory set aside and made again). Once
-    `closed`, no log of it loads; `failed` says that a load raised (the log is not usable as it is: a clean-shutdown
-    marker must not say otherwise)."""
-
-    __slots__ = ("configs", "options", "on_load", "closed", "failed")
-
-    def __init__(self, configs: Callable[[str], LogConfig], options: dict,
-                 on_load: Callable[[UnifiedLog, UnifiedLog], None] | None = None) -> None:
-        self.configs, self.options, self.on_load = configs, options, on_load
-        self.closed = self.failed = False
-
-
-class _Pending:
-    """One unloaded log's offsets from the checkpoints, its loading lock and the hooks waiting for it."""
-
-    __slots__ = ("shared", "recovery_point", "log_start_offset", "high_watermark", "clean_shutdown", "lock",
-                 "hooks", "closed")
-
-    def __init__(self, shared: Loading, recovery_point: int, log_start_offset: int, high_watermark: int,
-                 clean_shutdown: bool) -> None:
-        self.shared = shared
-        self.recovery_point, self.log_start_offset = recovery_point, log_start_offset
-        self.high_watermark, self.clean_shutdown = high_watermark, clean_shutdown
-        self.lock = threading.Lock()
-        self.hooks: list[Callable[[UnifiedLog], None]] | None = None
-        self.closed = False
-
-
 class UnifiedLog:
     """One partition's log (see the module docstring). Its operations are Kafka's UnifiedLog's (appends as leader and
     follower, reads and lookups, truncation, retention and log start, the cleaner's hooks, flush and close), all over
-    one lock and one state, which is why it stays one class of about 630 lines."""
+    one lock and one state, which is why it stays one class of about 530 lines."""
 
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
                  clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
                  cleaner_checkpoint: int | None = None) -> None:
-        """Load the log in `directory` now (`unloaded` defers that to its first use)."""
+        """Load the log in `directory` now."""
         self.fs, self.dir, self.clock = fs, directory, clock
         named = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         self._changes = None if named is not None and named[0] in INTERNAL_TOPICS else LOGS  # (see above)
@@ -177,108 +141,14 @@ class UnifiedLog:
         self._follower_append = twins.load("follower_append", appends)(self, AppendInfo)
         self._reader = twins.selected("log_read")(self, FetchData, WINDOW_BYTES)
 
-    # --- loading on first use (lazy partitions) ------------------------------------------------
-    @classmethod
-    def unloaded(cls, fs: FileSystem, directory: str, clock: Clock, shared: Loading, *, recovery_point: int = 0,
-                 log_start_offset: int = 0, high_watermark: int = 0, clean_shutdown: bool = False,
-                 cleaner_checkpoint: int | None = None) -> UnifiedLog:
-        """A log of the partition directory `directory` loaded the first time anything of it is asked for, by
-        whichever thread asks first (the others wait), as the constructor would with these offsets and `shared`'s
-        config and options. Until then it holds no descriptor, mapping, segment or producer state: `loaded` is
-        False and `close()` has nothing to do."""
-        self = cls.__new__(cls)
-        self.__dict__ = {"fs": fs, "dir": directory, "clock": clock, "cleaner_checkpoint": cleaner_checkpoint,
-                         "_pending": _Pending(shared, recovery_point, log_start_offset, high_watermark,
-                                              clean_shutdown)}
-        return self
-
-    def __getattr__(self, name: str):
-        """Only for an attribute the instance lacks: an unloaded log's state, which loading it sets."""
-        pending = self.__dict__.get("_pending")
-        if pending is None or name.startswith("__"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        self._load(pending)
-        return getattr(self, name)
-
-    def _load(self, pending: _Pending) -> None:
-        with pending.lock:
-            if self.__dict__.get("_pending") is not pending:
-                return  # another thread loaded it meanwhile
-            shared = pending.shared
-            if pending.closed or shared.closed:
-                raise KafkaStorageError("the log was closed before it was loaded", file=self.dir)
-            try:
-                real = type(self)(self.fs, self.dir,
-                                  shared.configs(parse_partition_dir(os.path.basename(self.dir))[0]), self.clock,
-                                  recovery_point=pending.recovery_point, log_start_offset=pending.log_start_offset,
-                                  high_watermark=pending.high_watermark, clean_shutdown=pending.clean_shutdown,
-                                  cleaner_checkpoint=self.cleaner_checkpoint, **shared.options)
-            except BaseException:
-                shared.failed = True
-                raise
-            try:  # (on the loaded state, before anyone else can see it)
-                if shared.on_load is not None:
-                    real = shared.on_load(self, real) or real
-                for hook in pending.hooks or ():
-                    hook(real)
-            except BaseException:
-                real.close(flush=False)
-                raise
-            # one step makes every attribute visible at once: this object and the one that loaded share them (the
-            # native appenders and readers were given the other)
-            adopt_state(self, real)
-
-    def load(self) -> None:
-        """Load an unloaded log now (nothing for a loaded one, or one closed before it was loaded)."""
-        pending = self.__dict__.get("_pending")
-        if pending is not None and not pending.closed and not pending.shared.closed:
-            self._load(pending)
-
-    @property
-    def loaded(self) -> bool:
-        return "_pending" not in self.__dict__
-
-    def replace_unloaded(self, swap: Callable[[], None]) -> bool:
-        """While this log is still unloaded (no load can start meanwhile), run `swap()`, which puts other files in
-        its directory, and forget the checkpointed offsets: its first load re-validates every segment. False, nothing
-        run, once it is loaded."""
-        pending = self.__dict__.get("_pending")
-        if pending is None:
-            return False
-        with pending.lock:
-            if self.__dict__.get("_pending") is not pending or pending.closed:
-                return False
-            swap()
-            pending.recovery_point = pending.log_start_offset = pending.high_watermark = 0
-            pending.clean_shutdown = False
-            return True
-
-    def when_loaded(self, hook: Callable[[UnifiedLog], None]) -> bool:
-        """Run `hook(log)` as this unloaded log loads, before any other caller sees it; False (and no hook kept) when
-        it is loaded already."""
-        pending = self.__dict__.get("_pending")
-        if pending is None:
-            return False
-        with pending.lock:
-            if self.__dict__.get("_pending") is not pending:
-                return False
-            if pending.hooks is None:
-                pending.hooks = []
-            pending.hooks.append(hook)
-            return True
-
     # --- what the segments say ----------------------------------------------------------------
     @property
     def config(self) -> LogConfig:
-        pending = self.__dict__.get("_pending")
-        if pending is None:
-            return self.local.config
-        return pending.shared.configs(parse_partition_dir(os.path.basename(self.dir))[0])
+        return self.local.config
 
     @config.setter
     def config(self, value: LogConfig) -> None:
-        if self.loaded:  # (an unloaded log takes its config from its topic's as it loads)
-            self.local.config = value
+        self.local.config = value
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -751,12 +621,6 @@ class UnifiedLog:
     def close(self, flush: bool = True) -> None:
         """Snapshot the producer state at the log end, then flush and close (a clean shutdown of this log);
         with flush=False only close, as a process that dies leaves it (the next open recovers it)."""
-        pending = self.__dict__.get("_pending")
-        if pending is not None:
-            with pending.lock:
-                pending.closed = True
-            if self.__dict__.get("_pending") is pending:
-                return
         with self.lock:
             if flush:
                 self.producer_state.map_end_offset = self.log_end_offset
@@ -765,7 +629,5 @@ class UnifiedLog:
             self.local.close(flush)
 
     def __repr__(self) -> str:
-        if not self.loaded:
-            return f"UnifiedLog({self.dir}, not loaded)"
         return (f"UnifiedLog({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
                 f"segments={len(self.local.segments)}, recovery_point={self.recovery_point})")

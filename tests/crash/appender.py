@@ -14,7 +14,7 @@ def main(directory: str, seed: int) -> None:
     rng = random.Random(seed)
     config = LogConfig.from_dict({"flush.messages": 1, "segment.bytes": 64 * 1024, "index.interval.bytes": 512})
     manager = LogManager(directory, configs=lambda topic: config)
-    log = manager.logs().get(("crash", 0)) or manager.create_log("crash", 0)
+    log = manager.create_log("crash", 0)  # (the existing one, loaded, if the directory has it)
     while True:
         n = rng.randint(1, 20)
         batch = engine.encode_batch([(b"k%d" % rng.randrange(100), rng.randbytes(rng.randint(0, 300)), None,

@@ -86,3 +86,37 @@ def test_the_shape_checks_find_what_breaks_them(tmp_path):
     assert [f.split(":")[0] for f in long_files(tmp_path)] == ["engine/big.py"]
     found = long_classes(tmp_path)
     assert [f.split(": ")[1].split()[0] for f in found] == ["Native", "Quiet", "Stale"], found
+
+
+def shape_shifters(root: Path = ROOT) -> list[str]:
+    """The places where an object's attribute lookup may do work or an object becomes another: a class that defines
+    `__getattr__`, an assignment to an object's `__class__` or `__dict__` (the lazy objects of docs/architecture.md's
+    "Lazy partitions" are explicit instead: a slot's `load()`, the replica manager's `made()`)."""
+    out = []
+    for p in sources(root):
+        if p.suffix != ".py" or "tests" in p.relative_to(root).parts[:1]:
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                out += [f"{p.relative_to(root)}:{f.lineno}: {node.name}.__getattr__" for f in node.body
+                        if isinstance(f, ast.FunctionDef) and f.name in ("__getattr__", "__getattribute__")]
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                out += [f"{p.relative_to(root)}:{node.lineno}: {ast.unparse(t)} =" for t in targets
+                        if isinstance(t, ast.Attribute) and t.attr in ("__class__", "__dict__")]
+    return out
+
+
+def test_no_object_loads_on_attribute_lookup_or_changes_its_class():
+    assert shape_shifters() == []
+
+
+def test_the_shape_shifter_check_catches_each_kind(tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "lazy.py").write_text(
+        "class A:\n    def __getattr__(self, name):\n        return 1\n\n\n"
+        "def become(a, b):\n    a.__class__ = type(b)\n    a.__dict__ = b.__dict__\n\n\n"
+        "def __getattr__(name):  # a module's own, for lazy imports, is not an object's\n    return name\n")
+    assert shape_shifters(tmp_path) == ["engine/lazy.py:2: A.__getattr__", "engine/lazy.py:7: a.__class__ =",
+                                        "engine/lazy.py:8: a.__dict__ ="]

@@ -233,7 +233,7 @@ def test_internal_topics_are_compacted_and_keep_their_meaning(tmp_path):
         for i in range(50):
             c.commit({TopicPartition("t", 0): engine.OffsetAndMetadata(i, "")})
         c.close()
-        offsets = [lg for (topic, _), lg in e._logs.logs().items() if topic == "__consumer_offsets"]
+        offsets = [slot.load() for (topic, _), slot in e._logs.slots().items() if topic == "__consumer_offsets"]
         busy = max(offsets, key=lambda lg: lg.log_end_offset)
         assert busy.config.compact and busy.log_end_offset >= 50
         busy.roll()

@@ -152,7 +152,7 @@ def test_a_groups_commits_and_rebalances_leave_an_idle_consumer_idle(tmp_path):
         e.create_topic("u", partitions=2)
 
         def offsets_hw() -> int:
-            return sum(lg.high_watermark for (topic, _), lg in e._brokers[0].logs.logs().items()
+            return sum(slot.load().high_watermark for (topic, _), slot in e._brokers[0].logs.slots().items()
                        if topic == "__consumer_offsets")
         members = [e.consumer("u", group_id="g", enable_auto_commit=False)]
         while not members[0].assignment():  # (the group's first use makes the internal topic: its leaders count)

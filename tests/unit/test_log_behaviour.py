@@ -281,7 +281,7 @@ def test_a_deleted_log_is_set_aside_at_once_and_removed_by_the_background_thread
     with LogManager(str(tmp_path), clock=clock, configs=lambda t: config) as manager:
         manager.create_log("gone", 0).append_as_leader(batch(50))
         manager.delete_log("gone", 0)
-        assert ("gone", 0) not in manager.logs() and not (tmp_path / "gone-0").exists()
+        assert ("gone", 0) not in manager.slots() and not (tmp_path / "gone-0").exists()
         [moved] = _deleted_dirs(tmp_path)
         assert any(f.endswith(".log") and os.path.getsize(tmp_path / moved / f) for f in os.listdir(tmp_path / moved))
         clock.advance(29_999)
@@ -309,7 +309,7 @@ def test_close_removes_the_deleted_logs_still_waiting_and_a_crash_leaves_them_to
     assert len(_deleted_dirs(tmp_path)) == 1
     manager.release()
     with LogManager(str(tmp_path), background=False) as reopened:
-        assert _deleted_dirs(tmp_path) == [] and reopened.logs() == {}
+        assert _deleted_dirs(tmp_path) == [] and reopened.slots() == {}
 
 
 def test_a_deleted_log_that_cannot_be_removed_is_a_failing_task_tried_again(tmp_path):

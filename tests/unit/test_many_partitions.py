@@ -227,17 +227,22 @@ def test_after_kill_9_each_partition_is_recovered_before_it_serves_and_the_marke
     assert not e.closed_cleanly() and _loaded(e) == []
     assert _read(e, 0) == [b"%d" % i for i in range(0, 3 * n, n)]  # the torn tail is cut before the read
     assert len(_loaded(e)) == 1 and _loaded(e)[0].recovery.bytes_truncated == len(TORN)
-    # a read of a partition's log alone (what a fetch bound reads) settles its HW, which the checkpoint may lag
-    lazy = e.partition("t", 1)
-    assert type(lazy) is LazyPartition
-    assert lazy.log.high_watermark == lazy.log.log_end_offset == 3 and type(lazy) is LazyPartition
-    assert lazy.fetch_upper_bound() == 3 and type(lazy) is Partition and lazy.leader_epoch == 0
+    # loading a partition's log alone settles its HW, which the checkpoint may lag; the partition is not made by it
+    lazy = e.replicas.leaders[("t", 1)]
+    assert type(lazy) is LazyPartition and not lazy.log_loaded
+    log = lazy.load_log()
+    assert log.high_watermark == log.log_end_offset == 3 and e.replicas.leaders[("t", 1)] is lazy
+    # its first use through the engine makes it: one Partition over that log, in the place of the placeholder
+    part = e.partition("t", 1)
+    assert type(part) is Partition and part.log is log and part.fetch_upper_bound() == 3 and part.leader_epoch == 0
+    assert e.replicas.leaders[("t", 1)] is part and e.replicas.brokers[0].partitions[("t", 1)] is part
+    assert type(lazy) is LazyPartition and e.partition("t", 1) is part  # (the placeholder stays what it was)
     e.close()
     assert not (tmp_path / "d" / ".kafka_cleanshutdown").exists()  # 299 logs were never recovered
     with engine.open(tmp_path / "d") as e:
         assert not e.closed_cleanly()
         notes = e.recovery_notes()  # recovers what the recovery threads did not reach yet
-        assert all(lg.loaded for lg in e._logs.logs().values())
+        assert all(slot.loaded for slot in e._logs.slots().values())
         assert "t-0: re-validated segments [0], cutting 0 bytes" in notes, notes  # cut by the first open already
         assert [_read(e, p) for p in (1, n - 1)] == [[b"%d" % i for i in range(p, 3 * n, n)] for p in (1, n - 1)]
     assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()

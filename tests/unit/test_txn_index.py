@@ -56,5 +56,5 @@ def test_delete_log_removes_the_partition(tmp_path):
     with LogManager(str(tmp_path), background=False) as manager:
         manager.create_log("gone", 0)
         manager.delete_log("gone", 0)
-        assert ("gone", 0) not in manager.logs() and not (tmp_path / "gone-0").exists()
+        assert ("gone", 0) not in manager.slots() and not (tmp_path / "gone-0").exists()
     assert not [p for p in tmp_path.iterdir() if "gone" in p.name]
