@@ -282,7 +282,7 @@ class LogManager:
                     self._note_stray(path, "set aside before this directory was opened")
                 continue
             point, start, hw = recovery_of(tp, 0), start_of(tp, 0), hw_of(tp, 0)
-            self._logs[tp] = LogSlot(fs, path, clock, loading, recovery_point=point, log_start_offset=start,
+            self._logs[tp] = LogSlot(fs, path, tp[0], clock, loading, recovery_point=point, log_start_offset=start,
                                      high_watermark=hw, clean_shutdown=clean, cleaner_checkpoint=cleaned_of(tp))
             self._unloaded[0][tp], self._unloaded[2][tp] = point, hw
             if start:
@@ -398,7 +398,7 @@ class LogManager:
                 self.fs.makedirs(path)
                 partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id(), sync=False)
                 self._unsynced.update((os.path.join(path, partition_metadata.FILE), path, self.dir))
-                self._logs[key] = LogSlot(self.fs, path, self.clock, self._loading, clean_shutdown=True)
+                self._logs[key] = LogSlot(self.fs, path, topic, self.clock, self._loading, clean_shutdown=True)
                 self._created.add(key)
                 self._unloaded[0][key] = self._unloaded[2][key] = 0
             except (OSError, KafkaError) as exc:

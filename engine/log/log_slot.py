@@ -14,14 +14,12 @@ of the state take no lock (the state is replaced whole).
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable
 
 from engine.common.errors import KafkaStorageError
 from engine.log.unified_log import UnifiedLog
 from engine.segments.log_config import LogConfig
-from engine.segments.names import parse_partition_dir
 
 
 class Loading:
@@ -59,11 +57,11 @@ class LogSlot:
 
     __slots__ = ("fs", "dir", "clock", "topic", "_shared", "_state", "_lock", "_closed")
 
-    def __init__(self, fs, directory: str, clock, shared: Loading, *, recovery_point: int = 0,
+    def __init__(self, fs, directory: str, topic: str, clock, shared: Loading, *, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int = 0, clean_shutdown: bool = False,
                  cleaner_checkpoint: int | None = None) -> None:
-        self.fs, self.dir, self.clock, self._shared = fs, directory, clock, shared
-        self.topic = parse_partition_dir(os.path.basename(directory))[0]
+        """The slot of the log in `directory`, a partition directory of `topic`, unloaded."""
+        self.fs, self.dir, self.topic, self.clock, self._shared = fs, directory, topic, clock, shared
         self._state: Unloaded | UnifiedLog = Unloaded(recovery_point, log_start_offset, high_watermark,
                                                       clean_shutdown, cleaner_checkpoint)
         self._lock = threading.Lock()
