@@ -13,8 +13,8 @@ import threading
 from typing import Callable
 
 from engine.common.closing import Steps
-from engine.log.log_manager import LogManager
 from engine.common.errors import NotLeaderOrFollowerError
+from engine.log.log_manager import LogManager
 from engine.replication.partition import LazyPartition, Partition, only_replica_loaded
 from engine.replication.replica_fetcher import ReplicaFetcher, ReplicaFetcherThread
 
