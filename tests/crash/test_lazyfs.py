@@ -108,7 +108,7 @@ def _mount(home: Path, env: dict) -> subprocess.Popen:
     """Start LazyFS on home/mnt as the tool's mount.sh does, but serving one request at a time (FUSE's -s). LazyFS
     a47a5ba looks up a file's lock in an unordered_map without the lock that guards the map's inserts, so a request
     that creates a file while another thread releases a file's lock can find no lock and crash the daemon (a
-    segfault in pthread_rwlock_unlock on a null lock, seen here, and in CI as ENOTCONN in a reader's close). One
+    segfault in pthread_rwlock_unlock on a null lock, seen here; most likely what CI met as ENOTCONN in a reader). One
     request at a time leaves what reaches the disk, and when, as it was: the power loss is LazyFS's cache, not its
     threads."""
     (home / "mnt").mkdir(exist_ok=True)
