@@ -166,8 +166,8 @@ class ConsumerCore:
 
     def subscribe(self, topics, listener: ConsumerRebalanceListener | None = None) -> None:
         """Subscribe to topics. With a group_id the group's assignor shares their partitions among its members
-        (from the next poll()), calling `listener` around each rebalance; without one, this consumer is their only
-        member and gets every partition."""
+        (from the next membership step: a poll(), a getmany()), calling `listener` around each rebalance; without
+        one, this consumer is their only member and gets every partition."""
         self.check_open()
         topics = [topics] if isinstance(topics, str) else list(topics)
         if not topics or not all(isinstance(t, str) and t for t in topics):
@@ -531,7 +531,7 @@ class ConsumerCore:
             self._auto_commit_now()
 
     def wake(self) -> None:
-        """Wake a poll() waiting for records (the group coordinator's word that a rebalance began)."""
+        """Wake a wrapper waiting for records (`waiting`: the group coordinator's word that a rebalance began)."""
         event = self.waiting
         if event is not None:
             event.set()
