@@ -337,7 +337,7 @@ class AdminManager:
                 replicas = state.replicas if state else [0]
                 roles = (part.broker_id if part else -1, state.leader_epoch if state else 0, list(replicas),
                          sorted(part.isr, key=replicas.index) if part else list(state.isr if state else []))
-                if p in fresh and all(not r.log_loaded for r in hosted.values()):
+                if p in fresh and all(r.loaded_log is None for r in hosted.values()):
                     # (just created and not loaded since: the empty logs they are, one empty segment each)
                     parts.append(PartitionDescription(
                         p, 0, 0, 0 if part else -1, 0, 1, *roles, {b: ReplicaDescription(0, 0) for b in sorted(hosted)},
@@ -421,8 +421,9 @@ class AdminManager:
             self.save()
             for broker in self.brokers.values():
                 for (topic, _), part in list(broker.partitions.items()):
-                    if topic == name and part.log_loaded:  # (a log not loaded takes its topic's config as it loads)
-                        part.loaded_log.config = new
+                    log = part.loaded_log if topic == name else None
+                    if log is not None:  # (a log not loaded takes its topic's config as it loads)
+                        log.config = new
             return new.to_dict()
 
     def compact(self, topic: str, partition: int | None = None,
@@ -465,7 +466,7 @@ class AdminManager:
                     highest = max(highest, lg.producer_state.max_producer_id())
             leaders = self.leaders
             noted |= {tp for tp in self.catalogue.open_transactions
-                      if tp in leaders and not leaders[tp].log_loaded}
+                      if tp in leaders and leaders[tp].loaded_log is None}
             if producer_ids.cover(highest) | (noted != self.catalogue.open_transactions):
                 self.catalogue.open_transactions = noted
                 self.save()

@@ -156,7 +156,7 @@ class Transactions:
         `among`, only those partitions' and the ones whose log is loaded already (the others are not loaded)."""
         out = []
         for (topic, p), part in sorted(self._internal.leaders().items()):
-            if among is not None and (topic, p) not in among and not part.log_loaded:
+            if among is not None and (topic, p) not in among and part.loaded_log is None:
                 continue
             for pid, entry in sorted(part.load_log().producer_state.ongoing().items()):
                 out.append(OpenTransaction(topic, p, pid, entry.epoch, entry.txn_first_offset, entry.last_timestamp,

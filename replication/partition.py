@@ -49,7 +49,6 @@ from engine.common.errors import (
 from engine.record import twins
 from engine.replication.replica import Replica
 from engine.segments.local_log import FetchData
-from engine.segments.log_config import LogConfig
 from engine.segments.txn_index import AbortedTxn
 from engine.segments.log_segments import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -146,7 +145,6 @@ class Partition(PartitionView):
     others whole), which is why it stays one class of about 440 lines, as Kafka's Partition is one."""
 
     log: UnifiedLog  # loaded: a partition is made over a loaded log (LazyPartition stands in before that)
-    log_loaded = True
 
     def __init__(self, topic: str, index: int, log: UnifiedLog, *, broker_id: int = 0,
                  clock: Clock | None = None, replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
@@ -180,10 +178,6 @@ class Partition(PartitionView):
     @property
     def loaded_log(self) -> UnifiedLog:
         return self.log
-
-    @property
-    def config(self) -> LogConfig:
-        return self.log.config
 
     # --- roles ----------------------------------------------------------------------------------
     @property
@@ -568,10 +562,10 @@ class LazyPartition:
     placeholder in its broker's and the engine's maps of partitions until the replica manager makes the Partition
     (ReplicaManager.made, which every read and write of the partition goes through first) and puts it in the
     placeholder's place in both maps. Until then it costs one small object and answers what a look over every
-    partition reads (its role, replicas, ISR and followers: a partition led by its only replica's), whether its log is
-    loaded (`log_loaded`; it loads as the partition is made, or alone through `load_log()`, which a reader of its log
-    that needs no partition calls), and its config. It never becomes anything else: a holder of one that is made
-    asks the replica manager for the Partition."""
+    partition reads (its role, replicas, ISR and followers: a partition led by its only replica's) and its log if it is
+    loaded (`loaded_log`; the log loads as the partition is made, or alone through `load_log()`, which a reader of its
+    log that needs no partition calls). It never becomes anything else: a holder of one that is made asks the replica
+    manager for the Partition."""
 
     __slots__ = ("topic", "index", "slot", "broker_id")
     remote = MappingProxyType({})  # no followers
@@ -594,10 +588,6 @@ class LazyPartition:
         return frozenset((self.broker_id,))
 
     @property
-    def log_loaded(self) -> bool:
-        return self.slot.loaded
-
-    @property
     def loaded_log(self) -> UnifiedLog | None:
         """Its log if it is loaded; None (and nothing loaded) otherwise."""
         return self.slot.loaded_log
@@ -605,10 +595,6 @@ class LazyPartition:
     def load_log(self) -> UnifiedLog:
         """Its log, loaded now if it was not (the partition is not made)."""
         return self.slot.load()
-
-    @property
-    def config(self) -> LogConfig:
-        return self.slot.config
 
     def __repr__(self) -> str:
         return f"LazyPartition({self.topic}-{self.index})"

@@ -241,7 +241,7 @@ class AIOKafkaProducer:
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         if not future.done():
             self._accumulator.seal(future.batch)
-            self._push()
+            self._producer.push_full()
         return await future
 
     def create_batch(self) -> BatchBuilder:
@@ -260,7 +260,7 @@ class AIOKafkaProducer:
             if b not in self._waiters.waiting:
                 self._waiters.track(b)
             self._accumulator.seal(b)
-        self._push()
+        self._producer.push_full()
         first, index, _ = spans[0]
         return accumulator.selected.AsyncRecordFuture(self._waiters, first, index)
 
@@ -268,12 +268,8 @@ class AIOKafkaProducer:
         """Until every record sent so far is appended (or failed)."""
         self._check()
         self._accumulator.seal_all()
-        self._push()
-        await self._waiters.drained.wait()
-
-    def _push(self) -> None:
-        """Have the sealed batches appended: by the sender thread (hand-off), or now, on this thread."""
         self._producer.push_full()
+        await self._waiters.drained.wait()
 
     async def partitions_for(self, topic: str) -> set[int]:
         return self._producer.partitions_for(topic)

@@ -243,9 +243,7 @@ class Producer:
             targets = [only] if only is not None else [b for b in pending if not b.done]
         if self._closed and not self._flushing:
             self.drain()
-        self._wake.set()
-        if hasattr(self._clock, "wake"):
-            self._clock.wake()
+        self._wake_sender()
         deadline = self._clock.time_ms() + timeout * 1000
         for batch in targets:
             if batch.done:
@@ -352,15 +350,19 @@ class Producer:
         self.producer_epoch += 1
         self._sequences.clear()
 
-    def push_full(self) -> None:
-        """Have the full batches appended: now, on this thread (what the accumulator does as a batch fills), or, with
-        `hand_off`, by the sender thread (the asyncio producer's loop never appends in an engine with followers)."""
-        if not self.hand_off:
-            self.drain(settle=False)
-            return
+    def _wake_sender(self) -> None:
+        """Have the sender thread look at the batches now (a manual clock's wait too)."""
         self._wake.set()
         if hasattr(self._clock, "wake"):
             self._clock.wake()
+
+    def push_full(self) -> None:
+        """Have the full batches appended: now, on this thread (what the accumulator does as a batch fills), or, with
+        `hand_off`, by the sender thread (the asyncio producer's loop never appends in an engine with followers)."""
+        if self.hand_off:
+            self._wake_sender()
+        else:
+            self.drain(settle=False)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -492,9 +494,7 @@ class Producer:
         self._flushing = False
         self.send = self._closed_send
         self._stop.set()
-        self._wake.set()
-        if hasattr(self._clock, "wake"):
-            self._clock.wake()
+        self._wake_sender()
         if threading.current_thread() is not self._thread:
             self._thread.join()
 

@@ -2,14 +2,14 @@
 is one of two objects: `Unloaded` (what the checkpoints said of the log; nothing open, nothing read) or the loaded
 UnifiedLog. A directory of many partitions opens with every slot unloaded; `load()` is the one call that loads, by
 whichever thread asks first (the others wait for it), and returns the log. Nothing else loads: `loaded`,
-`loaded_log`, `config`, `cleaner_checkpoint`, `when_loaded()` and `replace_unloaded()` read or change the slot as it
-is, so a look over every slot (a checkpoint, the cleaner's choice, a description) costs no I/O.
-Loading runs `Loading.on_load` (the log manager's: the topic id check, the loaded set) and the hooks waiting for the
-log (a lazy partition's leadership) on the loaded log before it is published, in one assignment of the slot's state.
+`loaded_log`, `config`, `cleaner_checkpoint` and `replace_unloaded()` read or change the slot as it is, so a look
+over every slot (a checkpoint, the cleaner's choice, a description) costs no I/O.
+Loading runs `Loading.on_load` (the log manager's: the topic id check, the loaded set) on the loaded log before it is
+published, in one assignment of the slot's state.
 Byte layout: none of its own (the log's files are engine.log.unified_log's and segments'). Crash policy: loading is
 the log's recovery (UnifiedLog's constructor); a load that raises leaves the slot unloaded, notes the failure in
 `Loading.failed` (no clean-shutdown marker then) and raises to its caller; a slot closed before it loaded never loads.
-Thread-safety: loads, closes, `when_loaded()` and `replace_unloaded()` of one slot are serialized by its lock; reads
+Thread-safety: loads, closes and `replace_unloaded()` of one slot are serialized by its lock; reads
 of the state take no lock (the state is replaced whole).
 """
 from __future__ import annotations
@@ -38,18 +38,15 @@ class Loading:
 
 
 class Unloaded:
-    """A slot's state before its log loads: the offsets its checkpoints gave, the cleaner's checkpoint, and the hooks
-    waiting for the load."""
+    """A slot's state before its log loads: the offsets its checkpoints gave and the cleaner's checkpoint."""
 
-    __slots__ = ("recovery_point", "log_start_offset", "high_watermark", "clean_shutdown", "cleaner_checkpoint",
-                 "hooks")
+    __slots__ = ("recovery_point", "log_start_offset", "high_watermark", "clean_shutdown", "cleaner_checkpoint")
 
     def __init__(self, recovery_point: int, log_start_offset: int, high_watermark: int, clean_shutdown: bool,
                  cleaner_checkpoint: int | None) -> None:
         self.recovery_point, self.log_start_offset = recovery_point, log_start_offset
         self.high_watermark, self.clean_shutdown = high_watermark, clean_shutdown
         self.cleaner_checkpoint = cleaner_checkpoint
-        self.hooks: list[Callable[[UnifiedLog], None]] | None = None
 
 
 class LogSlot:
@@ -111,8 +108,6 @@ class LogSlot:
             try:  # (on the loaded log, before anyone else can see it)
                 if shared.on_load is not None:
                     log = shared.on_load(self, log) or log
-                for hook in state.hooks or ():
-                    hook(log)
             except BaseException:
                 log.close(flush=False)
                 raise
@@ -123,18 +118,6 @@ class LogSlot:
         """load(), unless the slot or its manager closed first (then nothing)."""
         if type(self._state) is Unloaded and not self._closed and not self._shared.closed:
             self.load()
-
-    def when_loaded(self, hook: Callable[[UnifiedLog], None]) -> bool:
-        """Run `hook(log)` as the log loads, before any other caller sees it; False (and no hook kept) when it is
-        loaded already."""
-        with self._lock:
-            state = self._state
-            if type(state) is not Unloaded:
-                return False
-            if state.hooks is None:
-                state.hooks = []
-            state.hooks.append(hook)
-            return True
 
     def replace_unloaded(self, swap: Callable[[], None]) -> bool:
         """While the log is still unloaded (no load can start meanwhile), run `swap()`, which puts other files in its

@@ -229,7 +229,7 @@ def test_after_kill_9_each_partition_is_recovered_before_it_serves_and_the_marke
     assert len(_loaded(e)) == 1 and _loaded(e)[0].recovery.bytes_truncated == len(TORN)
     # loading a partition's log alone settles its HW, which the checkpoint may lag; the partition is not made by it
     lazy = e.replicas.leaders[("t", 1)]
-    assert type(lazy) is LazyPartition and not lazy.log_loaded
+    assert type(lazy) is LazyPartition and lazy.loaded_log is None
     log = lazy.load_log()
     assert log.high_watermark == log.log_end_offset == 3 and e.replicas.leaders[("t", 1)] is lazy
     # its first use through the engine makes it: one Partition over that log, in the place of the placeholder
