@@ -32,7 +32,7 @@ def _settled(e, group: str, consumers, partitions: set) -> bool:
     g = e.groups.groups.get(group)
     if g is None or g.state != "Stable":
         return False
-    if not all(c.group_metadata().generation_id == g.generation and not c._group._rejoin for c in consumers):
+    if not all(c.group_metadata().generation_id == g.generation and not c.group.rebalancing() for c in consumers):
         return False
     owned = [tp for c in consumers for tp in c.assignment()]
     return len(owned) == len(set(owned)) and set(owned) == partitions

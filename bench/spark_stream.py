@@ -22,7 +22,7 @@ import threading
 import time
 
 import engine
-from bench.log import _figure, rotated
+from bench.runner import figure, rotated
 from bench.spark import PYTHON_SOURCE, _session
 
 RATE, LATENCY_SECONDS, HW_MS = 2000, 6, 100
@@ -164,16 +164,16 @@ def figures(quick: bool, scratch: str) -> list[dict]:
     p50s, p99s = zip(*[latency(spark, scratch) for _ in range(reps)])
     sink_rates, parquet, tuples, python_sink = zip(*[writer_rates(spark, scratch, rows, rep) for rep in range(reps)])
     return [
-        _figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
+        figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
                 "Spark file stream of the same rows (Parquet)", list(files), False, ratio_target=0.6),
-        _figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
+        figure(f"Spark stream (AvailableNow, noop sink) of {rows:,} records", list(ours), "records/s",
                 "kafkalog's Python source streaming the same rows", list(python_stream), False),
-        _figure(f"Spark stream end-to-end latency at {RATE:,} records/s, p50 (HW checkpoint every {HW_MS} ms, "
+        figure(f"Spark stream end-to-end latency at {RATE:,} records/s, p50 (HW checkpoint every {HW_MS} ms, "
                 f"100 ms trigger)", list(p50s), "ms", "the same, p99", list(p99s), True),
-        _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
+        figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
                 "Spark writing the same rows as Parquet", list(parquet), False, ratio_target=0.6),
-        _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
+        figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
                 "a tuple-yielding Python writer staging the same rows", list(tuples), False),
-        _figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
+        figure(f"df.write.format('kafkalog') of {rows:,} rows (one transaction)", list(sink_rates), "rows/s",
                 "kafkalog's Python sink writing the same rows", list(python_sink), False),
     ]

@@ -20,7 +20,7 @@ import time
 
 from bench import kafka, readme_tables, runner
 from bench.listener import first_ack
-from bench.log import _figure
+from bench.runner import figure
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
@@ -68,7 +68,7 @@ def figures(quick: bool) -> list[dict]:
             a, b = (f() for f in pair)
             ours.append(a if rep % 2 == 0 else b)
             theirs.append(b if rep % 2 == 0 else a)
-        fig = _figure(f"engine.testing KafkaServer: {label}", ours, "s", "librdkafka's mock cluster", theirs, True)
+        fig = figure(f"engine.testing KafkaServer: {label}", ours, "s", "librdkafka's mock cluster", theirs, True)
         fig["ceilings"] = [["KafkaServer", fig["value"], limit]]
         out.append(fig)
     return out

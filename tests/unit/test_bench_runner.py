@@ -2,6 +2,8 @@
 the run when a suite still leaves an engine's threads running (they would run beside every later suite)."""
 from __future__ import annotations
 
+import importlib
+import pathlib
 import threading
 
 import pytest
@@ -83,3 +85,11 @@ def test_the_ab_table_judges_a_row_by_the_other_trees_spread_widened_by_the_peer
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [5.0, 5.0])) == "**slower**"
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([0.7, 0.7], [5.0, 5.0])) == "faster"
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [6.5, 6.5])) == "yes"  # the machine slowed everything
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in pathlib.Path(__file__).parents[2].joinpath("bench").glob("*.py")
+                                          if p.stem != "__init__"))
+def test_every_benchmark_module_imports(module: str):
+    """`make bench-quick` runs only in CI's last step; a name one benchmark imports from another that moved fails here,
+    in `make test`, not after half an hour of CI."""
+    assert importlib.import_module(f"bench.{module}").__name__ == f"bench.{module}"
