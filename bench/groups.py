@@ -1,13 +1,14 @@
 """Consumer groups: how long a rebalance takes when one member joins a stable group (eager `range` against
-`cooperative-sticky`, 10/100/1000 partitions x 2/10/50 members), and commit throughput, each beside librdkafka's
-mock cluster (confluent-kafka) where it can do the same thing.
+`cooperative-sticky`, 10/100/1000 partitions x 2/10/50 members; the consumer group protocol, KIP-848, against
+classic cooperative-sticky as member 51 joins 1,000 partitions, in process and with librdkafka over the wire), and
+commit throughput, each beside librdkafka's mock cluster (confluent-kafka) where it can do the same thing.
 
 A rebalance is timed from the new member's subscribe() until every member holds its share of the new generation
 (cooperative: both rounds), with one thread polling every member, as an application with one consumer per thread
 would, with no pause between rounds: until the end of the pass of polls after which the group had settled (the
-harness's check that finds it so is not counted, on either side). kafkalog's members hear of a rebalance from the
-coordinator the moment it begins (in one process it can tell them); librdkafka's from their heartbeat, every 100 ms
-on both sides. The mock cluster creates topics with 4 partitions only and its group coordinator runs its own join
+harness's check that finds it so is not counted, on either side). kafkalog's classic members hear of a rebalance from
+the coordinator the moment it begins (in one process it can tell them); librdkafka's, and every member of the
+consumer group protocol, from their heartbeats, every 100 ms on both sides. The mock cluster creates topics with 4 partitions only and its group coordinator runs its own join
 timers, so it is compared on a 4-partition topic, 2 members joined by a third.
 """
 from __future__ import annotations
@@ -23,17 +24,25 @@ from bench.runner import Contender, Workload, figure
 from engine.common.structs import TopicPartition
 
 HEARTBEAT_MS = 100
-GROUPS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 300}
+GROUPS = {"group_min_session_timeout_ms": 1000, "group_initial_rebalance_delay_ms": 300,
+          "group_consumer_heartbeat_interval_ms": HEARTBEAT_MS}
+CONSUMER_PROTOCOL = "consumer"  # as a strategy: the consumer group protocol (KIP-848), the coordinator assigning
 
 
 def _settled(e, group: str, consumers, partitions: set) -> bool:
     """Every member in the group's stable generation, the partitions each owned once. The cheap tests come first, so
     a pass that finds the rebalance still running spends next to nothing of the time measured on finding it out."""
-    g = e.groups.groups.get(group)
-    if g is None or g.state != "Stable":
-        return False
-    if not all(c.group_metadata().generation_id == g.generation and not c.group.rebalancing() for c in consumers):
-        return False
+    if group in e.groups.consumer.groups:
+        d = e.groups.describe_consumer_group(group)
+        if d.state != "Stable" or len(d.members) != len(consumers) or any(c.group.rebalancing() for c in consumers):
+            return False
+    else:
+        g = e.groups.groups.get(group)
+        if g is None or g.state != "Stable":
+            return False
+        if not all(c.group_metadata().generation_id == g.generation and not c.group.rebalancing()
+                   for c in consumers):
+            return False
     owned = [tp for c in consumers for tp in c.assignment()]
     return len(owned) == len(set(owned)) and set(owned) == partitions
 
@@ -56,8 +65,10 @@ def kafkalog_rebalance(scratch: str, partitions: int, members: int, strategy: st
     with engine.open(tempfile.mkdtemp(dir=scratch), group_config=GROUPS) as e:
         e.create_topic("t", partitions=partitions)
         every = {TopicPartition("t", p) for p in range(partitions)}
-        cfg = dict(group_id="g", partition_assignment_strategy=strategy, heartbeat_interval_ms=HEARTBEAT_MS,
-                   session_timeout_ms=10_000, enable_auto_commit=False)
+        cfg = dict(group_id="g", group_protocol=CONSUMER_PROTOCOL, enable_auto_commit=False) \
+            if strategy == CONSUMER_PROTOCOL else \
+            dict(group_id="g", partition_assignment_strategy=strategy, heartbeat_interval_ms=HEARTBEAT_MS,
+                 session_timeout_ms=10_000, enable_auto_commit=False)
         consumers = [e.consumer("t", **cfg) for _ in range(members)]
         _drive(e, "g", consumers, every)
         start = time.perf_counter()
@@ -65,6 +76,52 @@ def kafkalog_rebalance(scratch: str, partitions: int, members: int, strategy: st
         took = _drive(e, "g", consumers, every) - start
         for c in consumers:
             c.close()
+        return took
+
+
+def wire_rebalance(scratch: str, partitions: int, members: int, protocol: str) -> float:
+    """As kafkalog_rebalance, with librdkafka's consumers over `kafkalog serve`: `protocol` "classic"
+    (cooperative-sticky) or "consumer" (KIP-848); heartbeats every HEARTBEAT_MS either way."""
+    import confluent_kafka
+
+    with engine.open(tempfile.mkdtemp(dir=scratch), group_config=GROUPS) as e, e.serve(port=0) as listener:
+        e.create_topic("t", partitions=partitions)
+        conf = {"bootstrap.servers": listener.bootstrap, "group.id": "g", "enable.auto.commit": False,
+                "group.protocol": protocol}
+        if protocol == "classic":
+            conf.update({"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10_000,
+                         "heartbeat.interval.ms": HEARTBEAT_MS})
+
+        def consumer():
+            c = confluent_kafka.Consumer(conf)
+            c.subscribe(["t"])
+            return c
+
+        def settled(cs) -> bool:
+            owned = [(tp.topic, tp.partition) for c in cs for tp in c.assignment()]
+            if len(owned) != partitions or len(set(owned)) != partitions or not all(c.assignment() for c in cs):
+                return False
+            if protocol == CONSUMER_PROTOCOL:
+                d = e.groups.describe_consumer_group("g")
+                return d.state == "Stable" and len(d.members) == len(cs)
+            return e.groups.describe_group("g").state == "Stable"
+
+        def drive(cs) -> float:
+            start = end = time.perf_counter()
+            while not settled(cs):
+                if end - start > 120:
+                    raise AssertionError(f"the {protocol} group did not settle over the wire")
+                for c in cs:
+                    c.poll(0.001)
+                end = time.perf_counter()
+            return end
+
+        consumers = [consumer() for _ in range(members)]
+        drive(consumers)
+        start = time.perf_counter()
+        consumers.append(consumer())
+        took = drive(consumers) - start
+        _close_within(consumers, 30)
         return took
 
 
@@ -126,6 +183,14 @@ def figures(quick: bool, scratch: str) -> list[dict]:
                           f"(two rounds)", coop, "ms", "kafkalog, eager range (one round, all revoke)", eager, True)
             fig["ceilings"] = [["cooperative", fig["value"], 10], ["eager", fig["peer_value"], 5]]
             out.append(fig)
+    partitions, members = (100, 10) if quick else (1000, 50)  # (the issue's group: 50 members, 1,000 partitions)
+    for where, run in (("in process", lambda p: kafkalog_rebalance(scratch, partitions, members, p)),
+                       ("over the wire, librdkafka", lambda p: wire_rebalance(scratch, partitions, members, p))):
+        consumer = [run(CONSUMER_PROTOCOL) * 1000 for _ in range(reps)]
+        classic = [run("cooperative-sticky" if where == "in process" else "classic") * 1000 for _ in range(reps)]
+        out.append(figure(f"rebalance as member {members + 1} joins, {partitions} partitions, {where}: consumer "
+                          f"protocol (KIP-848, heartbeats every {HEARTBEAT_MS} ms)", consumer, "ms",
+                          "kafkalog, classic cooperative-sticky", classic, True))
     mock = _MockCluster()
     mock.producer.produce("rebalance", b"x")
     mock.producer.flush(10)

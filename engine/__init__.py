@@ -41,8 +41,8 @@ __all__ = [
     "encode_control_batch", "iter_batches", "BinaryColumn", "Columns", "Clock", "ManualClock", "SystemClock",
     "Engine", "open", "Producer", "Consumer", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp",
     "RecordMetadata", "ConsumerGroupMetadata", "ConsumerRebalanceListener", "ConsumerPartitionAssignor",
-    "RangeAssignor", "RoundRobinAssignor", "StickyAssignor", "CooperativeStickyAssignor",
-    *_errors,
+    "RangeAssignor", "RoundRobinAssignor", "StickyAssignor", "CooperativeStickyAssignor", "ServerAssignor",
+    "GroupSpec", "MemberSpec", *_errors,
 ]
 
 
@@ -51,7 +51,8 @@ __all__ = [
 _FACADE = {"Engine": "engine.engine", "open": "engine.engine", "Producer": "engine.clients.producer",
            "Consumer": "engine.clients.consumer", "ConsumerRebalanceListener": "engine.clients.consumer_coordinator",
            **dict.fromkeys(("ConsumerPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "StickyAssignor",
-                            "CooperativeStickyAssignor"), "engine.groups.assignors")}
+                            "CooperativeStickyAssignor"), "engine.groups.assignors"),
+           **dict.fromkeys(("ServerAssignor", "GroupSpec", "MemberSpec"), "engine.groups.server_assignors")}
 
 
 def __getattr__(name: str):

@@ -25,12 +25,14 @@ from engine.txn.transaction_coordinator import TransactionConfig
 class Coordinators:
     """The transaction and group coordinators of one engine: made over `internal` on `clock`; `closed()` says the
     engine is closing (their periodic work then does nothing); the transaction coordinator takes producer ids from
-    `allocate_producer_id()` and the partitions to look for orphans in from `transaction_partitions()`."""
+    `allocate_producer_id()` and the partitions to look for orphans in from `transaction_partitions()`; the group
+    coordinator's consumer groups learn the topics they subscribe to from `topics(names)`."""
 
     def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
                  transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],
-                 transaction_partitions: Callable[[], set[tuple[str, int]] | None]) -> None:
-        self._internal, self._clock, self._closed = internal, clock, closed
+                 transaction_partitions: Callable[[], set[tuple[str, int]] | None],
+                 topics: Callable[[list[str]], dict[str, tuple[str, int]]] | None = None) -> None:
+        self._internal, self._clock, self._closed, self._topics = internal, clock, closed, topics
         self._group_config, self.transaction_config = group_config, transaction_config
         self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
         self._lock = threading.RLock()
@@ -63,7 +65,7 @@ class Coordinators:
         if self._groups is None:
             with self._lock:
                 if self._groups is None:
-                    groups = GroupCoordinator(GroupLog(self._internal), self._clock, self._group_config)
+                    groups = GroupCoordinator(GroupLog(self._internal), self._clock, self._group_config, self._topics)
                     if group_offsets.TOPIC in self._internal.internal_topics():
                         groups.load()
                     self._groups = groups

@@ -20,7 +20,10 @@ bound, leader or position moved: seek(), resume() and a fetch's own moves forget
 With a `group_id`, `subscribe()` makes the consumer a member of the group: the engine's group coordinator and the
 consumer's coordinator (engine.clients.consumer_coordinator) share the partitions out with the configured
 assignors (partition_assignment_strategy, Kafka's default ['range', 'cooperative-sticky']), and rebalances run
-in `membership()`. With a `group_id` and `assign()` (Kafka's standalone consumer) there is no membership. Either way
+in `membership()`. With group_protocol='consumer' the member is one of the consumer group protocol (KIP-848,
+engine.clients.consumer_protocol_member): the coordinator assigns (group_remote_assignor names its assignor), and
+session_timeout_ms, heartbeat_interval_ms and partition_assignment_strategy, the coordinator's to decide, are refused
+(as Kafka's consumer refuses them). With a `group_id` and `assign()` (Kafka's standalone consumer) there is no membership. Either way
 a partition starts from the group's committed offset (`committed()`), else from auto_offset_reset; offsets are
 committed by `commit()`/`commit_async()`, every auto_commit_interval_ms by membership() (enable_auto_commit), on
 close(), or by a transactional producer's send_offsets_to_transaction.
@@ -45,6 +48,7 @@ import operator
 from concurrent.futures import Future
 
 from engine.clients.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from engine.clients.consumer_protocol_member import ConsumerProtocolMember
 from engine.common.changes import LOGS
 from engine.common.errors import (
     IllegalStateError,
@@ -89,12 +93,25 @@ class ConsumerCore:
                  consumer_timeout_ms: float = math.inf, key_deserializer=None, value_deserializer=None,
                  client_id: str | None = None, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED,
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
-                 group_instance_id: str | None = None, session_timeout_ms: int = 10000,
-                 heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
-                 rebalance_timeout_ms: int | None = None,
-                 partition_assignment_strategy=assignors.DEFAULT_STRATEGY, **unknown) -> None:
+                 group_instance_id: str | None = None, session_timeout_ms: int | None = None,
+                 heartbeat_interval_ms: int | None = None, max_poll_interval_ms: int = 300000,
+                 rebalance_timeout_ms: int | None = None, partition_assignment_strategy=None,
+                 group_protocol: str = "classic", group_remote_assignor: str | None = None, **unknown) -> None:
         if unknown:
             raise InvalidConfigurationError(f"unknown consumer config(s): {', '.join(sorted(unknown))}")
+        if group_protocol not in ("classic", "consumer"):
+            raise InvalidConfigurationError(f"group_protocol={group_protocol!r} must be 'classic' or 'consumer'")
+        # as Kafka's consumer: what the coordinator decides under the consumer protocol is not the client's to set
+        given = {"session_timeout_ms": session_timeout_ms, "heartbeat_interval_ms": heartbeat_interval_ms,
+                 "partition_assignment_strategy": partition_assignment_strategy} if group_protocol == "consumer" \
+            else {"group_remote_assignor": group_remote_assignor}
+        for name, value in given.items():
+            if value is not None:
+                raise InvalidConfigurationError(f"{name} does not apply to group_protocol={group_protocol!r}")
+        session_timeout_ms = 10000 if session_timeout_ms is None else session_timeout_ms
+        heartbeat_interval_ms = 3000 if heartbeat_interval_ms is None else heartbeat_interval_ms
+        if partition_assignment_strategy is None:
+            partition_assignment_strategy = assignors.DEFAULT_STRATEGY
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise InvalidConfigurationError(f"group_id={group_id!r} must be a non-empty str")
         if group_instance_id is not None and (group_id is None or not isinstance(group_instance_id, str)
@@ -136,12 +153,15 @@ class ConsumerCore:
         self.max_decompressed_bytes = positive("max_decompressed_bytes", max_decompressed_bytes)
         self._key_de, self._value_de = key_deserializer, value_deserializer
         self.client_id = client_id or f"consumer-{group_id or ''}-{next(_CLIENT_IDS)}"
+        self.group_protocol = group_protocol
         self._group_settings = dict(
             group_id=group_id, group_instance_id=group_instance_id, client_id=self.client_id,
-            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
-            max_poll_interval_ms=max_poll_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms, assignors=strategy,
-            auto_commit=self._auto_commit_now if self.enable_auto_commit else None)
-        self.group = None if group_id is None else ConsumerCoordinator(self, engine.groups, **self._group_settings)
+            heartbeat_interval_ms=heartbeat_interval_ms, max_poll_interval_ms=max_poll_interval_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            auto_commit=self._auto_commit_now if self.enable_auto_commit else None,
+            **(dict(remote_assignor=group_remote_assignor) if group_protocol == "consumer" else
+               dict(session_timeout_ms=session_timeout_ms, assignors=strategy)))
+        self.group = None if group_id is None else self._member()
         self._next_auto_commit = engine.clock.time_ms() + auto_commit_interval_ms
         self._positions: dict[TopicPartition, int | None] = {}
         self._epochs: dict[TopicPartition, int] = {}  # the leader epoch of each position (see _move)
@@ -187,6 +207,11 @@ class ConsumerCore:
         self._subscription = set(topics)
         self._positions = {tp: self._positions.get(tp) for tp in parts}
 
+    def _member(self) -> ConsumerCoordinator | ConsumerProtocolMember:
+        """This consumer's side of its group: a classic member, or one of the consumer group protocol (KIP-848)."""
+        kind = ConsumerProtocolMember if self.group_protocol == "consumer" else ConsumerCoordinator
+        return kind(self, self.engine.groups, **self._group_settings)
+
     def assign(self, partitions) -> None:
         """Read exactly these TopicPartitions."""
         self.check_open()
@@ -201,7 +226,7 @@ class ConsumerCore:
     def unsubscribe(self) -> None:
         if self.group is not None and self._subscription is not None:
             self.group.close(self.group.auto_commit)
-            self.group = ConsumerCoordinator(self, self.engine.groups, **self._group_settings)
+            self.group = self._member()
         self._subscription = None
         self._positions = {}
         self._paused = set()

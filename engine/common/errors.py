@@ -380,6 +380,32 @@ class FencedInstanceIdError(KafkaError):
     code = 82
 
 
+class FencedMemberEpochError(KafkaError):
+    """FENCED_MEMBER_EPOCH: the consumer group protocol's coordinator fenced this member epoch; the member gives up
+    its partitions and joins again with epoch 0."""
+
+    code = 110
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    """UNRELEASED_INSTANCE_ID: another member of the consumer group still holds this group.instance.id."""
+
+    code = 111
+
+
+class UnsupportedAssignorError(KafkaError):
+    """UNSUPPORTED_ASSIGNOR: the coordinator has no server assignor of that name."""
+
+    code = 112
+
+
+class StaleMemberEpochError(KafkaError):
+    """STALE_MEMBER_EPOCH: an offset commit or fetch carried a member epoch the member has moved past; it retries
+    with the epoch of its last heartbeat."""
+
+    code = 113
+
+
 class CommitFailedError(KafkaError):
     """The commit cannot complete: the group rebalanced and the partitions may belong to another member
     (the Java client's CommitFailedException)."""

@@ -50,7 +50,8 @@ from engine.common.errors import (
     UnknownMemberIdError,
 )
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition, settings_of
-from engine.groups import consumer_protocol, group_metadata, offsets
+from engine.groups import consumer_group, consumer_group_records, consumer_protocol, group_metadata, offsets, \
+    server_assignors
 from engine.groups.group_metadata import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -62,6 +63,9 @@ from engine.groups.group_metadata import (
     MemberMetadata,
     Pending,
 )
+from engine.groups.consumer_group import Heartbeat, HeartbeatAnswer
+from engine.groups.consumer_group_coordinator import PROTOCOL_TYPE, ConsumerGroupCoordinator, \
+    ConsumerGroupDescription, TopicsView
 from engine.groups.offsets import CommitRecord, OffsetStore
 from engine.record import codec
 from engine.log.unified_log import COORDINATOR
@@ -80,11 +84,19 @@ class GroupConfig(NamedTuple):
     # Kafka's broker default is 3000; an embedded engine has no join storms from other hosts, so it starts at once
     group_initial_rebalance_delay_ms: int = 0
     offsets_retention_minutes: int = 10_080
+    # the consumer group protocol (KIP-848)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_assignors: tuple = ("uniform", "range")  # names of built-in ones or ServerAssignor objects
 
     @classmethod
     def of(cls, settings: dict | None) -> "GroupConfig":
         out = settings_of(cls, settings, "group")
+        out = out._replace(group_consumer_assignors=tuple(server_assignors.resolve(out.group_consumer_assignors)
+                                                          .values()))
         for name, value in out._asdict().items():
+            if name == "group_consumer_assignors":
+                continue
             if type(value) is not int or value < (0 if name == "group_initial_rebalance_delay_ms" else 1):
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= "
                                                 f"{0 if name == 'group_initial_rebalance_delay_ms' else 1}")
@@ -142,16 +154,22 @@ class GroupCoordinator:
     """Kafka's GroupCoordinator in process: JoinGroup, SyncGroup, Heartbeat and LeaveGroup on each group's state
     machine, OffsetCommit and OffsetFetch (plain and transactional), the session and rebalance deadlines, offset
     expiry, and the admin calls (list, describe, reset, delete). Every handler works on the same groups under one
-    lock, which is why they stay one class of about 530 lines; a group's own state is engine.groups.group_metadata's."""
+    lock, which is why they stay one class of about 620 lines; a group's own state is engine.groups.group_metadata's."""
 
-    def __init__(self, storage: GroupLog, clock, config: GroupConfig | None = None) -> None:
+    def __init__(self, storage: GroupLog, clock, config: GroupConfig | None = None,
+                 topics: TopicsView | None = None) -> None:
         self._log = storage
         self.clock = clock
-        self.config = config or GroupConfig()
+        self.config = cfg = config or GroupConfig.of(None)
         self._lock = DeferringLock()  # a member's `notify` runs once it is released
         self.groups: dict[str, GroupMetadata] = {}
         self._quiet_until: float = 0  # no deadline passes before this time (0: unknown, `tick` looks at every group)
-        self.offsets = OffsetStore(on_group=self._load_group)
+        self.offsets = OffsetStore(on_group=self._load_record)
+        # the consumer group protocol's groups (KIP-848); `topics` says which subscribed topics exist
+        self.consumer = ConsumerGroupCoordinator(
+            storage.append, topics or (lambda names: {}),
+            consumer_group.Settings(cfg.group_consumer_session_timeout_ms, cfg.group_consumer_heartbeat_interval_ms,
+                                    {a.name: a for a in cfg.group_consumer_assignors}))
         storage.on_created = self.load
 
     # --- load -----------------------------------------------------------------------------------
@@ -160,6 +178,17 @@ class GroupCoordinator:
         with self._lock:
             for p, batch in self._log.batches():
                 self.offsets.apply_batch(p, batch, batch.records())
+            self.consumer.renew_sessions(self.clock.time_ms())
+            self._wake()
+
+    def _load_record(self, key, value: bytes | None) -> None:
+        """A `__consumer_offsets` record that is not an offset commit: a classic group's or a consumer group's."""
+        if consumer_group_records.is_consumer_group_key(key):
+            self.consumer.replay(consumer_group_records.decode(key, value))
+            return
+        group_id = group_metadata.decode_key(key)
+        if group_id is not None:
+            self._load_group(group_id, value)
 
     def _load_group(self, group_id: str, value: bytes | None) -> None:
         if value is None:
@@ -226,6 +255,11 @@ class GroupCoordinator:
                 f"{cfg.group_min_session_timeout_ms}, group_max_session_timeout_ms={cfg.group_max_session_timeout_ms}]")
         with self._lock:
             now = self.tick()
+            if group_id in self.consumer.groups:
+                if not self.consumer.empty(group_id):
+                    raise InconsistentGroupProtocolError(f"group {group_id!r} is a consumer group of the consumer "
+                                                         f"group protocol; join it with group_protocol='consumer'")
+                self.consumer.delete(group_id, now)  # an empty one becomes a classic group, as Kafka converts it
             g = self.groups.get(group_id)
             if g is None or g.state == DEAD:
                 g = self.groups[group_id] = GroupMetadata(group_id, now)
@@ -469,6 +503,7 @@ class GroupCoordinator:
                         self._remove(g, member_id, "did not sync before the rebalance timeout", now, rebalance=False)
                     self._prepare_rebalance(g, now, "members did not sync in time")
                     self._maybe_complete_join(g, now)
+            self.consumer.tick(now)
             self._quiet_until = self._earliest_deadline()
             return now
 
@@ -496,7 +531,7 @@ class GroupCoordinator:
         """The earliest join, sync or member deadline of any group (inf: none)."""
         times = [t for g in self.groups.values() for t in (g.join_deadline, g.sync_deadline) if t is not None]
         times += [t for g in self.groups.values() for t in map(self._expiry, g.members.values()) if t is not None]
-        return min(times, default=math.inf)
+        return min(min(times, default=math.inf), self.consumer.earliest_deadline())
 
     def next_deadline(self) -> int | None:
         """The earliest time at which `tick()` has something to do (None: nothing scheduled)."""
@@ -505,14 +540,46 @@ class GroupCoordinator:
                 self._quiet_until = self._earliest_deadline()
             return None if self._quiet_until == math.inf else int(self._quiet_until)
 
+    # --- the consumer group protocol ------------------------------------------------------------
+    def consumer_group_heartbeat(self, hb: Heartbeat) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat (KIP-848): join (epoch 0), heartbeat, leave (-1; -2 for a static member that comes
+        back). A group id that a classic group with members holds is GroupIdNotFoundError; an empty classic group
+        becomes a consumer group, as Kafka converts it."""
+        with self._lock:
+            now = self.tick()
+            classic = self.groups.get(hb.group_id)
+            if classic is not None and hb.group_id not in self.consumer.groups:
+                if classic.state not in (EMPTY, DEAD):
+                    raise GroupIdNotFoundError(f"group {hb.group_id!r} is a classic group with members, not a "
+                                               f"consumer group")
+                if hb.member_epoch == 0:
+                    if classic.generation > 0 or classic.protocol_type:
+                        self._store(classic, now, tombstone=True)
+                    del self.groups[hb.group_id]
+            answer = self.consumer.heartbeat(hb, now)
+            self._wake()
+            return answer
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        """ConsumerGroupDescribe: a consumer group's epochs, assignor and members with their assignments."""
+        with self._lock:
+            self.tick()
+            return self.consumer.describe(group_id)
+
     # --- offsets --------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, committed: dict[TopicPartition, OffsetAndMetadata], member_id: str = "",
-                       generation_id: int = -1, group_instance_id: str | None = None) -> None:
-        """OffsetCommit: from a member of the current generation, or (generation -1) for a group with no members."""
+                       generation_id: int = -1, group_instance_id: str | None = None,
+                       stale_epoch_error: bool = True) -> None:
+        """OffsetCommit: from a member of the current generation, or (generation -1) for a group with no members.
+        For a group of the consumer group protocol the generation is the member's epoch (a stale one is
+        StaleMemberEpochError, or IllegalGenerationError with `stale_epoch_error` False: OffsetCommit before v9)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError(f"group id must be a non-empty str, got {group_id!r}")
         with self._lock:
             now = self.tick()
+            if self.consumer.check_commit(group_id, member_id, generation_id, stale_epoch_error):
+                self._write_offsets(group_id, committed, now)
+                return
             g = self.groups.get(group_id)
             if g is None or g.state == DEAD:
                 if generation_id >= 0:
@@ -550,12 +617,14 @@ class GroupCoordinator:
             now = self.tick()
             g = self.groups.get(member.group_id)
             if member.generation_id >= 0 or member.member_id or member.group_instance_id is not None:
-                if g is None or g.state in (EMPTY, DEAD):
-                    raise UnknownMemberIdError(f"group {member.group_id!r} has no member {member.member_id!r}")
-                self._member(g, member.member_id, member.group_instance_id)
-                if member.generation_id != g.generation:
-                    raise IllegalGenerationError(f"generation {member.generation_id} of group {member.group_id!r} "
-                                                 f"is not the current one ({g.generation})")
+                # (a consumer group's member and epoch are its coordinator's to check; a classic one's here)
+                if not self.consumer.check_commit(member.group_id, member.member_id, member.generation_id, False):
+                    if g is None or g.state in (EMPTY, DEAD):
+                        raise UnknownMemberIdError(f"group {member.group_id!r} has no member {member.member_id!r}")
+                    self._member(g, member.member_id, member.group_instance_id)
+                    if member.generation_id != g.generation:
+                        raise IllegalGenerationError(f"generation {member.generation_id} of group "
+                                                     f"{member.group_id!r} is not the current one ({g.generation})")
             self._write_offsets(member.group_id, committed, now, producer_id=producer_id,
                                 producer_epoch=producer_epoch, base_sequence=0, transactional=True)
 
@@ -579,7 +648,11 @@ class GroupCoordinator:
             now = self.tick()
             g = self.groups.get(group_id)
             committed = self.offsets.offsets(group_id)
-            if (g is None or g.state == DEAD) and not committed:
+            if group_id in self.consumer.groups:
+                if not self.consumer.empty(group_id):
+                    raise NonEmptyGroupError(f"consumer group {group_id!r} has active members; stop them first")
+                self.consumer.delete(group_id, now)
+            elif (g is None or g.state == DEAD) and not committed:
                 raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
             if g is not None and g.state not in (EMPTY, DEAD):
                 raise NonEmptyGroupError(f"group {group_id!r} has active members ({g.state}); stop them first")
@@ -593,24 +666,32 @@ class GroupCoordinator:
             log.info("group %s deleted with %d committed offsets", group_id, len(committed))
 
     def expire_offsets(self) -> int:
-        """Tombstone offsets past offsets.retention.minutes, and empty groups left without offsets; the count."""
+        """Tombstone offsets past offsets.retention.minutes, and empty groups (of either protocol) left without
+        offsets; the count of offsets."""
         retention = self.config.offsets_retention_minutes * 60_000
         with self._lock:
             now = self.tick()
             expired = 0
-            for group_id in sorted(set(self.offsets.groups()) | set(self.groups)):
+            for group_id in sorted(set(self.offsets.groups()) | set(self.groups) | set(self.consumer.groups)):
                 g = self.groups.get(group_id)
                 if self.offsets.has_pending(group_id):
                     continue
-                topics = self._subscribed_topics(g) if g is not None and g.state == STABLE else None
-                gone = [tp for tp, c in self.offsets.offsets(group_id).items()
-                        if self._expired(g, tp, c, topics, now, retention)]
+                committed = self.offsets.offsets(group_id).items()
+                if group_id in self.consumer.groups and not self.consumer.empty(group_id):
+                    topics = self.consumer.subscribed_topics(group_id)  # (a member's offsets stay while subscribed)
+                    gone = [tp for tp, c in committed if tp.topic not in topics and (
+                        now >= c.expire_timestamp if c.expire_timestamp >= 0 else now >= c.commit_timestamp + retention)]
+                else:
+                    topics = self._subscribed_topics(g) if g is not None and g.state == STABLE else None
+                    gone = [tp for tp, c in committed if self._expired(g, tp, c, topics, now, retention)]
                 if gone:
                     rows = [(offsets.encode_key(group_id, tp), None) for tp in sorted(gone)]
                     self._log.append(offsets.partition(group_id), rows, now)
                     self.offsets.put(group_id, dict.fromkeys(gone))
                     expired += len(gone)
-                if g is not None and g.state == EMPTY and not self.offsets.offsets(group_id):
+                if group_id in self.consumer.groups and not self.offsets.offsets(group_id):
+                    self.consumer.delete(group_id, now)  # (empty here: one with members was passed over above)
+                elif g is not None and g.state == EMPTY and not self.offsets.offsets(group_id):
                     g.transition(DEAD, now)
                     if g.generation > 0 or g.protocol_type:
                         self._store(g, now, tombstone=True)
@@ -645,14 +726,22 @@ class GroupCoordinator:
         """(group id, state, protocol type) of every group, offsets-only ones included."""
         with self._lock:
             self.tick()
-            ids = sorted(set(self.groups) | set(self.offsets.groups()))
-            return [(i, self.groups[i].state if i in self.groups else EMPTY,
-                     (self.groups[i].protocol_type or "") if i in self.groups else "") for i in ids]
+            ids = sorted(set(self.groups) | set(self.offsets.groups()) | set(self.consumer.groups))
+            out = []
+            for i in ids:
+                if i in self.consumer.groups:
+                    out.append((i, self.consumer.groups[i].state, PROTOCOL_TYPE))
+                else:
+                    out.append((i, self.groups[i].state if i in self.groups else EMPTY,
+                                (self.groups[i].protocol_type or "") if i in self.groups else ""))
+            return out
 
     def describe_group(self, group_id: str) -> GroupDescription:
         with self._lock:
             self.tick()
             g = self.groups.get(group_id)
+            if group_id in self.consumer.groups:
+                return self._classic_view(self.consumer.describe(group_id))
             if g is None:
                 if group_id in self.offsets.groups():
                     return GroupDescription(group_id, EMPTY, "", "", 0, None, [])
@@ -667,3 +756,13 @@ class GroupCoordinator:
                                 "assignment_bytes": m.assignment or b""})
             return GroupDescription(group_id, g.state, g.protocol_type or "", g.protocol or "", g.generation,
                                     g.leader, members)
+
+    def _classic_view(self, d: ConsumerGroupDescription) -> GroupDescription:
+        """A consumer group as DescribeGroups shows it (as Kafka 4 does): protocol type "consumer", the assignor as
+        protocol, the group epoch as generation, no leader, members with their assigned partitions."""
+        names = {tid: name for name, (tid, _) in self.consumer.groups[d.group_id].metadata.items()}
+        members = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                    "client_host": m.client_host, "metadata": b"", "assignment_bytes": b"",
+                    "assignment": sorted(TopicPartition(names[t], p) for t, ps in m.assignment.items() if t in names
+                                         for p in ps)} for m in d.members]
+        return GroupDescription(d.group_id, d.state, PROTOCOL_TYPE, d.assignor_name, d.group_epoch, None, members)

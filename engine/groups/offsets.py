@@ -6,8 +6,9 @@ leaderEpoch int32 (v3+) | metadata string | commitTimestamp int64 | expireTimest
 flexible; kafkalog writes 3. Key version 2 is a group's metadata and 3+ are newer group records: the offset
 view skips them. A null value is a tombstone. Partition = abs(javaHashCode(group)) % 50.
 Transactional commits (TxnOffsetCommit) are written as transactional batches under the producer's id and epoch
-and held pending per producer until its marker: COMMIT applies them, ABORT drops them. Group metadata records
-(key version 2) are handed to the store's `on_group` callback (engine.groups.group_metadata decodes them).
+and held pending per producer until its marker: COMMIT applies them, ABORT drops them. The other records (a
+classic group's metadata, key version 2, and the consumer group protocol's, 3 to 8) are handed, key and value, to the
+store's `on_group` callback.
 Crash policy: the log is the truth; `load` replays it up to the high watermark.
 Thread-safety: the store's lock guards its maps; writers append through the engine.
 """
@@ -20,7 +21,6 @@ from typing import Callable, Iterable, NamedTuple
 
 from engine.common.errors import CorruptRecordError, InvalidConfigurationError, OffsetMetadataTooLargeError
 from engine.common.structs import OffsetAndMetadata, TopicPartition
-from engine.groups import group_metadata
 from engine.record import batch_format as bf
 from engine.record.schema import Reader, Writer, partition_for
 
@@ -112,7 +112,7 @@ def decode_commit(data) -> CommitRecord:
 class OffsetStore:
     """Committed offsets by group, with transactional commits pending per (partition, producer id)."""
 
-    def __init__(self, on_group: Callable[[str, bytes | None], None] | None = None) -> None:
+    def __init__(self, on_group: Callable[[bytes, bytes | None], None] | None = None) -> None:
         self._committed: dict[str, dict[TopicPartition, CommitRecord]] = {}
         self._pending: dict[tuple[int, int], dict[tuple[str, TopicPartition], CommitRecord | None]] = {}
         self._lock = threading.Lock()
@@ -143,9 +143,7 @@ class OffsetStore:
                 if found is not None:
                     entries.append((found, None if rec.value is None else decode_commit(rec.value)))
                 elif self._on_group is not None and not batch.is_transactional:
-                    group = group_metadata.decode_key(rec.key)
-                    if group is not None:
-                        self._on_group(group, None if rec.value is None else bytes(rec.value))
+                    self._on_group(rec.key, None if rec.value is None else bytes(rec.value))
             if batch.is_transactional:
                 self._pending.setdefault((log_partition, batch.producer_id), {}).update(entries)
             else:

@@ -1,6 +1,8 @@
 """The listener's consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups, answered from the engine's group coordinator (engine.groups), whose
-members over the wire and in the process are alike. A JoinGroup or SyncGroup the coordinator holds until its
+ListGroups, DescribeGroups and DeleteGroups, and the consumer group protocol's ConsumerGroupHeartbeat and
+ConsumerGroupDescribe (KIP-848), answered from the engine's group coordinator (engine.groups), whose members over the
+wire and in the process are alike. ConsumerGroupHeartbeat v1 requires the member id the client made for itself
+(Kafka 4's KIP-1082); v0 lets the coordinator make it. A JoinGroup or SyncGroup the coordinator holds until its
 rebalance moves on is parked by the socket server (Delayed with a readiness check), not held on a handler thread.
 Thread-safety: the engine's."""
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from engine.common.errors import KafkaError
+from engine.common.errors import InvalidRequestError, KafkaError
 from engine.common.structs import TopicPartition
+from engine.groups import consumer_group_records as cg_records
+from engine.groups.consumer_group import Heartbeat
 from engine.network.api_common import (
     GROUP_ID_NOT_FOUND,
     code_of,
@@ -32,7 +36,9 @@ class GroupApis:
                 m.HEARTBEAT.key: self.heartbeat, m.LEAVE_GROUP.key: self.leave_group,
                 m.OFFSET_COMMIT.key: self.offset_commit, m.OFFSET_FETCH.key: self.offset_fetch,
                 m.LIST_GROUPS.key: self.list_groups, m.DESCRIBE_GROUPS.key: self.describe_groups,
-                m.DELETE_GROUPS.key: self.delete_groups}
+                m.DELETE_GROUPS.key: self.delete_groups,
+                m.CONSUMER_GROUP_HEARTBEAT.key: self.consumer_group_heartbeat,
+                m.CONSUMER_GROUP_DESCRIBE.key: self.consumer_group_describe}
 
     def _wait(self, request: Request, start, timeout_ms: int):
         """The group coordinator's Pending for `request` (made by `start()` on its first run), or Delayed until it
@@ -97,7 +103,8 @@ class GroupApis:
         b = request.body
         committed, unknown = commit_split(self.engine, committed_offsets(b["topics"]))
         code = code_of(lambda: self.engine.groups.commit_offsets(
-            b["group_id"], committed, b["member_id"], b["generation_id_or_member_epoch"], b["group_instance_id"]))
+            b["group_id"], committed, b["member_id"], b["generation_id_or_member_epoch"], b["group_instance_id"],
+            stale_epoch_error=request.version >= 9))
         return {"topics": partition_codes(b["topics"], code, unknown)}
 
     def offset_fetch(self, request: Request) -> dict:
@@ -130,11 +137,12 @@ class GroupApis:
     def list_groups(self, request: Request) -> dict:
         wanted = {s.lower() for s in request.body["states_filter"]}
         types = {t.lower() for t in request.body["types_filter"]}
-        if types and "classic" not in types:  # (every group here is a classic one: KIP-848's are issue 89's)
-            return {"error_code": 0, "groups": []}
-        groups = [{"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
+        consumer = self.engine.groups.consumer.groups
+        groups = [{"group_id": gid, "protocol_type": ptype, "group_state": state,
+                   "group_type": "consumer" if gid in consumer else "classic"}
                   for gid, state, ptype in self.engine.groups.list_groups()
                   if not wanted or state.lower() in wanted]
+        groups = [g for g in groups if not types or g["group_type"] in types]
         return {"error_code": 0, "groups": groups}
 
     def describe_groups(self, request: Request) -> dict:
@@ -160,3 +168,49 @@ class GroupApis:
         return {"throttle_time_ms": 0, "results": [
             {"group_id": gid, "error_code": code_of(lambda gid=gid: self.engine.groups.delete_group(gid))}
             for gid in request.body["groups_names"]]}
+
+    def consumer_group_heartbeat(self, request: Request) -> dict:
+        b = request.body
+        owned = None if b["topic_partitions"] is None else cg_records.partitions_in(b["topic_partitions"])
+        hb = Heartbeat(b["group_id"], b["member_id"], b["member_epoch"], b["instance_id"], b["rack_id"],
+                       b["rebalance_timeout_ms"], b["subscribed_topic_names"], b["subscribed_topic_regex"],
+                       b["server_assignor"], owned, request.client_id or "")
+        try:
+            if request.version >= 1 and not hb.member_id:
+                raise InvalidRequestError("MemberId can't be empty: ConsumerGroupHeartbeat v1 carries the member "
+                                          "id the client made")
+            answer = self.engine.groups.consumer_group_heartbeat(hb)
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message,
+                    "member_epoch": -1, "heartbeat_interval_ms": 0}
+        assignment = None if answer.assignment is None else {
+            "topic_partitions": cg_records.partitions_out(answer.assignment)}
+        return {"throttle_time_ms": 0, "error_code": 0, "member_id": answer.member_id,
+                "member_epoch": answer.member_epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+                "assignment": assignment}
+
+    def consumer_group_describe(self, request: Request) -> dict:
+        out = []
+        for gid in request.body["group_ids"]:
+            try:
+                d = self.engine.groups.describe_consumer_group(gid)
+            except KafkaError as exc:
+                out.append({"error_code": error_code(exc), "error_message": exc.message, "group_id": gid,
+                            "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                            "members": []})
+                continue
+            names = {tid: name for name, (tid, _) in self.engine.groups.consumer.groups[gid].metadata.items()}
+
+            def described(parts: dict) -> dict:
+                return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_text(row["topic_id"]),
+                                                                           "")}
+                                             for row in cg_records.partitions_out(parts)]}
+            out.append({"error_code": 0, "group_id": gid, "group_state": d.state, "group_epoch": d.group_epoch,
+                        "assignment_epoch": d.assignment_epoch, "assignor_name": d.assignor_name, "members": [
+                            {"member_id": x.member_id, "instance_id": x.instance_id, "rack_id": x.rack_id,
+                             "member_epoch": x.member_epoch, "client_id": x.client_id, "client_host": x.client_host,
+                             "subscribed_topic_names": x.subscribed_topic_names,
+                             "subscribed_topic_regex": x.subscribed_topic_regex,
+                             "assignment": described(x.assignment),
+                             "target_assignment": described(x.target_assignment)} for x in d.members]})
+        return {"throttle_time_ms": 0, "groups": out}

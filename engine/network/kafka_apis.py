@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import time
+import uuid
 import zlib
 
 from engine.common.errors import (
@@ -128,8 +129,12 @@ class KafkaApis:
     def api_versions(self, request: Request) -> dict:
         keys = [{"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
                 for a in sorted(APIS.values(), key=lambda a: a.key)]
+        # group.version 1 turns the consumer group protocol on (KIP-848); transaction.version is not offered: this
+        # coordinator speaks transactions v1, so Kafka 4's producers keep to EndTxn before v5
         return {"error_code": UNSUPPORTED_VERSION if request.unsupported_version is not None else 0,
-                "api_keys": keys}
+                "api_keys": keys, "supported_features": [{"name": "group.version", "min_version": 0, "max_version": 1}],
+                "finalized_features_epoch": 1,
+                "finalized_features": [{"name": "group.version", "min_version_level": 1, "max_version_level": 1}]}
 
     def _broker(self) -> dict:
         return {"node_id": NODE_ID, "host": self.host, "port": self.port, "rack": None}
@@ -140,14 +145,23 @@ class KafkaApis:
             names = self.engine.list_topics() + [t for t in COORDINATOR_TOPICS if t in self.engine.internal.internal_topics()]
             create = False
         else:
-            names = [t["name"] for t in wanted]
+            names = [t["name"] if t["name"] is not None or request.version < 10 else t["topic_id"] for t in wanted]
             create = self.auto_create_topics and request.body["allow_auto_topic_creation"]
-        topics = [self._topic_metadata(name, create) for name in names]
+        topics = [self._topic_metadata(name, create) if not isinstance(name, uuid.UUID) else self._by_id(name)
+                  for name in names]
         if request.version < 12:  # (a topic asked for by id alone has no name to give back before v12)
             for t in topics:
                 t["name"] = t["name"] or ""
         return {"brokers": [self._broker()], "cluster_id": self.cluster_id, "controller_id": NODE_ID,
                 "topics": topics}
+
+    def _by_id(self, topic_id: uuid.UUID) -> dict:
+        """A topic asked for by id alone (Metadata v10+, as the consumer group protocol's clients ask for the topics
+        of their assignment): UNKNOWN_TOPIC_ID when no topic has it."""
+        name = self.engine.admin.topic_named(topic_id_text(topic_id)) if topic_id != ZERO_UUID else None
+        if name is None or name in COORDINATOR_TOPICS:
+            return {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
+        return self._topic_metadata(name, create=False)
 
     def _topic_metadata(self, name: str | None, create: bool) -> dict:
         eng = self.engine

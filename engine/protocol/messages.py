@@ -492,6 +492,67 @@ DELETE_GROUPS = define(42, "DeleteGroups", "0-2", 2, """
     error_code int16 0+
 """)
 
+CONSUMER_GROUP_HEARTBEAT = define(68, "ConsumerGroupHeartbeat", "0-1", 0, """
+  group_id string 0+
+  member_id string 0+
+  member_epoch int32 0+
+  instance_id string 0+ null=0+ default=null
+  rack_id string 0+ null=0+ default=null
+  rebalance_timeout_ms int32 0+ default=-1
+  subscribed_topic_names []string 0+ null=0+ default=null
+  subscribed_topic_regex string 1+ null=1+ default=null
+  server_assignor string 0+ null=0+ default=null
+  topic_partitions [] 0+ null=0+ default=null
+    topic_id uuid 0+
+    partitions []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+ default=null
+  member_id string 0+ null=0+ default=null
+  member_epoch int32 0+
+  heartbeat_interval_ms int32 0+
+  assignment {} 0+ null=0+ default=null
+    topic_partitions [] 0+
+      topic_id uuid 0+
+      partitions []int32 0+
+""")
+
+CONSUMER_GROUP_DESCRIBE = define(69, "ConsumerGroupDescribe", "0", 0, """
+  group_ids []string 0+
+  include_authorized_operations bool 0+
+""", """
+  throttle_time_ms int32 0+
+  groups [] 0+
+    error_code int16 0+
+    error_message string 0+ null=0+ default=null
+    group_id string 0+
+    group_state string 0+
+    group_epoch int32 0+
+    assignment_epoch int32 0+
+    assignor_name string 0+
+    members [] 0+
+      member_id string 0+
+      instance_id string 0+ null=0+ default=null
+      rack_id string 0+ null=0+ default=null
+      member_epoch int32 0+
+      client_id string 0+
+      client_host string 0+
+      subscribed_topic_names []string 0+
+      subscribed_topic_regex string 0+ null=0+ default=null
+      assignment {} 0+
+        topic_partitions [] 0+
+          topic_id uuid 0+
+          topic_name string 0+
+          partitions []int32 0+
+      target_assignment {} 0+
+        topic_partitions [] 0+
+          topic_id uuid 0+
+          topic_name string 0+
+          partitions []int32 0+
+    authorized_operations int32 0+ default=-2147483648
+""")
+
 OFFSET_FOR_LEADER_EPOCH = define(23, "OffsetForLeaderEpoch", "0-4", 4, """
   replica_id int32 3+ default=-2 ignorable
   topics [] 0+

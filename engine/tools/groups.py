@@ -1,6 +1,7 @@
 """`kafkalog groups`: kafka-consumer-groups.sh over a log directory: list groups, describe one (members,
 assignment, committed offset, log end offset and lag per partition), reset an empty group's offsets, delete an empty
-group.
+group; groups of both protocols (classic, and the consumer group protocol of KIP-848, whose group epoch and server
+assignor stand where a classic group's generation and protocol do).
 
 Opens the directory with `engine.open` (holding its lock while it runs); prints Kafka's column layout, or one
 JSON document with `--json`. --reset-offsets prints the plan and applies it only with --execute, as Kafka's tool.
@@ -70,13 +71,15 @@ def _describe(eng, group_id: str, out: Output) -> int:
                      "consumerId": m.get("member_id"), "host": m.get("client_host"), "clientId": m.get("client_id")})
     members = [{k: (v if k != "assignment" else [f"{tp.topic}-{tp.partition}" for tp in v]) for k, v in m.items()
                 if k not in ("metadata", "assignment_bytes")} for m in d.members]  # (the raw bytes are the wire's)
-    text = f"Consumer group '{group_id}' is {d.state} (generation {d.generation}, protocol {d.protocol or '-'}, " \
-           f"{len(d.members)} member(s)).\n\n" + _table(
+    kind = "consumer" if group_id in eng.groups.consumer.groups else "classic"
+    shape = f"the consumer group protocol, group epoch {d.generation}, assignor {d.protocol}" if kind == "consumer" \
+        else f"generation {d.generation}, protocol {d.protocol or '-'}"
+    text = f"Consumer group '{group_id}' is {d.state} ({shape}, {len(d.members)} member(s)).\n\n" + _table(
                ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                 "CLIENT-ID"],
                [[r["group"], r["topic"], r["partition"], _dash(r["currentOffset"]), r["logEndOffset"], _dash(r["lag"]),
                  _dash(r["consumerId"]), _dash(r["host"]), _dash(r["clientId"])] for r in rows])
-    out.result({"group": group_id, "state": d.state, "generation": d.generation, "protocol": d.protocol,
+    out.result({"group": group_id, "type": kind, "state": d.state, "generation": d.generation, "protocol": d.protocol,
                 "leader": d.leader, "members": members, "partitions": rows}, text)
     return 0
 

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+import pytest
+
 from tests.vectors import KAFKA_CHECKPOINTS, OFFSET_CHECKPOINTS, checkpoint_kind
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,6 +81,18 @@ def kafka_classpath(home: str) -> str:
     parts = [os.path.join(home, "classes")] + glob.glob(os.path.join(home, "lib", "*.jar")) + \
         glob.glob(os.path.join(home, "libs", "*.jar"))
     return os.pathsep.join(p for p in parts if os.path.exists(p))
+
+
+def kafka_java(tmp_path_factory, program: str) -> list[str]:
+    """The command that runs tests/broker/java/`program`.java, compiled against KAFKA_HOME's classes (a UsageError
+    without KAFKA_HOME)."""
+    home = os.environ.get("KAFKA_HOME")
+    if not home:
+        raise pytest.UsageError("make interop needs KAFKA_HOME: a Kafka installation or a broker build folder")
+    classpath = kafka_classpath(home)
+    out = str(tmp_path_factory.mktemp(program))
+    subprocess.run(["javac", "-d", out, "-cp", classpath, os.path.join(HERE, "java", f"{program}.java")], check=True)
+    return ["java", "-cp", os.pathsep.join([out, classpath]), program]
 
 
 def kafka_reads(home: str, names: list[str]) -> list[dict]:

@@ -89,3 +89,62 @@ def test_kafkas_tools_against_the_listener(tmp_path, run_class):
         open_txn = eng.describe_topic("tools").partitions[0].log_end_offset - 1
         assert str(open_txn) in producers  # the open transaction's first offset
         producer.abort_transaction(30)
+
+
+def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_group_records(tmp_path, run_class):
+    """Kafka's ConsoleConsumer with group.protocol=consumer (KIP-848) reads and commits through ConsumerGroupHeartbeat;
+    then Kafka's DumpLogSegments reads every consumer group record kafkalog wrote to `__consumer_offsets` (keys 3 to
+    8), and its JSON of each holds the values kafkalog's own decoder reads from the same bytes."""
+    import json
+
+    from engine.groups import consumer_group_records as records
+    from engine.groups import offsets
+    from tests.broker.test_kafka_messages import _camel
+
+    data = str(tmp_path / "data")
+    with engine.open(data) as eng, eng.serve(port=0) as listener:
+        b = listener.bootstrap
+        eng.create_topic("kip848", 3)
+        with eng.producer() as producer:
+            for i in range(30):
+                producer.send("kip848", key=b"%d" % i, value=b"v%d" % i)
+        consumed = _tool(run_class, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", b,
+                         "--topic", "kip848", "--from-beginning", "--group", "java848", "--max-messages", "30",
+                         "--timeout-ms", "30000", "--consumer-property", "group.protocol=consumer")
+        assert sorted(line for line in consumed.splitlines() if line.startswith("v")) == \
+            sorted(f"v{i}" for i in range(30))
+        assert sum(om.offset for om in eng.committed_offsets(
+            "java848", [("kip848", p) for p in range(3)]).values()) == 30
+        assert eng.groups.describe_consumer_group("java848").state == "Empty"  # it left (epoch -1)
+        partition = offsets.partition("java848")
+        log = eng.internal.internal_partition(offsets.TOPIC, partition).log
+        ours = [records.decode(r.key, r.value) for batch in log.read(0, max_bytes=1 << 30).batches()
+                for r in batch.records() if records.is_consumer_group_key(r.key)]
+    assert {r.kind for r in ours} == set(records.KINDS)
+    folder = os.path.join(data, f"{offsets.TOPIC}-{partition}")
+    segments = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+    dumped = _tool(run_class, "kafka.tools.DumpLogSegments", "--offsets-decoder", "--print-data-log", "--files",
+                   ",".join(os.path.join(folder, f) for f in segments))
+    theirs = []
+    for line in dumped.splitlines():
+        if " key: " in line and " payload: " in line:
+            key, payload = line.split(" key: ", 1)[1].split(" payload: ", 1)
+            key = json.loads(key)
+            if int(key["type"]) in records.KINDS:
+                theirs.append((key, None if payload.strip() == "<DELETE>" else json.loads(payload)))
+    assert len(theirs) == len(ours)
+
+    def as_json(value):
+        if isinstance(value, dict):
+            return {_camel(k): as_json(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [as_json(v) for v in value]
+        return records.topic_text(value) if hasattr(value, "bytes") else value
+
+    for ((key, payload), r) in zip(theirs, ours):
+        assert int(key["type"]) == r.kind and key["data"]["groupId"] == r.group_id
+        assert key["data"].get("memberId", "") == r.member_id
+        if r.value is None:
+            assert payload is None
+        else:
+            assert {k: v for k, v in payload["data"].items() if v is not None} == as_json(r.value), (key, payload)

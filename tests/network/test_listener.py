@@ -279,17 +279,24 @@ def _drain(consumer, want: int, seconds: float = 30) -> list:
     return got
 
 
+def produced(listener, eng, topic: str, partitions: int, n: int) -> None:
+    """A new topic with `n` keyed records sent by librdkafka."""
+    from confluent_kafka import Producer
+
+    eng.create_topic(topic, partitions)
+    producer = Producer({"bootstrap.servers": listener.bootstrap})
+    for i in range(n):
+        producer.produce(topic, key=b"%d" % i, value=b"x")
+    assert producer.flush(30) == 0
+
+
 def test_librdkafka_group_rebalances_between_two_members_and_commits(served):
     """Two librdkafka members of one group split four partitions; when one leaves the other takes them all and
     resumes from the offsets the group committed, which the engine's group coordinator holds."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
     eng, listener = served
-    eng.create_topic("g", 4)
-    producer = Producer({"bootstrap.servers": listener.bootstrap})
-    for i in range(400):
-        producer.produce("g", key=b"%d" % i, value=b"x")
-    assert producer.flush(30) == 0
+    produced(listener, eng, "g", 4, 400)
     conf = {"bootstrap.servers": listener.bootstrap, "group.id": "grp", "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
     first, second = Consumer(conf), Consumer(conf)

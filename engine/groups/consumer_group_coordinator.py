@@ -1,0 +1,187 @@
+"""The group coordinator's half for the consumer group protocol (KIP-848): ConsumerGroupHeartbeat and
+ConsumerGroupDescribe on engine.groups.consumer_group's groups, their session and rebalance timeouts, and the checks
+an offset commit from such a group's member passes (the member epoch stands in for the classic generation).
+
+A heartbeat works out its records from the group as it stands, appends them to the group's `__consumer_offsets`
+partition in one batch and replays them into the group (the log first: a failed append changes nothing). The
+subscribed topics' metadata is looked at on every heartbeat (a dictionary lookup here, where Kafka refreshes it on an
+interval): a topic created or grown moves the group epoch at the next heartbeat of any member.
+A member is removed when no heartbeat came for group.consumer.session.timeout.ms, or when it still owns partitions it
+was asked to revoke rebalance.timeout.ms after it was asked.
+Byte layout and crash policy: engine.groups.consumer_group_records' (one batch per heartbeat, all or nothing).
+Thread-safety: every method runs under the group coordinator's lock (its caller holds it).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, NamedTuple
+
+from engine.common.errors import (
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+)
+from engine.groups import consumer_group, consumer_group_records as rec, offsets
+from engine.groups.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Member, Settings
+
+log = logging.getLogger("kafkalog.groups")
+PROTOCOL_TYPE = "consumer"
+
+TopicsView = Callable[[list[str]], dict[str, tuple[str, int]]]  # topic names -> {name: (topic id, partitions)}
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: dict[str, frozenset[int]]
+    target_assignment: dict[str, frozenset[int]]
+    state: str
+
+
+class ConsumerGroupDescription(NamedTuple):
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: list[MemberDescription]
+
+
+class ConsumerGroupCoordinator:
+    """The consumer groups of one group coordinator: `append(partition, rows, now)` writes to `__consumer_offsets`,
+    `topics(names)` says which of the named topics exist and their ids and partition counts."""
+
+    def __init__(self, append: Callable[[int, list, int], None], topics: TopicsView, settings: Settings) -> None:
+        self._append = append
+        self._topics = topics
+        self.settings = settings
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    # --- records ----------------------------------------------------------------------------------
+    def replay(self, r: rec.Record) -> None:
+        """One record, from the log on load or just appended."""
+        g = self.groups.get(r.group_id)
+        if g is None:
+            if r.value is None:
+                return
+            g = self.groups[r.group_id] = ConsumerGroup(r.group_id)
+        g.replay(r)
+        if r.kind == rec.GROUP_EPOCH and r.value is None and not g.members:
+            del self.groups[r.group_id]  # the group's last record is gone: the group is deleted
+
+    def _write(self, g: ConsumerGroup, records: list[rec.Record], now: int) -> None:
+        if not records:
+            return
+        self._append(offsets.partition(g.group_id), [rec.encode(r) for r in records], now)
+        if g.group_id not in self.groups:
+            self.groups[g.group_id] = g
+        for r in records:
+            self.replay(r)
+
+    def renew_sessions(self, now: int) -> None:
+        """After a load: every member's session starts now (they must heartbeat within its timeout)."""
+        for g in self.groups.values():
+            for mid in g.members:
+                g.session_deadlines[mid] = now + self.settings.session_timeout_ms
+
+    # --- ConsumerGroupHeartbeat ---------------------------------------------------------------------
+    def heartbeat(self, hb: Heartbeat, now: int) -> HeartbeatAnswer:
+        consumer_group.check_request(hb, self.settings.assignors)
+        g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
+        result = consumer_group.heartbeat(g, hb, self._topics, self.settings)
+        self._write(g, result.records, now)
+        m = result.member
+        if m is None or m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
+            if m is not None:  # a static member that left keeps its place until its session ends
+                g.rebalance_deadlines.pop(m.member_id, None)
+            return result.answer
+        g.session_deadlines[m.member_id] = now + self.settings.session_timeout_ms
+        if m.state == consumer_group.UNREVOKED_PARTITIONS:
+            if g.rebalance_deadlines.get(m.member_id, (None,))[0] != m.epoch:
+                g.rebalance_deadlines[m.member_id] = (m.epoch, now + max(m.rebalance_timeout_ms, 0))
+        else:
+            g.rebalance_deadlines.pop(m.member_id, None)
+        return result.answer
+
+    def tick(self, now: int) -> None:
+        """Remove the members whose session or rebalance timeout passed."""
+        for g in list(self.groups.values()):
+            for mid, deadline in list(g.session_deadlines.items()):
+                if now >= deadline and mid in g.members:
+                    self._fence(g, mid, now, "its session timed out")
+            for mid, (epoch, deadline) in list(g.rebalance_deadlines.items()):
+                m = g.members.get(mid)
+                if m is not None and now >= deadline:
+                    if m.epoch == epoch:
+                        self._fence(g, mid, now, f"it did not revoke its partitions within {m.rebalance_timeout_ms} ms")
+                    else:
+                        g.rebalance_deadlines.pop(mid, None)
+
+    def _fence(self, g: ConsumerGroup, member_id: str, now: int, why: str) -> None:
+        log.info("consumer group %s: member %s removed: %s", g.group_id, member_id, why)
+        self._write(g, consumer_group.fence(g, member_id, self._topics), now)
+
+    def earliest_deadline(self) -> float:
+        times = [t for g in self.groups.values() for t in g.session_deadlines.values()]
+        times += [t for g in self.groups.values() for _, t in g.rebalance_deadlines.values()]
+        return min(times, default=math.inf)
+
+    # --- offsets and admin ----------------------------------------------------------------------------
+    def check_commit(self, group_id: str, member_id: str, member_epoch: int, stale_error: bool) -> bool:
+        """Whether `group_id` is a consumer group (then the commit's member and epoch were checked: UNKNOWN_MEMBER_ID,
+        STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for OffsetCommit before v9). A commit with no member and a
+        negative epoch is an admin's, allowed only while the group is empty."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return False
+        if not member_id and member_epoch < 0:
+            if g.members:
+                raise UnknownMemberIdError(f"consumer group {group_id!r} has members: commit from a member")
+            return True
+        m = g.members.get(member_id)
+        if m is None:
+            raise UnknownMemberIdError(f"member {member_id!r} is not in consumer group {group_id!r}")
+        if member_epoch != m.epoch:
+            error = StaleMemberEpochError if stale_error else IllegalGenerationError
+            raise error(f"member {member_id} of consumer group {group_id!r} committed with epoch {member_epoch}; its "
+                        f"epoch is {m.epoch}")
+        return True
+
+    def empty(self, group_id: str) -> bool:
+        g = self.groups.get(group_id)
+        return g is None or not g.members
+
+    def delete(self, group_id: str, now: int) -> None:
+        """An empty consumer group's records become tombstones (its offsets are the caller's)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        self._write(g, [rec.Record(rec.TARGET_EPOCH, group_id, "", None),
+                        rec.Record(rec.PARTITION_METADATA, group_id, "", None),
+                        rec.Record(rec.GROUP_EPOCH, group_id, "", None)], now)
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        g = self.groups[group_id]
+        return {t for m in g.members.values() for t in m.topic_names}
+
+    def describe(self, group_id: str) -> ConsumerGroupDescription:
+        g = self.groups.get(group_id)
+        if g is None:
+            raise GroupIdNotFoundError(f"consumer group {group_id!r} does not exist")
+        assignor = consumer_group.preferred_assignor(g.members.values(), self.settings.assignors)
+        return ConsumerGroupDescription(group_id, g.state, g.epoch, g.assignment_epoch, assignor,
+                                        [_describe_member(g, m) for m in g.members.values()])
+
+
+def _describe_member(g: ConsumerGroup, m: Member) -> MemberDescription:
+    return MemberDescription(m.member_id, m.instance_id, m.rack_id, m.epoch, m.client_id, m.client_host,
+                             list(m.topic_names), m.topic_regex, m.assigned, g.targets.get(m.member_id, {}),
+                             consumer_group.MEMBER_STATES.get(m.state, "Unknown"))

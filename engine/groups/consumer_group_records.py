@@ -1,0 +1,150 @@
+"""The consumer group protocol's records in `__consumer_offsets` (KIP-848; Kafka's ConsumerGroup*Key/Value records,
+in the group's partition beside its offset commits).
+
+Byte layout: a key is `int16 type | fields` (not flexible); a value `int16 version (0) | fields` (flexible: compact
+strings and arrays, tagged fields), in engine.protocol.schema's encodings. The six kinds, by key type:
+- 3 ConsumerGroupMetadata (group): the group epoch;
+- 4 ConsumerGroupPartitionMetadata (group): every subscribed topic's id, name and partition count (racks empty);
+- 5 ConsumerGroupMemberMetadata (group, member): instance id, rack, client id and host, subscribed topic names and
+  regex, rebalance timeout, server assignor;
+- 6 ConsumerGroupTargetAssignmentMetadata (group): the epoch of the target assignment;
+- 7 ConsumerGroupTargetAssignmentMember (group, member): the member's partitions in the target assignment;
+- 8 ConsumerGroupCurrentMemberAssignment (group, member): member epoch, previous epoch, state, assigned partitions,
+  partitions pending revocation.
+A null value (tombstone) removes what the key names. Topic ids are UUIDs on disk and 22-character URL-safe base64
+text in memory (as partition.metadata writes them).
+This snapshot of Kafka writes the partition metadata record (4); Kafka 4.1 replaces it with a hash of the topics in
+the group's metadata record, which this module does not write yet.
+Crash policy: a record is the unit of change; the coordinator appends the records of one heartbeat in one batch, so
+a crash keeps all of them or none. On load the coordinator replays them in log order, the last record per key wins.
+Thread-safety: stateless functions.
+"""
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import NamedTuple
+
+from engine.common.errors import CorruptRecordError
+from engine.protocol.schema import parse_fields, read_struct, write_struct
+from engine.protocol.types import MalformedRequestError, Reader, Writer
+
+GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = 3, 4, 5, 6, 7, 8
+KINDS = (GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT)
+_PER_MEMBER = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
+
+_TOPIC_PARTITIONS = """
+    topic_id uuid 0+
+    partitions []int32 0+
+"""
+_VALUES = {
+    GROUP_EPOCH: parse_fields("""
+  epoch int32 0+
+"""),
+    PARTITION_METADATA: parse_fields("""
+  topics [] 0+
+    topic_id uuid 0+
+    topic_name string 0+
+    num_partitions int32 0+
+    partition_metadata [] 0+
+      partition int32 0+
+      racks []string 0+
+"""),
+    MEMBER_METADATA: parse_fields("""
+  instance_id string 0+ null=0+
+  rack_id string 0+ null=0+
+  client_id string 0+
+  client_host string 0+
+  subscribed_topic_names []string 0+
+  subscribed_topic_regex string 0+ null=0+
+  rebalance_timeout_ms int32 0+ default=-1
+  server_assignor string 0+ null=0+
+  classic_member_metadata {} 0+ null=0+ tag=0 default=null
+    session_timeout_ms int32 0+
+    supported_protocols [] 0+
+      name string 0+
+      metadata bytes 0+
+"""),
+    TARGET_EPOCH: parse_fields("""
+  assignment_epoch int32 0+
+"""),
+    TARGET_MEMBER: parse_fields("""
+  topic_partitions [] 0+""" + _TOPIC_PARTITIONS),
+    CURRENT_ASSIGNMENT: parse_fields("""
+  member_epoch int32 0+
+  previous_member_epoch int32 0+
+  state int8 0+
+  assigned_partitions [] 0+""" + _TOPIC_PARTITIONS + """  partitions_pending_revocation [] 0+""" +
+                                     _TOPIC_PARTITIONS),
+}
+
+
+class Record(NamedTuple):
+    """One consumer group record: its kind (the key type), group, member ("" for the group-wide kinds) and value
+    (a dict of the value's fields; None for a tombstone)."""
+
+    kind: int
+    group_id: str
+    member_id: str
+    value: dict | None
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+def topic_text(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def partitions_out(parts: dict[str, frozenset[int]]) -> list[dict]:
+    """A {topic id: partitions} map as the records' (and the heartbeat's) TopicPartitions list."""
+    return [{"topic_id": topic_uuid(t), "partitions": sorted(ps)} for t, ps in sorted(parts.items()) if ps]
+
+
+def partitions_in(rows: list[dict]) -> dict[str, frozenset[int]]:
+    out: dict[str, frozenset[int]] = {}
+    for row in rows:
+        t = topic_text(row["topic_id"])
+        out[t] = out.get(t, frozenset()) | frozenset(row["partitions"])
+    return out
+
+
+def encode(record: Record) -> tuple[bytes, bytes | None]:
+    """The record's key and value bytes."""
+    w = Writer()
+    w.int16(record.kind)
+    w.string(record.group_id, False)
+    if record.kind in _PER_MEMBER:
+        w.string(record.member_id, False)
+    key = w.getvalue()
+    if record.value is None:
+        return key, None
+    w = Writer()
+    w.int16(0)
+    write_struct(w, _VALUES[record.kind], record.value, 0, True)
+    return key, w.getvalue()
+
+
+def is_consumer_group_key(data) -> bool:
+    return len(data) >= 2 and int.from_bytes(bytes(data[:2]), "big") in KINDS
+
+
+def decode(key, value) -> Record:
+    """A record from its key and value bytes (CorruptRecordError when they do not parse)."""
+    try:
+        r = Reader(key)
+        kind = r.int16()
+        group_id = r.string(False)
+        member_id = r.string(False) if kind in _PER_MEMBER else ""
+        if kind not in KINDS or group_id is None or member_id is None:
+            raise MalformedRequestError(f"key type {kind}")
+        if value is None:
+            return Record(kind, group_id, member_id, None)
+        r = Reader(value)
+        version = r.int16()
+        if version != 0:
+            raise MalformedRequestError(f"value version {version}")
+        return Record(kind, group_id, member_id, read_struct(r, _VALUES[kind], 0, True))
+    except (MalformedRequestError, ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"__consumer_offsets: a consumer group record that does not parse: {exc}") from None

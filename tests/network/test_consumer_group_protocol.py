@@ -1,0 +1,84 @@
+"""The consumer group protocol (KIP-848) over the wire, judged by librdkafka (confluent-kafka with
+group.protocol=consumer): members split a topic's partitions by the coordinator's assignment, learn their topics'
+names from Metadata by topic id, commit with their member epoch, and a member that leaves hands its partitions over;
+the admin client describes the group through ConsumerGroupDescribe."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.network.test_listener import _drain, _records, produced
+
+CONF = {"group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+
+
+@pytest.fixture
+def served(kafka_server):
+    return kafka_server.engine, kafka_server.listener
+
+
+def _until(check, consumers, seconds: float = 30, seen: list | None = None) -> bool:
+    """Poll `consumers` until `check()`; what they read goes into `seen`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        for c in consumers:
+            msg = c.poll(0.1)
+            if msg is not None and msg.error() is None and seen is not None:
+                seen.append((msg.partition(), msg.offset()))
+    return check()
+
+
+def test_librdkafka_members_share_partitions_commit_and_hand_over(served):
+    from confluent_kafka import Consumer
+
+    eng, listener = served
+    produced(listener, eng, "kip848", 4, 400)
+    conf = {"bootstrap.servers": listener.bootstrap, "group.id": "g848", **CONF}
+    first, second = Consumer(conf), Consumer(conf)
+    first.subscribe(["kip848"])
+    second.subscribe(["kip848"])
+    seen: list = []  # (the first to join may read every partition before the second is given half)
+    assert _until(lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, [first, second],
+                  seen=seen)
+    mine, theirs = {tp.partition for tp in first.assignment()}, {tp.partition for tp in second.assignment()}
+    assert mine | theirs == {0, 1, 2, 3} and not mine & theirs
+    group = eng.groups.describe_consumer_group("g848")
+    assert group.state == "Stable" and len(group.members) == 2
+    assert all(m.member_epoch == group.assignment_epoch for m in group.members)
+    got = _drain(first, sum(len(_records(eng, "kip848", p)) for p in mine) - sum(p in mine for p, _ in seen))
+    first.commit(asynchronous=False)  # OffsetCommit with the member's epoch
+    committed = eng.committed_offsets("g848", [("kip848", p) for p in mine])
+    assert {tp.partition: om.offset for tp, om in committed.items()} == \
+        {p: len(_records(eng, "kip848", p)) for p in mine}
+    first.close()  # a heartbeat with epoch -1: the other member is given every partition
+    assert _until(lambda: len(second.assignment()) == 4, [second], seen=seen)
+    rest = _drain(second, 400 - len(set(got + seen)))
+    second.close()
+    # every record read; one read twice only where the first member had it before a revocation without a commit
+    assert sorted(set(rest + got + seen)) == \
+        sorted((p, o) for p in range(4) for o in range(len(_records(eng, "kip848", p))))
+    assert eng.groups.describe_consumer_group("g848").state == "Empty"
+
+
+def test_librdkafka_admin_describes_and_lists_a_consumer_group(served):
+    from confluent_kafka import Consumer, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    eng, listener = served
+    eng.create_topic("described", 3)
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "gd", "client.id": "me", **CONF})
+    consumer.subscribe(["described"])
+    assert _until(lambda: len(consumer.assignment()) == 3, [consumer])
+    admin = AdminClient({"bootstrap.servers": listener.bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    assert [(g.group_id, g.type) for g in listed.valid] == [("gd", ConsumerGroupType.CONSUMER)]
+    described = admin.describe_consumer_groups(["gd"], request_timeout=10)["gd"].result()
+    assert described.type == ConsumerGroupType.CONSUMER and described.partition_assignor == "uniform"
+    (member,) = described.members
+    assert member.client_id == "me"
+    assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1, 2]
+    assert {tp.topic for tp in member.assignment.topic_partitions} == {"described"}
+    consumer.close()

@@ -1,0 +1,370 @@
+"""The group coordinator's consumer group protocol (KIP-848: engine.groups.consumer_group and its coordinator), driven
+by heartbeats as Kafka's clients send them, on an injected clock: revocation before assignment, epochs and fencing,
+session and rebalance timeouts, static members, restarts, offset commits with member epochs, and a random history
+checked against the protocol's promise that no partition has two owners."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import engine
+from engine.common.clock import ManualClock
+from engine.common.errors import (
+    CorruptRecordError,
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnsupportedAssignorError,
+)
+from engine.common.structs import OffsetAndMetadata, TopicPartition
+from engine.groups import consumer_group_records as records
+from engine.groups.consumer_group import Heartbeat
+
+SESSION_MS = 45_000
+
+
+class Client:
+    """A member as Kafka's clients run one: it joins with epoch 0, then sends its epoch and what it owns; it gives up
+    revoked partitions and takes new ones as soon as an answer says so."""
+
+    def __init__(self, groups, group: str = "g", topics=("t",), instance: str | None = None,
+                 assignor: str | None = None) -> None:
+        self.groups, self.group, self.topics, self.instance, self.assignor = groups, group, list(topics), instance, \
+            assignor
+        self.member_id, self.epoch, self.owned = "", 0, {}
+
+    def beat(self, **changes):
+        joining = self.epoch == 0
+        hb = Heartbeat(self.group, self.member_id, self.epoch, self.instance, None, 30_000 if joining else -1,
+                       self.topics if joining else None, None, self.assignor if joining else None,
+                       {} if joining else self.owned, "test")
+        answer = self.groups.consumer_group_heartbeat(hb._replace(**changes))
+        self.member_id, self.epoch = answer.member_id, answer.member_epoch
+        if answer.assignment is not None:
+            self.owned = dict(answer.assignment)
+        return answer
+
+    def partitions(self) -> set[int]:
+        return {p for ps in self.owned.values() for p in ps}
+
+
+@pytest.fixture
+def opened(tmp_path):
+    clock = ManualClock(1_000_000)
+    e = engine.open(str(tmp_path / "d"), clock=clock, background=False)
+    e.create_topic("t", partitions=6)
+    yield e, clock
+    e.close()
+
+
+def test_a_partition_moves_only_once_its_owner_revoked_it(opened):
+    e, _ = opened
+    a = Client(e.groups)
+    assert a.beat().member_epoch == 1 and a.partitions() == set(range(6))
+    b = Client(e.groups)
+    joined = b.beat()  # epoch 2, but every partition is still a's
+    assert joined.member_epoch == 2 and b.partitions() == set()
+    assert e.groups.describe_consumer_group("g").state == "Reconciling"
+    answer = a.beat()  # told to revoke three; it stays at epoch 1 until it says it no longer owns them
+    assert answer.member_epoch == 1 and len(a.partitions()) == 3
+    assert a.beat().member_epoch == 2
+    assert b.beat().member_epoch == 2 and b.partitions() == set(range(6)) - a.partitions()
+    d = e.groups.describe_consumer_group("g")
+    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor_name) == ("Stable", 2, 2, "uniform")
+
+
+def test_epochs_the_member_does_not_have_are_fenced(opened):
+    e, _ = opened
+    a = Client(e.groups)
+    a.beat()
+    Client(e.groups).beat()
+    a.beat()  # epoch 1, revoking
+    with pytest.raises(FencedMemberEpochError):
+        a.beat(member_epoch=5)
+    a.beat()  # epoch 2 now
+    assert a.epoch == 2
+    a.beat(member_epoch=1)  # its previous epoch, owning only what it holds: accepted (a retried request)
+    with pytest.raises(FencedMemberEpochError):
+        a.beat(member_epoch=1, owned={**a.owned, "x" * 22: frozenset({0})})
+    with pytest.raises(UnknownMemberIdError):
+        a.beat(member_id="nobody")
+    with pytest.raises(GroupIdNotFoundError):
+        a.beat(group_id="other")
+
+
+def test_requests_kafka_refuses_are_refused_typed(opened):
+    e, _ = opened
+    for changes, error in [({"topic_regex": "t.*"}, InvalidRequestError), ({"server_assignor": "sticky"},
+                                                                            UnsupportedAssignorError),
+                           ({"topic_names": []}, InvalidRequestError), ({"rebalance_timeout_ms": -1},
+                                                                        InvalidRequestError),
+                           ({"owned": {"x" * 22: frozenset({1})}}, InvalidRequestError),
+                           ({"member_epoch": -3}, InvalidRequestError)]:
+        with pytest.raises(error):
+            Client(e.groups).beat(**changes)
+    assert e.groups.list_groups() == []
+
+
+def test_a_silent_member_is_removed_after_its_session_and_one_that_keeps_what_it_must_revoke_after_its_rebalance_timeout(
+        opened):
+    e, clock = opened
+    a, b = Client(e.groups), Client(e.groups)
+    a.beat()
+    b.beat()
+    a.beat()  # revoking three
+    clock.advance(29_999)
+    a.beat(owned=a.owned | {t: ps | frozenset(range(6)) for t, ps in a.owned.items()})  # still owns all six
+    b.beat()
+    clock.advance(2)
+    e.groups.tick()  # 30 s (its rebalance timeout) since it was asked to revoke: fenced
+    assert [m.member_id for m in e.groups.describe_consumer_group("g").members] == [b.member_id]
+    assert b.beat().member_epoch == 3 and b.partitions() == set(range(6))
+    clock.advance(SESSION_MS)
+    e.groups.tick()
+    d = e.groups.describe_consumer_group("g")
+    assert d.state == "Empty" and d.group_epoch == 4
+
+
+def test_a_static_member_comes_back_under_a_new_id_with_its_partitions_and_no_new_epoch(opened):
+    e, _ = opened
+    a, b = Client(e.groups, instance="i-a"), Client(e.groups, instance="i-b")
+    a.beat(), b.beat(), a.beat(), a.beat(), b.beat()
+    held, epoch = a.partitions(), e.groups.describe_consumer_group("g").group_epoch
+    assert a.beat(member_epoch=-2).member_epoch == -2  # leaves for a restart
+    back = Client(e.groups, instance="i-a")
+    assert back.beat().member_epoch == epoch and back.partitions() == held and back.member_id != a.member_id
+    assert e.groups.describe_consumer_group("g").group_epoch == epoch
+    with pytest.raises(FencedInstanceIdError):  # the old incarnation is gone
+        a.beat(member_epoch=epoch)
+
+
+def test_the_group_survives_a_restart_from_its_records(tmp_path):
+    clock = ManualClock(1_000_000)
+    path = str(tmp_path / "d")
+    with engine.open(path, clock=clock, background=False) as e:
+        e.create_topic("t", partitions=4)
+        a, b = Client(e.groups), Client(e.groups)
+        a.beat(), b.beat(), a.beat(), a.beat(), b.beat()
+        before = e.groups.describe_consumer_group("g")
+        e.groups.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(7)}, a.member_id, a.epoch)
+    with engine.open(path, clock=clock, background=False) as e:
+        assert e.groups.describe_consumer_group("g") == before
+        a.groups = b.groups = e.groups
+        assert a.beat().member_epoch == before.group_epoch and b.beat().member_epoch == before.group_epoch
+        assert e.committed("g", TopicPartition("t", 0)).offset == 7
+        clock.advance(SESSION_MS)  # sessions start again at the open
+        e.groups.tick()
+        assert e.groups.describe_consumer_group("g").state == "Empty"
+
+
+def test_offset_commits_carry_the_member_epoch(opened):
+    e, _ = opened
+    a = Client(e.groups)
+    a.beat()
+    tp = {TopicPartition("t", 0): OffsetAndMetadata(3)}
+    e.groups.commit_offsets("g", tp, a.member_id, a.epoch)
+    with pytest.raises(StaleMemberEpochError):
+        e.groups.commit_offsets("g", tp, a.member_id, a.epoch - 1)
+    with pytest.raises(UnknownMemberIdError):
+        e.groups.commit_offsets("g", tp)  # an admin's commit while the group has members
+    a.beat(member_epoch=-1)
+    e.groups.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(5)})
+    assert e.committed("g", TopicPartition("t", 0)).offset == 5
+
+
+def test_a_group_id_is_one_protocols_at_a_time(opened):
+    e, _ = opened
+    Client(e.groups).beat()
+    with pytest.raises(InconsistentGroupProtocolError):
+        e.groups.join_group("g", "", "c", "consumer", [("range", b"")], 10_000, 10_000)
+    pending = e.groups.join_group("classic", "", "c", "consumer", [("range", b"")], 10_000, 10_000)
+    assert pending.done
+    with pytest.raises(GroupIdNotFoundError):
+        Client(e.groups, group="classic").beat()
+
+
+def test_a_new_partition_of_a_subscribed_topic_moves_the_group_epoch(opened):
+    e, _ = opened
+    a = Client(e.groups)
+    a.beat()
+    e.create_partitions("t", 8)
+    assert a.beat().member_epoch == 2 and a.partitions() == set(range(8))
+
+
+def test_the_records_round_trip_and_a_damaged_one_is_a_typed_error():
+    tid = records.topic_text(records.topic_uuid("AAAAAAAAAAAAAAAAAAAAAQ"))
+    rec = records.Record(records.CURRENT_ASSIGNMENT, "g", "m", {
+        "member_epoch": 3, "previous_member_epoch": 2, "state": 1,
+        "assigned_partitions": records.partitions_out({tid: frozenset({1, 0})}),
+        "partitions_pending_revocation": records.partitions_out({tid: frozenset({2})})})
+    key, value = records.encode(rec)
+    back = records.decode(key, value)
+    assert back.kind == records.CURRENT_ASSIGNMENT and (back.group_id, back.member_id) == ("g", "m")
+    assert records.partitions_in(back.value["assigned_partitions"]) == {tid: frozenset({0, 1})}
+    assert records.decode(key, None).value is None
+    with pytest.raises(CorruptRecordError):
+        records.decode(key, value[:-3])
+
+
+def test_a_random_history_never_gives_a_partition_to_two_members(opened):
+    """Members join, heartbeat, leave and go silent at random; at every step the partitions the members believe they
+    own are disjoint, and once everyone heartbeats a few times the group is stable with every partition owned."""
+    e, clock = opened
+    e.create_topic("u", partitions=5)
+    rng = random.Random(848)
+    live: list[Client] = []
+    for _ in range(400):
+        r = rng.random()
+        if r < 0.15 or not live:
+            c = Client(e.groups, topics=rng.choice([["t"], ["u"], ["t", "u"]]), assignor=rng.choice([None, "range"]))
+            c.beat()
+            live.append(c)
+        elif r < 0.2:
+            live.pop(rng.randrange(len(live))).beat(member_epoch=-1)
+        elif r < 0.23:
+            gone = live.pop(rng.randrange(len(live)))  # goes silent: its session ends; the others beat every 5 s
+            for _ in range(SESSION_MS // 5_000):
+                clock.advance(5_000)
+                for c in live:
+                    c.beat()
+            e.groups.tick()
+            assert gone.member_id not in {m.member_id for m in e.groups.describe_consumer_group("g").members}
+            gone.owned = {}
+        else:
+            rng.choice(live).beat()
+        clock.advance(rng.randrange(100))
+        owned = [(t, p) for c in live for t, ps in c.owned.items() for p in ps]
+        assert len(owned) == len(set(owned))
+    for _ in range(4):
+        for c in live:
+            c.beat()
+    assert e.groups.describe_consumer_group("g").state == "Stable"
+    subscribed = {t for c in live for t in c.topics}
+    owned = sorted((t, p) for c in live for t, ps in c.owned.items() for p in ps)
+    assert owned == sorted((e.admin.topic_id_of(t), p) for t in subscribed for p in range(6 if t == "t" else 5))
+
+
+def test_options_the_coordinator_decides_are_refused_under_the_consumer_protocol(opened):
+    from engine.common.errors import InvalidConfigurationError
+
+    e, _ = opened
+    for option in ({"session_timeout_ms": 10_000}, {"heartbeat_interval_ms": 1_000},
+                   {"partition_assignment_strategy": "range"}):
+        with pytest.raises(InvalidConfigurationError, match="does not apply to group_protocol='consumer'"):
+            e.consumer("t", group_id="g", group_protocol="consumer", **option)
+    with pytest.raises(InvalidConfigurationError, match="group_remote_assignor does not apply"):
+        e.consumer("t", group_id="g", group_remote_assignor="range")
+    with pytest.raises(InvalidConfigurationError, match="must be 'classic' or 'consumer'"):
+        e.consumer("t", group_id="g", group_protocol="eager")
+
+
+def test_in_process_consumers_of_the_consumer_protocol_share_hand_over_and_commit(tmp_path):
+    """Two engine consumers with group_protocol='consumer' split a topic; the first's listener hears what it gives
+    up; when it closes (committing), the second takes every partition from the committed offsets."""
+    from engine.clients.consumer_coordinator import ConsumerRebalanceListener
+
+    class Heard(ConsumerRebalanceListener):
+        def __init__(self):
+            self.events = []
+
+        def on_partitions_revoked(self, revoked):
+            self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
+
+        def on_partitions_assigned(self, assigned):
+            self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
+
+    with engine.open(str(tmp_path / "d"), group_config={"group_consumer_heartbeat_interval_ms": 50}) as e:
+        e.create_topic("t", partitions=4)
+        with e.producer() as p:
+            for i in range(200):
+                p.send("t", key=b"%d" % i, value=b"%d" % i)
+        heard = Heard()
+        first = e.consumer(group_id="g", group_protocol="consumer", auto_offset_reset="earliest",
+                           group_remote_assignor="range")
+        first.subscribe(["t"], listener=heard)
+        got: list = []
+        for _ in range(50):
+            got += [r.value for rs in first.poll(timeout_ms=50).values() for r in rs]
+            if len(first.assignment()) == 4 and len(got) >= 30:
+                break
+        assert len(first.assignment()) == 4 and heard.events[0] == ("assigned", [0, 1, 2, 3])
+        second = e.consumer(group_id="g", group_protocol="consumer", auto_offset_reset="earliest")
+        second.subscribe(["t"])
+        for _ in range(200):
+            got += [r.value for rs in first.poll(timeout_ms=10).values() for r in rs]
+            second.poll(timeout_ms=10)
+            if len(first.assignment()) == 2 and len(second.assignment()) == 2:
+                break
+        assert sorted(tp.partition for tp in first.assignment() | second.assignment()) == [0, 1, 2, 3]
+        assert heard.events[1][0] == "revoked" and len(heard.events[1][1]) == 2
+        assert e.groups.describe_consumer_group("g").assignor_name == "range"
+        first.close()  # commits what it read, leaves with epoch -1
+        rest: list = []
+        for _ in range(200):
+            rest += [r.value for rs in second.poll(timeout_ms=20).values() for r in rs]
+            if len(second.assignment()) == 4 and len(got) + len(rest) >= 200:
+                break
+        second.close()
+        assert sorted(got + rest, key=int) == [b"%d" % i for i in range(200)]
+
+
+def test_an_empty_consumer_group_goes_with_its_last_offset(opened):
+    e, clock = opened
+    a = Client(e.groups)
+    a.beat()
+    e.groups.commit_offsets("g", {TopicPartition("t", 1): OffsetAndMetadata(2)}, a.member_id, a.epoch)
+    e.groups.expire_offsets()
+    assert e.groups.list_groups() == [("g", "Stable", "consumer")]  # a member's subscribed offsets stay
+    a.beat(member_epoch=-1)
+    clock.advance(e.groups.config.offsets_retention_minutes * 60_000)
+    assert e.groups.expire_offsets() == 1
+    assert e.groups.list_groups() == []
+    with pytest.raises(GroupIdNotFoundError):
+        e.groups.describe_consumer_group("g")
+
+
+def test_kafkalog_groups_describes_a_consumer_protocol_group(tmp_path, capsys):
+    import json
+
+    from engine.tools.cli import main
+
+    path = str(tmp_path / "d")
+    with engine.open(path, background=False) as e:
+        e.create_topic("t", partitions=2)
+        a = Client(e.groups)
+        a.beat()
+        e.groups.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(0)}, a.member_id, a.epoch)
+    assert main(["groups", "--describe", "--group", "g", "--json", "--data", path]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["type"], d["state"], d["generation"], d["protocol"]) == ("consumer", "Stable", 1, "uniform")
+    (member,) = d["members"]
+    assert member["member_id"] == a.member_id and sorted(member["assignment"]) == ["t-0", "t-1"]
+    assert [(r["partition"], r["consumerId"]) for r in d["partitions"]] == [(0, a.member_id), (1, a.member_id)]
+    assert main(["groups", "--describe", "--group", "g", "--data", path]) == 0
+    assert "(the consumer group protocol, group epoch 1, assignor uniform, 1 member(s))" in capsys.readouterr().out
+
+
+def test_a_custom_server_assignor_is_offered_and_chosen_by_name(tmp_path):
+    class FirstTakesAll(engine.ServerAssignor):
+        """Every subscribed partition to the first member (the GroupSpec's order: arrival)."""
+
+        name = "first-takes-all"
+
+        def assign(self, spec: engine.GroupSpec) -> dict:
+            first = next(iter(spec.members))
+            return {first: {t: frozenset(range(spec.partitions[t])) for t in spec.members[first].topics}}
+
+    config = {"group_consumer_assignors": ["uniform", FirstTakesAll()]}
+    with engine.open(str(tmp_path / "d"), group_config=config, background=False) as e:
+        e.create_topic("t", partitions=3)
+        a, b = Client(e.groups, assignor="first-takes-all"), Client(e.groups, assignor="first-takes-all")
+        a.beat(), b.beat()
+        assert (a.partitions(), b.partitions()) == ({0, 1, 2}, set())
+        assert e.groups.describe_consumer_group("g").assignor_name == "first-takes-all"
+    with pytest.raises(engine.InvalidConfigurationError, match="not a named ServerAssignor"):
+        engine.open(str(tmp_path / "e"), group_config={"group_consumer_assignors": [object()]})
