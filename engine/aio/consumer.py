@@ -14,7 +14,8 @@ Records `getone()` and `async for` fetched but did not return yet stay in the co
 and the auto-commit count from the first of them, and seek(), pause() and a revocation drop or hold them back; a
 cancelled wait returns nothing and moves no position.
 Defaults are aiokafka's where they differ from the synchronous consumer's: max_poll_records=None (getmany()
-returns what one fetch finds, up to fetch_max_bytes) and partition_assignment_strategy=('roundrobin',). Configs
+returns what one fetch finds, up to fetch_max_bytes) and partition_assignment_strategy=('roundrobin',) (under
+group_protocol='classic': under 'consumer' the coordinator assigns). Configs
 only a networked client has (bootstrap_servers, security and SASL, fetch_max_wait_ms, request_timeout_ms,
 retry_backoff_ms, consumer_timeout_ms, metadata ages) are refused; check_crcs, exclude_internal_topics and
 fetch_min_bytes take their default values only (the engine always checks CRCs and never shows internal topics).
@@ -110,7 +111,7 @@ class AIOKafkaConsumer:
     committed, offsets_for_times, beginning/end_offsets, pause/resume."""
 
     def __init__(self, *topics: str, engine, max_poll_records: int | None = None,
-                 partition_assignment_strategy=("roundrobin",), check_crcs: bool = True,
+                 partition_assignment_strategy=None, check_crcs: bool = True,
                  exclude_internal_topics: bool = True, fetch_min_bytes: int = 1, **configs) -> None:
         refuse_network_configs(configs, "consumer")
         found = sorted(CONSUMER_NETWORK_ONLY.intersection(configs))
@@ -123,6 +124,8 @@ class AIOKafkaConsumer:
                 raise InvalidConfigurationError(f"{name}={value!r}: only {only!r} is supported in-process")
         if max_poll_records is not None and (type(max_poll_records) is not int or max_poll_records < 1):
             raise InvalidConfigurationError(f"max_poll_records={max_poll_records!r} must be None or an int >= 1")
+        if partition_assignment_strategy is None and configs.get("group_protocol", "classic") == "classic":
+            partition_assignment_strategy = ("roundrobin",)  # (aiokafka's default; the consumer protocol has none)
         self._engine = engine
         self._max_poll_records = max_poll_records
         self._consumer: ConsumerCore = engine.registry.register(ConsumerCore(

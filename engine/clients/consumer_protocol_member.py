@@ -7,8 +7,9 @@ own now. The member makes its id itself (as Kafka 4's clients do) and joins with
 heartbeat then carries its epoch and the partitions it owns, and the subscription again whenever it changed.
 Heartbeats go from the engine's heartbeat thread every heartbeat interval (the coordinator's
 group.consumer.heartbeat.interval.ms) and from `poll()` when one is due or the member has something to say; the
-answer's assignment is kept, and the consumer's thread applies it at its next poll (as the Java consumer runs its
-callbacks on the application thread): auto-commit, `on_partitions_revoked` for what it loses, the new assignment,
+answer's assignment is kept, and the consumer's thread applies it at its next poll, never in the poll whose heartbeat
+brought it (as the Java consumer runs its callbacks on the application thread; the asyncio consumer runs a poll with an
+assignment pending off its loop, where a listener may wait for the loop): auto-commit, `on_partitions_revoked` for what it loses, the new assignment,
 `on_partitions_assigned` for what it gains, then a heartbeat at once so the coordinator learns the revocation and
 can hand those partitions on. A member fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) calls `on_partitions_lost`,
 does not commit, and joins again with epoch 0 under the same id. The heartbeat thread leaves the group (epoch -1)
@@ -90,12 +91,14 @@ class ConsumerProtocolMember:
         if self._fatal is not None:
             raise self._fatal
         now = self._last_poll = self._clock.time_ms()
+        # what earlier answers brought first (a poll with a pending assignment is `rebalancing()`: the asyncio
+        # consumer runs it off the loop, where its listener may be called), then a heartbeat if one is due or the
+        # member gave something up; what that answer brings waits for the next poll
+        gave_up = self._reconcile()
         with self._lock:
             due = self._resend or self.epoch <= 0 or now >= self._next_beat
-        if due:
+        if due or gave_up:
             self._heartbeat()
-        if self._reconcile():
-            self._heartbeat()  # the coordinator learns at once what the member gave up
         if not self._scheduled and not self._stop.is_set():
             self._scheduled = self._heartbeats.add(self, self.heartbeat_interval_ms, self._beat)
         return not self.rebalancing()
@@ -123,7 +126,7 @@ class ConsumerProtocolMember:
         try:
             (self.listener.on_partitions_lost if lost else self.listener.on_partitions_revoked)(set(partitions))
         finally:
-            self.owned -= partitions
+            self.owned = self.owned - partitions  # (a new set: the heartbeat thread may be reading the old one)
             self._consumer.set_assignment(self.owned)
 
     # --- heartbeats (either thread) ---------------------------------------------------------------

@@ -159,7 +159,7 @@ class KafkaApis:
         """A topic asked for by id alone (Metadata v10+, as the consumer group protocol's clients ask for the topics
         of their assignment): UNKNOWN_TOPIC_ID when no topic has it."""
         name = self.engine.admin.topic_named(topic_id_text(topic_id)) if topic_id != ZERO_UUID else None
-        if name is None or name in COORDINATOR_TOPICS:
+        if name is None:
             return {"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
         return self._topic_metadata(name, create=False)
 

@@ -82,3 +82,43 @@ def test_librdkafka_admin_describes_and_lists_a_consumer_group(served):
     assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1, 2]
     assert {tp.topic for tp in member.assignment.topic_partitions} == {"described"}
     consumer.close()
+
+
+def test_metadata_answers_a_topic_asked_for_by_id(served):
+    """Metadata v12 with topic ids and no names (what the consumer group protocol's clients send for the topics of
+    their assignment): the topic by its id, and UNKNOWN_TOPIC_ID (100) for an id no topic has."""
+    import socket
+    import uuid
+
+    from engine.network.api_common import topic_uuid
+    from engine.protocol import messages as m
+    from tests.network.test_listener import _call
+
+    eng, listener = served
+    eng.create_topic("by-id", 3)
+    known, unknown = topic_uuid(eng.admin.topic_id_of("by-id")), uuid.UUID(int=12345)
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        answer = _call(sock, m.METADATA, 12, {"topics": [{"name": None, "topic_id": known},
+                                                          {"name": None, "topic_id": unknown}],
+                                              "allow_auto_topic_creation": False})
+    found, missing = answer["topics"]
+    assert (found["error_code"], found["name"], found["topic_id"], len(found["partitions"])) == (0, "by-id", known, 3)
+    assert (missing["error_code"], missing["name"], missing["topic_id"]) == (100, None, unknown)
+
+
+def test_api_versions_announces_the_consumer_group_protocol(served):
+    """ApiVersions v3+: the two APIs of the consumer group protocol, and the feature `group.version` at level 1 (Kafka
+    4's switch for it); no `transaction.version`, since transactions v2 are not served."""
+    import socket
+
+    from engine.protocol import messages as m
+    from tests.network.test_listener import _call
+
+    _, listener = served
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        answer = _call(sock, m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+    assert keys[68] == (0, 1) and keys[69] == (0, 0)
+    assert [(f["name"], f["min_version_level"], f["max_version_level"]) for f in answer["finalized_features"]] == \
+        [("group.version", 1, 1)]
+    assert [f["name"] for f in answer["supported_features"]] == ["group.version"]

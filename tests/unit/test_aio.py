@@ -567,3 +567,50 @@ def test_exactly_once_consume_transform_produce_under_random_cancellation(tmp_pa
         run(main())
         got = sorted(v for _p, _o, _k, v in sync_read(e, "sink", isolation="read_committed"))
         assert got == sorted(b"%d!" % i for i in range(n))
+
+
+def test_consumer_protocol_members_share_partitions_with_async_callbacks(tmp_path, run):
+    """AIOKafkaConsumer with group_protocol='consumer' (KIP-848): the coordinator assigns; the first member's async
+    listener hears what it gives up (and commits it) when the second joins; every record is read once."""
+    log: list = []
+    seen: list = []
+    with engine.open(str(tmp_path / "d"), group_config={"group_consumer_heartbeat_interval_ms": 50}) as e:
+        e.create_topic("events", partitions=3)
+        with e.producer() as sp:
+            for i in range(60):
+                sp.send("events", b"%d" % i, partition=i % 3)
+
+        def member(name):
+            c = AIOKafkaConsumer(engine=e, group_id="kip848", group_protocol="consumer",
+                                 auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=4)
+            return c, Recorder(name, log, c)
+
+        async def read(c, name):
+            while len(seen) < 60:
+                got = await c.getmany(timeout_ms=100)
+                seen.extend((name, r.partition, r.offset) for records in got.values() for r in records)
+                await asyncio.sleep(0)
+            await c.commit()
+
+        async def main():
+            (a, la), (b, lb) = member("a"), member("b")
+            await a.start()
+            await b.start()
+            a.subscribe(["events"], listener=la)
+            while not a.assignment():
+                got = await within(a.getmany(timeout_ms=100))
+                seen.extend(("a", r.partition, r.offset) for records in got.values() for r in records)
+            b.subscribe(["events"], listener=lb)
+            await within(asyncio.gather(read(a, "a"), read(b, "b")))
+            while not b.assignment():
+                await within(asyncio.gather(a.getmany(timeout_ms=50), b.getmany(timeout_ms=50)))
+            assignment = (a.assignment(), b.assignment())
+            await a.stop()
+            await b.stop()
+            return assignment
+        asg_a, asg_b = run(main())
+    assert asg_a | asg_b == {TopicPartition("events", p) for p in range(3)} and not asg_a & asg_b and asg_b
+    assert log[0] == ("a", "assigned", [0, 1, 2])
+    assert any(n == "a" and k == "revoked" and ps for n, k, ps in log)
+    assert any(n == "b" and k == "assigned" and ps for n, k, ps in log)
+    assert sorted((p, o) for _n, p, o in seen) == sorted((i % 3, i // 3) for i in range(60))
