@@ -10,7 +10,8 @@ moves towards its target in its own heartbeats, with its own member epoch (Kafka
   is UNRELEASED_PARTITIONS, at the target epoch);
 - then it is STABLE at the target epoch.
 A member that sends an epoch it does not have is fenced (FENCED_MEMBER_EPOCH: a greater one, or a smaller one but its
-previous epoch while owning only what it is assigned); one that misses heartbeats for the session timeout is removed,
+previous epoch while owning only what it is assigned) and joins again with epoch 0 under the same id (accepted, as
+KIP-848 says and Kafka since KAFKA-19233 does; the 4.0 code kafkalog otherwise follows fenced it again); one that misses heartbeats for the session timeout is removed,
 and the group epoch moves. Static members (group.instance.id) leave with epoch -2, keep their assignment and come
 back under a new member id; a member id that is empty on a join is made here (heartbeat v0), one the member made
 itself is taken (Kafka 4's clients make their own).
@@ -313,6 +314,8 @@ def check_request(hb: Heartbeat, assignors: dict) -> None:
 
 
 def _check_epoch(m: Member, received: int, owned: Parts | None) -> None:
+    if received == 0:
+        return  # a fenced member joining again under its id, as KIP-848 says (Kafka's KAFKA-19233 fix)
     if received > m.epoch:
         raise FencedMemberEpochError(f"member {m.member_id} sent epoch {received}, greater than its epoch {m.epoch}: "
                                      f"it must give up its partitions and join again")

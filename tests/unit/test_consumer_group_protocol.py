@@ -368,3 +368,17 @@ def test_a_custom_server_assignor_is_offered_and_chosen_by_name(tmp_path):
         assert e.groups.describe_consumer_group("g").assignor_name == "first-takes-all"
     with pytest.raises(engine.InvalidConfigurationError, match="not a named ServerAssignor"):
         engine.open(str(tmp_path / "e"), group_config={"group_consumer_assignors": [object()]})
+
+
+def test_a_fenced_member_joins_again_under_its_id_with_epoch_0(opened):
+    """After FENCED_MEMBER_EPOCH the member gives up its partitions and joins with epoch 0 and the same member id
+    (KIP-848); the coordinator takes it back and hands it its assignment again."""
+    e, _ = opened
+    a = Client(e.groups)
+    a.beat()
+    epoch, held = a.epoch, a.partitions()
+    with pytest.raises(FencedMemberEpochError):
+        a.beat(member_epoch=epoch + 1)
+    a.epoch, a.owned = 0, {}
+    answer = a.beat()
+    assert answer.member_id == a.member_id and answer.member_epoch == epoch and a.partitions() == held
