@@ -409,6 +409,23 @@ class Recorder(ConsumerRebalanceListener):
         self.log.append((self.name, "assigned", sorted(p.partition for p in assigned)))
 
 
+async def read_all(c, name: str, seen: list, total: int) -> None:
+    """getmany() until `total` records were seen by the group (into `seen` as (name, partition, offset)), then
+    commit."""
+    while len(seen) < total:
+        got = await c.getmany(timeout_ms=100)
+        seen.extend((name, r.partition, r.offset) for records in got.values() for r in records)
+        await asyncio.sleep(0)  # (a getmany that finds records returns without suspending: let the other run)
+    await c.commit()
+
+
+async def assignments_then_stop(*members) -> tuple:
+    assignment = tuple(m.assignment() for m in members)
+    for m in members:
+        await m.stop()
+    return assignment
+
+
 def test_group_members_share_partitions_and_rebalance_inside_getmany_with_async_callbacks(eng, run):
     with eng.producer() as sp:
         for i in range(60):
@@ -421,13 +438,6 @@ def test_group_members_share_partitions_and_rebalance_inside_getmany_with_async_
                              heartbeat_interval_ms=100, session_timeout_ms=6000, max_poll_records=4)
         return c, Recorder(name, log, c if commit_on_revoke else None)
 
-    async def read(c, name):
-        while len(seen) < 60:
-            got = await c.getmany(timeout_ms=100)
-            seen.extend((name, r.partition, r.offset) for records in got.values() for r in records)
-            await asyncio.sleep(0)  # (a getmany that finds records returns without suspending: let the other run)
-        await c.commit()
-
     async def main():
         (a, la), (b, lb) = member("a", True), member("b", True)
         await a.start()
@@ -437,11 +447,8 @@ def test_group_members_share_partitions_and_rebalance_inside_getmany_with_async_
         seen.extend(("a", r.partition, r.offset) for records in first.values() for r in records)
         b.subscribe(["events"], listener=lb)
         assert await within(b.getmany(timeout_ms=0)) == {}  # b's JoinGroup is sent: the group rebalances
-        await within(asyncio.gather(read(a, "a"), read(b, "b")))
-        assignment = (a.assignment(), b.assignment())
-        await a.stop()
-        await b.stop()
-        return assignment
+        await within(asyncio.gather(read_all(a, "a", seen, 60), read_all(b, "b", seen, 60)))
+        return await assignments_then_stop(a, b)
     asg_a, asg_b = run(main())
     assert asg_a | asg_b == {TopicPartition("events", p) for p in range(3)} and not asg_a & asg_b and asg_b
     assert log[:2] == [("a", "revoked", []), ("a", "assigned", [0, 1, 2])]
@@ -585,13 +592,6 @@ def test_consumer_protocol_members_share_partitions_with_async_callbacks(tmp_pat
                                  auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=4)
             return c, Recorder(name, log, c)
 
-        async def read(c, name):
-            while len(seen) < 60:
-                got = await c.getmany(timeout_ms=100)
-                seen.extend((name, r.partition, r.offset) for records in got.values() for r in records)
-                await asyncio.sleep(0)
-            await c.commit()
-
         async def main():
             (a, la), (b, lb) = member("a"), member("b")
             await a.start()
@@ -601,13 +601,10 @@ def test_consumer_protocol_members_share_partitions_with_async_callbacks(tmp_pat
                 got = await within(a.getmany(timeout_ms=100))
                 seen.extend(("a", r.partition, r.offset) for records in got.values() for r in records)
             b.subscribe(["events"], listener=lb)
-            await within(asyncio.gather(read(a, "a"), read(b, "b")))
+            await within(asyncio.gather(read_all(a, "a", seen, 60), read_all(b, "b", seen, 60)))
             while not b.assignment():
                 await within(asyncio.gather(a.getmany(timeout_ms=50), b.getmany(timeout_ms=50)))
-            assignment = (a.assignment(), b.assignment())
-            await a.stop()
-            await b.stop()
-            return assignment
+            return await assignments_then_stop(a, b)
         asg_a, asg_b = run(main())
     assert asg_a | asg_b == {TopicPartition("events", p) for p in range(3)} and not asg_a & asg_b and asg_b
     assert log[0] == ("a", "assigned", [0, 1, 2])
