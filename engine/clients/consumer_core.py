@@ -23,7 +23,8 @@ assignors (partition_assignment_strategy, Kafka's default ['range', 'cooperative
 in `membership()`. With group_protocol='consumer' the member is one of the consumer group protocol (KIP-848,
 engine.clients.consumer_protocol_member): the coordinator assigns (group_remote_assignor names its assignor), and
 session_timeout_ms, heartbeat_interval_ms and partition_assignment_strategy, the coordinator's to decide, are refused
-(as Kafka's consumer refuses them). With a `group_id` and `assign()` (Kafka's standalone consumer) there is no membership. Either way
+(as Kafka's consumer refuses them). With a `group_id` and `assign()` (Kafka's standalone consumer) there is no
+membership. Either way
 a partition starts from the group's committed offset (`committed()`), else from auto_offset_reset; offsets are
 committed by `commit()`/`commit_async()`, every auto_commit_interval_ms by membership() (enable_auto_commit), on
 close(), or by a transactional producer's send_offsets_to_transaction.

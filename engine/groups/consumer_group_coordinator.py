@@ -53,6 +53,7 @@ class ConsumerGroupDescription(NamedTuple):
     assignment_epoch: int
     assignor_name: str
     members: list[MemberDescription]
+    topic_names: dict[str, str]  # topic id -> name, of the topics the group subscribes to
 
 
 class ConsumerGroupCoordinator:
@@ -178,7 +179,8 @@ class ConsumerGroupCoordinator:
             raise GroupIdNotFoundError(f"consumer group {group_id!r} does not exist")
         assignor = consumer_group.preferred_assignor(g.members.values(), self.settings.assignors)
         return ConsumerGroupDescription(group_id, g.state, g.epoch, g.assignment_epoch, assignor,
-                                        [_describe_member(g, m) for m in g.members.values()])
+                                        [_describe_member(g, m) for m in g.members.values()],
+                                        {tid: name for name, (tid, _) in g.metadata.items()})
 
 
 def _describe_member(g: ConsumerGroup, m: Member) -> MemberDescription:

@@ -760,7 +760,7 @@ class GroupCoordinator:
     def _classic_view(self, d: ConsumerGroupDescription) -> GroupDescription:
         """A consumer group as DescribeGroups shows it (as Kafka 4 does): protocol type "consumer", the assignor as
         protocol, the group epoch as generation, no leader, members with their assigned partitions."""
-        names = {tid: name for name, (tid, _) in self.consumer.groups[d.group_id].metadata.items()}
+        names = d.topic_names
         members = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                     "client_host": m.client_host, "metadata": b"", "assignment_bytes": b"",
                     "assignment": sorted(TopicPartition(names[t], p) for t, ps in m.assignment.items() if t in names

@@ -199,7 +199,7 @@ class GroupApis:
                             "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                             "members": []})
                 continue
-            names = {tid: name for name, (tid, _) in self.engine.groups.consumer.groups[gid].metadata.items()}
+            names = d.topic_names
 
             def described(parts: dict) -> dict:
                 return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_text(row["topic_id"]),
