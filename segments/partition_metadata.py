@@ -23,6 +23,22 @@ def new_topic_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """A Kafka Uuid (a topic id on the wire and in records) in the text form this file holds (topic_uuid's inverse)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def topic_uuid(text: str | None) -> uuid.UUID | None:
+    """A topic id's text form (22 characters of URL-safe base64, as this file holds it) as a UUID (None for text
+    that is not one)."""
+    if not text:
+        return None
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, TypeError):
+        return None
+
+
 def write(fs: FileSystem, directory: str, topic_id: str, sync: bool = True) -> None:
     """Write the file (tmp + fsync + rename; with `sync=False` in place and unsynced, for a new directory that the
     caller syncs with others: a torn or lost one is written again from the catalogue on the next open)."""

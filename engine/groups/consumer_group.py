@@ -26,8 +26,6 @@ Thread-safety: guarded by the group coordinator's lock.
 """
 from __future__ import annotations
 
-import base64
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple
 
@@ -43,6 +41,7 @@ from engine.common.errors import (
 from engine.groups import consumer_group_records as rec
 from engine.groups.consumer_group_records import Record
 from engine.groups.server_assignors import GroupSpec, MemberSpec, PartitionAssignorError, ServerAssignor
+from engine.segments.partition_metadata import new_topic_id as new_member_id  # (Kafka's member ids: a random Uuid)
 
 Parts = dict[str, frozenset[int]]  # topic id -> partitions
 STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, UNKNOWN = 0, 1, 2, 127
@@ -157,7 +156,7 @@ class ConsumerGroup:
             self.epoch = v["epoch"] if v is not None else 0
         elif r.kind == rec.PARTITION_METADATA:
             self.metadata = {} if v is None else {
-                t["topic_name"]: (rec.topic_text(t["topic_id"]), t["num_partitions"]) for t in v["topics"]}
+                t["topic_name"]: (rec.topic_id_text(t["topic_id"]), t["num_partitions"]) for t in v["topics"]}
         elif r.kind == rec.TARGET_EPOCH:
             self.assignment_epoch = v["assignment_epoch"] if v is not None else 0
         elif r.kind == rec.TARGET_MEMBER:
@@ -210,11 +209,6 @@ class ConsumerGroup:
                 for p in ps:
                     if self.partition_epochs.get((t, p)) == m.epoch:
                         del self.partition_epochs[(t, p)]
-
-
-def new_member_id() -> str:
-    """A member id as Kafka's clients and coordinator make them (a random UUID in URL-safe base64)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def reconcile(m: Member, target_epoch: int, target: Parts, partition_epoch: Callable[[str, int], int],

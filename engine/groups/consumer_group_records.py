@@ -21,13 +21,12 @@ Thread-safety: stateless functions.
 """
 from __future__ import annotations
 
-import base64
-import uuid
 from typing import NamedTuple
 
 from engine.common.errors import CorruptRecordError
 from engine.protocol.schema import parse_fields, read_struct, write_struct
 from engine.protocol.types import MalformedRequestError, Reader, Writer
+from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = 3, 4, 5, 6, 7, 8
 KINDS = (GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT)
@@ -89,14 +88,6 @@ class Record(NamedTuple):
     value: dict | None
 
 
-def topic_uuid(topic_id: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
-
-
-def topic_text(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
 def partitions_out(parts: dict[str, frozenset[int]]) -> list[dict]:
     """A {topic id: partitions} map as the records' (and the heartbeat's) TopicPartitions list."""
     return [{"topic_id": topic_uuid(t), "partitions": sorted(ps)} for t, ps in sorted(parts.items()) if ps]
@@ -105,7 +96,7 @@ def partitions_out(parts: dict[str, frozenset[int]]) -> list[dict]:
 def partitions_in(rows: list[dict]) -> dict[str, frozenset[int]]:
     out: dict[str, frozenset[int]] = {}
     for row in rows:
-        t = topic_text(row["topic_id"])
+        t = topic_id_text(row["topic_id"])
         out[t] = out.get(t, frozenset()) | frozenset(row["partitions"])
     return out
 

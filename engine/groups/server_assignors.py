@@ -29,12 +29,12 @@ Thread-safety: assignors are stateless: one instance serves every group, from an
 from __future__ import annotations
 
 import abc
-import base64
 import struct
 from typing import Iterable, NamedTuple
 
 from engine.common.errors import InvalidConfigurationError, UnknownServerError
 from engine.groups.assignors import java_order
+from engine.segments.partition_metadata import topic_uuid
 
 Assignment = dict[str, frozenset[int]]  # topic id -> partitions
 MAX_BALANCE_PASSES = 16
@@ -80,7 +80,7 @@ class ServerAssignor(abc.ABC):
 
 def uuid_order(topic_id: str) -> tuple[int, int]:
     """A sort key that orders topic ids (22 characters of URL-safe base64) as Kafka's Uuid.compareTo does."""
-    return struct.unpack(">qq", base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    return struct.unpack(">qq", topic_uuid(topic_id).bytes)
 
 
 def _frozen(assignment: dict[str, set[int]]) -> Assignment:

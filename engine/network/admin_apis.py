@@ -24,11 +24,11 @@ from engine.network.api_common import (
     error_code,
     error_of,
     partition_count,
-    topic_uuid,
 )
 from engine.protocol import Request
 from engine.protocol import admin_messages as am
 from engine.segments.log_config import LogConfig
+from engine.segments.partition_metadata import topic_uuid
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3      # IncrementalAlterConfigs' operations

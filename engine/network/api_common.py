@@ -3,8 +3,6 @@ answer with, the two ways a handler turns an engine call into a code, and topic 
 state; thread-safe."""
 from __future__ import annotations
 
-import base64
-import uuid
 from typing import Callable
 
 from engine.common.errors import InvalidReplicaAssignmentError, KafkaError, UnknownTopicOrPartitionError
@@ -61,21 +59,6 @@ def check_assignment(replicas: list[list[int]], indexes: list[int] | None = None
         if list(ids) != [NODE_ID]:
             raise InvalidReplicaAssignmentError(f"replicas {list(ids)}: this listener is one node, id {NODE_ID}, "
                                                 f"and holds every partition's one replica")
-
-
-def topic_id_text(topic_id: uuid.UUID) -> str:
-    """A topic id as partition.metadata and the catalogue write it (topic_uuid's inverse)."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def topic_uuid(text: str | None) -> uuid.UUID | None:
-    """A topic id's text form (22 characters of URL-safe base64, as partition.metadata holds it) as a UUID."""
-    if not text:
-        return None
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, TypeError):
-        return None
 
 
 def committed_offsets(topics: list[dict]) -> dict[TopicPartition, OffsetAndMetadata]:

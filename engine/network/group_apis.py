@@ -202,7 +202,7 @@ class GroupApis:
             names = d.topic_names
 
             def described(parts: dict) -> dict:
-                return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_text(row["topic_id"]),
+                return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_id_text(row["topic_id"]),
                                                                            "")}
                                              for row in cg_records.partitions_out(parts)]}
             out.append({"error_code": 0, "group_id": gid, "group_state": d.state, "group_epoch": d.group_epoch,

@@ -37,8 +37,6 @@ from engine.network.api_common import (
     UNKNOWN_TOPIC_ID,
     UNSUPPORTED_VERSION,
     error_code,
-    topic_id_text,
-    topic_uuid,
 )
 from engine.network.cluster_apis import ClusterApis
 from engine.network.delayed_produce import FIRST_WAIT_MS, DelayedProduce, ProducePurgatory
@@ -52,6 +50,7 @@ from engine.protocol import admin_messages as am
 from engine.protocol import messages as m
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 from engine.segments.log_segments import EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
+from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
 _BEFORE_AUTHENTICATION = {m.API_VERSIONS.key, m.SASL_HANDSHAKE.key, m.SASL_AUTHENTICATE.key}
 

@@ -139,7 +139,7 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
             return {_camel(k): as_json(v) for k, v in value.items() if v is not None}
         if isinstance(value, list):
             return [as_json(v) for v in value]
-        return records.topic_text(value) if hasattr(value, "bytes") else value
+        return records.topic_id_text(value) if hasattr(value, "bytes") else value
 
     for ((key, payload), r) in zip(theirs, ours):
         assert int(key["type"]) == r.kind and key["data"]["groupId"] == r.group_id

@@ -90,7 +90,7 @@ def test_metadata_answers_a_topic_asked_for_by_id(served):
     import socket
     import uuid
 
-    from engine.network.api_common import topic_uuid
+    from engine.segments.partition_metadata import topic_uuid
     from engine.protocol import messages as m
     from tests.network.test_listener import _call
 

@@ -197,7 +197,7 @@ def test_a_new_partition_of_a_subscribed_topic_moves_the_group_epoch(opened):
 
 
 def test_the_records_round_trip_and_a_damaged_one_is_a_typed_error():
-    tid = records.topic_text(records.topic_uuid("AAAAAAAAAAAAAAAAAAAAAQ"))
+    tid = records.topic_id_text(records.topic_uuid("AAAAAAAAAAAAAAAAAAAAAQ"))
     rec = records.Record(records.CURRENT_ASSIGNMENT, "g", "m", {
         "member_epoch": 3, "previous_member_epoch": 2, "state": 1,
         "assigned_partitions": records.partitions_out({tid: frozenset({1, 0})}),
