@@ -262,11 +262,11 @@ class AdminManager:
         return sorted(name for name in list(self.catalogue.topics)
                       if name not in INTERNAL_TOPICS and name not in self.creating)
 
-    def topic_shapes(self, names: list[str]) -> dict[str, tuple[str, int]]:
-        """{name: (topic id, partitions)} of those of `names` that are topics clients may use (a consumer group's
-        view of the topics it subscribes to)."""
+    def topic_shapes(self, names: list[str] | None) -> dict[str, tuple[str, int]]:
+        """{name: (topic id, partitions)} of those of `names` (None: of all) that are topics clients may use (a
+        consumer group's view of the topics it subscribes to)."""
         found = {}
-        for name in names:
+        for name in list(self.catalogue.topics) if names is None else names:
             rec = self.catalogue.topics.get(name)
             if rec is not None and name not in INTERNAL_TOPICS and name not in self.creating:
                 found[name] = (rec.topic_id, rec.partitions)

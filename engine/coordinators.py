@@ -31,7 +31,7 @@ class Coordinators:
     def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
                  transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],
                  transaction_partitions: Callable[[], set[tuple[str, int]] | None],
-                 topics: Callable[[list[str]], dict[str, tuple[str, int]]] | None = None) -> None:
+                 topics: Callable[[list[str] | None], dict[str, tuple[str, int]]] | None = None) -> None:
         self._internal, self._clock, self._closed, self._topics = internal, clock, closed, topics
         self._group_config, self.transaction_config = group_config, transaction_config
         self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions

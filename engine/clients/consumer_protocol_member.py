@@ -62,6 +62,7 @@ class ConsumerProtocolMember:
         self._lost = False  # the coordinator fenced the member: its partitions are lost
         self._resend = True  # the next heartbeat carries the subscription (and goes at once)
         self._next_beat = 0
+        self._nudged = False  # the coordinator said the member has a step to take: heartbeat at the next poll
         self._fatal: KafkaError | None = None
         self._last_poll = self._clock.time_ms()
         self._heartbeats = consumer.engine.heartbeats
@@ -96,7 +97,7 @@ class ConsumerProtocolMember:
         # member gave something up; what that answer brings waits for the next poll
         gave_up = self._reconcile()
         with self._lock:
-            due = self._resend or self.epoch <= 0 or now >= self._next_beat
+            due = self._resend or self.epoch <= 0 or now >= self._next_beat or self._nudged
         if due or gave_up:
             self._heartbeat()
         if not self._scheduled and not self._stop.is_set():
@@ -150,8 +151,9 @@ class ConsumerProtocolMember:
                            self.rebalance_timeout_ms if full else -1, topics, None,
                            self.remote_assignor if joining else None,
                            {} if joining else self._owned_by_id() if full or epoch is None else None, self.client_id)
+            self._nudged = False  # (a nudge from here on asks for a later heartbeat)
             try:
-                answer = self._groups.consumer_group_heartbeat(hb)
+                answer = self._groups.consumer_group_heartbeat(hb, self._nudge)
             except _REJOIN as exc:
                 if epoch is None:
                     log.info("consumer %s of group %s: %s; joining again", self.client_id, self.group_id, exc.message)
@@ -169,6 +171,12 @@ class ConsumerProtocolMember:
             if answer.assignment is not None:
                 self._target = {TopicPartition(name, p) for t, ps in answer.assignment.items()
                                 if (name := self._admin.topic_named(t)) is not None for p in ps}
+        self._consumer.wake()
+
+    def _nudge(self) -> None:
+        """The coordinator's word that a change to the group left this member a step to take (any thread; no lock, as
+        the coordinator asks): heartbeat at the next poll, and wake a poll that waits for records."""
+        self._nudged = True
         self._consumer.wake()
 
     def _beat(self) -> None:

@@ -406,6 +406,13 @@ class StaleMemberEpochError(KafkaError):
     code = 113
 
 
+class InvalidRegularExpressionError(KafkaError):
+    """INVALID_REGULAR_EXPRESSION: a consumer group member's SubscribedTopicRegex is not a regular expression of
+    Kafka's dialect (RE2's syntax)."""
+
+    code = 128
+
+
 class CommitFailedError(KafkaError):
     """The commit cannot complete: the group rebalanced and the partitions may belong to another member
     (the Java client's CommitFailedException)."""

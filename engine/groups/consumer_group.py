@@ -1,9 +1,16 @@
 """Consumer groups of the consumer group protocol (KIP-848): the coordinator's side of ConsumerGroupHeartbeat.
 
-No member leads. A group has an epoch, bumped whenever a member joins or leaves or the subscribed topics change
-(names, or the partitions of a subscribed topic); when the group epoch is past the target assignment's epoch the
-coordinator runs a server assignor (engine.groups.server_assignors) for a new target assignment. Each member then
-moves towards its target in its own heartbeats, with its own member epoch (Kafka's CurrentAssignmentBuilder):
+No member leads. A member subscribes with topic names, a regular expression (SubscribedTopicRegex), or both: the
+expression is RE2's syntax (Kafka's RE2/J), matched against the whole name of every topic a client may use (not the
+internal ones) at every heartbeat, so a matching topic created joins the subscription at the next heartbeat of any
+member. (Kafka resolves expressions in the background, on a refresh schedule of its own, and keeps what they
+matched in records of their own; here the match is made again from the topics themselves, which no record can
+contradict.)
+A group has an epoch, bumped whenever a member joins or leaves or the subscribed topics change (names, the expression,
+the topics it matches, or the partitions of a subscribed topic); when the group epoch is past the target assignment's
+epoch the coordinator runs a server assignor (engine.groups.server_assignors) for a new target assignment. Each
+member then moves towards its target in its own heartbeats, with its own member epoch (Kafka's
+CurrentAssignmentBuilder):
 - partitions it holds but its target does not are revoked first: the member stays at its epoch (UNREVOKED_PARTITIONS)
   until a heartbeat shows it no longer owns them, or is fenced at its rebalance timeout;
 - a partition its target adds is handed over only once no other member holds it at any epoch (until then the member
@@ -26,13 +33,17 @@ Thread-safety: guarded by the group coordinator's lock.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple
+
+import re2
 
 from engine.common.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    InvalidRegularExpressionError,
     InvalidRequestError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
@@ -44,6 +55,8 @@ from engine.groups.server_assignors import GroupSpec, MemberSpec, PartitionAssig
 from engine.segments.partition_metadata import new_topic_id as new_member_id  # (Kafka's member ids: a random Uuid)
 
 Parts = dict[str, frozenset[int]]  # topic id -> partitions
+# topic names -> {name: (topic id, partitions)} of those that exist; None: of every topic a client may use
+TopicsView = Callable[[list[str] | None], dict[str, tuple[str, int]]]
 STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, UNKNOWN = 0, 1, 2, 127
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 EMPTY, ASSIGNING, RECONCILING, GROUP_STABLE = "Empty", "Assigning", "Reconciling", "Stable"
@@ -276,17 +289,52 @@ class Result(NamedTuple):
     member: Member | None  # the member as it stands after the records (None once it left)
 
 
+_RE2 = re2.Options()
+_RE2.log_errors = False  # (a client's bad expression is its error, answered; not a line on the server's stderr)
+
+
+@functools.lru_cache(maxsize=256)
+def pattern(regex: str):
+    """`regex` compiled with RE2 (the C++ library RE2/J, Kafka's, was ported from: one syntax);
+    InvalidRegularExpressionError when it is not an expression."""
+    try:
+        return re2.compile(regex, options=_RE2)
+    except re2.error as exc:
+        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InvalidRegularExpressionError(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
+                                            f"{why}") from None
+
+
+def subscribed(m: Member, matched: dict[str, frozenset[str]]) -> frozenset[str]:
+    """The topic names `m` subscribes to: its names and what its expression matched (`matched`: `resolve`'s)."""
+    names = frozenset(m.topic_names)
+    return names | matched[m.topic_regex] if m.topic_regex else names
+
+
+def resolve(members: Iterable[Member], topics: TopicsView) -> tuple[dict[str, tuple[str, int]],
+                                                                    dict[str, frozenset[str]]]:
+    """The metadata of the topics that `members` subscribe to ({name: (topic id, partitions)}, of those that exist),
+    and what each of their expressions matches."""
+    members = list(members)
+    names = {t for m in members for t in m.topic_names}
+    regexes = {m.topic_regex for m in members if m.topic_regex}
+    if not regexes:
+        return topics(sorted(names)), {}
+    every = topics(None)
+    matched = {r: frozenset(t for t in every if pattern(r).fullmatch(t) is not None) for r in regexes}
+    wanted = names.union(*matched.values())
+    return {t: every[t] for t in sorted(wanted) if t in every}, matched
+
+
 def check_request(hb: Heartbeat, assignors: dict) -> None:
-    """The request checks Kafka makes before anything else (InvalidRequestError, UnsupportedAssignorError)."""
+    """The request checks Kafka makes before anything else (InvalidRequestError, InvalidRegularExpressionError,
+    UnsupportedAssignorError)."""
     def not_empty(value, what):
         if value is not None and value == "":
             raise InvalidRequestError(f"{what} can't be empty")
     not_empty(hb.group_id, "GroupId")
     not_empty(hb.instance_id, "InstanceId")
     not_empty(hb.rack_id, "RackId")
-    if hb.topic_regex:  # ("" clears a regex: the clients send it with a subscription by names)
-        raise InvalidRequestError("SubscribedTopicRegex is not supported yet by kafkalog's consumer group "
-                                  "coordinator (subscribe to topic names)")
     if hb.member_epoch > 0 or hb.member_epoch == LEAVE_EPOCH:
         not_empty(hb.member_id, "MemberId")
     elif hb.member_epoch == 0:
@@ -294,14 +342,17 @@ def check_request(hb: Heartbeat, assignors: dict) -> None:
             raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request")
         if hb.owned is None or hb.owned:
             raise InvalidRequestError("TopicPartitions must be empty when (re-)joining")
-        if not hb.topic_names:
-            raise InvalidRequestError("SubscribedTopicNames must be set in first request")
+        if hb.topic_names is None and hb.topic_regex is None:  # (an empty list or "": a member of no topic)
+            raise InvalidRequestError("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                                      "(re-)joining")
     elif hb.member_epoch == STATIC_LEAVE_EPOCH:
         not_empty(hb.member_id, "MemberId")
         if hb.instance_id is None:
             raise InvalidRequestError("InstanceId can't be null")
     else:
         raise InvalidRequestError(f"MemberEpoch {hb.member_epoch} is invalid")
+    if hb.topic_regex:
+        pattern(hb.topic_regex)
     if hb.server_assignor is not None and hb.server_assignor not in assignors:
         raise UnsupportedAssignorError(f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
                                        f"{', '.join(assignors)}.")
@@ -320,8 +371,7 @@ def _check_epoch(m: Member, received: int, owned: Parts | None) -> None:
                                          f"{m.epoch}: it must give up its partitions and join again")
 
 
-def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dict[str, tuple[str, int]]],
-              s: Settings) -> Result:
+def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings) -> Result:
     """The records and answer of one heartbeat (the group is left as it is: the caller replays the records)."""
     if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
         return _leave(g, hb, topics)
@@ -330,6 +380,7 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dic
         raise GroupIdNotFoundError(f"consumer group {hb.group_id!r} does not exist")
     records: list[Record] = []
     member_id = hb.member_id or new_member_id()
+    new = joining and member_id not in g.members and g.static.get(hb.instance_id) is None  # (not a static return)
     if hb.instance_id is None:
         m = g.members.get(member_id)
         if m is None:
@@ -367,18 +418,19 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dic
         rebalance_timeout_ms=hb.rebalance_timeout_ms if hb.rebalance_timeout_ms != -1 else m.rebalance_timeout_ms,
         server_assignor=hb.server_assignor if hb.server_assignor is not None else m.server_assignor,
         topic_names=tuple(hb.topic_names) if hb.topic_names is not None else m.topic_names,
+        topic_regex=(hb.topic_regex or None) if hb.topic_regex is not None else m.topic_regex,  # ("": none)
         client_id=hb.client_id, client_host=hb.client_host)
     bump = False
-    if not updated.same_metadata(m):  # (a new member's empty subscription always differs)
+    if not updated.same_metadata(m):  # (a new member's client id and host always differ from none)
         records.append(Record(rec.MEMBER_METADATA, g.group_id, member_id, updated.metadata_value()))
-        bump = updated.topic_names != m.topic_names
+        # (a new member subscribed to nothing moves the epoch too: its first answer must carry an epoch above 0)
+        bump = updated.topic_names != m.topic_names or updated.topic_regex != m.topic_regex or new
     members = {k: v for k, v in g.members.items() if k != member_id}
     previous = g.static.get(updated.instance_id) if updated.instance_id is not None else None
     if previous is not None and previous != member_id:
         members.pop(previous, None)
     members[member_id] = updated
-    names = sorted({t for x in members.values() for t in x.topic_names})
-    metadata = topics(names)
+    metadata, matched = resolve(members.values(), topics)
     if metadata != g.metadata:
         records.append(_metadata_record(g, metadata))
         bump = True
@@ -387,7 +439,7 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dic
         epoch += 1
         records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": epoch}))
     if epoch > g.assignment_epoch:
-        targets = _assign(g, members, metadata, s)
+        targets = _assign(g, members, metadata, matched, s)
         for mid in members:
             if mid not in g.targets or targets.get(mid, {}) != g.targets[mid]:
                 records.append(Record(rec.TARGET_MEMBER, g.group_id, mid,
@@ -399,24 +451,26 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dic
     after = reconcile(updated, target_epoch, target, g.partition_epoch, hb.owned)
     if not after.same_assignment(updated):
         records.append(Record(rec.CURRENT_ASSIGNMENT, g.group_id, member_id, after.assignment_value()))
-    full = joining or (hb.rebalance_timeout_ms != -1 and hb.topic_names is not None and hb.owned is not None)
+    full = joining or (hb.rebalance_timeout_ms != -1 and (hb.topic_names is not None or hb.topic_regex is not None)
+                       and hb.owned is not None)
     changed = after.assigned != m.assigned
     return Result(records, HeartbeatAnswer(member_id, after.epoch, s.heartbeat_interval_ms,
                                            after.assigned if full or changed else None), after)
 
 
 def _assign(g: ConsumerGroup, members: dict[str, Member], metadata: dict[str, tuple[str, int]],
-            s: Settings) -> dict[str, Parts]:
+            matched: dict[str, frozenset[str]], s: Settings) -> dict[str, Parts]:
     """The new target assignment of every member (Kafka's TargetAssignmentBuilder)."""
     name = preferred_assignor(members.values(), s.assignors)
+    subscriptions = {mid: subscribed(m, matched) for mid, m in members.items()}
     counts: dict[str, int] = {}
-    for m in members.values():
-        for t in m.topic_names:
+    for names in subscriptions.values():
+        for t in names:
             counts[t] = counts.get(t, 0) + 1
     homogeneous = all(c == len(members) for c in counts.values())
     specs = {}
     for mid, m in members.items():  # (a static member back under a new id starts from its old target)
-        specs[mid] = MemberSpec(frozenset(metadata[t][0] for t in m.topic_names if t in metadata),
+        specs[mid] = MemberSpec(frozenset(metadata[t][0] for t in subscriptions[mid] if t in metadata),
                                 g.target_of(mid, m.instance_id), m.instance_id, m.rack_id)
     spec = GroupSpec(specs, {tid: n for tid, n in metadata.values()}, homogeneous)
     try:
@@ -449,18 +503,17 @@ def _remove(g: ConsumerGroup, member_id: str) -> list[Record]:
             Record(rec.MEMBER_METADATA, g.group_id, member_id, None)]
 
 
-def fence(g: ConsumerGroup, member_id: str, topics: Callable[[list[str]], dict[str, tuple[str, int]]]) -> list[Record]:
+def fence(g: ConsumerGroup, member_id: str, topics: TopicsView) -> list[Record]:
     """The records of a member leaving (or being removed): its tombstones, the subscriptions without it, a new epoch."""
     records = _remove(g, member_id)
-    names = sorted({t for mid, x in g.members.items() if mid != member_id for t in x.topic_names})
-    metadata = topics(names)
+    metadata, _ = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
     if metadata != g.metadata:
         records.append(_metadata_record(g, metadata))
     records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": g.epoch + 1}))
     return records
 
 
-def _leave(g: ConsumerGroup, hb: Heartbeat, topics: Callable[[list[str]], dict[str, tuple[str, int]]]) -> Result:
+def _leave(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView) -> Result:
     if not g.created:
         raise GroupIdNotFoundError(f"consumer group {hb.group_id!r} does not exist")
     if hb.instance_id is None:

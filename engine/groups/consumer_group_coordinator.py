@@ -8,6 +8,10 @@ subscribed topics' metadata is looked at on every heartbeat (a dictionary lookup
 interval): a topic created or grown moves the group epoch at the next heartbeat of any member.
 A member is removed when no heartbeat came for group.consumer.session.timeout.ms, or when it still owns partitions it
 was asked to revoke rebalance.timeout.ms after it was asked.
+An in-process member heartbeats with a `notify` callback: whenever a change to its group leaves it with a step to take
+(a new target to move to, partitions to give up, partitions now released for it), it is told to heartbeat now rather
+than at its next interval (a remote member learns it at its next heartbeat, as from Kafka). The callbacks run once the
+group coordinator's lock is released (`defer`), and take no lock of the member's.
 Byte layout and crash policy: engine.groups.consumer_group_records' (one batch per heartbeat, all or nothing).
 Thread-safety: every method runs under the group coordinator's lock (its caller holds it).
 """
@@ -24,12 +28,10 @@ from engine.common.errors import (
     UnknownMemberIdError,
 )
 from engine.groups import consumer_group, consumer_group_records as rec, offsets
-from engine.groups.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Member, Settings
+from engine.groups.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Member, Settings, TopicsView
 
 log = logging.getLogger("kafkalog.groups")
 PROTOCOL_TYPE = "consumer"
-
-TopicsView = Callable[[list[str]], dict[str, tuple[str, int]]]  # topic names -> {name: (topic id, partitions)}
 
 
 class MemberDescription(NamedTuple):
@@ -58,13 +60,17 @@ class ConsumerGroupDescription(NamedTuple):
 
 class ConsumerGroupCoordinator:
     """The consumer groups of one group coordinator: `append(partition, rows, now)` writes to `__consumer_offsets`,
-    `topics(names)` says which of the named topics exist and their ids and partition counts."""
+    `topics(names)` says which of the named topics exist (all of them for None) and their ids and partition counts,
+    `defer(callback)` runs a member's `notify` once the coordinator's lock is released."""
 
-    def __init__(self, append: Callable[[int, list, int], None], topics: TopicsView, settings: Settings) -> None:
+    def __init__(self, append: Callable[[int, list, int], None], topics: TopicsView, settings: Settings,
+                 defer: Callable[[Callable[[], None]], None]) -> None:
         self._append = append
         self._topics = topics
+        self._defer = defer
         self.settings = settings
         self.groups: dict[str, ConsumerGroup] = {}
+        self._notify: dict[tuple[str, str], Callable[[], None]] = {}  # (group, member) -> its `notify`, if in process
 
     # --- records ----------------------------------------------------------------------------------
     def replay(self, r: rec.Record) -> None:
@@ -75,10 +81,13 @@ class ConsumerGroupCoordinator:
                 return
             g = self.groups[r.group_id] = ConsumerGroup(r.group_id)
         g.replay(r)
+        if r.kind == rec.MEMBER_METADATA and r.value is None:
+            self._notify.pop((r.group_id, r.member_id), None)
         if r.kind == rec.GROUP_EPOCH and r.value is None and not g.members:
             del self.groups[r.group_id]  # the group's last record is gone: the group is deleted
 
-    def _write(self, g: ConsumerGroup, records: list[rec.Record], now: int) -> None:
+    def _write(self, g: ConsumerGroup, records: list[rec.Record], now: int, by: str = "") -> None:
+        """Append `records` and replay them; then tell the group's other in-process members with a step to take."""
         if not records:
             return
         self._append(offsets.partition(g.group_id), [rec.encode(r) for r in records], now)
@@ -86,6 +95,11 @@ class ConsumerGroupCoordinator:
             self.groups[g.group_id] = g
         for r in records:
             self.replay(r)
+        for mid, m in g.members.items():
+            if mid != by and (m.epoch != g.assignment_epoch or m.state != consumer_group.STABLE):
+                notify = self._notify.get((g.group_id, mid))
+                if notify is not None:
+                    self._defer(notify)
 
     def renew_sessions(self, now: int) -> None:
         """After a load: every member's session starts now (they must heartbeat within its timeout)."""
@@ -94,12 +108,18 @@ class ConsumerGroupCoordinator:
                 g.session_deadlines[mid] = now + self.settings.session_timeout_ms
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------------
-    def heartbeat(self, hb: Heartbeat, now: int) -> HeartbeatAnswer:
+    def heartbeat(self, hb: Heartbeat, now: int, notify: Callable[[], None] | None = None) -> HeartbeatAnswer:
+        """One heartbeat; `notify` (an in-process member's): told to heartbeat at once when a change leaves it a step
+        to take (see the module docstring)."""
         consumer_group.check_request(hb, self.settings.assignors)
         g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
         result = consumer_group.heartbeat(g, hb, self._topics, self.settings)
-        self._write(g, result.records, now)
         m = result.member
+        if m is not None and m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
+            self._notify.pop((g.group_id, m.member_id), None)  # (gone until it comes back, under a new id)
+        elif m is not None and notify is not None:
+            self._notify[(g.group_id, m.member_id)] = notify
+        self._write(g, result.records, now, by=result.answer.member_id)
         if m is None or m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
             if m is not None:  # a static member that left keeps its place until its session ends
                 g.rebalance_deadlines.pop(m.member_id, None)
@@ -170,8 +190,10 @@ class ConsumerGroupCoordinator:
                         rec.Record(rec.GROUP_EPOCH, group_id, "", None)], now)
 
     def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topic names the group's members subscribe to (their names and what their expressions match)."""
         g = self.groups[group_id]
-        return {t for m in g.members.values() for t in m.topic_names}
+        _, matched = consumer_group.resolve(g.members.values(), self._topics)
+        return set().union(*(consumer_group.subscribed(m, matched) for m in g.members.values()))
 
     def describe(self, group_id: str) -> ConsumerGroupDescription:
         g = self.groups.get(group_id)

@@ -169,7 +169,7 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupCoordinator(
             storage.append, topics or (lambda names: {}),
             consumer_group.Settings(cfg.group_consumer_session_timeout_ms, cfg.group_consumer_heartbeat_interval_ms,
-                                    {a.name: a for a in cfg.group_consumer_assignors}))
+                                    {a.name: a for a in cfg.group_consumer_assignors}), self._lock.defer)
         storage.on_created = self.load
 
     # --- load -----------------------------------------------------------------------------------
@@ -541,10 +541,11 @@ class GroupCoordinator:
             return None if self._quiet_until == math.inf else int(self._quiet_until)
 
     # --- the consumer group protocol ------------------------------------------------------------
-    def consumer_group_heartbeat(self, hb: Heartbeat) -> HeartbeatAnswer:
+    def consumer_group_heartbeat(self, hb: Heartbeat, notify: Callable[[], None] | None = None) -> HeartbeatAnswer:
         """ConsumerGroupHeartbeat (KIP-848): join (epoch 0), heartbeat, leave (-1; -2 for a static member that comes
         back). A group id that a classic group with members holds is GroupIdNotFoundError; an empty classic group
-        becomes a consumer group, as Kafka converts it."""
+        becomes a consumer group, as Kafka converts it. `notify`, an in-process member's, called from any thread with
+        no lock of the member's held, tells it to heartbeat now when a change to the group leaves it a step to take."""
         with self._lock:
             now = self.tick()
             classic = self.groups.get(hb.group_id)
@@ -556,7 +557,7 @@ class GroupCoordinator:
                     if classic.generation > 0 or classic.protocol_type:
                         self._store(classic, now, tombstone=True)
                     del self.groups[hb.group_id]
-            answer = self.consumer.heartbeat(hb, now)
+            answer = self.consumer.heartbeat(hb, now, notify)
             self._wake()
             return answer
 

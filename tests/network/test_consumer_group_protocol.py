@@ -122,3 +122,28 @@ def test_api_versions_announces_the_consumer_group_protocol(served):
     assert [(f["name"], f["min_version_level"], f["max_version_level"]) for f in answer["finalized_features"]] == \
         [("group.version", 1, 1)]
     assert [f["name"] for f in answer["supported_features"]] == ["group.version"]
+
+
+def test_librdkafka_regex_subscription_is_resolved_by_the_coordinator(served):
+    """librdkafka sends its `^` subscriptions as one SubscribedTopicRegex (each in parentheses, joined by `|`) beside
+    its plain names; the coordinator matches it against the topics, and a matching topic created later is assigned
+    to the member without a new subscribe()."""
+    from confluent_kafka import Consumer
+
+    eng, listener = served
+    eng.create_topic("metrics-cpu", 2)
+    eng.create_topic("plain", 1)
+    eng.create_topic("other", 1)
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap, "group.id": "gre", **CONF,
+                         "topic.metadata.refresh.interval.ms": 500})
+    consumer.subscribe(["^metrics-.*", "plain"])
+
+    def held() -> list[tuple[str, int]]:
+        return sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+    assert _until(lambda: held() == [("metrics-cpu", 0), ("metrics-cpu", 1), ("plain", 0)], [consumer])
+    (member,) = eng.groups.describe_consumer_group("gre").members
+    assert member.subscribed_topic_regex == "(^metrics-.*)" and member.subscribed_topic_names == ["plain"]
+    eng.create_topic("metrics-disk", 1)
+    assert _until(lambda: ("metrics-disk", 0) in held(), [consumer])
+    assert ("other", 0) not in held()
+    consumer.close()

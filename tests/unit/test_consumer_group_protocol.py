@@ -1,10 +1,11 @@
 """The group coordinator's consumer group protocol (KIP-848: engine.groups.consumer_group and its coordinator), driven
 by heartbeats as Kafka's clients send them, on an injected clock: revocation before assignment, epochs and fencing,
-session and rebalance timeouts, static members, restarts, offset commits with member epochs, and a random history
-checked against the protocol's promise that no partition has two owners."""
+session and rebalance timeouts, static members, restarts, offset commits with member epochs, subscriptions by regular
+expression, and a random history checked against the protocol's promise that no partition has two owners."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -16,6 +17,7 @@ from engine.common.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InconsistentGroupProtocolError,
+    InvalidRegularExpressionError,
     InvalidRequestError,
     StaleMemberEpochError,
     UnknownMemberIdError,
@@ -33,16 +35,16 @@ class Client:
     revoked partitions and takes new ones as soon as an answer says so."""
 
     def __init__(self, groups, group: str = "g", topics=("t",), instance: str | None = None,
-                 assignor: str | None = None) -> None:
-        self.groups, self.group, self.topics, self.instance, self.assignor = groups, group, list(topics), instance, \
-            assignor
+                 assignor: str | None = None, regex: str | None = None) -> None:
+        self.groups, self.group, self.instance, self.assignor = groups, group, instance, assignor
+        self.topics, self.regex = None if topics is None else list(topics), regex
         self.member_id, self.epoch, self.owned = "", 0, {}
 
     def beat(self, **changes):
         joining = self.epoch == 0
         hb = Heartbeat(self.group, self.member_id, self.epoch, self.instance, None, 30_000 if joining else -1,
-                       self.topics if joining else None, None, self.assignor if joining else None,
-                       {} if joining else self.owned, "test")
+                       self.topics if joining else None, self.regex if joining else None,
+                       self.assignor if joining else None, {} if joining else self.owned, "test")
         answer = self.groups.consumer_group_heartbeat(hb._replace(**changes))
         self.member_id, self.epoch = answer.member_id, answer.member_epoch
         if answer.assignment is not None:
@@ -99,15 +101,89 @@ def test_epochs_the_member_does_not_have_are_fenced(opened):
 
 def test_requests_kafka_refuses_are_refused_typed(opened):
     e, _ = opened
-    for changes, error in [({"topic_regex": "t.*"}, InvalidRequestError), ({"server_assignor": "sticky"},
-                                                                            UnsupportedAssignorError),
-                           ({"topic_names": []}, InvalidRequestError), ({"rebalance_timeout_ms": -1},
-                                                                        InvalidRequestError),
+    for changes, error in [({"topic_regex": "t(.*"}, InvalidRegularExpressionError),
+                           ({"topic_regex": "(?<=x)t"}, InvalidRegularExpressionError),  # (no lookbehind in RE2)
+                           ({"server_assignor": "sticky"}, UnsupportedAssignorError),
+                           ({"topic_names": None}, InvalidRequestError),
+                           ({"rebalance_timeout_ms": -1}, InvalidRequestError),
                            ({"owned": {"x" * 22: frozenset({1})}}, InvalidRequestError),
                            ({"member_epoch": -3}, InvalidRequestError)]:
         with pytest.raises(error):
             Client(e.groups).beat(**changes)
     assert e.groups.list_groups() == []
+
+
+def test_a_regex_subscribes_to_every_matching_topic_and_to_those_created_later(opened):
+    """SubscribedTopicRegex: RE2's syntax matched against whole topic names (Kafka's RE2/J `matches()`), never an
+    internal topic; a matching topic created later joins at the next heartbeat, in a new group epoch."""
+    e, _ = opened
+    e.create_topic("orders-eu", partitions=2)
+    e.create_topic("orders-us", partitions=3)
+    e.create_topic("xorders-eu", partitions=1)  # (a whole-name match: not this one)
+    e.groups.commit_offsets("other", {TopicPartition("t", 0): OffsetAndMetadata(1)})  # (__consumer_offsets is there)
+    assert "__consumer_offsets" in e.admin.catalogue.topics
+    a = Client(e.groups, topics=None, regex=r"orders-\w+|__.*")
+    answer = a.beat()
+    ids = {name: e.admin.topic(name).topic_id for name in ("orders-eu", "orders-us")}
+    assert answer.member_epoch == 1 and a.owned == {ids["orders-eu"]: frozenset({0, 1}),
+                                                   ids["orders-us"]: frozenset({0, 1, 2})}
+    e.create_topic("orders-ap", partitions=1)
+    answer = a.beat()
+    assert answer.member_epoch == 2 and a.owned == {ids["orders-eu"]: frozenset({0, 1}),
+                                                   ids["orders-us"]: frozenset({0, 1, 2}),
+                                                   e.admin.topic("orders-ap").topic_id: frozenset({0})}
+    d = e.groups.describe_consumer_group("g")
+    assert d.members[0].subscribed_topic_regex == r"orders-\w+|__.*" and d.members[0].subscribed_topic_names == []
+    assert sorted(d.topic_names.values()) == ["orders-ap", "orders-eu", "orders-us"]
+    assert a.beat().member_epoch == 2  # nothing new: no new epoch
+
+
+def test_a_member_may_join_subscribed_to_nothing(opened):
+    """Kafka 4 accepts a join with an empty list of names or an empty expression: a member of no topic, whose answer
+    still carries an epoch (a zero would read as "join again")."""
+    e, _ = opened
+    for topics, regex in (([], None), (None, "")):
+        c = Client(e.groups, group=f"g{regex}", topics=topics, regex=regex)
+        answer = c.beat()
+        assert answer.member_epoch == 1 and c.partitions() == set() and c.beat().member_epoch == 1
+
+
+def test_members_by_names_and_by_regex_share_a_group(opened):
+    e, _ = opened
+    e.create_topic("u", partitions=4)
+    by_names, by_regex = Client(e.groups, topics=["t"]), Client(e.groups, topics=None, regex="[tu]")
+    by_names.beat()
+    by_regex.beat()
+    for _ in range(3):
+        by_names.beat()
+        by_regex.beat()
+    t, u = e.admin.topic("t").topic_id, e.admin.topic("u").topic_id
+    assert set(by_names.owned) <= {t} and by_regex.owned[u] == frozenset(range(4))  # (u is the regex member's alone)
+    assert by_names.owned[t] | by_regex.owned.get(t, frozenset()) == frozenset(range(6))
+    assert not by_names.owned[t] & by_regex.owned.get(t, frozenset())
+    epoch = by_regex.epoch
+    by_regex.beat(topic_regex="")  # "" takes the regex away (a member of no topic now)
+    by_names.beat()
+    assert by_regex.beat().member_epoch > epoch and by_regex.partitions() == set()
+    assert by_names.beat().member_epoch > epoch and by_names.partitions() == set(range(6))
+
+
+def test_a_regex_subscription_survives_a_restart(tmp_path):
+    clock = ManualClock(1_000_000)
+    e = engine.open(str(tmp_path / "d"), clock=clock, background=False)
+    e.create_topic("a1", partitions=2)
+    c = Client(e.groups, topics=None, regex="a[0-9]")
+    c.beat()
+    e.close()
+    e = engine.open(str(tmp_path / "d"), clock=clock, background=False)
+    try:
+        c.groups = e.groups
+        e.create_topic("a2", partitions=1)
+        assert c.beat().member_epoch == 2 and set(c.owned) == {e.admin.topic("a1").topic_id,
+                                                               e.admin.topic("a2").topic_id}
+        assert e.groups.describe_consumer_group("g").members[0].subscribed_topic_regex == "a[0-9]"
+    finally:
+        e.close()
 
 
 def test_a_silent_member_is_removed_after_its_session_and_one_that_keeps_what_it_must_revoke_after_its_rebalance_timeout(
@@ -221,7 +297,9 @@ def test_a_random_history_never_gives_a_partition_to_two_members(opened):
     for _ in range(400):
         r = rng.random()
         if r < 0.15 or not live:
-            c = Client(e.groups, topics=rng.choice([["t"], ["u"], ["t", "u"]]), assignor=rng.choice([None, "range"]))
+            topics, regex = rng.choice([(["t"], None), (["u"], None), (["t", "u"], None), (None, "[tu]"), ([], "u"),
+                                        (["t"], "u+")])
+            c = Client(e.groups, topics=topics, regex=regex, assignor=rng.choice([None, "range"]))
             c.beat()
             live.append(c)
         elif r < 0.2:
@@ -244,7 +322,8 @@ def test_a_random_history_never_gives_a_partition_to_two_members(opened):
         for c in live:
             c.beat()
     assert e.groups.describe_consumer_group("g").state == "Stable"
-    subscribed = {t for c in live for t in c.topics}
+    subscribed = {t for c in live for t in ("t", "u") if t in (c.topics or ()) or
+                  c.regex and re.fullmatch(c.regex, t)}  # (Python's re and RE2 agree on these simple expressions)
     owned = sorted((t, p) for c in live for t, ps in c.owned.items() for p in ps)
     assert owned == sorted((e.admin.topic_id_of(t), p) for t in subscribed for p in range(6 if t == "t" else 5))
 
@@ -311,6 +390,33 @@ def test_in_process_consumers_of_the_consumer_protocol_share_hand_over_and_commi
                 break
         second.close()
         assert sorted(got + rest, key=int) == [b"%d" % i for i in range(200)]
+
+
+def test_in_process_members_are_told_at_once_when_a_change_leaves_them_a_step(tmp_path):
+    """With a heartbeat interval no test waits for (an hour, on a clock that never moves), two in-process members
+    still hand partitions over: the coordinator tells the first to give up half when the second joins, and the second
+    to heartbeat once the first released them."""
+    clock = ManualClock(1_000_000)
+    with engine.open(str(tmp_path / "d"), clock=clock, background=False,
+                     group_config={"group_consumer_heartbeat_interval_ms": 3_600_000}) as e:
+        e.create_topic("t", partitions=4)
+        first = e.consumer(group_id="g", group_protocol="consumer")
+        first.subscribe(["t"])
+        first.poll(timeout_ms=0)  # joins: every partition
+        first.poll(timeout_ms=0)  # (applied at the next poll)
+        assert len(first.assignment()) == 4
+        second = e.consumer(group_id="g", group_protocol="consumer")
+        second.subscribe(["t"])
+        polls = 0
+        while not (len(first.assignment()) == 2 and len(second.assignment()) == 2) and polls < 10:
+            second.poll(timeout_ms=0)
+            first.poll(timeout_ms=0)
+            polls += 1
+        assert sorted(tp.partition for tp in first.assignment() | second.assignment()) == [0, 1, 2, 3]
+        assert len(first.assignment()) == 2 and polls < 10  # (without being told: never, the clock stands still)
+        assert e.groups.describe_consumer_group("g").state == "Stable"
+        first.close()
+        second.close()
 
 
 def test_an_empty_consumer_group_goes_with_its_last_offset(opened):
