@@ -1,6 +1,6 @@
-"""`python -m bench.compare_builds OTHER_TREE [--suites codec,clients,aio,many] [--rounds N] [--quick]`: an A/B of
-this checkout and another one (an older commit, built in place with `python setup.py build_ext --inplace`), measured
-in one run.
+"""`python -m bench.compare_builds OTHER_TREE [--suites codec,clients,aio,many] [--rounds N] [--quick]
+[--instructions [--match TEXT]]`: an A/B of this checkout and another one (an older commit, built in place with
+`python setup.py build_ext --inplace`), measured in one run.
 
 Each round runs each suite once per checkout, the two alternating (ABAB...), so both see the same machine:
 - codec, clients, aio: the workloads of `python -m bench` (bench.codec, bench.clients, bench.aio without a broker) in
@@ -11,13 +11,24 @@ Each round runs each suite once per checkout, the two alternating (ABAB...), so 
   checkout measured, with the data on tmpfs where there is one (the disk's sync times vary far more than the code).
 The table gives, per row and contender, the median of each side's rounds with its min-max spread, the change, and
 whether this tree's median lies within the other's spread widened by the peers' own drift between the two sides.
+
+`--instructions [--match TEXT]` counts instead of timing: instructions per call of kafkalog's side of the codec
+workloads (quick sizes), under valgrind's callgrind, one child per checkout. A timing tells "slower" but not why: the
+same work can run slower in another process (where its code and heap land), and a few rounds rarely separate that
+from more work. A count can: for the same binary and input it is the same whatever else the machine does. The child
+calls each workload through `operator.call` (nothing else in it calls that), callgrind counts only inside it and
+writes one dump per workload; the counts include the interpreter's work for each call.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import json
+import operator
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,14 +37,21 @@ import tempfile
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = ("codec", "clients", "aio", "many")
 MANY_N = 10_000
+COUNTED_CALLS = 3  # calls of each workload that --instructions counts
+_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
 
 
-def _child(suites: list[str], quick: bool) -> None:
-    sys.path.insert(0, os.getcwd())  # the checkout measured: its engine and the layers under it
+def _this_benchmarks() -> None:
+    """In a child started in the checkout measured: engine and the layers under it from there, `bench` from here."""
+    sys.path.insert(0, os.getcwd())
     spec = importlib.util.spec_from_file_location("bench", os.path.join(HERE, "bench", "__init__.py"),
                                                   submodule_search_locations=[os.path.join(HERE, "bench")])
     sys.modules["bench"] = package = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(package)
+
+
+def _child(suites: list[str], quick: bool) -> None:
+    _this_benchmarks()
     from bench import aio, clients, codec, runner
 
     reps, min_time = (2, 0.05) if quick else (5, 0.4)
@@ -43,6 +61,59 @@ def _child(suites: list[str], quick: bool) -> None:
         rows = runner.run([s for name in suites for s in chosen[name]], reps=reps, min_time=min_time)["rows"]
     json.dump({f'{row["group"]}: {row["workload"]}': {c["name"]: c["median_s"] for c in row["contenders"]}
                for row in rows}, sys.stdout)
+
+
+def _counting_child(match: str) -> None:
+    """Call kafkalog's side of each codec workload whose name holds `match` COUNTED_CALLS times inside one
+    `operator.call` (what callgrind counts); print the workloads' names in that order."""
+    _this_benchmarks()
+    from bench import codec
+
+    rows = []
+    for suite in codec.suites(True):
+        for w in suite():
+            if match in f"{w.group}: {w.name}":
+                call = w.contenders[0].call  # (kafkalog's: every workload names it first)
+                call()  # (warm)
+                operator.call(lambda: [call() for _ in range(COUNTED_CALLS)])
+                rows.append(f"{w.group}: {w.name}")
+    json.dump(rows, sys.stdout)
+
+
+def counted_calls(cmd: list[str], cwd: str) -> tuple[str, list[int]]:
+    """Run the Python child `cmd` in `cwd` under callgrind, counting only inside its `operator.call`s: its standard
+    output, and the instructions each of those calls took, in order."""
+    with tempfile.TemporaryDirectory(prefix="kafkalog-callgrind-") as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
+                               "--toggle-collect=_operator_call", "--dump-after=_operator_call", *cmd],
+                              cwd=cwd, env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        dumps = sorted((p for p in glob.glob(out + ".*") if p.rsplit(".", 1)[1].isdigit()),
+                       key=lambda p: int(p.rsplit(".", 1)[1]))
+        totals = []
+        for path in dumps:
+            with open(path, "rb") as f:
+                totals.append(int(_TOTAL.search(f.read()).group(1)))
+    return done.stdout, totals
+
+
+def instructions(tree: str, match: str) -> dict[str, float]:
+    """{workload: instructions per call of kafkalog's side} in the checkout `tree` (see the module docstring)."""
+    out, totals = counted_calls([sys.executable, "-I", os.path.abspath(__file__), "--child", "count", "--match", match],
+                                tree)
+    rows = json.loads(out)
+    if len(totals) != len(rows):
+        raise RuntimeError(f"{tree}: {len(rows)} workloads but {len(totals)} callgrind dumps")
+    return {row: total / COUNTED_CALLS for row, total in zip(rows, totals)}
+
+
+def instruction_table(this: dict[str, float], other: dict[str, float], other_name: str) -> str:
+    lines = [f"| workload (kafkalog's side) | {other_name} (instructions per call) | this tree | this / other |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {row} | {other[row]:,.0f} | {n:,.0f} | {n / other[row]:.4f} |" for row, n in this.items()
+              if row in other]
+    return "\n".join(lines) + "\n"
 
 
 def _measure(tree: str, suites: list[str], quick: bool) -> dict:
@@ -102,13 +173,25 @@ def main(argv=None) -> int:
     parser.add_argument("--suites", default="codec", help=f"comma-separated, of {', '.join(SUITES)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per call of the codec workloads instead of timing (valgrind)")
+    parser.add_argument("--match", default="", help="with --instructions: only the workloads whose name holds this")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child == "count":
+        _counting_child(args.match)
+        return 0
     if args.child is not None:
         _child(args.child.split(","), args.quick)
         return 0
     if args.other is None:
         parser.error("the other checkout is required")
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind (Debian's valgrind package)")
+        other = instructions(os.path.abspath(args.other), args.match)
+        sys.stdout.write(instruction_table(instructions(HERE, args.match), other, args.other))
+        return 0
     suites = args.suites.split(",")
     if set(suites) - set(SUITES):
         parser.error(f"unknown suites: {sorted(set(suites) - set(SUITES))}")
