@@ -88,7 +88,10 @@ def counted_calls(cmd: list[str], cwd: str) -> tuple[str, list[int]]:
         env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONHASHSEED": "0"}
         done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
                                "--toggle-collect=_operator_call", "--dump-after=_operator_call", *cmd],
-                              cwd=cwd, env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} under callgrind, in {cwd}, ended with {done.returncode}: "
+                               f"{done.stderr[-2000:]}")
         dumps = sorted((p for p in glob.glob(out + ".*") if p.rsplit(".", 1)[1].isdigit()),
                        key=lambda p: int(p.rsplit(".", 1)[1]))
         totals = []
