@@ -16,6 +16,7 @@ from typing import Callable
 
 from engine.common.clock import Clock
 from engine.groups import offsets as group_offsets
+from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator import GroupConfig, GroupCoordinator, GroupLog
 from engine.internal_topics import InternalTopics
 from engine.transactions import Transactions
@@ -31,7 +32,7 @@ class Coordinators:
     def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
                  transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],
                  transaction_partitions: Callable[[], set[tuple[str, int]] | None],
-                 topics: Callable[[list[str] | None], dict[str, tuple[str, int]]] | None = None) -> None:
+                 topics: TopicsView | None = None) -> None:
         self._internal, self._clock, self._closed, self._topics = internal, clock, closed, topics
         self._group_config, self.transaction_config = group_config, transaction_config
         self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions

@@ -321,7 +321,10 @@ def resolve(members: Iterable[Member], topics: TopicsView) -> tuple[dict[str, tu
     if not regexes:
         return topics(sorted(names)), {}
     every = topics(None)
-    matched = {r: frozenset(t for t in every if pattern(r).fullmatch(t) is not None) for r in regexes}
+    matched = {}
+    for r in regexes:
+        fullmatch = pattern(r).fullmatch
+        matched[r] = frozenset(t for t in every if fullmatch(t) is not None)
     wanted = names.union(*matched.values())
     return {t: every[t] for t in sorted(wanted) if t in every}, matched
 

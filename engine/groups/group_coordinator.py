@@ -63,9 +63,9 @@ from engine.groups.group_metadata import (
     MemberMetadata,
     Pending,
 )
-from engine.groups.consumer_group import Heartbeat, HeartbeatAnswer
+from engine.groups.consumer_group import Heartbeat, HeartbeatAnswer, TopicsView
 from engine.groups.consumer_group_coordinator import PROTOCOL_TYPE, ConsumerGroupCoordinator, \
-    ConsumerGroupDescription, TopicsView
+    ConsumerGroupDescription
 from engine.groups.offsets import CommitRecord, OffsetStore
 from engine.record import codec
 from engine.log.unified_log import COORDINATOR
