@@ -16,16 +16,16 @@ whether this tree's median lies within the other's spread widened by the peers' 
 workloads (quick sizes), under valgrind's callgrind, one child per checkout. A timing tells "slower" but not why: the
 same work can run slower in another process (where its code and heap land), and a few rounds rarely separate that
 from more work. A count can: for the same binary and input it is the same whatever else the machine does. The child
-calls each workload through `operator.call` (nothing else in it calls that), callgrind counts only inside it and
+calls each workload through `functools.reduce` (nothing else in it calls that), callgrind counts only inside it and
 writes one dump per workload; the counts include the interpreter's work for each call.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import functools
 import importlib.util
 import json
-import operator
 import os
 import re
 import shutil
@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Callable
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = ("codec", "clients", "aio", "many")
@@ -63,9 +64,15 @@ def _child(suites: list[str], quick: bool) -> None:
                for row in rows}, sys.stdout)
 
 
+def counted(fn: Callable[[], object]) -> None:
+    """Call `fn` inside the one C function callgrind counts in (`functools_reduce`, there and unstripped on every
+    Python from 3.10; `operator.call` would be simpler but is 3.11's)."""
+    functools.reduce(lambda _, f: f(), (fn,), None)
+
+
 def _counting_child(match: str) -> None:
     """Call kafkalog's side of each codec workload whose name holds `match` COUNTED_CALLS times inside one
-    `operator.call` (what callgrind counts); print the workloads' names in that order."""
+    `counted` (what callgrind counts); print the workloads' names in that order."""
     _this_benchmarks()
     from bench import codec
 
@@ -75,19 +82,19 @@ def _counting_child(match: str) -> None:
             if match in f"{w.group}: {w.name}":
                 call = w.contenders[0].call  # (kafkalog's: every workload names it first)
                 call()  # (warm)
-                operator.call(lambda: [call() for _ in range(COUNTED_CALLS)])
+                counted(lambda: [call() for _ in range(COUNTED_CALLS)])
                 rows.append(f"{w.group}: {w.name}")
     json.dump(rows, sys.stdout)
 
 
 def counted_calls(cmd: list[str], cwd: str) -> tuple[str, list[int]]:
-    """Run the Python child `cmd` in `cwd` under callgrind, counting only inside its `operator.call`s: its standard
+    """Run the Python child `cmd` in `cwd` under callgrind, counting only inside its `counted` calls: its standard
     output, and the instructions each of those calls took, in order."""
     with tempfile.TemporaryDirectory(prefix="kafkalog-callgrind-") as tmp:
         out = os.path.join(tmp, "callgrind.out")
         env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONHASHSEED": "0"}
         done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
-                               "--toggle-collect=_operator_call", "--dump-after=_operator_call", *cmd],
+                               "--toggle-collect=functools_reduce", "--dump-after=functools_reduce", *cmd],
                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} under callgrind, in {cwd}, ended with {done.returncode}: "

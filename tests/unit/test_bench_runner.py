@@ -97,18 +97,18 @@ def test_every_benchmark_module_imports(module: str):
     assert importlib.import_module(f"bench.{module}").__name__ == f"bench.{module}"
 
 
-def test_instruction_counts_come_one_per_operator_call():
-    """bench.compare_builds --instructions: callgrind counts inside each `operator.call` of the child and nowhere
-    else, one total per call in order (a Python whose `operator.call` is not the C function `_operator_call` would
-    give no dumps)."""
+def test_instruction_counts_come_one_per_counted_call():
+    """bench.compare_builds --instructions: callgrind counts inside each `counted` call of the child and nowhere
+    else, one total per call in order (a Python whose `functools.reduce` is not the C function `functools_reduce`
+    would give no dumps)."""
     import shutil
 
     from bench.compare_builds import counted_calls
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed (apt-get install valgrind)")
-    out, totals = counted_calls([sys.executable, "-c", "import operator; sum(range(100_000)); "
-                                 "operator.call(sum, range(10)); operator.call(sum, range(100_000)); print('done')"],
+    out, totals = counted_calls([sys.executable, "-c", "from bench.compare_builds import counted; sum(range(100_000)); "
+                                 "counted(lambda: sum(range(10))); counted(lambda: sum(range(100_000))); print('done')"],
                                 os.getcwd())
     assert out.strip() == "done" and len(totals) == 2
     assert 0 < totals[0] < 100_000 < totals[1]  # (the uncounted sum outside them would add ~10 instructions a step)
