@@ -2,15 +2,23 @@
 [--instructions [--match TEXT]]`: an A/B of this checkout and another one (an older commit, built in place with
 `python setup.py build_ext --inplace`), measured in one run.
 
-Each round runs each suite once per checkout, the two alternating (ABAB...), so both see the same machine:
+Each round runs each suite once per checkout, one after the other, so both see the same machine:
 - codec, clients, aio: the workloads of `python -m bench` (bench.codec, bench.clients, bench.aio without a broker) in
   a child process per checkout; a child imports engine and the layers under it from its checkout only, and the
   benchmark code from this one, so both run the same workloads. Every contender is reported: kafkalog's rows
   and its peers' (the peers run the same code on both sides: their change is the machine's).
 - many: bench.many_partitions' write and open phases at MANY_N partitions, each phase in a fresh interpreter in the
   checkout measured, with the data on tmpfs where there is one (the disk's sync times vary far more than the code).
-The table gives, per row and contender, the median of each side's rounds with its min-max spread, the change, and
-whether this tree's median lies within the other's spread widened by the peers' own drift between the two sides.
+Rounds are paired and laid out at random: round r runs both checkouts with the same seed, and the side that runs
+first alternates (ABBA...). The seed sets the codec, clients and aio child's hash seed, the size of its environment
+(where its stack starts) and a pattern of blocks it allocates and frees before any workload runs (what its
+allocators' free lists hold). The same work can time differently in two processes whose code and heap lie
+differently (glibc's malloc above pymalloc's and the tcache's sizes, cache-set conflicts); with one fixed layout per
+side, a few rounds measure the layout, not the code. Randomized alike on both sides, each side's spread holds that
+variation, and the paired ratio of round r compares the two trees under the same one.
+The table gives, per row and contender, the median of each side's rounds with its min-max spread, the change, the
+paired ratios' median and range, and whether this tree's median lies within the other's spread widened by the peers'
+own drift between the two sides.
 
 `--instructions [--match TEXT]` counts instead of timing: instructions per call of kafkalog's side of the codec
 workloads (quick sizes), under valgrind's callgrind, one child per checkout. A timing tells "slower" but not why: the
@@ -22,11 +30,12 @@ writes one dump per workload; the counts include the interpreter's work for each
 from __future__ import annotations
 
 import argparse
-import glob
 import functools
+import glob
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -51,8 +60,25 @@ def _this_benchmarks() -> None:
     spec.loader.exec_module(package)
 
 
-def _child(suites: list[str], quick: bool) -> None:
+def layout(seed: int) -> tuple[dict[str, str], list[int]]:
+    """Round `seed`'s process layout: the environment a child gets on top of the parent's (its hash seed, and a
+    padding variable whose length moves where the stack starts) and the sizes of the blocks it allocates in order
+    before the workloads (every other one is then freed, leaving holes of those sizes in the free lists)."""
+    rng = random.Random(seed)
+    env = {"PYTHONHASHSEED": str(rng.randrange(1 << 32)), "KAFKALOG_AB_PAD": "x" * rng.randrange(8192)}
+    return env, [rng.choice((48, 200, 600, 1100, 1800, 4000, 9000, 70_000)) for _ in range(rng.randrange(500, 20_000))]
+
+
+def _lay_out_heap(sizes: list[int]) -> list[bytearray]:
+    """Allocate a block of each size in order, free every other one; the survivors are returned (kept alive)."""
+    blocks = [bytearray(n) for n in sizes]
+    del blocks[::2]
+    return blocks
+
+
+def _child(suites: list[str], quick: bool, seed: int) -> None:
     _this_benchmarks()
+    kept = _lay_out_heap(layout(seed)[1])  # (alive until the workloads are done)
     from bench import aio, clients, codec, runner
 
     reps, min_time = (2, 0.05) if quick else (5, 0.4)
@@ -62,6 +88,7 @@ def _child(suites: list[str], quick: bool) -> None:
         rows = runner.run([s for name in suites for s in chosen[name]], reps=reps, min_time=min_time)["rows"]
     json.dump({f'{row["group"]}: {row["workload"]}': {c["name"]: c["median_s"] for c in row["contenders"]}
                for row in rows}, sys.stdout)
+    del kept
 
 
 def counted(fn: Callable[[], object]) -> None:
@@ -126,12 +153,13 @@ def instruction_table(this: dict[str, float], other: dict[str, float], other_nam
     return "\n".join(lines) + "\n"
 
 
-def _measure(tree: str, suites: list[str], quick: bool) -> dict:
+def _measure(tree: str, suites: list[str], quick: bool, seed: int) -> dict:
     out = {}
     child = [s for s in suites if s != "many"]
     if child:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        cmd = [sys.executable, "-I", os.path.abspath(__file__), "--child", ",".join(child)] + (["--quick"] * quick)
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **layout(seed)[0]}
+        cmd = [sys.executable, "-I", os.path.abspath(__file__), "--child", ",".join(child),
+               "--seed", str(seed)] + (["--quick"] * quick)
         out.update(json.loads(subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.PIPE,
                                              text=True).stdout))
     if "many" in suites:
@@ -153,8 +181,9 @@ def _many(tree: str, n: int) -> dict:
 
 
 def table(runs: dict[str, list[dict]], other: str) -> str:
-    lines = [f"| row | contender | {other} (ms) | this tree (ms) | this / other | within spread |",
-             "|---|---|---:|---:|---:|---|"]
+    """The A/B table of `runs` ({"other": rounds, "this": rounds}, round r of each side run with the same layout)."""
+    lines = [f"| row | contender | {other} (ms) | this tree (ms) | this / other | paired ratios | within spread |",
+             "|---|---|---:|---:|---:|---:|---|"]
     first = runs["this"][0]
     for row in first:
         names = list(first[row])
@@ -172,8 +201,11 @@ def table(runs: dict[str, list[dict]], other: str) -> str:
             lo, hi = min(vals["other"]) * (1 - slack), max(vals["other"]) * (1 + slack)
             spread = {side: f"{med[side] * 1e3:.2f} ({min(v) * 1e3:.2f}-{max(v) * 1e3:.2f})" for side, v in vals.items()}
             within = "yes" if lo <= med["this"] <= hi else ("faster" if med["this"] < lo else "**slower**")
+            paired = [r[row][name] / o[row][name] for r, o in zip(runs["this"], runs["other"])
+                      if r[row].get(name) and o[row].get(name)]
             lines.append(f"| {row} | {name} | {spread['other']} | {spread['this']} | "
-                         f"{med['this'] / med['other']:.3f} | {within if name == names[0] else '(peer)'} |")
+                         f"{med['this'] / med['other']:.3f} | {statistics.median(paired):.3f} "
+                         f"({min(paired):.2f}-{max(paired):.2f}) | {within if name == names[0] else '(peer)'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -187,12 +219,13 @@ def main(argv=None) -> int:
                         help="count instructions per call of the codec workloads instead of timing (valgrind)")
     parser.add_argument("--match", default="", help="with --instructions: only the workloads whose name holds this")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child == "count":
         _counting_child(args.match)
         return 0
     if args.child is not None:
-        _child(args.child.split(","), args.quick)
+        _child(args.child.split(","), args.quick, args.seed)
         return 0
     if args.other is None:
         parser.error("the other checkout is required")
@@ -207,9 +240,9 @@ def main(argv=None) -> int:
         parser.error(f"unknown suites: {sorted(set(suites) - set(SUITES))}")
     trees = {"other": os.path.abspath(args.other), "this": HERE}
     runs: dict[str, list[dict]] = {"other": [], "this": []}
-    for _ in range(args.rounds):
-        for side, tree in trees.items():
-            runs[side].append(_measure(tree, suites, args.quick))
+    for seed in range(args.rounds):
+        for side in (("other", "this") if seed % 2 == 0 else ("this", "other")):
+            runs[side].append(_measure(trees[side], suites, args.quick, seed))
     sys.stdout.write(table(runs, args.other))
     return 0
 

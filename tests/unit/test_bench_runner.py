@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import statistics
+import subprocess
 import sys
 import threading
 
@@ -80,6 +82,7 @@ def test_the_ab_table_judges_a_row_by_the_other_trees_spread_widened_by_the_peer
     def verdict(other, this) -> str:
         lines = table({"other": rounds(*other), "this": rounds(*this)}, "old").splitlines()
         ours, theirs = lines[2].split("|"), lines[3].split("|")
+        assert ours[-3].strip().startswith(f"{statistics.median(t / o for t, o in zip(this[0], other[0])):.3f} (")
         assert theirs[2].strip() == "peer" and theirs[-2].strip() == "(peer)"
         return ours[-2].strip()
 
@@ -87,6 +90,25 @@ def test_the_ab_table_judges_a_row_by_the_other_trees_spread_widened_by_the_peer
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [5.0, 5.0])) == "**slower**"
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([0.7, 0.7], [5.0, 5.0])) == "faster"
     assert verdict(([1.0, 1.0], [5.0, 5.0]), ([1.3, 1.3], [6.5, 6.5])) == "yes"  # the machine slowed everything
+
+
+def test_ab_rounds_are_laid_out_alike_on_both_sides_and_differently_each_round():
+    """bench.compare_builds: a round's seed gives both checkouts' children the same environment and heap pattern, and
+    another round another one (what each side's spread is to hold); a child lays it out and runs."""
+    from bench.compare_builds import layout
+
+    assert layout(3) == layout(3)
+    envs = [layout(seed)[0] for seed in range(4)]
+    assert len({e["PYTHONHASHSEED"] for e in envs}) == 4 and len({len(e["KAFKALOG_AB_PAD"]) for e in envs}) == 4
+    assert len({tuple(layout(seed)[1]) for seed in range(4)}) == 4
+    env = {**os.environ, **envs[1]}
+    out = subprocess.run([sys.executable, "-c", "import os, sys; from bench.compare_builds import _lay_out_heap, layout; "
+                          "kept = _lay_out_heap(layout(1)[1]); print(os.environ['PYTHONHASHSEED'], len(kept), hash('a'))"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == envs[1]["PYTHONHASHSEED"] and int(out[1]) == len(layout(1)[1]) // 2
+    again = subprocess.run([sys.executable, "-c", "print(hash('a'))"], env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert again[0] == out[2]  # (the hash seed is the round's, not a random one)
 
 
 @pytest.mark.parametrize("module", sorted(p.stem for p in pathlib.Path(__file__).parents[2].joinpath("bench").glob("*.py")
