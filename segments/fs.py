@@ -140,7 +140,20 @@ class FileSystem:
                 self.handles.move_to_end(key)
                 entry.pins += 1
                 return entry
-        entry = _Handle(self.open(path, mode), self._pool_lock)
+        return self._pool(key, self.open(path, mode))
+
+    def adopt(self, path: str, mode: str, file: BinaryIO) -> _Handle:
+        """Put `file`, just opened on `path` in `mode` (one of HANDLE_MODES) by its owner, into the pool, unpinned:
+        the handle `handle()` gives next (a new segment's `.log` is created and appended to through one descriptor)."""
+        entry = self._pool((path, mode), file)
+        with self._pool_lock:
+            entry.pins -= 1
+        return entry
+
+    def _pool(self, key: tuple[str, str], file: BinaryIO) -> _Handle:
+        """`file`, opened on `key`, pooled and pinned (unless another thread pooled one meanwhile: theirs, and `file`
+        closed); the pool trimmed to its budget."""
+        entry = _Handle(file, self._pool_lock)
         with self._pool_lock:
             raced = self.handles.get(key)
             if raced is None:
@@ -265,11 +278,12 @@ class FileSystem:
                 n = os.writev(f.fileno(), views)
 
     def fsync(self, f: BinaryIO) -> None:
-        if not self._owed(f.name):
+        if not self.owes_sync(f.name):
             os.fsync(f.fileno())
 
-    def _owed(self, path) -> bool:
-        """Inside `deferred_syncs` on this thread: note that `path` owes a sync (True), instead of syncing now."""
+    def owes_sync(self, path) -> bool:
+        """Inside `deferred_syncs` on this thread: note that `path` owes a sync (True), instead of syncing now (the
+        caller then need not even open it)."""
         owed = getattr(self._local, "owed", None)
         if owed is None or not isinstance(path, str):
             return False
@@ -334,7 +348,7 @@ class FileSystem:
 
     def fsync_path(self, path: str) -> None:
         """fsync the file at `path` through a pooled handle (none taken inside `deferred_syncs`)."""
-        if self._owed(path):
+        if self.owes_sync(path):
             return
         with self.handle(path, "r+b") as f:
             self.fsync(f)
@@ -359,7 +373,7 @@ class FileSystem:
         shutil.rmtree(path)
 
     def fsync_dir(self, path: str) -> None:
-        if self._owed(path):
+        if self.owes_sync(path):
             return
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -438,7 +452,7 @@ class FileSystem:
         try:
             with self.open(tmp, "wb+") as f:
                 self.write(f, data)
-                if sync:
+                if sync and not self.owes_sync(path):  # (deferred: owed under the name it will have)
                     self.fsync(f)
             self.rename(tmp, path)
             if sync:
@@ -575,6 +589,8 @@ class FaultyFileSystem(FileSystem):
 
     def fsync(self, f: BinaryIO) -> None:
         self._check("fsync", f"fsync of {f.name}")
+        if self.owes_sync(f.name):
+            return  # (durable once the deferred syncs are made, not now)
         super().fsync(f)
         st = os.fstat(f.fileno())
         with self._lock:
@@ -591,6 +607,8 @@ class FaultyFileSystem(FileSystem):
 
     def fsync_dir(self, path: str) -> None:
         self._check("fsync", f"fsync of {path}")
+        if self.owes_sync(path):
+            return  # (durable once the deferred syncs are made, not now)
         super().fsync_dir(path)
         directory = os.path.abspath(path)
         with self._lock:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from typing import Sequence
 
 from engine.common.errors import KafkaStorageError
 from engine.segments import checkpoint_file
@@ -55,7 +56,7 @@ def checked(entries: list[tuple[int, int]], path: str | None = None) -> list[tup
 class LeaderEpochCache:
     """(epoch, start offset) entries of one partition, ascending in both, persisted on every change."""
 
-    def __init__(self, fs: FileSystem, directory: str, listed: list[str] | None = None) -> None:
+    def __init__(self, fs: FileSystem, directory: str, listed: Sequence[str] | None = None) -> None:
         """The entries of `directory`'s checkpoint file; `listed`: the directory's files, as just listed."""
         self.fs, self.path = fs, os.path.join(directory, FILE)
         self.entries: list[tuple[int, int]] = []
@@ -129,7 +130,8 @@ class LeaderEpochCache:
     def sync(self) -> None:
         """fsync what `assign` wrote (the log's flush calls this)."""
         if self.unsynced:
-            with self.fs.open(self.path, "rb") as f:  # (not a pooled handle: the file is replaced whole)
-                self.fs.fsync(f)
+            if not self.fs.owes_sync(self.path):  # (a sync owed needs no descriptor)
+                with self.fs.open(self.path, "rb") as f:  # (not a pooled handle: the file is replaced whole)
+                    self.fs.fsync(f)
             self.fs.fsync_dir(os.path.dirname(self.path))
             self.unsynced = False

@@ -14,7 +14,7 @@ reads may run at the same time and see a consistent prefix.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from engine.common.clock import Clock
 from engine.common.errors import OffsetOutOfRangeError
@@ -45,22 +45,24 @@ class FetchData(NamedTuple):
 
 class LocalLog:
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
-                 recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = False) -> None:
-        """Load `directory` (segments.log_loader); `recovery` says what had to be repaired."""
+                 recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = False,
+                 listing: Sequence[str] | None = None) -> None:
+        """Load `directory` (segments.log_loader; `listing`: its files, where the caller knows them); `recovery` says
+        what had to be repaired."""
         self.fs, self.dir, self.config, self.clock = fs, directory, config, clock
         loaded = log_loader.load(fs, directory, config, clock, recovery_point=recovery_point,
-                                 log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
+                                 log_start_offset=log_start_offset, clean_shutdown=clean_shutdown, listing=listing)
         self.segments: LogSegments = loaded.segments
         self.active_segment: LogSegment = self.segments.last  # the last segment, the one appended to
         self.log_end_offset = loaded.next_offset
         self.loaded_log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self.recovery = loaded.report
-        self._listed: list[str] | None = loaded.files  # the directory as the loader listed it (see take_listing)
+        self._listed: Sequence[str] | None = loaded.files  # the directory as the loader listed it (see take_listing)
         self.last_flush_ms = clock.time_ms()
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._pending_deletes: tuple[tuple[int, LogSegment], ...] = ()  # (due, segment), oldest first
 
-    def take_listing(self) -> list[str] | None:
+    def take_listing(self) -> Sequence[str] | None:
         """The directory's files as the loader listed them, for the log's other owners as it loads; once (stale after
         that, so not kept: None)."""
         listed, self._listed = self._listed, None
@@ -253,17 +255,18 @@ class LocalLog:
     def _retire(self, seg: LogSegment) -> None:
         """Rename a removed segment's files `.deleted`, to be unlinked after `file.delete.delay.ms`; an older
         segment still pending under the same names (an earlier clean of the same base) goes now."""
-        for due, pending in [p for p in self._pending_deletes if p[1].base_offset == seg.base_offset]:
-            pending.delete_files()
-            self._pending_deletes.remove((due, pending))
+        for _, pending in self._pending_deletes:
+            if pending.base_offset == seg.base_offset:
+                pending.delete_files()
+        self._pending_deletes = tuple(p for p in self._pending_deletes if p[1].base_offset != seg.base_offset)
         seg.change_suffix(names.DELETED)
-        self._pending_deletes.append((self.clock.time_ms() + self.config.file_delete_delay_ms, seg))
+        self._pending_deletes += ((self.clock.time_ms() + self.config.file_delete_delay_ms, seg),)
 
     def delete_pending_files(self) -> int:
         """Remove `.deleted` segments whose `file.delete.delay.ms` has passed."""
         now = self.clock.time_ms()
         ready = [seg for due, seg in self._pending_deletes if due <= now]
-        self._pending_deletes = [(due, seg) for due, seg in self._pending_deletes if due > now]
+        self._pending_deletes = tuple((due, seg) for due, seg in self._pending_deletes if due > now)
         for seg in ready:
             seg.delete_files()
         return len(ready)
@@ -278,4 +281,4 @@ class LocalLog:
         if flush:
             for _, seg in self._pending_deletes:
                 seg.delete_files()
-        self._pending_deletes = []
+        self._pending_deletes = ()

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Sequence
 
 from engine.common.clock import Clock
 from engine.common.errors import KafkaError
@@ -31,20 +32,64 @@ from engine.segments.segment import LogSegment
 log = logging.getLogger("kafkalog.log")
 
 
-@dataclass
 class RecoveryReport:
-    """What opening the log had to repair."""
+    """What opening the log had to repair. Its lists are made by their first entry (a log that loads clean, as most
+    do, holds none: fewer objects for the garbage collector per partition); read them here (an empty one is a new
+    list each time), add to them with the methods below."""
 
-    clean_shutdown: bool
-    segments_recovered: list[int] = field(default_factory=list)
-    bytes_truncated: int = 0
-    segments_dropped: list[int] = field(default_factory=list)
-    files_removed: list[str] = field(default_factory=list)
-    repairs: list[str] = field(default_factory=list)  # what else was found wrong and repaired, in words
+    __slots__ = ("clean_shutdown", "bytes_truncated", "_recovered", "_dropped", "_removed", "_repairs")
+
+    def __init__(self, clean_shutdown: bool) -> None:
+        self.clean_shutdown = clean_shutdown
+        self.bytes_truncated = 0
+        self._recovered: list[int] | None = None
+        self._dropped: list[int] | None = None
+        self._removed: list[str] | None = None
+        self._repairs: list[str] | None = None
+
+    @property
+    def segments_recovered(self) -> list[int]:
+        """The bases of the segments re-validated, in order."""
+        return self._recovered or []
+
+    @property
+    def segments_dropped(self) -> list[int]:
+        """The bases of the segments dropped after a damaged one."""
+        return self._dropped or []
+
+    @property
+    def files_removed(self) -> list[str]:
+        """The leftover files removed."""
+        return self._removed or []
+
+    @property
+    def repairs(self) -> list[str]:
+        """What else was found wrong and repaired, in words."""
+        return self._repairs or []
+
+    def _add(self, slot: str, entry) -> None:
+        entries = getattr(self, slot)
+        if entries is None:
+            setattr(self, slot, [entry])
+        else:
+            entries.append(entry)
+
+    def removed(self, name: str) -> None:
+        """A leftover file `name` was removed."""
+        self._add("_removed", name)
+
+    def dropped(self, base: int) -> None:
+        """The segment at `base` was dropped."""
+        self._add("_dropped", base)
+
+    def __repr__(self) -> str:
+        return (f"RecoveryReport(clean_shutdown={self.clean_shutdown}, segments_recovered={self.segments_recovered}, "
+                f"bytes_truncated={self.bytes_truncated}, segments_dropped={self.segments_dropped}, "
+                f"files_removed={self.files_removed}, repairs={self.repairs})")
 
     def note(self, what: str) -> None:
         """Record a repair (segments call this when an index had to be rebuilt, even long after open)."""
-        self.repairs.append(what)
+        self._add("_repairs", what)
         log.warning("%s", what)
 
     def describe(self) -> list[str]:
@@ -61,7 +106,7 @@ class RecoveryReport:
     def recover(self, seg: LogSegment, upper: int | None = None) -> int:
         """Re-validate `seg` (its offsets ending below `upper`), truncating a damaged tail; returns the bytes cut."""
         truncated = seg.recover(upper)
-        self.segments_recovered.append(seg.base_offset)
+        self._add("_recovered", seg.base_offset)
         self.bytes_truncated += truncated
         return truncated
 
@@ -75,17 +120,21 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     report: RecoveryReport
-    files: list[str]  # the directory as listed (the files of its other owners: they need not list it again)
+    files: Sequence[str]  # the directory as listed (the files of its other owners: they need not list it again)
 
 
 def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int,
-         log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
-    """Open `directory` (created if missing) as the module docstring says."""
-    try:
-        files = fs.listdir(directory)
-    except FileNotFoundError:
-        fs.makedirs(directory)
-        files = []
+         log_start_offset: int, clean_shutdown: bool, listing: Sequence[str] | None = None) -> LoadedLog:
+    """Open `directory` (created if missing) as the module docstring says; `listing`: its files, where the caller knows
+    them (a directory it made and nothing else wrote in), else it is listed."""
+    if listing is not None:
+        files = listing
+    else:
+        try:
+            files = fs.listdir(directory)
+        except FileNotFoundError:
+            fs.makedirs(directory)
+            files = []
     report = RecoveryReport(clean_shutdown=clean_shutdown)
     files = _remove_leftovers(fs, directory, config, clock, report, files)
     segments = LogSegments()
@@ -93,7 +142,7 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
     for f in files:
         if f.endswith((names.INDEX, names.TIME_INDEX, names.TXN_INDEX)) and names.offset_from_file_name(f) not in logs:
             fs.remove(os.path.join(directory, f))
-            report.files_removed.append(f)
+            report.removed(f)
     now = clock.time_ms()
     bases = sorted(logs)
     for i, base in enumerate(bases):
@@ -149,24 +198,24 @@ def _drop(segments: LogSegments, doomed: list[LogSegment], report: RecoveryRepor
     for seg in doomed:
         segments.remove(seg)
         seg.delete_files()
-        report.segments_dropped.append(seg.base_offset)
+        report.dropped(seg.base_offset)
 
 
 def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, report: RecoveryReport,
-                      files: list[str]) -> list[str]:
+                      files: Sequence[str]) -> Sequence[str]:
     """Resolve the in-flight files among `files` (the directory's listing); the listing after it."""
     if not any(f.endswith(_IN_FLIGHT) for f in files):
         return files
     for f in files:
         if f.endswith((names.DELETED, names.CLEANED, ".truncating", ".tmp")):
             fs.remove(os.path.join(directory, f))
-            report.files_removed.append(f)
+            report.removed(f)
     cleaned = [names.offset_from_file_name(f) for f in files if f.endswith(names.CLEANED)]
     swaps = sorted(f for f in files if f.endswith(names.SWAP))
     for f in swaps:
         if cleaned and names.offset_from_file_name(f) >= min(cleaned):
             fs.remove(os.path.join(directory, f))
-            report.files_removed.append(f)
+            report.removed(f)
     for f in [f for f in swaps if f.endswith(names.LOG + names.SWAP) and fs.exists(os.path.join(directory, f))]:
         base = names.offset_from_file_name(f)
         swap = LogSegment(fs, directory, base, config.segment, clock.time_ms(), suffix=names.SWAP)
@@ -175,7 +224,7 @@ def _remove_leftovers(fs: FileSystem, directory: str, config: LogConfig, clock: 
         for g in fs.listdir(directory):
             if g.endswith(names.SEGMENT_SUFFIXES) and base <= names.offset_from_file_name(g) < end:
                 fs.remove(os.path.join(directory, g))
-                report.files_removed.append(g)
+                report.removed(g)
     for f in fs.listdir(directory):
         if f.endswith(names.SWAP):
             fs.rename(os.path.join(directory, f), os.path.join(directory, f[:-len(names.SWAP)]))

@@ -46,6 +46,11 @@ __all__ = ["INT32_MAX", "WINDOW_BYTES", "LogSegment", "OffsetPosition", "Segment
 log = logging.getLogger("kafkalog.segment")
 
 
+def _log_repair(what: str) -> None:
+    """A segment's repair, where no owner takes them."""
+    log.warning("%s", what)
+
+
 @dataclass(frozen=True)
 class SegmentConfig:
     """The per-segment knobs (Kafka's topic configs of the same names)."""
@@ -69,10 +74,11 @@ class LogSegment:
         self.created_ms = now_ms
         self.log_path = self._path(names.LOG)
         # the indexes known to have no file yet, until each is first opened (then they need not look for one)
-        self._new = {names.INDEX, names.TIME_INDEX} if new and writable else ()
+        self._new = (names.INDEX, names.TIME_INDEX) if new and writable else ()
+        created = None  # a new segment's `.log`, opened to be appended to
         try:
             if self._new:
-                fs.open(self.log_path, "ab").close()
+                created = fs.open(self.log_path, "ab+")
                 size = 0
             else:
                 if writable and not fs.exists(self.log_path):
@@ -80,18 +86,24 @@ class LogSegment:
                 size = fs.size(self.log_path)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
-        jitter = min(config.segment_jitter_ms, config.segment_ms)
-        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
-        self._offset_index: OffsetIndex | None = None
-        self._time_index: TimeIndex | None = None
-        self.on_repair = lambda what: log.warning("%s", what)  # the owner's recovery report takes these
-        self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
-        self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
-        self.lock = new_lock()  # never replaced: the appenders and the native reader keep it
-        self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
-        if self._new:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s empty answer)
+        try:
+            jitter = min(config.segment_jitter_ms, config.segment_ms)
+            self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+            self._offset_index: OffsetIndex | None = None
+            self._time_index: TimeIndex | None = None
+            self.on_repair = _log_repair  # the owner's recovery report takes these
+            self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
+            self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
+            self.lock = new_lock()  # never replaced: the appenders and the native reader keep it
+            self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
+        except BaseException:
+            if created is not None:
+                created.close()
+            raise
+        if created is not None:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s)
             self.appender.max_ts = (-1, base_offset)
             self.appender.rolling_ts, self.appender.rolling_ts_loaded = None, True
+            self.appender.handle = fs.adopt(self.log_path, "ab+", created)  # (its first append's handle)
 
     def _path(self, kind: str) -> str:
         prefix = self.__dict__.get("_prefix")
@@ -130,7 +142,7 @@ class LogSegment:
             size = self.appender.size if check and self.writable else None
             new = kind in self._new or None
             if new:
-                self._new.discard(kind)
+                self._new = tuple(k for k in self._new if k != kind)
             try:
                 setattr(self, attr, cls(self.fs, self._path(kind), self.base_offset, self.config.max_index_size,
                                         self.writable, log_size=size, new=new))
@@ -499,8 +511,9 @@ class LogSegment:
     def flush(self) -> None:
         with self.lock:
             try:
-                with self.append_handle() as f:
-                    self.fs.fsync(f)
+                if not self.fs.owes_sync(self.log_path):  # (a sync owed needs no descriptor: closing many logs)
+                    with self.append_handle() as f:
+                        self.fs.fsync(f)
                 if self._offset_index is not None:
                     self._offset_index.flush()
                 if self._time_index is not None:

@@ -46,9 +46,16 @@ class MappedReads:
 
     def __init__(self, segment) -> None:
         self.segment = segment
-        self.maps: list = []  # every mmap of the .log that may still have live views
+        self.maps: tuple = ()  # every mmap of the .log that may still have live views
         self.map = None  # the newest one
-        self.residency = Residency()
+        self._residency: Residency | None = None  # made by the first read (a log only appended to never makes it)
+
+    @property
+    def residency(self) -> Residency:
+        residency = self._residency
+        if residency is None:
+            residency = self._residency = Residency()
+        return residency
 
     def view(self, start: int, end: int) -> memoryview:
         """A view of the bytes [start, end) (within the file; lock held) through the shared mapping."""
@@ -70,7 +77,7 @@ class MappedReads:
         aligned = start - start % mmap.ALLOCATIONGRANULARITY
         with seg.fs.open(seg.log_path, "rb") as f:
             mapping = seg.fs.mmap(f, end - aligned, writable=False, offset=aligned)
-        self.maps.append(mapping)
+        self.maps += (mapping,)
         whole = memoryview(mapping)
         seg.fs.track_map(seg)
         return whole[start - aligned:end - aligned]
@@ -82,7 +89,7 @@ class MappedReads:
         self.release()
         with seg.fs.open(seg.log_path, "rb") as f:  # the mapping outlives this descriptor
             self.map = seg.fs.mmap(f, seg.appender.size, writable=False)
-        self.maps.append(self.map)
+        self.maps += (self.map,)
         self.residency.mapped(self.map)
         whole = memoryview(self.map)
         seg.fs.track_map(seg)
@@ -96,15 +103,16 @@ class MappedReads:
                 m.close()
             except BufferError:
                 alive.append(m)
-        self.maps = alive
+        self.maps = tuple(alive)
         if self.map is not None and self.map not in alive:
             self.map = None
         return not alive
 
     def forget(self) -> None:
         """Let go of every mapping (lock held): the live views keep theirs, nothing here maps the file any more."""
-        self.maps, self.map = [], None
-        self.residency.unmapped()
+        self.maps, self.map = (), None
+        if self._residency is not None:
+            self._residency.unmapped()
 
     def batches(self, start: int, end: int | None):
         seg = self.segment

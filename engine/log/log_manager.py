@@ -86,6 +86,7 @@ META_PROPERTIES = "meta.properties"
 PROBE_FILE = ".kafkalog-write-probe"  # `run_storage_tasks` writes it and removes it at once
 PROBE_BYTES = 1 << 20  # room for one default-sized produce request (max.request.size)
 RECOVERY_THREADS = 2  # the pool that loads, and so recovers, an unclean shutdown's logs in the background
+_JUST_MADE = (partition_metadata.FILE,)  # what a partition directory create_slot made holds until its log loads
 
 _held: set[str] = set()             # directories this process has open (POSIX locks are per process)
 _held_lock = threading.Lock()
@@ -398,7 +399,8 @@ class LogManager:
                 self.fs.makedirs(path)
                 partition_metadata.write(self.fs, path, topic_id or partition_metadata.new_topic_id(), sync=False)
                 self._unsynced.update((os.path.join(path, partition_metadata.FILE), path, self.dir))
-                self._logs[key] = LogSlot(self.fs, path, topic, self.clock, self._loading, clean_shutdown=True)
+                self._logs[key] = LogSlot(self.fs, path, topic, self.clock, self._loading, clean_shutdown=True,
+                                          listing=_JUST_MADE if made else None)
                 self._created.add(key)
                 self._unloaded[0][key] = self._unloaded[2][key] = 0
             except (OSError, KafkaError) as exc:

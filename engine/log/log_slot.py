@@ -15,7 +15,7 @@ of the state take no lock (the state is replaced whole).
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 from engine.common.errors import KafkaStorageError
 from engine.log.unified_log import UnifiedLog
@@ -38,15 +38,17 @@ class Loading:
 
 
 class Unloaded:
-    """A slot's state before its log loads: the offsets its checkpoints gave and the cleaner's checkpoint."""
+    """A slot's state before its log loads: the offsets its checkpoints gave, the cleaner's checkpoint, and the
+    directory's files where they are known (a directory the log manager just made: its load need not list it)."""
 
-    __slots__ = ("recovery_point", "log_start_offset", "high_watermark", "clean_shutdown", "cleaner_checkpoint")
+    __slots__ = ("recovery_point", "log_start_offset", "high_watermark", "clean_shutdown", "cleaner_checkpoint",
+                 "listing")
 
     def __init__(self, recovery_point: int, log_start_offset: int, high_watermark: int, clean_shutdown: bool,
-                 cleaner_checkpoint: int | None) -> None:
+                 cleaner_checkpoint: int | None, listing: Sequence[str] | None) -> None:
         self.recovery_point, self.log_start_offset = recovery_point, log_start_offset
         self.high_watermark, self.clean_shutdown = high_watermark, clean_shutdown
-        self.cleaner_checkpoint = cleaner_checkpoint
+        self.cleaner_checkpoint, self.listing = cleaner_checkpoint, listing
 
 
 class LogSlot:
@@ -56,11 +58,12 @@ class LogSlot:
 
     def __init__(self, fs, directory: str, topic: str, clock, shared: Loading, *, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int = 0, clean_shutdown: bool = False,
-                 cleaner_checkpoint: int | None = None) -> None:
-        """The slot of the log in `directory`, a partition directory of `topic`, unloaded."""
+                 cleaner_checkpoint: int | None = None, listing: Sequence[str] | None = None) -> None:
+        """The slot of the log in `directory`, a partition directory of `topic`, unloaded (`listing`: the directory's
+        files, where the caller knows them: it just made the directory)."""
         self.fs, self.dir, self.topic, self.clock, self._shared = fs, directory, topic, clock, shared
         self._state: Unloaded | UnifiedLog = Unloaded(recovery_point, log_start_offset, high_watermark,
-                                                      clean_shutdown, cleaner_checkpoint)
+                                                      clean_shutdown, cleaner_checkpoint, listing)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -101,7 +104,7 @@ class LogSlot:
                 log = UnifiedLog(self.fs, self.dir, shared.configs(self.topic), self.clock,
                                  recovery_point=state.recovery_point, log_start_offset=state.log_start_offset,
                                  high_watermark=state.high_watermark, clean_shutdown=state.clean_shutdown,
-                                 cleaner_checkpoint=state.cleaner_checkpoint, **shared.options)
+                                 cleaner_checkpoint=state.cleaner_checkpoint, listing=state.listing, **shared.options)
             except BaseException:
                 shared.failed = True
                 raise
@@ -129,7 +132,7 @@ class LogSlot:
                 return False
             swap()
             state.recovery_point = state.log_start_offset = state.high_watermark = 0
-            state.clean_shutdown = False
+            state.clean_shutdown, state.listing = False, None
             return True
 
     def close(self, flush: bool = True) -> None:

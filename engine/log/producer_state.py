@@ -23,7 +23,7 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from engine.common.clock import Clock
 from engine.common.errors import (
@@ -39,6 +39,12 @@ from engine.log import producer_snapshot
 from engine.log.producer_snapshot import CorruptSnapshotError, ProducerSnapshotEntry
 
 log = logging.getLogger("kafkalog.producer_state")
+
+
+def _log_repair(what: str) -> None:
+    """A repair of the producer state, where no log's recovery report takes them."""
+    log.warning("%s", what)
+
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_EPOCH = -1
@@ -108,7 +114,7 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 class ProducerStateManager:
     def __init__(self, fs: FileSystem, directory: str, clock: Clock, expiration_ms: int,
-                 listed: list[str] | None = None) -> None:
+                 listed: Sequence[str] | None = None) -> None:
         """The state of the log in `directory` (empty until `load`); `listed`: the directory's files, as just
         listed (its snapshots are taken from there)."""
         self.fs, self.dir, self.clock, self.expiration_ms = fs, directory, clock, expiration_ms
@@ -116,8 +122,8 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.last_snapshot_offset = -1
         self.unreplicated: list[CompletedTxn] = []  # closed, their marker not yet below the HW
-        self.on_repair = lambda what: log.warning("%s", what)  # the owning log's recovery report takes these
-        self._snapshots: list[int] | None = None  # the snapshot files' offsets as last listed (None: list again)
+        self.on_repair = _log_repair  # the owning log's recovery report takes these
+        self._snapshots: tuple[int, ...] | None = None  # the snapshot files' offsets as last listed (None: list again)
         if listed is not None:
             self._snapshots = self._snapshot_offsets(listed)
 
@@ -273,8 +279,8 @@ class ProducerStateManager:
         return list(self._snapshots)
 
     @staticmethod
-    def _snapshot_offsets(files: list[str]) -> list[int]:
-        return sorted(names.offset_from_file_name(f) for f in files if f.endswith(SNAPSHOT))
+    def _snapshot_offsets(files: list[str]) -> tuple[int, ...]:
+        return tuple(sorted(names.offset_from_file_name(f) for f in files if f.endswith(SNAPSHOT)))
 
     def _path(self, offset: int) -> str:
         return os.path.join(self.dir, names.file_name(offset, SNAPSHOT))

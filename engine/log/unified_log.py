@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from engine.common.changes import LOGS
 from engine.common.clock import Clock
@@ -111,15 +111,15 @@ class UnifiedLog:
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *,
                  recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0,
                  clean_shutdown: bool = False, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
-                 cleaner_checkpoint: int | None = None) -> None:
-        """Load the log in `directory` now."""
+                 cleaner_checkpoint: int | None = None, listing: Sequence[str] | None = None) -> None:
+        """Load the log in `directory` now (`listing`: its files, where the caller knows them: see LocalLog)."""
         self.fs, self.dir, self.clock = fs, directory, clock
         named = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         self._changes = None if named is not None and named[0] in INTERNAL_TOPICS else LOGS  # (see above)
         self.cleaner_checkpoint = cleaner_checkpoint  # the first dirty offset the last clean left (None: never)
         self.lock = new_lock()  # appends, rolls and truncations; the appenders and the native reader take it too
         self.local = LocalLog(fs, directory, config, clock, recovery_point=recovery_point,
-                              log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
+                              log_start_offset=log_start_offset, clean_shutdown=clean_shutdown, listing=listing)
         self.recovery = self.local.recovery
         self.log_start_offset = self.local.loaded_log_start_offset
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)

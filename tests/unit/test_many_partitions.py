@@ -47,6 +47,23 @@ class CountingFS(FileSystem):
         return getattr(self._local, "owed", None) is not None
 
 
+class ListingFS(FileSystem):
+    """Notes the directories listed and the files opened (name, mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[str] = []
+        self.opened: list[tuple[str, str]] = []
+
+    def listdir(self, path: str) -> list[str]:
+        self.listed.append(os.path.basename(os.path.normpath(path)))
+        return super().listdir(path)
+
+    def open(self, path: str, mode: str = "rb"):
+        self.opened.append((os.path.basename(path), mode))
+        return super().open(path, mode)
+
+
 def _loaded(e) -> list:
     return e._logs.loaded_logs()
 
@@ -81,6 +98,25 @@ def test_a_clean_open_loads_no_log_and_a_use_loads_only_that_one(tmp_path):
         assert _read(e, 39) == held[39] and [os.path.basename(lg.dir) for lg in _loaded(e)] == ["t-39"]
         assert e.partition("t", 12).log_end_offset == 0
         assert len(_loaded(e)) == 2
+
+
+def test_a_partition_made_here_loads_without_listing_its_directory_and_opens_its_log_once(tmp_path):
+    """A partition created in this process holds only its partition.metadata until it loads, so its first load lists
+    nothing, and its first segment's `.log` is created and appended to through one descriptor; a partition found on
+    open is listed as it loads."""
+    fs = ListingFS()
+    with engine.open(tmp_path / "d", fs=fs) as e:
+        e.create_topic("t", 3)
+        fs.listed.clear()
+        fs.opened.clear()
+        with e.producer(linger_ms=0) as prod:
+            for p in range(3):
+                assert prod.send("t", b"v%d" % p, partition=p).get().offset == 0
+        assert not [d for d in fs.listed if d.startswith("t-")], fs.listed
+        assert [o for o in fs.opened if o[0].endswith(".log")] == [("00000000000000000000.log", "ab+")] * 3
+    with engine.open(tmp_path / "d", fs=fs) as e:
+        fs.listed.clear()
+        assert _read(e, 1) == [b"v1"] and "t-1" in fs.listed
 
 
 def test_checkpoints_of_unloaded_logs_survive_opens_that_never_load_them(tmp_path):
