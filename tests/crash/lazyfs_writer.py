@@ -14,7 +14,8 @@ Usage: python -m tests.crash.lazyfs_writer write DIR PARTITIONS RECORDS [one-syn
            records below the partition's recovery point, what a roll made durable, until killed)
        python -m tests.crash.lazyfs_writer compacted DIR PARTITIONS KEYS  (rounds of one value per key, each round
            compacted after it is written, flush.messages=1, until killed)
-       python -m tests.crash.lazyfs_writer count DIR PARTITIONS       (records of topic `durable`)
+       python -m tests.crash.lazyfs_writer count DIR PARTITIONS       (records of topic `durable`, after the
+                                                                     repairs their load made, one a line)
        python -m tests.crash.lazyfs_writer committed DIR PARTITIONS   (read_committed: one line per record's value)
        python -m tests.crash.lazyfs_writer listed DIR                 (each topic, its partitions, its records)
        python -m tests.crash.lazyfs_writer latest DIR PARTITIONS      (each key's latest value: `key value`)
@@ -132,6 +133,8 @@ def count(path: str, partitions: int) -> None:
     with engine.open(path) as eng:
         held = sum(eng.partition("durable", p).log_end_offset for p in range(partitions)) \
             if "durable" in eng.list_topics() else 0
+        for note in eng.recovery_notes():  # (what loading them had to repair)
+            print("repaired:", note, flush=True)
     print(held, flush=True)
 
 

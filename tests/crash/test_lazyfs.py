@@ -2,7 +2,8 @@
 and drops it on `lazyfs::clear-cache`), laid out from the prebuilt binaries in ../shared/tools/lazyfs. A writer
 process (tests/crash/lazyfs_writer.py) works on the mount; it closes cleanly or is killed with SIGKILL at a point the
 test picks; then the power goes; then a new process reads what survived. The trials:
-- a clean close after acks=all produce: nothing acknowledged is lost; the same trial through the one syncfs that FUSE
+- a clean close after acks=all produce: nothing acknowledged is lost, and the next load has nothing to repair (every
+  producer snapshot and checkpoint the close wrote is whole); the same trial through the one syncfs that FUSE
   ignores loses records, which shows the trial can see the difference;
 - flush.messages=1, acks=all, killed mid-produce: nothing acknowledged is lost;
 - transactions under flush.messages=1, killed mid-run: every committed transaction is there, whole; nothing of one
@@ -11,7 +12,8 @@ test picks; then the power goes; then a new process reads what survived. The tri
   partitions; the one being made is whole or absent;
 - topics deleted one after another, killed mid-deletion: none whose deletion returned comes back; the others are
   whole, the one being deleted whole or absent;
-- many partitions closed cleanly (the fsyncs of thousands of files, eight at a time): nothing acknowledged is lost;
+- many partitions closed cleanly (the fsyncs of thousands of files, eight at a time): nothing acknowledged is lost,
+  nothing to repair;
 - the default flush settings, killed mid-produce: every record below the recovery point (segments are fsynced as
   they roll) is there;
 - compaction rounds under flush.messages=1, killed mid-run (a cleaned segment swapped in or not): every key keeps its
@@ -168,13 +170,15 @@ def _killed(lazyfs, what: str, *args: str) -> tuple[str, int]:
     return path, done
 
 
-def _trial(lazyfs, name: str, *extra: str, partitions: int = PARTITIONS, records: int = RECORDS) -> tuple[int, int]:
-    """(acknowledged, left after a clean close and a power loss)."""
+def _trial(lazyfs, name: str, *extra: str, partitions: int = PARTITIONS,
+           records: int = RECORDS) -> tuple[int, int, list[str]]:
+    """(acknowledged, left after a clean close and a power loss, what loading them had to repair)."""
     home, env = lazyfs
     path = str(home / "mnt" / name)
     acked = _run("write", path, str(partitions), str(records), *extra)
     subprocess.run(["bash", str(home / "clear-cache.sh")], env=env, check=True, timeout=120)
-    return acked, _run("count", path, str(partitions))
+    *repairs, left = _output("count", path, str(partitions))
+    return acked, int(left), repairs
 
 
 def _verify(path: str) -> None:
@@ -185,13 +189,14 @@ def _verify(path: str) -> None:
 
 
 def test_a_clean_close_on_fuse_loses_no_acknowledged_record(lazyfs):
-    acked, left = _trial(lazyfs, "clean")
+    """Nor any file a clean close wrote: the producer snapshots and checkpoints are whole (nothing to repair)."""
+    acked, left, repairs = _trial(lazyfs, "clean")
     assert acked == RECORDS
-    assert left == acked
+    assert left == acked and repairs == []
 
 
 def test_the_trial_catches_one_syncfs_on_fuse(lazyfs):
-    acked, left = _trial(lazyfs, "one-syncfs", "one-syncfs")
+    acked, left, _ = _trial(lazyfs, "one-syncfs", "one-syncfs")
     assert acked == RECORDS
     assert left < acked
 
@@ -236,9 +241,9 @@ def test_deleted_topics_stay_deleted_and_the_others_stay_whole(lazyfs):
 
 
 def test_many_partitions_closed_cleanly_on_fuse_lose_no_acknowledged_record(lazyfs):
-    acked, left = _trial(lazyfs, "many", partitions=MANY_PARTITIONS, records=MANY_RECORDS)
+    acked, left, repairs = _trial(lazyfs, "many", partitions=MANY_PARTITIONS, records=MANY_RECORDS)
     assert acked == MANY_RECORDS
-    assert left == acked
+    assert left == acked and repairs == []
 
 
 def test_the_default_flush_settings_keep_every_record_below_the_recovery_point(lazyfs):
