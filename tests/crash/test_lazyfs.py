@@ -45,7 +45,7 @@ TXN_SIZE, TOPIC_PARTITIONS, DELETABLE, SEGMENT_BYTES, KEYS = 7, 4, 40, 4096, 60
 # (trial, what the writer does, what must hold after the power loss): docs/durability.md's table
 TRIALS = [
     ("clean close", f"{RECORDS:,} records, acks=all, {PARTITIONS} partitions, then close()",
-     "every acknowledged record is there"),
+     "every acknowledged record is there; the next load repairs nothing (snapshots and checkpoints whole)"),
     ("flush.messages=1, SIGKILL", f"acks=all produce to {PARTITIONS} partitions, killed after "
      f"{KILL_AFTER['flushed']} acknowledgements", "every acknowledged record is there"),
     ("transactions, SIGKILL", f"transactions of {TXN_SIZE} records over {PARTITIONS} partitions "
@@ -57,7 +57,7 @@ TRIALS = [
      f"after another, killed after {KILL_AFTER['deleted']}", "no deleted topic back; every other one whole with its "
      "records; the one being deleted whole or absent"),
     ("many partitions, clean close", f"{MANY_RECORDS:,} records, acks=all, {MANY_PARTITIONS:,} partitions, then "
-     "close()", "every acknowledged record is there"),
+     "close()", "every acknowledged record is there; the next load repairs nothing"),
     ("defaults, SIGKILL", f"acks=all produce to one partition, segment.bytes={SEGMENT_BYTES}, default flush settings, "
      f"killed once {KILL_AFTER['defaults']} records are below the recovery point",
      "every record below the recovery point (fsynced as its segment rolled) is there"),
