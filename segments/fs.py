@@ -216,11 +216,14 @@ class FileSystem:
 
     def release(self, path: str) -> None:
         """Close the pooled handles on `path` (before it is renamed, replaced or removed)."""
+        handles, files = self.handles, []
         with self._pool_lock:
-            doomed = [k for k in ((path, mode) for mode in HANDLE_MODES)
-                      if k in self.handles and self.handles[k].pins == 0]
-            files = [self._evict(k) for k in doomed]
-        self._close_all(files)
+            for mode in HANDLE_MODES:
+                entry = handles.get((path, mode))
+                if entry is not None and entry.pins == 0:
+                    files.append(self._evict((path, mode)))
+        if files:
+            self._close_all(files)
 
     def open_handles(self) -> int:
         """Descriptors the pool holds now (handles and mappings)."""
