@@ -32,55 +32,47 @@ from engine.segments.segment import LogSegment
 log = logging.getLogger("kafkalog.log")
 
 
+class _Entries:
+    """One of a RecoveryReport's lists, kept in the slot of the same name with a leading underscore and made by its
+    first entry (`RecoveryReport._add`); read, it is that list, or a new empty one before any entry."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, report, owner: type | None = None):
+        return self if report is None else getattr(report, self.slot) or []
+
+
 class RecoveryReport:
     """What opening the log had to repair. Its lists are made by their first entry (a log that loads clean, as most
-    do, holds none: fewer objects for the garbage collector per partition); read them here (an empty one is a new
-    list each time), add to them with the methods below."""
+    do, holds none: fewer objects for the garbage collector per partition); add to them with the methods below."""
 
-    __slots__ = ("clean_shutdown", "bytes_truncated", "_recovered", "_dropped", "_removed", "_repairs")
+    __slots__ = ("clean_shutdown", "bytes_truncated", "_segments_recovered", "_segments_dropped", "_files_removed",
+                 "_repairs")
+    segments_recovered = _Entries()  # the bases of the segments re-validated, in order
+    segments_dropped = _Entries()  # the bases of the segments dropped after a damaged one
+    files_removed = _Entries()  # the leftover files removed
+    repairs = _Entries()  # what else was found wrong and repaired, in words
 
     def __init__(self, clean_shutdown: bool) -> None:
         self.clean_shutdown = clean_shutdown
         self.bytes_truncated = 0
-        self._recovered: list[int] | None = None
-        self._dropped: list[int] | None = None
-        self._removed: list[str] | None = None
-        self._repairs: list[str] | None = None
+        self._segments_recovered = self._segments_dropped = self._files_removed = self._repairs = None
 
-    @property
-    def segments_recovered(self) -> list[int]:
-        """The bases of the segments re-validated, in order."""
-        return self._recovered or []
-
-    @property
-    def segments_dropped(self) -> list[int]:
-        """The bases of the segments dropped after a damaged one."""
-        return self._dropped or []
-
-    @property
-    def files_removed(self) -> list[str]:
-        """The leftover files removed."""
-        return self._removed or []
-
-    @property
-    def repairs(self) -> list[str]:
-        """What else was found wrong and repaired, in words."""
-        return self._repairs or []
-
-    def _add(self, slot: str, entry) -> None:
-        entries = getattr(self, slot)
+    def _add(self, name: str, entry) -> None:
+        entries = getattr(self, "_" + name)
         if entries is None:
-            setattr(self, slot, [entry])
+            setattr(self, "_" + name, [entry])
         else:
             entries.append(entry)
 
     def removed(self, name: str) -> None:
         """A leftover file `name` was removed."""
-        self._add("_removed", name)
+        self._add("files_removed", name)
 
     def dropped(self, base: int) -> None:
         """The segment at `base` was dropped."""
-        self._add("_dropped", base)
+        self._add("segments_dropped", base)
 
     def __repr__(self) -> str:
         return (f"RecoveryReport(clean_shutdown={self.clean_shutdown}, segments_recovered={self.segments_recovered}, "
@@ -89,7 +81,7 @@ class RecoveryReport:
 
     def note(self, what: str) -> None:
         """Record a repair (segments call this when an index had to be rebuilt, even long after open)."""
-        self._add("_repairs", what)
+        self._add("repairs", what)
         log.warning("%s", what)
 
     def describe(self) -> list[str]:
@@ -106,7 +98,7 @@ class RecoveryReport:
     def recover(self, seg: LogSegment, upper: int | None = None) -> int:
         """Re-validate `seg` (its offsets ending below `upper`), truncating a damaged tail; returns the bytes cut."""
         truncated = seg.recover(upper)
-        self._add("_recovered", seg.base_offset)
+        self._add("segments_recovered", seg.base_offset)
         self.bytes_truncated += truncated
         return truncated
 
