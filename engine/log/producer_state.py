@@ -279,7 +279,7 @@ class ProducerStateManager:
         return list(self._snapshots)
 
     @staticmethod
-    def _snapshot_offsets(files: list[str]) -> tuple[int, ...]:
+    def _snapshot_offsets(files: Sequence[str]) -> tuple[int, ...]:
         return tuple(sorted(names.offset_from_file_name(f) for f in files if f.endswith(SNAPSHOT)))
 
     def _path(self, offset: int) -> str:
