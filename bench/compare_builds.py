@@ -10,9 +10,9 @@ Each round runs each suite once per checkout, one after the other, so both see t
 - many: bench.many_partitions' write and open phases at MANY_N partitions, each phase in a fresh interpreter in the
   checkout measured, with the data on tmpfs where there is one (the disk's sync times vary far more than the code).
 Rounds are paired and laid out at random: round r runs both checkouts with the same seed, and the side that runs
-first alternates (ABBA...). The seed sets the codec, clients and aio child's hash seed, the size of its environment
-(where its stack starts) and a pattern of blocks it allocates and frees before any workload runs (what its
-allocators' free lists hold). The same work can time differently in two processes whose code and heap lie
+first alternates (ABBA...). The seed sets the size of the codec, clients and aio child's environment (where its
+stack starts) and a pattern of blocks it allocates and frees before any workload runs (what its allocators' free
+lists hold); its hash seed is CPython's own random one, per process. The same work can time differently in two processes whose code and heap lie
 differently (glibc's malloc above pymalloc's and the tcache's sizes, cache-set conflicts); with one fixed layout per
 side, a few rounds measure the layout, not the code. Randomized alike on both sides, each side's spread holds that
 variation, and the paired ratio of round r compares the two trees under the same one.
@@ -61,11 +61,12 @@ def _this_benchmarks() -> None:
 
 
 def layout(seed: int) -> tuple[dict[str, str], list[int]]:
-    """Round `seed`'s process layout: the environment a child gets on top of the parent's (its hash seed, and a
-    padding variable whose length moves where the stack starts) and the sizes of the blocks it allocates in order
-    before the workloads (every other one is then freed, leaving holes of those sizes in the free lists)."""
+    """Round `seed`'s process layout: the environment a child gets on top of the parent's (a padding variable whose
+    length moves where the stack starts) and the sizes of the blocks it allocates in order before the workloads
+    (every other one is then freed, leaving holes of those sizes in the free lists). The hash seed is not part of it:
+    the child runs isolated (-I), which ignores PYTHONHASHSEED, so each process draws its own, as CPython does."""
     rng = random.Random(seed)
-    env = {"PYTHONHASHSEED": str(rng.randrange(1 << 32)), "KAFKALOG_AB_PAD": "x" * rng.randrange(8192)}
+    env = {"KAFKALOG_AB_PAD": "x" * rng.randrange(8192)}
     return env, [rng.choice((48, 200, 600, 1100, 1800, 4000, 9000, 70_000)) for _ in range(rng.randrange(500, 20_000))]
 
 
