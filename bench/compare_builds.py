@@ -9,11 +9,11 @@ Each round runs each suite once per checkout, one after the other, so both see t
   and its peers' (the peers run the same code on both sides: their change is the machine's).
 - many: bench.many_partitions' write and open phases at MANY_N partitions, each phase in a fresh interpreter in the
   checkout measured, with the data on tmpfs where there is one (the disk's sync times vary far more than the code).
-Rounds are paired and laid out at random: round r runs both checkouts with the same seed, and the side that runs
-first alternates (ABBA...). The seed sets the size of the codec, clients and aio child's environment (where its
-stack starts) and a pattern of blocks it allocates and frees before any workload runs (what its allocators' free
-lists hold); its hash seed is CPython's own random one, per process. The same work can time differently in two processes whose code and heap lie
-differently (glibc's malloc above pymalloc's and the tcache's sizes, cache-set conflicts); with one fixed layout per
+Rounds are paired and laid out at random: round r runs both checkouts with the same seed, and the side that runs first
+alternates (ABBA...). The seed sets the size of the codec, clients and aio child's environment (where its stack starts)
+and a pattern of blocks it allocates and frees before any workload runs (what its allocators' free lists hold); its hash
+seed is CPython's own random one, per process. The same work can time differently in two processes whose code and heap
+lie differently (glibc's malloc above pymalloc's and the tcache's sizes, cache-set conflicts); with one fixed layout per
 side, a few rounds measure the layout, not the code. Randomized alike on both sides, each side's spread holds that
 variation, and the paired ratio of round r compares the two trees under the same one.
 The table gives, per row and contender, the median of each side's rounds with its min-max spread, the change, the
