@@ -75,35 +75,31 @@ class LogSegment:
         self.log_path = self._path(names.LOG)
         # the indexes known to have no file yet, until each is first opened (then they need not look for one)
         self._new = (names.INDEX, names.TIME_INDEX) if new and writable else ()
-        created = None  # a new segment's `.log`, opened to be appended to
-        try:
-            if self._new:
-                created = fs.open(self.log_path, "ab+")
-                size = 0
-            else:
+        size = 0
+        if not self._new:
+            try:
                 if writable and not fs.exists(self.log_path):
                     fs.open(self.log_path, "ab").close()
                 size = fs.size(self.log_path)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
-        try:
-            jitter = min(config.segment_jitter_ms, config.segment_ms)
-            self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
-            self._offset_index: OffsetIndex | None = None
-            self._time_index: TimeIndex | None = None
-            self.on_repair = _log_repair  # the owner's recovery report takes these
-            self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
-            self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
-            self.lock = new_lock()  # never replaced: the appenders and the native reader keep it
-            self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
-        except BaseException:
-            if created is not None:
-                created.close()
-            raise
-        if created is not None:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        self.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self.on_repair = _log_repair  # the owner's recovery report takes these
+        self.txn_index = TxnIndex(fs, self._path(names.TXN_INDEX), base_offset)
+        self.reads = MappedReads(self) if writable else PositionalReads(self)  # how the `.log` is read
+        self.lock = new_lock()  # never replaced: the appenders and the native reader keep it
+        self.appender = segment_appender.selected(self, size, now_ms, config.segment_ms - self.roll_jitter_ms)
+        if self._new:  # an empty segment: no timestamp to read from its files (time_index.last_entry()'s empty answer)
             self.appender.max_ts = (-1, base_offset)
             self.appender.rolling_ts, self.appender.rolling_ts_loaded = None, True
-            self.appender.handle = fs.adopt(self.log_path, "ab+", created)  # (its first append's handle)
+            try:  # its `.log` made last (nothing above touches it), through the descriptor its first append uses
+                created = fs.open(self.log_path, "ab+")
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open segment: {exc}", file=self.log_path) from exc
+            self.appender.handle = fs.adopt(self.log_path, "ab+", created)
 
     def _path(self, kind: str) -> str:
         prefix = self.__dict__.get("_prefix")
