@@ -146,6 +146,14 @@ class LogSegment:
                 self.on_repair(f"rebuilt the indexes of {self.log_path}: {exc.message}")
                 self.rebuild_indexes()
 
+    def indexes_full(self) -> bool:
+        """Whether either index is full (a reason to roll, Kafka's LogSegment.shouldRoll); while neither is made (a new
+        segment's first appends) it is told from their size, without opening them: empty, the time index is full when
+        it has room for one entry only (TimeIndex.is_full), the offset index when it has none."""
+        if len(self._new) == 2:
+            return self.config.max_index_size < 2 * TimeIndex.ENTRY.size
+        return self.offset_index.is_full() or self.time_index.is_full()
+
     def index_files_exist(self) -> bool:
         return self.fs.exists(self._path(names.INDEX))
 
@@ -491,6 +499,8 @@ class LogSegment:
             self.time_index.trim_to_valid_size()
 
     def resize_indexes(self, size: int) -> None:
+        if len(self._new) == 2 and size == self.config.max_index_size:
+            return  # neither index is made yet, and each will be made at that size (a new partition's first load)
         self.offset_index.resize(size)
         self.time_index.resize(size)
 
@@ -521,6 +531,8 @@ class LogSegment:
     def close(self, durable: bool = True) -> None:
         """Close the files; `durable`: the indexes it trims are fsynced (a clean shutdown's, not a deletion's)."""
         with self.lock:
+            for kind in self._new:  # an index no append needed is made now: a segment closed has both files
+                self.open_index(kind)
             if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
                 self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
             for index in (self._offset_index, self._time_index):

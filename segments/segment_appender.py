@@ -47,8 +47,8 @@ class SegmentAppender:
         """Kafka's LogSegment.shouldRoll."""
         seg = self.segment
         waited = self.size > 0 and self._time_waited_for_roll(now_ms, incoming_max_ts) > self.roll_ms
-        return (self.size > segment_bytes - incoming_bytes or waited or seg.offset_index.is_full()
-                or seg.time_index.is_full() or not 0 <= incoming_last_offset - seg.base_offset <= INT32_MAX)
+        return (self.size > segment_bytes - incoming_bytes or waited or seg.indexes_full()
+                or not 0 <= incoming_last_offset - seg.base_offset <= INT32_MAX)
 
     def try_append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data, size: int,
                    batches: list[tuple[int, int]] | None, segment_bytes: int, clock) -> bool:

@@ -186,10 +186,9 @@ cdef class SegmentAppender:
                     now_ms = clock.time_ms()
                 if now_ms - self.created_ms > self.roll_ms:
                     return True
-        if self._indexes():
-            oi, ti = self._oi, self._ti
-        else:
-            oi, ti = seg.offset_index, seg.time_index  # the properties open them
+        if not self._indexes():
+            return seg.indexes_full()  # (a new segment's: told without opening an index not made yet)
+        oi, ti = self._oi, self._ti
         return oi.entries >= oi.max_entries or ti.entries >= ti.max_entries - 1
 
     cdef bint _indexes(self) except -1:

@@ -102,8 +102,8 @@ def test_a_clean_open_loads_no_log_and_a_use_loads_only_that_one(tmp_path):
 
 def test_a_partition_made_here_loads_without_listing_its_directory_and_opens_its_log_once(tmp_path):
     """A partition created in this process holds only its partition.metadata until it loads, so its first load lists
-    nothing, and its first segment's `.log` is created and appended to through one descriptor; a partition found on
-    open is listed as it loads."""
+    nothing, and its first segment's `.log` is created and appended to through one descriptor; its indexes are made
+    by the close (a few appends add no entry); a partition found on open is listed as it loads."""
     fs = ListingFS()
     with engine.open(tmp_path / "d", fs=fs) as e:
         e.create_topic("t", 3)
@@ -114,6 +114,11 @@ def test_a_partition_made_here_loads_without_listing_its_directory_and_opens_its
                 assert prod.send("t", b"v%d" % p, partition=p).get().offset == 0
         assert not [d for d in fs.listed if d.startswith("t-")], fs.listed
         assert [o for o in fs.opened if o[0].endswith(".log")] == [("00000000000000000000.log", "ab+")] * 3
+        assert not [o for o in fs.opened if o[0].endswith(("index", ".snapshot"))], fs.opened  # (made on close)
+    for p in range(3):  # a clean close made each file a load expects
+        assert {f for f in os.listdir(tmp_path / "d" / f"t-{p}") if f.startswith("0")} == {
+            "00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex",
+            "00000000000000000001.snapshot"}
     with engine.open(tmp_path / "d", fs=fs) as e:
         fs.listed.clear()
         assert _read(e, 1) == [b"v1"] and "t-1" in fs.listed

@@ -104,6 +104,20 @@ class _ReadOnlyAppends(FileSystem):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("index_bytes", [12, 23, 24])
+def test_a_time_index_with_room_for_one_entry_rolls_before_every_append(impl, index_bytes, tmp_path, monkeypatch):
+    """Kafka's TimeIndex.isFull keeps the last slot for the entry a roll writes: with one slot (12 to 23 bytes) the
+    index is full from the start, so each append rolls first, a new segment's first too (its indexes not made yet)."""
+    monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
+    config = LogConfig.from_dict({"segment.index.bytes": index_bytes, "index.interval.bytes": 0})
+    lg = Log(FileSystem(), str(tmp_path / "t-0"), config, ManualClock(T0))
+    for i in range(4):
+        lg.append_as_leader(engine.encode_batch([(b"k", b"v", None, T0 + i)]))
+    assert [s.base_offset for s in lg.segments] == ([0, 1, 2, 3] if index_bytes < 24 else [0, 2])
+    lg.close()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_a_failed_write_is_typed_and_loses_nothing(impl, tmp_path, monkeypatch):
     monkeypatch.setattr(segment_appender, "selected", twins.load("segment_appender", impl))
     fs = _ReadOnlyAppends()
