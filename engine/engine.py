@@ -174,7 +174,8 @@ class Engine:
         else:
             out = [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
         if LazyPartition in set(map(type, out)):  # (partitions not made yet: made now, each loading its log)
-            out = [self._made(p) if type(p) is LazyPartition else p for p in out]
+            with gc_paused():  # (many at once, as a consumer's first poll of its assignment)
+                out = [self._made(p) if type(p) is LazyPartition else p for p in out]
         return out
 
     def _made(self, part: LazyPartition) -> Partition | None:

@@ -241,13 +241,14 @@ class MmapIndex(ABC):
                 return True
             old = self.max_entries * self.entry_size
             self._drop_map()
+            self.fs.untrack_map(self)
             try:
                 with self.fs.handle(self.path, "r+b") as f:
                     self.fs.truncate(f, length)
             except OSError:
                 self._map_file(old)  # the file kept its old length: so does the mapping
                 raise
-            self._map_file(length)
+            self.max_entries = length // self.entry_size  # mapped again by the next lookup that needs it (`mapped`)
             return True
 
     def trim_to_valid_size(self) -> bool:

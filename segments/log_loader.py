@@ -143,11 +143,12 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
         segments.add(seg)
         if not _indexes_usable(seg):
             report.recover(seg, bases[i + 1] if i + 1 < len(bases) else None)
+    # (read once, as it scans the last batches; a log not closed cleanly is read after its recovery)
+    end = segments.last.read_next_offset() if clean_shutdown and len(segments) else None
     closed_at = None
-    if clean_shutdown and len(segments) and recovery_point != segments.last.read_next_offset():
+    if clean_shutdown and end is not None and recovery_point != end:
         closed_at = recovery_point
-        report.note(f"the log ends at {segments.last.read_next_offset()} but was closed at {recovery_point}: "
-                    f"recovering from there")
+        report.note(f"the log ends at {end} but was closed at {recovery_point}: recovering from there")
         clean_shutdown = report.clean_shutdown = False
     if not clean_shutdown:
         for seg in segments.from_offset(recovery_point):
@@ -158,12 +159,14 @@ def load(fs: FileSystem, directory: str, config: LogConfig, clock: Clock, *, rec
                 upper = closed_at  # a clean close said where the log ends: nothing may end past it
             if report.recover(seg, upper):
                 _drop(segments, segments.after(seg.base_offset), report)
-    if len(segments) and segments.last.read_next_offset() < log_start_offset:
+        end = segments.last.read_next_offset() if len(segments) else None  # (as recovered)
+    if end is not None and end < log_start_offset:
         _drop(segments, segments.all(), report)
     if not len(segments):
         segments.add(LogSegment(fs, directory, log_start_offset, config.segment, now,
                                 new=not any(f.endswith(names.SEGMENT_SUFFIXES) for f in files)))
-    next_offset = segments.last.read_next_offset()
+        end = segments.last.read_next_offset()
+    next_offset = end
     segments.last.resize_indexes(config.segment_index_bytes)
     if report.bytes_truncated or report.files_removed or report.segments_dropped or report.repairs:
         log.warning("recovered %s: %s", directory, "; ".join(report.describe()))

@@ -219,8 +219,9 @@ class ConsumerCore:
         if self._subscription is not None:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
         parts = [TopicPartition(*tp) for tp in partitions]
-        for tp in parts:
-            self.engine.partition(tp.topic, tp.partition)  # raises for an unknown topic or partition
+        for tp, leader in zip(parts, self.engine.partitions_of(parts)):  # (many at once: engine.partitions_of)
+            if leader is None:
+                self.engine.partition(tp.topic, tp.partition)  # raises for an unknown topic or partition
         self._positions = {tp: self._positions.get(tp) for tp in parts}
         self._keep_unread_assigned()
 

@@ -42,6 +42,7 @@ from engine.common.errors import (
     KafkaError,
     KafkaTimeoutError,
 )
+from engine.common.gc_pause import gc_paused
 from engine.record import batch_format as bf
 from engine.record import compression as comp
 from engine.record.codec import crc32c
@@ -216,8 +217,9 @@ class Producer:
             if self.transaction_manager is not None and batches:
                 with contextlib.suppress(KafkaError):  # each batch's own attempt below fails it with the error
                     self.transaction_manager.before_append((b.topic, b.partition) for b in batches)
-            for batch in batches:
-                self._append(batch)
+            with gc_paused():  # (a drain may be the first use of many partitions: each loads its log)
+                for batch in batches:
+                    self._append(batch)
             if settle:
                 self._settle()
 

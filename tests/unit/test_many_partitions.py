@@ -4,6 +4,7 @@ shutdown recovery completes before a partition serves anything. The scale test (
 runs at KAFKALOG_SCALE_PARTITIONS partitions: 10,000 in `make test`, 100,000 in `make soak`."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -122,6 +123,29 @@ def test_a_partition_made_here_loads_without_listing_its_directory_and_opens_its
     with engine.open(tmp_path / "d", fs=fs) as e:
         fs.listed.clear()
         assert _read(e, 1) == [b"v1"] and "t-1" in fs.listed
+
+
+def test_a_drain_or_a_poll_that_first_uses_many_partitions_loads_them_with_the_collector_paused(tmp_path, monkeypatch):
+    """Each first use loads a log (a few dozen long-lived objects): a producer's drain and a consumer's poll that make
+    many at once do it with CPython's cyclic collector paused (engine.common.gc_pause), which runs again after."""
+    from engine.replica_manager import ReplicaManager
+    seen = []
+    made = ReplicaManager.made
+    monkeypatch.setattr(ReplicaManager, "made", lambda self, part: (seen.append(gc.isenabled()), made(self, part))[1])
+    assert gc.isenabled()
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("t", 50)
+        with e.producer(linger_ms=60_000) as prod:
+            for p in range(50):
+                prod.send("t", b"v", partition=p)
+            prod.flush()
+        assert seen == [False] * 50 and gc.isenabled()
+    seen.clear()
+    with engine.open(tmp_path / "d") as e:
+        with e.consumer(auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+            c.assign([engine.TopicPartition("t", p) for p in range(50)])
+            assert len(list(c)) == 50
+        assert seen[:50] == [False] * 50 and gc.isenabled()
 
 
 def test_checkpoints_of_unloaded_logs_survive_opens_that_never_load_them(tmp_path):
