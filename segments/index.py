@@ -300,17 +300,23 @@ class MmapIndex(ABC):
     def _make_exact(self, durable: bool) -> None:
         """Close an index whose file was never made: write the file once, holding just its buffered entries (all the
         entries it has)."""
-        try:
-            with self.fs.open(self.path, "wb+") as f:
-                if self.pending:
-                    self.fs.write(f, bytes(self.pending))
-                if durable:
-                    self.fs.fsync(f)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot write the index: {exc}", file=self.path) from exc
+        self.write_whole(self.fs, self.path, bytes(self.pending), durable)
         self.pending.clear()
         self._unmade = False
         self.max_entries = self.entries
+
+    @staticmethod
+    def write_whole(fs: FileSystem, path: str, entries: bytes, durable: bool) -> None:
+        """Write an index file holding exactly `entries` (packed), made at once, as a new index is left by its close
+        (`durable`: fsynced)."""
+        try:
+            with fs.open(path, "wb+") as f:
+                if entries:
+                    fs.write(f, entries)
+                if durable:
+                    fs.fsync(f)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write the index: {exc}", file=path) from exc
 
     def rename_to(self, path: str) -> None:
         with self.lock:

@@ -531,13 +531,19 @@ class LogSegment:
     def close(self, durable: bool = True) -> None:
         """Close the files; `durable`: the indexes it trims are fsynced (a clean shutdown's, not a deletion's)."""
         with self.lock:
-            for kind in self._new:  # an index no append needed is made now: a segment closed has both files
-                self.open_index(kind)
-            if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
-                self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
-            for index in (self._offset_index, self._time_index):
-                if index is not None:
-                    index.close(durable)
+            if len(self._new) == 2:  # no index opened (a new segment's few appends): each file written as it ends
+                OffsetIndex.write_whole(self.fs, self._path(names.INDEX), b"", durable)
+                TimeIndex.write_whole(self.fs, self._path(names.TIME_INDEX),
+                                      TimeIndex.sole_entry(*self.max_timestamp_and_offset(), self.base_offset), durable)
+                self._new = ()
+            else:
+                for kind in self._new:  # the other one opened: this one is made now (a segment closed has both files)
+                    self.open_index(kind)
+                if self.writable and (self.appender.max_ts is not None or self._time_index is not None):
+                    self.time_index.maybe_append(*self.max_timestamp_and_offset(), skip_full_check=True)
+                for index in (self._offset_index, self._time_index):
+                    if index is not None:
+                        index.close(durable)
             self.txn_index.close()
             self.reads.release()
             self.reads.forget()

@@ -27,6 +27,12 @@ class TimeIndex(MmapIndex):
         last = self._last_raw()
         return (last[0], self.base_offset + last[1]) if last else (-1, self.base_offset)
 
+    @classmethod
+    def sole_entry(cls, timestamp: int, offset: int, base_offset: int) -> bytes:
+        """The entries of a new time index after `maybe_append(timestamp, offset)`: that one entry, or none without a
+        timestamp (a new segment closed before any entry was written: LogSegment.close)."""
+        return cls.ENTRY.pack(timestamp, offset - base_offset) if timestamp > -1 else b""
+
     def is_full(self) -> bool:
         return self.entries >= self.max_entries - 1
 
