@@ -174,7 +174,7 @@ class Engine:
         else:
             out = [None if tp[0] in INTERNAL_TOPICS else found(tp) for tp in tps]
         if LazyPartition in set(map(type, out)):  # (partitions not made yet: made now, each loading its log)
-            with gc_paused():  # (many at once, as a consumer's first poll of its assignment)
+            with gc_paused():  # (many at once: a consumer's assignment, a producer's drain)
                 out = [self._made(p) if type(p) is LazyPartition else p for p in out]
         return out
 

@@ -42,7 +42,6 @@ from engine.common.errors import (
     KafkaError,
     KafkaTimeoutError,
 )
-from engine.common.gc_pause import gc_paused
 from engine.record import batch_format as bf
 from engine.record import compression as comp
 from engine.record.codec import crc32c
@@ -217,9 +216,12 @@ class Producer:
             if self.transaction_manager is not None and batches:
                 with contextlib.suppress(KafkaError):  # each batch's own attempt below fails it with the error
                     self.transaction_manager.before_append((b.topic, b.partition) for b in batches)
-            with gc_paused():  # (a drain may be the first use of many partitions: each loads its log)
-                for batch in batches:
-                    self._append(batch)
+            # the partitions first used here are made at once, the collector paused meanwhile (engine.partitions_of);
+            # not the appends, which may wait (acks, retries); an error is met again by the batch's own append below
+            with contextlib.suppress(KafkaError):
+                self._engine.partitions_of([(b.topic, b.partition) for b in batches])
+            for batch in batches:
+                self._append(batch)
             if settle:
                 self._settle()
 

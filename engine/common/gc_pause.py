@@ -1,6 +1,6 @@
 """Pausing CPython's cyclic garbage collector while many long-lived objects are made at once (opening a directory of
 many partitions, creating many partitions, the first use of many partitions by a producer's drain or a consumer's
-poll, each loading its log): each automatic collection of the oldest generation scans every tracked
+assignment, each loading its log; never around a wait): each automatic collection of the oldest generation scans every tracked
 object, and a build of hundreds of thousands of them triggers one every time the heap has grown by a quarter, so
 their cost grows faster than the build. Paused, the build makes no collection; the collector runs again as usual
 afterwards (its next full collection scans the new objects once). Reference counting frees memory as always.

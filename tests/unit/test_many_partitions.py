@@ -126,12 +126,16 @@ def test_a_partition_made_here_loads_without_listing_its_directory_and_opens_its
 
 
 def test_a_drain_or_a_poll_that_first_uses_many_partitions_loads_them_with_the_collector_paused(tmp_path, monkeypatch):
-    """Each first use loads a log (a few dozen long-lived objects): a producer's drain and a consumer's poll that make
-    many at once do it with CPython's cyclic collector paused (engine.common.gc_pause), which runs again after."""
+    """Each first use loads a log (a few dozen long-lived objects): a producer's drain and a consumer's assignment that
+    make many at once do it with CPython's cyclic collector paused (engine.common.gc_pause), which runs again after;
+    the appends, which may wait (acks, retries), run with it as it was."""
+    from engine.engine import Engine
     from engine.replica_manager import ReplicaManager
-    seen = []
-    made = ReplicaManager.made
+    seen, appending = [], []
+    made, append = ReplicaManager.made, Engine.append
     monkeypatch.setattr(ReplicaManager, "made", lambda self, part: (seen.append(gc.isenabled()), made(self, part))[1])
+    monkeypatch.setattr(Engine, "append",
+                        lambda self, *a, **k: (appending.append(gc.isenabled()), append(self, *a, **k))[1])
     assert gc.isenabled()
     with engine.open(tmp_path / "d") as e:
         e.create_topic("t", 50)
@@ -139,7 +143,7 @@ def test_a_drain_or_a_poll_that_first_uses_many_partitions_loads_them_with_the_c
             for p in range(50):
                 prod.send("t", b"v", partition=p)
             prod.flush()
-        assert seen == [False] * 50 and gc.isenabled()
+        assert seen == [False] * 50 and appending == [True] * 50 and gc.isenabled()
     seen.clear()
     with engine.open(tmp_path / "d") as e:
         with e.consumer(auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
