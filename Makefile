@@ -132,7 +132,7 @@ INTEROP_RECORDS ?= 1000000
 INTEROP_KILLS ?= 5
 # the clients' own integration suites against a fresh listener, each built or downloaded once into
 # .cache/client-suites: librdkafka's (from the npm package that ships its source; on the native core and again on the
-# pure-Python twin; then its regex-subscription tests under the consumer group protocol) and kafka-python's (from the
+# pure-Python twin; then once more with its consumers on the consumer group protocol) and kafka-python's (from the
 # source distribution of the installed release). Each fails when a test it expects to pass does not, or an unlisted
 # one passes
 client-suites: setup
