@@ -90,7 +90,9 @@ def expected(protocol: str = "classic") -> set[str]:
         set(ALSO_PASSING_HERE[protocol])
 
 
-_FINAL = ("PASSED", "FAILED", "SKIPPED")
+_FINAL = ("PASSED", "FAILED", "SKIPPED")  # a test's outcome once it ended (RUNNING, DNS: it did not)
+
+
 def _missing_tools() -> list[str]:
     return [package for path, package in _DEBIAN.items()
             if not (shutil.which(path) if "/" not in path else os.path.exists(path))]
