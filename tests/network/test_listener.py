@@ -271,16 +271,6 @@ def test_kafkalog_serve_cli(tmp_path):
         assert [r[2] for r in _records(eng, "cli")] == [b"over the wire"]
 
 
-def _drain(consumer, want: int, seconds: float = 30) -> list:
-    got = []
-    deadline = time.monotonic() + seconds
-    while len(got) < want and time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is not None and msg.error() is None:
-            got.append((msg.partition(), msg.offset()))
-    return got
-
-
 def _read_until(consumers: dict, done: Callable[[], bool], seconds: float = 30) -> bool:
     """Poll each consumer (a librdkafka Consumer -> the list its (partition, offset)s go to) until `done()`: a
     record a poll returns while the test waits for something else is kept, not dropped."""
