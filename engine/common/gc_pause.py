@@ -1,8 +1,8 @@
 """Pausing CPython's cyclic garbage collector while many long-lived objects are made at once (opening a directory of
 many partitions, creating many partitions, the first use of many partitions by a producer's drain or a consumer's
-assignment, each loading its log; never around a wait): each automatic collection of the oldest generation scans every tracked
-object, and a build of hundreds of thousands of them triggers one every time the heap has grown by a quarter, so
-their cost grows faster than the build. Paused, the build makes no collection; the collector runs again as usual
+assignment, each loading its log; never around a wait): each automatic collection of the oldest generation scans
+every tracked object, and a build of hundreds of thousands of them triggers one every time the heap has grown by a
+quarter, so their cost grows faster than the build. Paused, the build makes no collection; the collector runs again as usual
 afterwards (its next full collection scans the new objects once). Reference counting frees memory as always.
 State: whether the collector was enabled when the outermost pause began, and how many pauses are in progress.
 Byte layout: none. Crash policy: none (memory only). Thread-safety: pauses may overlap across threads; the collector
