@@ -37,7 +37,9 @@ def test_coverage_guided_fuzzing_finds_no_crash(tmp_path, target):
                          text=True, timeout=1200)
     log = run.stderr
     assert run.returncode == 0, log[-4000:]
-    assert f"Done {RUNS} runs" in log, log[-2000:]
+    # libFuzzer can stop one input past -runs (CI once saw "Done 200001 runs" for 200000): at least RUNS must have run
+    ran = re.search(r"^Done (\d+) runs", log, re.M)
+    assert ran and int(ran.group(1)) >= RUNS, log[-2000:]
     if not ATHERIS:  # the stand-in measures no coverage; that it ran every input is what it can show
         assert "runs under seeded mutation fuzzing" in log, log[-2000:]
         return
