@@ -94,9 +94,9 @@ test-fast: setup
 fuzz: $(STAMP) jvm
 	@$(PY) -c "import importlib.util as u, sys; u.find_spec('atheris') or print('make fuzz: atheris has no build for Python %d.%d: tests/fuzz runs seeded mutation fuzzing (tests/fuzz/coverage.py mutation_fuzz) instead of coverage-guided fuzzing' % sys.version_info[:2])"
 	KAFKALOG_FUZZ_CASES=8000000 KAFKALOG_PARSER_FUZZ_CASES=2000000 KAFKALOG_SIM_RUNS=2000 KAFKALOG_POWER_CUTS=5000 \
-	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 KAFKALOG_PROTOCOL_FUZZ_CASES=200000 \
+	KAFKALOG_COVERAGE_FUZZ_RUNS=2000000 KAFKALOG_PROTOCOL_FUZZ_CASES=200000 KAFKALOG_CHECKPOINT_TWIN_CASES=1000000 \
 		$(PY) -m pytest -q tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/sim tests/fuzz \
-		tests/network/test_protocol_fuzz.py
+		tests/network/test_protocol_fuzz.py tests/unit/test_offset_checkpoint_twins.py
 	KAFKALOG_JVM_FUZZ_CASES=1000000 KAFKALOG_SPARK_SOURCE=$(SPARK_SOURCE) $(PY) -m pytest -q tests/spark/test_jvm_decoder.py
 	KAFKALOG_GROUP_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_groups.py -k "random_joins or random_histories"
 	KAFKALOG_COMPACTION_MODEL_RUNS=100 $(PY) -m pytest -q tests/unit/test_compaction.py -k latest_value

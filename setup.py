@@ -71,7 +71,7 @@ def extensions() -> list:
     modules = [native("_records", crc), native("_records_builder", crc), native("_columnar", crc), native("_log_scan"),
                native("_log_validator", crc), native("_cleaner_records"), native("_lock"), native("_accumulator"),
                native("_offset_map", "md5_impl.c"), native("_segment_appender"), native("_log_read"),
-               native("_residency"), native("_replica"), native("_replica_fetcher")]
+               native("_residency"), native("_replica"), native("_replica_fetcher"), native("_offset_checkpoint")]
     exts = cythonize(
         modules,
         compiler_directives={

@@ -27,7 +27,7 @@ export KAFKALOG_FUZZ_CASES=$((20000 * SCALE)) KAFKALOG_PARSER_FUZZ_CASES=$((5000
   tests/unit/test_scan_to_offset.py tests/unit/test_log_read.py tests/unit/test_segment_appender.py \
   tests/unit/test_leader_append.py tests/unit/test_producer_fast_path.py tests/unit/test_follower_append.py \
   tests/unit/test_lock.py tests/unit/test_compaction.py tests/unit/test_replica.py tests/unit/test_native_fetcher.py \
-  tests/unit/test_close.py \
+  tests/unit/test_close.py tests/unit/test_offset_checkpoint_twins.py \
   tests/unit/test_codec_fuzz.py tests/unit/test_parser_fuzz.py tests/interop tests/stress
 # the leader's reading of every record of a client batch (_log_validator's C walk) on the batches Kafka refuses
 "$PY" -m pytest -q -p no:randomly -p no:cacheprovider tests/network/test_kafka_semantics.py \

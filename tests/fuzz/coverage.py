@@ -6,7 +6,8 @@ the native core runs the same input and must agree with the twin (same records, 
 
 A target returns or raises a typed KafkaError; anything else is a crash, which libFuzzer saves as
 `crash-<sha1>` under tests/data/fuzz-crashers/<target>/ (kept as a vector: tests/fuzz/test_coverage.py
-replays them all). The seed corpus is what the mutation fuzzers start from.
+replays them all). The seed corpus is what the mutation fuzzers start from. The offset checkpoint reader has a native
+twin too, which must agree with the instrumented Python one (same entries, or the same refusal and message).
 Where atheris has no build for the interpreter (Python 3.10), the same targets run under seeded mutation fuzzing
 instead (`mutation_fuzz`: -runs and -seed as libFuzzer's; the kept crashers first, then mutants of the seeds), and
 the run says so.
@@ -59,12 +60,22 @@ def _with_valid_checksums(name: str, data: bytes) -> bytes:
     return bytes(buf)
 
 
+def _checkpoint_verdict(parse, data: bytes):
+    try:
+        return list(parse(data).items())
+    except KafkaError as exc:
+        return type(exc).__name__, str(exc)
+
+
 def run_target(name: str, data: bytes) -> None:
-    """One input through a target: returns, or raises a typed error; twins must agree on the decoder."""
+    """One input through a target: returns, or raises a typed error; twins must agree on the decoder and on the
+    offset checkpoint reader."""
     data = _with_valid_checksums(name, data)
-    if name == "decoder":
-        impls = [twins.load("codec", i) for i in IMPLEMENTATIONS]
-        verdicts = [_verdict(impl, data) for impl in impls]
+    if name in ("decoder", "offset-checkpoint"):
+        if name == "decoder":
+            verdicts = [_verdict(twins.load("codec", i), data) for i in IMPLEMENTATIONS]
+        else:
+            verdicts = [_checkpoint_verdict(twins.load("offset_checkpoint", i), data) for i in IMPLEMENTATIONS]
         if any(v != verdicts[0] for v in verdicts[1:]):
             raise AssertionError(f"the twins disagree on {data.hex()}: {verdicts}")
         return

@@ -73,7 +73,7 @@ def test_the_suite_collects_where_the_native_core_is_not_built():
         "engine._native._log_scan", "engine._native._log_validator", "engine._native._cleaner_records",
         "engine._native._replica_fetcher", "engine._native._replica", "engine._native._lock",
         "engine._native._log_read", "engine._native._segment_appender", "engine._native._accumulator",
-        "engine._native._offset_map", "engine._native._residency"))
+        "engine._native._offset_map", "engine._native._residency", "engine._native._offset_checkpoint"))
     run = _run({"KAFKALOG_NO_EXTENSIONS": "1", "KAFKALOG_REQUIRE_EXTENSIONS": "0"},
                f"import sys; {hide}; import pytest; sys.exit(pytest.main(['-q', '--collect-only', '-p', "
                f"'no:cacheprovider', '-p', 'no:xdist', '-p', 'no:randomly', 'tests/unit']))")

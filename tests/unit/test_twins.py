@@ -15,7 +15,8 @@ from tests.conftest import IMPLEMENTATIONS
 
 HOMES = {"accumulator": "engine.clients.accumulator", "codec": "engine.record.codec",
          "follower_append": "engine.log.follower_append", "leader_append": "engine.log.leader_append",
-         "log_read": "engine.log.log_read", "offset_map": "engine.segments.offset_map",
+         "log_read": "engine.log.log_read", "offset_checkpoint": "engine.segments.offset_checkpoint",
+         "offset_map": "engine.segments.offset_map",
          "replica": "engine.replication.replica", "touched_windows": "engine.segments.residency",
          "segment_appender": "engine.segments.segment_appender"}
 EVERY_TWIN = sorted(HOMES)  # (each twin, and the module that defines it)
