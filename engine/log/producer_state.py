@@ -13,8 +13,10 @@ unstable offset is the smallest first offset of an open or unreplicated transact
 The state covers offsets below `map_end_offset`; `<N>.snapshot` files (engine.log.producer_snapshot) record it
 at segment rolls and on close, and it is rebuilt by loading the newest usable snapshot and replaying
 the log after it.
-Crash policy: snapshots are written atomically; a corrupt one is deleted and the next older one is
-used; with none, state is rebuilt from the log (or, after a clean shutdown, assumed empty, as Kafka).
+Crash policy: a snapshot is written in place and fsynced, as Kafka writes it (no tmp file and rename): a crash
+while writing can leave it torn, which its CRC shows; a corrupt one is deleted and the next older one is used; with
+none, state is rebuilt from the log (or, after a clean shutdown, assumed empty, as Kafka). A clean shutdown's
+marker is written only after the close's snapshots are durable, so a torn one is never read as a clean close's.
 Thread-safety: none of its own; the owning log calls it under its lock.
 """
 from __future__ import annotations
@@ -291,7 +293,7 @@ class ProducerStateManager:
             return False
         data = producer_snapshot.encode([e.snapshot_entry() for e in self.producers.values()])
         self._snapshots = None  # (listed again after a write, whether it failed or not)
-        self.fs.atomic_write(self._path(self.map_end_offset), data)
+        self.fs.write_checked(self._path(self.map_end_offset), data)  # (a torn one fails its CRC: see above)
         self.last_snapshot_offset = self.map_end_offset
         return True
 
