@@ -29,7 +29,8 @@ from engine.common.closing import Steps
 from engine.common.clock import Clock, SystemClock
 from engine.common.errors import InvalidConfigurationError, InvalidLogDirectoryError, not_supported_yet
 from engine.coordinators import Coordinators
-from engine.groups.group_coordinator import OFFSETS_RETENTION_CHECK_INTERVAL_MS, GroupConfig
+from engine.groups.group_coordinator import OFFSETS_RETENTION_CHECK_INTERVAL_MS
+from engine.groups.group_coordinator_config import GroupConfig
 from engine.internal_topics import InternalTopics
 from engine.log.log_cleaner import CleanerConfig
 from engine.log.log_manager import LogManager

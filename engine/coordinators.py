@@ -17,7 +17,8 @@ from typing import Callable
 from engine.common.clock import Clock
 from engine.groups import offsets as group_offsets
 from engine.groups.consumer_group import TopicsView
-from engine.groups.group_coordinator import GroupConfig, GroupCoordinator, GroupLog
+from engine.groups.group_coordinator import GroupCoordinator, GroupLog
+from engine.groups.group_coordinator_config import GroupConfig
 from engine.internal_topics import InternalTopics
 from engine.transactions import Transactions
 from engine.txn.transaction_coordinator import TransactionConfig

@@ -64,6 +64,14 @@ MEMBER_STATES = {STABLE: "Stable", UNREVOKED_PARTITIONS: "UnrevokedPartitions",
                  UNRELEASED_PARTITIONS: "UnreleasedPartitions", UNKNOWN: "Unknown"}
 
 
+class Classic(NamedTuple):
+    """What a member of the classic protocol joined with (Kafka's ClassicMemberMetadata): its session timeout and
+    the protocols it offered, each (name, its ConsumerProtocolSubscription bytes)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(frozen=True)
 class Member:
     """One member: what it subscribes with (its metadata record) and where it stands (its assignment record)."""
@@ -82,12 +90,16 @@ class Member:
     state: int = STABLE
     assigned: Parts = field(default_factory=dict)
     pending_revocation: Parts = field(default_factory=dict)
+    classic: Classic | None = None  # a member of the classic protocol (online migration): its JoinGroup's settings
 
     def metadata_value(self) -> dict:
+        classic = None if self.classic is None else {
+            "session_timeout_ms": self.classic.session_timeout_ms,
+            "supported_protocols": [{"name": n, "metadata": m} for n, m in self.classic.protocols]}
         return {"instance_id": self.instance_id, "rack_id": self.rack_id, "client_id": self.client_id,
                 "client_host": self.client_host, "subscribed_topic_names": list(self.topic_names),
                 "subscribed_topic_regex": self.topic_regex, "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "server_assignor": self.server_assignor}
+                "server_assignor": self.server_assignor, "classic_member_metadata": classic}
 
     def assignment_value(self) -> dict:
         return {"member_epoch": self.epoch, "previous_member_epoch": self.previous_epoch, "state": self.state,
@@ -188,10 +200,13 @@ class ConsumerGroup:
                 self.session_deadlines.pop(r.member_id, None)
                 self.rebalance_deadlines.pop(r.member_id, None)
                 return
+            classic = v.get("classic_member_metadata")
             m = replace(old or Member(r.member_id), instance_id=v["instance_id"], rack_id=v["rack_id"],
                         client_id=v["client_id"], client_host=v["client_host"],
                         topic_names=tuple(v["subscribed_topic_names"]), topic_regex=v["subscribed_topic_regex"],
-                        rebalance_timeout_ms=v["rebalance_timeout_ms"], server_assignor=v["server_assignor"])
+                        rebalance_timeout_ms=v["rebalance_timeout_ms"], server_assignor=v["server_assignor"],
+                        classic=None if classic is None else Classic(classic["session_timeout_ms"], tuple(
+                            (p["name"], bytes(p["metadata"])) for p in classic["supported_protocols"])))
             self.members[r.member_id] = m
             if m.instance_id is not None:
                 self.static[m.instance_id] = r.member_id
@@ -374,8 +389,11 @@ def _check_epoch(m: Member, received: int, owned: Parts | None) -> None:
                                          f"{m.epoch}: it must give up its partitions and join again")
 
 
-def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings) -> Result:
-    """The records and answer of one heartbeat (the group is left as it is: the caller replays the records)."""
+def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings,
+              classic: Classic | None = None) -> Result:
+    """The records and answer of one heartbeat (the group is left as it is: the caller replays the records). With
+    `classic`, a classic member's JoinGroup made a heartbeat (engine.groups.classic_members): the member's epoch
+    is taken as it stands, and a static member joining under a new id replaces the one holding its instance id."""
     if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
         return _leave(g, hb, topics)
     joining = hb.member_epoch == 0
@@ -398,11 +416,11 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings) 
             if holder is None:
                 m = g.members.get(member_id) or Member(member_id)
             else:
-                if holder.epoch != STATIC_LEAVE_EPOCH:
+                if holder.epoch != STATIC_LEAVE_EPOCH and classic is None:
                     raise UnreleasedInstanceIdError(f"static member {member_id} cannot join group {g.group_id!r}: "
                                                     f"instance id {hb.instance_id} is owned by {holder.member_id}")
                 m = replace(holder, member_id=member_id, epoch=0, previous_epoch=0)
-                records += _remove(g, holder.member_id)
+                records += remove_records(g, holder.member_id)
                 records.append(Record(rec.MEMBER_METADATA, g.group_id, member_id, m.metadata_value()))
                 records.append(Record(rec.TARGET_MEMBER, g.group_id, member_id,
                                       {"topic_partitions": rec.partitions_out(g.targets.get(holder.member_id, {}))}))
@@ -422,7 +440,7 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings) 
         server_assignor=hb.server_assignor if hb.server_assignor is not None else m.server_assignor,
         topic_names=tuple(hb.topic_names) if hb.topic_names is not None else m.topic_names,
         topic_regex=(hb.topic_regex or None) if hb.topic_regex is not None else m.topic_regex,  # ("": none)
-        client_id=hb.client_id, client_host=hb.client_host)
+        client_id=hb.client_id, client_host=hb.client_host, classic=classic)
     bump = False
     if not updated.same_metadata(m):  # (a new member's client id and host always differ from none)
         records.append(Record(rec.MEMBER_METADATA, g.group_id, member_id, updated.metadata_value()))
@@ -499,7 +517,7 @@ def preferred_assignor(members: Iterable[Member], assignors: dict[str, ServerAss
     return max(votes, key=lambda a: (votes[a], a)) if votes else next(iter(assignors))
 
 
-def _remove(g: ConsumerGroup, member_id: str) -> list[Record]:
+def remove_records(g: ConsumerGroup, member_id: str) -> list[Record]:
     """The tombstones that take a member out of the group."""
     return [Record(rec.CURRENT_ASSIGNMENT, g.group_id, member_id, None),
             Record(rec.TARGET_MEMBER, g.group_id, member_id, None),
@@ -508,7 +526,7 @@ def _remove(g: ConsumerGroup, member_id: str) -> list[Record]:
 
 def fence(g: ConsumerGroup, member_id: str, topics: TopicsView) -> list[Record]:
     """The records of a member leaving (or being removed): its tombstones, the subscriptions without it, a new epoch."""
-    records = _remove(g, member_id)
+    records = remove_records(g, member_id)
     metadata, _ = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
     if metadata != g.metadata:
         records.append(_metadata_record(g, metadata))

@@ -12,6 +12,10 @@ An in-process member heartbeats with a `notify` callback: whenever a change to i
 (a new target to move to, partitions to give up, partitions now released for it), it is told to heartbeat now rather
 than at its next interval (a remote member learns it at its next heartbeat, as from Kafka). The callbacks run once the
 group coordinator's lock is released (`defer`), and take no lock of the member's.
+Members of the classic protocol in a group (online migration) speak through `classic_join`, `classic_sync`,
+`classic_heartbeat` and `classic_leave` (engine.groups.classic_members); their session is their JoinGroup's. A heartbeat
+may upgrade a classic group first, and a member of the consumer protocol leaving the last may downgrade the group
+(`on_downgrade`, the classic coordinator's).
 Byte layout and crash policy: engine.groups.consumer_group_records' (one batch per heartbeat, all or nothing).
 Thread-safety: every method runs under the group coordinator's lock (its caller holds it).
 """
@@ -19,15 +23,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from engine.common.errors import (
     GroupIdNotFoundError,
     IllegalGenerationError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
-from engine.groups import consumer_group, consumer_group_records as rec, offsets
+from engine.groups import classic_members, consumer_group, consumer_group_records as rec, offsets
+from engine.groups.group_metadata import GroupMetadata, JoinResult
 from engine.groups.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Member, Settings, TopicsView
 
 log = logging.getLogger("kafkalog.groups")
@@ -71,6 +77,9 @@ class ConsumerGroupCoordinator:
         self.settings = settings
         self.groups: dict[str, ConsumerGroup] = {}
         self._notify: dict[tuple[str, str], Callable[[], None]] = {}  # (group, member) -> its `notify`, if in process
+        # (group, the member leaving, now, the members' notify callbacks): makes the group a classic one (the classic
+        # coordinator's; None: groups never downgrade)
+        self.on_downgrade: Callable[[ConsumerGroup, str, int, dict], None] | None = None
 
     # --- records ----------------------------------------------------------------------------------
     def replay(self, r: rec.Record) -> None:
@@ -86,11 +95,13 @@ class ConsumerGroupCoordinator:
         if r.kind == rec.GROUP_EPOCH and r.value is None and not g.members:
             del self.groups[r.group_id]  # the group's last record is gone: the group is deleted
 
-    def _write(self, g: ConsumerGroup, records: list[rec.Record], now: int, by: str = "") -> None:
-        """Append `records` and replay them; then tell the group's other in-process members with a step to take."""
+    def _write(self, g: ConsumerGroup, records: list[rec.Record], now: int, by: str = "",
+               before: Sequence[tuple[bytes, bytes | None]] = ()) -> None:
+        """Append `records` (after the rows `before`, in one batch) and replay them; then tell the group's other
+        in-process members with a step to take."""
         if not records:
             return
-        self._append(offsets.partition(g.group_id), [rec.encode(r) for r in records], now)
+        self._append(offsets.partition(g.group_id), [*before, *(rec.encode(r) for r in records)], now)
         if g.group_id not in self.groups:
             self.groups[g.group_id] = g
         for r in records:
@@ -104,22 +115,49 @@ class ConsumerGroupCoordinator:
     def renew_sessions(self, now: int) -> None:
         """After a load: every member's session starts now (they must heartbeat within its timeout)."""
         for g in self.groups.values():
-            for mid in g.members:
-                g.session_deadlines[mid] = now + self.settings.session_timeout_ms
+            for mid, m in g.members.items():
+                g.session_deadlines[mid] = now + self._session_ms(m)
+
+    def _session_ms(self, m: Member) -> int:
+        """A member's session timeout: its JoinGroup's for a member of the classic protocol, else the group's."""
+        return self.settings.session_timeout_ms if m.classic is None else m.classic.session_timeout_ms
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------------
-    def heartbeat(self, hb: Heartbeat, now: int, notify: Callable[[], None] | None = None) -> HeartbeatAnswer:
+    def heartbeat(self, hb: Heartbeat, now: int, notify: Callable[[], None] | None = None,
+                  upgrading: GroupMetadata | None = None, before: Sequence[tuple[bytes, bytes | None]] = (),
+                  notifies: dict[str, Callable[[], None]] | None = None) -> HeartbeatAnswer:
         """One heartbeat; `notify` (an in-process member's): told to heartbeat at once when a change leaves it a step
-        to take (see the module docstring)."""
+        to take (see the module docstring). With `upgrading`, the classic group of that id becomes a consumer group
+        first (engine.groups.classic_members.upgrade), in one batch with the rows `before` (its record's tombstone)
+        and the heartbeat's records; `notifies`: its in-process members' callbacks."""
         consumer_group.check_request(hb, self.settings.assignors)
-        g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
-        result = consumer_group.heartbeat(g, hb, self._topics, self.settings)
+        if upgrading is None:
+            g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
+            result = consumer_group.heartbeat(g, hb, self._topics, self.settings)
+            records = result.records
+        else:
+            conversion = classic_members.upgrade(upgrading, self._topics)
+            converted = ConsumerGroup(hb.group_id)
+            for r in conversion:
+                converted.replay(r)
+            result = consumer_group.heartbeat(converted, hb, self._topics, self.settings)
+            records, g = conversion + result.records, ConsumerGroup(hb.group_id)
+            log.info("group %s: upgraded from a classic group (generation %d) to a consumer group", hb.group_id,
+                     upgrading.generation)
         m = result.member
         if m is not None and m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
             self._notify.pop((g.group_id, m.member_id), None)  # (gone until it comes back, under a new id)
         elif m is not None and notify is not None:
             self._notify[(g.group_id, m.member_id)] = notify
-        self._write(g, result.records, now, by=result.answer.member_id)
+        for mid, callback in (notifies or {}).items():
+            self._notify[(hb.group_id, mid)] = callback
+        if m is None and self._downgrade(g, hb.member_id, now):
+            return result.answer
+        self._write(g, records, now, by=result.answer.member_id, before=before)
+        if upgrading is not None:
+            for mid, member in g.members.items():
+                if member.classic is not None:
+                    g.session_deadlines[mid] = now + member.classic.session_timeout_ms
         if m is None or m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
             if m is not None:  # a static member that left keeps its place until its session ends
                 g.rebalance_deadlines.pop(m.member_id, None)
@@ -148,7 +186,82 @@ class ConsumerGroupCoordinator:
 
     def _fence(self, g: ConsumerGroup, member_id: str, now: int, why: str) -> None:
         log.info("consumer group %s: member %s removed: %s", g.group_id, member_id, why)
-        self._write(g, consumer_group.fence(g, member_id, self._topics), now)
+        if not self._downgrade(g, member_id, now):
+            self._write(g, consumer_group.fence(g, member_id, self._topics), now)
+
+    def _downgrade(self, g: ConsumerGroup, leaving: str, now: int) -> bool:
+        """When `leaving` is the last member of the consumer group protocol and classic members remain: the group
+        becomes a classic group (`on_downgrade`, the classic coordinator's, writes it) and True; else False."""
+        if self.on_downgrade is None or not classic_members.downgrade_due(g, leaving):
+            return False
+        notifies = {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
+                    if (g.group_id, mid) in self._notify}
+        self.on_downgrade(g, leaving, now, notifies)
+        return True
+
+    def drop(self, g: ConsumerGroup, rows_after: Sequence[tuple[bytes, bytes | None]], now: int) -> None:
+        """Make every record of `g` a tombstone, in one batch with the rows `rows_after` (a downgrade's classic group
+        record): the group is gone from here."""
+        tombstones = classic_members.tombstones(g)
+        self._append(offsets.partition(g.group_id), [*(rec.encode(r) for r in tombstones), *rows_after], now)
+        for r in tombstones:
+            self.replay(r)
+        self.groups.pop(g.group_id, None)
+
+    # --- members of the classic protocol (engine.groups.classic_members) ------------------------------
+    def classic_join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+                     protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                     rebalance_timeout_ms: int, now: int, notify: Callable[[], None] | None = None) -> JoinResult:
+        """A classic member's JoinGroup to a consumer group with members: answered at once (see classic_members)."""
+        g = self.groups[group_id]
+        result = classic_members.join(g, member_id, instance_id, client_id, client_host, protocol_type, protocols,
+                                      session_timeout_ms, rebalance_timeout_ms, self._topics, self.settings)
+        m = result.member
+        if notify is not None:
+            self._notify[(group_id, m.member_id)] = notify
+        self._write(g, result.records, now, by=m.member_id)
+        g.session_deadlines[m.member_id] = now + session_timeout_ms
+        g.rebalance_deadlines.pop(m.member_id, None)
+        return JoinResult(m.member_id, m.epoch, classic_members.PROTOCOL_TYPE, classic_members.protocol_of(m), "", [])
+
+    def classic_sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                     protocol_type: str | None, protocol_name: str | None, now: int) -> bytes:
+        g = self.groups[group_id]
+        try:
+            assignment = classic_members.sync(g, member_id, instance_id, generation_id, protocol_type, protocol_name)
+        except RebalanceInProgressError:
+            self._rejoin_by(g, member_id, instance_id, now)
+            raise
+        self._renew(g, member_id, instance_id, now)
+        return assignment
+
+    def classic_heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                          now: int) -> None:
+        """A classic member's Heartbeat: RebalanceInProgressError when it must rejoin."""
+        g = self.groups[group_id]
+        rejoin = classic_members.must_rejoin(g, member_id, instance_id, generation_id)
+        self._renew(g, member_id, instance_id, now)
+        if rejoin:
+            self._rejoin_by(g, member_id, instance_id, now)
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: member {member_id} must rejoin")
+
+    def classic_leave(self, group_id: str, member_id: str, instance_id: str | None, now: int) -> None:
+        g = self.groups[group_id]
+        leaving, records = classic_members.leave(g, member_id, instance_id, self._topics)
+        log.info("consumer group %s: classic member %s left", group_id, leaving)
+        self._write(g, records, now)
+
+    def _renew(self, g: ConsumerGroup, member_id: str, instance_id: str | None, now: int) -> None:
+        mid = g.static.get(instance_id, member_id) if instance_id is not None else member_id
+        m = g.members[mid]
+        g.session_deadlines[mid] = now + m.classic.session_timeout_ms
+
+    def _rejoin_by(self, g: ConsumerGroup, member_id: str, instance_id: str | None, now: int) -> None:
+        """A classic member told to rejoin must do so within its rebalance timeout (Kafka's join timeout), or leave."""
+        mid = g.static.get(instance_id, member_id) if instance_id is not None else member_id
+        m = g.members[mid]
+        if mid not in g.rebalance_deadlines:
+            g.rebalance_deadlines[mid] = (m.epoch, now + max(m.rebalance_timeout_ms, 0))
 
     def earliest_deadline(self) -> float:
         times = [t for g in self.groups.values() for t in g.session_deadlines.values()]

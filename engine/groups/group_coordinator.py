@@ -25,6 +25,9 @@ the group's `__consumer_offsets` partition; on open the coordinator replays them
 whose sessions then have to be renewed). Offsets expire offsets.retention.minutes after the group emptied (or
 after their commit, for a group without members or with the topic unsubscribed); they become tombstones, and so
 does the group's record once its last offset is gone.
+Both protocols share the group ids: a group of the consumer group protocol is engine.groups.consumer_group's, and
+a classic group moves to it and back as Kafka's online migration does (engine.groups.classic_members); JoinGroup,
+SyncGroup, Heartbeat and LeaveGroup to a consumer group are its classic members'.
 Thread-safety: one lock serialises every request; callers wait on their Pending outside it.
 """
 from __future__ import annotations
@@ -42,16 +45,16 @@ from engine.common.errors import (
     GroupIdNotFoundError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
-    InvalidConfigurationError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition, settings_of
-from engine.groups import consumer_group, consumer_group_records, consumer_protocol, group_metadata, offsets, \
-    server_assignors
+from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from engine.groups import classic_members, consumer_group, consumer_group_records, consumer_protocol, \
+    group_metadata, offsets
+from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.group_metadata import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -74,37 +77,6 @@ log = logging.getLogger("kafkalog.groups")
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 CLIENT_HOST = "/127.0.0.1"  # members are in this process
-
-
-class GroupConfig(NamedTuple):
-    """The broker settings a group coordinator honours (Kafka's names, with underscores)."""
-
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    # Kafka's broker default is 3000; an embedded engine has no join storms from other hosts, so it starts at once
-    group_initial_rebalance_delay_ms: int = 0
-    offsets_retention_minutes: int = 10_080
-    # the consumer group protocol (KIP-848)
-    group_consumer_session_timeout_ms: int = 45_000
-    group_consumer_heartbeat_interval_ms: int = 5_000
-    group_consumer_assignors: tuple = ("uniform", "range")  # names of built-in ones or ServerAssignor objects
-
-    @classmethod
-    def of(cls, settings: dict | None) -> "GroupConfig":
-        out = settings_of(cls, settings, "group")
-        out = out._replace(group_consumer_assignors=tuple(server_assignors.resolve(out.group_consumer_assignors)
-                                                          .values()))
-        for name, value in out._asdict().items():
-            if name == "group_consumer_assignors":
-                continue
-            if type(value) is not int or value < (0 if name == "group_initial_rebalance_delay_ms" else 1):
-                raise InvalidConfigurationError(f"{name}={value!r} must be an int >= "
-                                                f"{0 if name == 'group_initial_rebalance_delay_ms' else 1}")
-        if out.group_min_session_timeout_ms > out.group_max_session_timeout_ms:
-            raise InvalidConfigurationError("group_min_session_timeout_ms is above group_max_session_timeout_ms")
-        return out
-
-
 class InternalLog(Protocol):
     """What the group coordinator's storage uses of an engine (engine.internal_topics.InternalTopics)."""
 
@@ -170,6 +142,8 @@ class GroupCoordinator:
             storage.append, topics or (lambda names: {}),
             consumer_group.Settings(cfg.group_consumer_session_timeout_ms, cfg.group_consumer_heartbeat_interval_ms,
                                     {a.name: a for a in cfg.group_consumer_assignors}), self._lock.defer)
+        if cfg.group_consumer_migration_policy in ("downgrade", "bidirectional"):
+            self.consumer.on_downgrade = self._downgraded
         storage.on_created = self.load
 
     # --- load -----------------------------------------------------------------------------------
@@ -256,9 +230,14 @@ class GroupCoordinator:
         with self._lock:
             now = self.tick()
             if group_id in self.consumer.groups:
-                if not self.consumer.empty(group_id):
-                    raise InconsistentGroupProtocolError(f"group {group_id!r} is a consumer group of the consumer "
-                                                         f"group protocol; join it with group_protocol='consumer'")
+                if not self.consumer.empty(group_id):  # a classic member of a consumer group (online migration)
+                    result = self.consumer.classic_join(group_id, member_id, group_instance_id, client_id, CLIENT_HOST,
+                                                        protocol_type, protocols, session_timeout_ms,
+                                                        rebalance_timeout_ms, now, notify)
+                    pending = Pending(result.member_id)
+                    pending.complete(result)
+                    self._wake()
+                    return pending
                 self.consumer.delete(group_id, now)  # an empty one becomes a classic group, as Kafka converts it
             g = self.groups.get(group_id)
             if g is None or g.state == DEAD:
@@ -412,6 +391,12 @@ class GroupCoordinator:
                    group_instance_id: str | None = None) -> Pending:
         with self._lock:
             now = self.tick()
+            if group_id in self.consumer.groups and group_id not in self.groups:
+                pending = Pending(member_id)
+                pending.complete(self.consumer.classic_sync(group_id, member_id, group_instance_id, generation_id,
+                                                            protocol_type, protocol_name, now))
+                self._wake()
+                return pending
             g = self._group(group_id)
             member = self._member(g, member_id, group_instance_id)
             if generation_id != g.generation:
@@ -450,6 +435,10 @@ class GroupCoordinator:
                   group_instance_id: str | None = None) -> None:
         with self._lock:
             now = self.tick()
+            if group_id in self.consumer.groups and group_id not in self.groups:
+                self._wake()
+                self.consumer.classic_heartbeat(group_id, member_id, group_instance_id, generation_id, now)
+                return
             g = self._group(group_id)
             if g.state == EMPTY:
                 raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
@@ -464,6 +453,10 @@ class GroupCoordinator:
     def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
         with self._lock:
             now = self.tick()
+            if group_id in self.consumer.groups and group_id not in self.groups:
+                self.consumer.classic_leave(group_id, member_id, group_instance_id, now)
+                self._wake()
+                return
             g = self._group(group_id)
             if group_instance_id is not None and not member_id:
                 member_id = g.static_members.get(group_instance_id, "")
@@ -543,16 +536,23 @@ class GroupCoordinator:
     # --- the consumer group protocol ------------------------------------------------------------
     def consumer_group_heartbeat(self, hb: Heartbeat, notify: Callable[[], None] | None = None) -> HeartbeatAnswer:
         """ConsumerGroupHeartbeat (KIP-848): join (epoch 0), heartbeat, leave (-1; -2 for a static member that comes
-        back). A group id that a classic group with members holds is GroupIdNotFoundError; an empty classic group
-        becomes a consumer group, as Kafka converts it. `notify`, an in-process member's, called from any thread with
+        back). An empty classic group becomes a consumer group, as Kafka converts it; a join to a classic group with
+        members upgrades it where the migration policy allows (engine.groups.classic_members), and is
+        GroupIdNotFoundError where it does not (or for a heartbeat that is no join). `notify`, an in-process member's,
+        called from any thread with
         no lock of the member's held, tells it to heartbeat now when a change to the group leaves it a step to take."""
         with self._lock:
             now = self.tick()
             classic = self.groups.get(hb.group_id)
             if classic is not None and hb.group_id not in self.consumer.groups:
                 if classic.state not in (EMPTY, DEAD):
-                    raise GroupIdNotFoundError(f"group {hb.group_id!r} is a classic group with members, not a "
-                                               f"consumer group")
+                    if hb.member_epoch != 0 or classic.protocol_type != PROTOCOL_TYPE or \
+                            self.config.group_consumer_migration_policy not in ("upgrade", "bidirectional"):
+                        raise GroupIdNotFoundError(f"group {hb.group_id!r} is a classic group with members, not a "
+                                                   f"consumer group")
+                    answer = self._upgrade(classic, hb, now, notify)
+                    self._wake()
+                    return answer
                 if hb.member_epoch == 0:
                     if classic.generation > 0 or classic.protocol_type:
                         self._store(classic, now, tombstone=True)
@@ -560,6 +560,35 @@ class GroupCoordinator:
             answer = self.consumer.heartbeat(hb, now, notify)
             self._wake()
             return answer
+
+    def _upgrade(self, g: GroupMetadata, hb: Heartbeat, now: int, notify) -> HeartbeatAnswer:
+        """The classic group `g`, with members, becomes a consumer group as `hb` joins it (Kafka's online upgrade):
+        joins and syncs it held are answered REBALANCE_IN_PROGRESS, and its members stay, as members of the classic
+        protocol in the consumer group (engine.groups.classic_members)."""
+        tombstone = (group_metadata.encode_key(g.group_id), None)
+        notifies = {m.member_id: m.notify for m in g.members.values() if m.notify is not None}
+        try:
+            answer = self.consumer.heartbeat(hb, now, notify, upgrading=g, before=[tombstone], notifies=notifies)
+        except InconsistentGroupProtocolError as exc:  # (a member's metadata is not a consumer subscription)
+            raise GroupIdNotFoundError(f"cannot upgrade the classic group {g.group_id!r} to a consumer group: "
+                                       f"{exc.message}") from None
+        del self.groups[g.group_id]
+        rebalancing = RebalanceInProgressError(f"group {g.group_id!r} became a consumer group: rejoin")
+        for held in [h for m in g.members.values() for h in (m.awaiting_join, m.awaiting_sync) if h is not None]:
+            held.complete(error=rebalancing)
+        return answer
+
+    def _downgraded(self, cg, leaving: str, now: int, notifies: dict) -> None:
+        """The consumer group `cg` becomes a classic group as its last member of the consumer group protocol,
+        `leaving`, goes (Kafka's online downgrade): its records become tombstones, the classic group's record is
+        written in the same batch, and a rebalance starts."""
+        g = classic_members.downgrade(cg, leaving, now)
+        for mid in notifies.keys() & g.members.keys():
+            g.members[mid].notify = notifies[mid]
+        self.consumer.drop(cg, [(group_metadata.encode_key(g.group_id), group_metadata.encode_value(g.record()))],
+                           now)
+        self.groups[g.group_id] = g
+        self._prepare_rebalance(g, now, f"downgraded from a consumer group as {leaving} left")  # (logged there)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
         """ConsumerGroupDescribe: a consumer group's epochs, assignor and members with their assignments."""

@@ -95,11 +95,7 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
     """Kafka's ConsoleConsumer with group.protocol=consumer (KIP-848) reads and commits through ConsumerGroupHeartbeat;
     then Kafka's DumpLogSegments reads every consumer group record kafkalog wrote to `__consumer_offsets` (keys 3 to
     8), and its JSON of each holds the values kafkalog's own decoder reads from the same bytes."""
-    import json
-
     from engine.groups import consumer_group_records as records
-    from engine.groups import offsets
-    from tests.broker.test_kafka_messages import _camel
 
     data = str(tmp_path / "data")
     with engine.open(data) as eng, eng.serve(port=0) as listener:
@@ -116,12 +112,32 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
         assert sum(om.offset for om in eng.committed_offsets(
             "java848", [("kip848", p) for p in range(3)]).values()) == 30
         assert eng.groups.describe_consumer_group("java848").state == "Empty"  # it left (epoch -1)
-        partition = offsets.partition("java848")
-        log = eng.internal.internal_partition(offsets.TOPIC, partition).log
-        ours = [records.decode(r.key, r.value) for batch in log.read(0, max_bytes=1 << 30).batches()
-                for r in batch.records() if records.is_consumer_group_key(r.key)]
+        ours = _consumer_group_records(eng, "java848")
     assert {r.kind for r in ours} == set(records.KINDS)
-    folder = os.path.join(data, f"{offsets.TOPIC}-{partition}")
+    _kafka_dumps_the_same(run_class, data, "java848", ours)
+
+
+def _consumer_group_records(eng, group_id: str) -> list:
+    """The consumer group records (keys 3 to 8) kafkalog wrote to `group_id`'s `__consumer_offsets` partition."""
+    from engine.groups import consumer_group_records as records
+    from engine.groups import offsets
+
+    log = eng.internal.internal_partition(offsets.TOPIC, offsets.partition(group_id)).log
+    return [records.decode(r.key, r.value) for batch in log.read(0, max_bytes=1 << 30).batches()
+            for r in batch.records() if records.is_consumer_group_key(r.key)]
+
+
+def _kafka_dumps_the_same(run_class: str, data: str, group_id: str, ours: list) -> None:
+    """Kafka's DumpLogSegments (--offsets-decoder) of `group_id`'s `__consumer_offsets` partition shows each consumer
+    group record with the values kafkalog's own decoder reads from the same bytes (bytes fields as base64)."""
+    import base64
+    import json
+
+    from engine.groups import consumer_group_records as records
+    from engine.groups import offsets
+    from tests.broker.test_kafka_messages import _camel
+
+    folder = os.path.join(data, f"{offsets.TOPIC}-{offsets.partition(group_id)}")
     segments = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
     dumped = _tool(run_class, "kafka.tools.DumpLogSegments", "--offsets-decoder", "--print-data-log", "--files",
                    ",".join(os.path.join(folder, f) for f in segments))
@@ -139,6 +155,8 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
             return {_camel(k): as_json(v) for k, v in value.items() if v is not None}
         if isinstance(value, list):
             return [as_json(v) for v in value]
+        if isinstance(value, (bytes, bytearray)):
+            return base64.b64encode(value).decode()
         return records.topic_id_text(value) if hasattr(value, "bytes") else value
 
     for ((key, payload), r) in zip(theirs, ours):
@@ -148,3 +166,35 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
             assert payload is None
         else:
             assert {k: v for k, v in payload["data"].items() if v is not None} == as_json(r.value), (key, payload)
+
+
+def test_kafkas_dump_reads_an_online_migrations_records(tmp_path, run_class):
+    """A classic group upgraded by a member of the consumer protocol and downgraded when it leaves (in process):
+    Kafka's DumpLogSegments reads each record of both conversions, the classic members' ClassicMemberMetadata
+    (session timeout, protocols and their subscription bytes) among them, as kafkalog's decoder does."""
+    from engine.groups import consumer_group_records as records
+
+    data = str(tmp_path / "data")
+    with engine.open(data, group_config={"group_consumer_heartbeat_interval_ms": 50}) as eng:
+        eng.create_topic("mig", 4)
+        classic = eng.consumer(group_id="migrating", auto_offset_reset="earliest", heartbeat_interval_ms=100)
+        classic.subscribe(["mig"])
+        for _ in range(100):
+            classic.poll(timeout_ms=20)
+            if len(classic.assignment()) == 4:
+                break
+        upgraded = eng.consumer(group_id="migrating", group_protocol="consumer")
+        upgraded.subscribe(["mig"])
+        for _ in range(300):
+            classic.poll(timeout_ms=10)
+            upgraded.poll(timeout_ms=10)
+            if len(classic.assignment()) == 2 and len(upgraded.assignment()) == 2:
+                break
+        assert len(classic.assignment()) == len(upgraded.assignment()) == 2
+        upgraded.close()  # the group is classic again
+        assert eng.groups.describe_group("migrating").protocol_type == "consumer"
+        classic.close()
+        ours = _consumer_group_records(eng, "migrating")
+    assert any(r.value and r.value.get("classic_member_metadata") for r in ours)
+    assert any(r.value is None and r.kind == records.GROUP_EPOCH for r in ours)  # (the downgrade's tombstones)
+    _kafka_dumps_the_same(run_class, data, "migrating", ours)

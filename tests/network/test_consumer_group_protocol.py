@@ -137,3 +137,53 @@ def test_librdkafka_regex_subscription_is_resolved_by_the_coordinator(served):
     assert _read_until({consumer: []}, lambda: ("metrics-disk", 0) in held())
     assert ("other", 0) not in held()
     consumer.close()
+
+
+def test_librdkafka_members_upgrade_a_classic_group_and_downgrade_it_again(served):
+    """Kafka's online migration, judged by librdkafka on both protocols: a group of two classic members takes a member
+    of the consumer group protocol (the group becomes a consumer group; the classic members stay in it and keep
+    speaking JoinGroup, SyncGroup and Heartbeat), a classic member leaves, and a new classic member joins the consumer
+    group; when the last member of the consumer protocol leaves, the group is a classic group again. At every step the
+    members hold disjoint shares of every partition, and together they read every record."""
+    from confluent_kafka import Consumer
+
+    eng, listener = served
+    produced(listener, eng, "roll", 4, 400)
+    classic_conf = {"bootstrap.servers": listener.bootstrap, "group.id": "rolling", "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False, "heartbeat.interval.ms": 200}
+    consumer_conf = {"bootstrap.servers": listener.bootstrap, "group.id": "rolling", **CONF}
+    everything = {(p, o) for p in range(4) for o in range(len(_records(eng, "roll", p)))}
+    got: dict = {}
+
+    def split(*members) -> bool:
+        shares = [{tp.partition for tp in m.assignment()} for m in members]
+        return all(shares) and set().union(*shares) == {0, 1, 2, 3} and sum(map(len, shares)) == 4
+
+    first, second = Consumer(classic_conf), Consumer(classic_conf)
+    for m in (first, second):
+        got[m] = []
+        m.subscribe(["roll"])
+    assert _read_until(got, lambda: split(first, second))
+    assert eng.groups.describe_group("rolling").protocol_type == "consumer"  # a classic group
+    upgraded = Consumer(consumer_conf)
+    got[upgraded] = []
+    upgraded.subscribe(["roll"])
+    assert _read_until(got, lambda: split(first, second, upgraded)), \
+        [sorted(tp.partition for tp in m.assignment()) for m in got]
+    group = eng.groups.describe_consumer_group("rolling")  # the group became a consumer group
+    assert group.state == "Stable" and len(group.members) == 3
+    second.close()  # LeaveGroup from a classic member of the consumer group
+    del got[second]
+    assert _read_until(got, lambda: split(first, upgraded))
+    late = Consumer(classic_conf)  # a classic member joins the consumer group
+    got[late] = []
+    late.subscribe(["roll"])
+    assert _read_until(got, lambda: split(first, upgraded, late))
+    assert len(eng.groups.describe_consumer_group("rolling").members) == 3
+    upgraded.close()  # the last member of the consumer protocol leaves: a classic group again
+    del got[upgraded]
+    assert _read_until(got, lambda: split(first, late) and eng.groups.describe_group("rolling").state == "Stable")
+    assert "rolling" not in eng.groups.consumer.groups
+    assert _read_until(got, lambda: everything <= {r for rs in got.values() for r in rs})
+    for m in (first, late):
+        m.close()

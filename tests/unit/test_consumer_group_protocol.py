@@ -16,16 +16,19 @@ from engine.common.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidRegularExpressionError,
     InvalidRequestError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnsupportedAssignorError,
 )
 from engine.common.structs import OffsetAndMetadata, TopicPartition
-from engine.groups import consumer_group_records as records
+from engine.groups import consumer_group_records as records, consumer_protocol
 from engine.groups.consumer_group import Heartbeat
+from engine.groups.group_metadata import JoinResult
 
 SESSION_MS = 45_000
 
@@ -253,7 +256,9 @@ def test_offset_commits_carry_the_member_epoch(opened):
     assert e.committed("g", TopicPartition("t", 0)).offset == 5
 
 
-def test_a_group_id_is_one_protocols_at_a_time(opened):
+def test_a_member_whose_metadata_is_no_consumer_subscription_does_not_cross_protocols(opened):
+    """Online migration needs each classic member's subscription: a JoinGroup without one to a consumer group is
+    INCONSISTENT_GROUP_PROTOCOL, and a classic group of such members is not upgraded (GROUP_ID_NOT_FOUND)."""
     e, _ = opened
     Client(e.groups).beat()
     with pytest.raises(InconsistentGroupProtocolError):
@@ -262,6 +267,7 @@ def test_a_group_id_is_one_protocols_at_a_time(opened):
     assert pending.done
     with pytest.raises(GroupIdNotFoundError):
         Client(e.groups, group="classic").beat()
+    assert e.groups.describe_group("classic").state == "CompletingRebalance"  # (left as it was)
 
 
 def test_a_new_partition_of_a_subscribed_topic_moves_the_group_epoch(opened):
@@ -488,3 +494,298 @@ def test_a_fenced_member_joins_again_under_its_id_with_epoch_0(opened):
     a.epoch, a.owned = 0, {}
     answer = a.beat()
     assert answer.member_id == a.member_id and answer.member_epoch == epoch and a.partitions() == held
+
+
+class ClassicClient:
+    """A member of the classic protocol as Kafka's clients run one: JoinGroup then SyncGroup, each answered at once
+    or later (`pending`: the request waiting; the leader of a classic group assigns ranges itself); a Heartbeat
+    answered REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION, or a join or sync refused, makes it join again. An eager
+    member gives up every partition before it joins; a cooperative one joins with what it owns, gives up what its
+    new assignment leaves out, and then joins again at once. `owned`: (topic, partition)s."""
+
+    def __init__(self, groups, group: str = "g", topics=("t",), protocols=("range",), cooperative: bool = False):
+        self.groups, self.group, self.topics, self.protocols = groups, group, list(topics), protocols
+        self.cooperative = cooperative
+        self.member_id, self.generation, self.owned, self.pending = "", -1, set(), None
+
+    def join(self) -> None:
+        if not self.cooperative:
+            self.owned = set()
+        meta = consumer_protocol.encode_subscription(consumer_protocol.Subscription(
+            self.topics, owned_partitions=[TopicPartition(t, p) for t, p in sorted(self.owned)]))
+        self.pending = self.groups.join_group(self.group, self.member_id, "classic-client", "consumer",
+                                              [(n, meta) for n in self.protocols], SESSION_MS, 30_000)
+        self._advance()
+
+    def _advance(self) -> None:
+        held = self.pending
+        if held is None or not held.done:
+            return
+        try:
+            answer = held.result()
+        except (RebalanceInProgressError, IllegalGenerationError):
+            self.join()
+            return
+        if not isinstance(answer, JoinResult):
+            assigned = {(tp.topic, tp.partition) for tp in consumer_protocol.decode_assignment(answer).partitions}
+            revoked, self.owned, self.pending = self.owned - assigned, assigned, None
+            if self.cooperative and revoked:
+                self.join()
+            return
+        self.member_id, self.generation = answer.member_id, answer.generation_id
+        assignments = {}
+        if answer.leader_id == self.member_id:  # (a classic group's leader: every partition of "t" by ranges)
+            ids = [mid for mid, _, _ in answer.members]
+            assignments = {mid: consumer_protocol.encode_assignment(consumer_protocol.Assignment(
+                [TopicPartition("t", p) for p in range(6) if p * len(ids) // 6 == i])) for i, mid in enumerate(ids)}
+        try:
+            self.pending = held.sync or self.groups.sync_group(self.group, self.generation, self.member_id,
+                                                               "consumer", answer.protocol_name, assignments)
+        except (RebalanceInProgressError, IllegalGenerationError):
+            self.join()
+            return
+        self._advance()
+
+    def beat(self) -> None:
+        if self.pending is not None:
+            self.groups.tick()
+            self._advance()
+            return
+        try:
+            self.groups.heartbeat(self.group, self.member_id, self.generation)
+        except (RebalanceInProgressError, IllegalGenerationError):
+            self.join()
+
+    def partitions(self) -> set[int]:
+        return {p for _, p in self.owned}
+
+
+def _owned(e, members) -> list[tuple[str, int]]:
+    """Every (topic, partition) the members believe they own, by topic name, one entry per owner."""
+    names = {e.admin.topic_id_of(t): t for t in ("t", "u")}
+    out = []
+    for m in members:
+        out += sorted(m.owned) if isinstance(m, ClassicClient) else \
+            [(names[t], p) for t, ps in m.owned.items() for p in ps]
+    return out
+
+
+@pytest.fixture
+def reopened(tmp_path):
+    """engine.open of one directory on one manual clock, for a test that restarts it."""
+    clock = ManualClock(1_000_000)
+    return lambda **options: engine.open(str(tmp_path / "d"), clock=clock, background=False, **options)
+
+
+def _classic_group(e) -> tuple[ClassicClient, Client]:
+    """Topic "t" (six partitions) and a classic group "g" holding all of it in one member; and a member of the consumer
+    protocol, not joined yet."""
+    e.create_topic("t", partitions=6)
+    old = ClassicClient(e.groups)
+    old.join()
+    return old, Client(e.groups)
+
+
+def test_a_member_of_the_consumer_protocol_upgrades_a_classic_group_whose_members_stay(reopened):
+    """Kafka's online upgrade: the classic group becomes a consumer group at its generation, each classic member
+    holding what it held (Stable, its subscription and protocols kept as classic metadata), in one batch with the
+    classic group's tombstone; the join then moves the group epoch, so the classic members are told to rejoin, and
+    the partitions are split without one having two owners. It all survives a restart."""
+    with reopened() as e:
+        old, new = _classic_group(e)
+        assert old.partitions() == set(range(6)) and old.generation == 1
+        answer = new.beat()
+        assert "g" not in e.groups.groups and answer.member_epoch == 2 and new.partitions() == set()  # (not freed)
+        d = e.groups.describe_consumer_group("g")
+        (held,) = [m for m in d.members if m.member_id == old.member_id]
+        assert (held.member_epoch, held.state, held.client_id) == (1, "Stable", "classic-client")
+        member = e.groups.consumer.groups["g"].members[old.member_id]
+        assert member.classic.session_timeout_ms == SESSION_MS and member.classic.protocols[0][0] == "range"
+        with pytest.raises(RebalanceInProgressError):  # the group epoch moved past its epoch: rejoin
+            e.groups.heartbeat("g", old.member_id, old.generation)
+        old.beat()  # rejoins (an eager member owns nothing as it does) and syncs its share
+        assert old.generation == 2 and len(old.partitions()) == 3
+        new.beat()
+        assert new.partitions() == set(range(6)) - old.partitions()
+        old.beat()  # nothing more to do
+        assert old.generation == 2 and e.groups.describe_consumer_group("g").state == "Stable"
+        before = e.groups.describe_consumer_group("g")
+    with reopened() as e:
+        assert e.groups.describe_consumer_group("g") == before
+        assert e.groups.consumer.groups["g"].members[old.member_id].classic.session_timeout_ms == SESSION_MS
+        old.groups = new.groups = e.groups
+        old.beat()
+        new.beat()
+        assert old.generation == 2 and new.epoch == 2
+
+
+def test_when_the_last_member_of_the_consumer_protocol_leaves_the_group_is_classic_again(reopened):
+    """Kafka's online downgrade: the consumer group's records become tombstones and the classic group's record takes
+    their place (generation: the group epoch, each member with its target assignment); a rebalance starts, after
+    which the classic members share every partition. A restart finds the classic group."""
+    with reopened() as e:
+        old, new = _classic_group(e)
+        new.beat()
+        late = ClassicClient(e.groups)
+        late.join()  # a classic member joins the consumer group
+        for _ in range(3):
+            for m in (old, new, late):
+                m.beat()
+        assert sorted(_owned(e, (old, new, late))) == [("t", p) for p in range(6)]
+        epoch = e.groups.describe_consumer_group("g").group_epoch
+        new.beat(member_epoch=-1)  # leaves: only classic members remain
+        assert "g" not in e.groups.consumer.groups
+        g = e.groups.describe_group("g")
+        assert (g.state, g.protocol_type, g.generation) == ("PreparingRebalance", "consumer", epoch)
+        for _ in range(2):  # told to rejoin; the round completes once both have, and each then syncs
+            old.beat(), late.beat()
+        assert old.generation == late.generation == epoch + 1 and old.pending is late.pending is None
+        assert sorted(_owned(e, (old, late))) == [("t", p) for p in range(6)] and old.owned and late.owned
+    with reopened() as e:
+        assert e.groups.describe_group("g").state == "Stable" and "g" not in e.groups.consumer.groups
+        with pytest.raises(GroupIdNotFoundError):
+            e.groups.describe_consumer_group("g")
+
+
+def test_a_classic_member_of_a_consumer_group_keeps_its_own_session_and_is_refused_what_kafka_refuses(opened):
+    e, clock = opened
+    new = Client(e.groups)
+    new.beat()
+    old = ClassicClient(e.groups)
+    old.join()
+    with pytest.raises(InconsistentGroupProtocolError):  # a protocol type other than "consumer"
+        e.groups.join_group("g", "", "c", "connect", [("range", b"")], SESSION_MS, 30_000)
+    meta = consumer_protocol.encode_subscription(consumer_protocol.Subscription(["t"]))
+    with pytest.raises(InconsistentGroupProtocolError):  # no protocol common with the classic members'
+        e.groups.join_group("g", "", "c", "consumer", [("roundrobin", meta)], SESSION_MS, 30_000)
+    with pytest.raises(UnknownMemberIdError):  # a member of the consumer protocol speaking the classic one
+        e.groups.heartbeat("g", new.member_id, new.epoch)
+    with pytest.raises(IllegalGenerationError):
+        e.groups.sync_group("g", old.generation + 1, old.member_id, "consumer", "range").result()
+    for _ in range(4):  # the consumer member beats at 5 s; the classic one never: it goes at its session timeout
+        clock.advance(SESSION_MS // 4)
+        new.beat()
+        e.groups.tick()
+    assert [m.member_id for m in e.groups.describe_consumer_group("g").members] == [new.member_id]
+    new.beat()
+    assert new.partitions() == set(range(6))
+
+
+def test_a_random_history_of_both_protocols_never_gives_a_partition_to_two_members(opened):
+    """Classic and consumer-protocol members join, beat, leave and go silent at random in one group (a consumer
+    member always stays, so the group stays a consumer group); at every step the partitions the members believe they
+    own are disjoint, and once everyone beats a few times the group is stable with every partition owned once."""
+    e, clock = opened
+    rng = random.Random(2026)
+    anchor = Client(e.groups)
+    first = ClassicClient(e.groups, cooperative=True)
+    first.join()
+    anchor.beat()  # the upgrade
+    live: list = [anchor, first]
+    for _ in range(400):
+        r = rng.random()
+        if r < 0.12:
+            c = ClassicClient(e.groups, cooperative=rng.random() < 0.5) if rng.random() < 0.5 else Client(e.groups)
+            c.join() if isinstance(c, ClassicClient) else c.beat()
+            live.append(c)
+        elif r < 0.18 and len(live) > 1:
+            gone = live.pop(rng.randrange(1, len(live)))
+            if isinstance(gone, ClassicClient):
+                e.groups.leave_group("g", gone.member_id)
+            else:
+                gone.beat(member_epoch=-1)
+        elif r < 0.2 and len(live) > 1:
+            gone = live.pop(rng.randrange(1, len(live)))  # goes silent: removed at its session timeout
+            for _ in range(SESSION_MS // 5_000 + 1):
+                clock.advance(5_000)
+                for c in live:
+                    c.beat()
+            e.groups.tick()
+            assert gone.member_id not in {m.member_id for m in e.groups.describe_consumer_group("g").members}
+        else:
+            rng.choice(live).beat()
+        clock.advance(rng.randrange(100))
+        owned = _owned(e, live)
+        assert len(owned) == len(set(owned)), owned
+    for _ in range(5):
+        for c in live:
+            c.beat()
+    assert e.groups.describe_consumer_group("g").state == "Stable"
+    assert sorted(_owned(e, live)) == [("t", p) for p in range(6)]
+    assert any(isinstance(c, ClassicClient) for c in live) and any(isinstance(c, Client) for c in live)
+
+
+@pytest.mark.parametrize("policy", ["disabled", "upgrade", "downgrade"])
+def test_the_migration_policy_allows_what_kafkas_allows(tmp_path, reopened, policy):
+    """group_consumer_migration_policy, Kafka's group.consumer.migration.policy: without upgrades a classic group with
+    members is not a consumer group (GROUP_ID_NOT_FOUND); without downgrades a consumer group whose last member of the
+    consumer protocol left stays one, its classic members in it."""
+    from engine.common.errors import InvalidConfigurationError
+
+    with pytest.raises(InvalidConfigurationError, match="must be one of"):
+        engine.open(str(tmp_path / "e"), group_config={"group_consumer_migration_policy": "sideways"})
+    with reopened(group_config={"group_consumer_migration_policy": policy}) as e:
+        old, new = _classic_group(e)
+        if policy in ("disabled", "downgrade"):
+            with pytest.raises(GroupIdNotFoundError):
+                new.beat()
+            assert e.groups.describe_group("g").state == "Stable"
+            return
+        new.beat()
+        late = ClassicClient(e.groups)
+        late.join()
+        new.beat(member_epoch=-1)
+        assert [m.member_id for m in e.groups.describe_consumer_group("g").members] == [old.member_id, late.member_id]
+        for _ in range(3):
+            old.beat(), late.beat()
+        assert sorted(_owned(e, (old, late))) == [("t", p) for p in range(6)]
+
+
+def test_in_process_consumers_migrate_a_group_both_ways_and_read_every_record(tmp_path):
+    """An engine consumer of the classic protocol holds every partition; one of the consumer protocol joins (the group
+    is upgraded) and they split the topic; when that one closes (committing what it read), the group is classic again
+    and the first takes every partition back. Every record is read, and none of the second's after its commit."""
+    with engine.open(str(tmp_path / "d"), group_config={"group_consumer_heartbeat_interval_ms": 50}) as e:
+        e.create_topic("t", partitions=4)
+        with e.producer() as p:
+            for i in range(200):
+                p.send("t", key=b"%d" % i, value=b"%d" % i)
+        classic = e.consumer(group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=100,
+                             enable_auto_commit=False)
+        classic.subscribe(["t"])
+        got: list = []
+
+        def poll(*members) -> None:
+            for m in members:
+                got.extend((r.partition, r.offset) for rs in m.poll(timeout_ms=10).values() for r in rs)
+
+        for _ in range(300):
+            poll(classic)
+            if len(classic.assignment()) == 4:
+                break
+        assert e.groups.describe_group("g").protocol_type == "consumer" and len(classic.assignment()) == 4
+        upgraded = e.consumer(group_id="g", group_protocol="consumer", auto_offset_reset="earliest")
+        upgraded.subscribe(["t"])
+        for _ in range(300):
+            poll(classic, upgraded)
+            if len(classic.assignment()) == 2 and len(upgraded.assignment()) == 2:
+                break
+        theirs = {tp.partition for tp in upgraded.assignment()}
+        assert theirs | {tp.partition for tp in classic.assignment()} == {0, 1, 2, 3} and len(theirs) == 2
+        assert e.groups.describe_consumer_group("g").state == "Stable"
+        ends = {p: e.describe_topic("t").partitions[p].log_end_offset for p in range(4)}
+        for _ in range(300):
+            poll(classic, upgraded)
+            if all((p, ends[p] - 1) in got for p in theirs):
+                break
+        upgraded.close()  # commits its position, then leaves: the group downgrades
+        read_before = len(got)
+        for _ in range(300):
+            poll(classic)
+            if len(classic.assignment()) == 4 and e.groups.describe_group("g").state == "Stable" and \
+                    all((p, ends[p] - 1) in got for p in range(4)):
+                break
+        assert "g" not in e.groups.consumer.groups
+        classic.close()
+    assert set(got) == {(p, o) for p in range(4) for o in range(ends[p])}
+    assert not [(p, o) for p, o in got[read_before:] if p in theirs]  # committed: not read again
