@@ -139,18 +139,22 @@ def test_librdkafka_regex_subscription_is_resolved_by_the_coordinator(served):
     consumer.close()
 
 
-def test_librdkafka_members_upgrade_a_classic_group_and_downgrade_it_again(served):
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_librdkafka_members_upgrade_a_classic_group_and_downgrade_it_again(served, strategy):
     """Kafka's online migration, judged by librdkafka on both protocols: a group of two classic members takes a member
     of the consumer group protocol (the group becomes a consumer group; the classic members stay in it and keep
     speaking JoinGroup, SyncGroup and Heartbeat), a classic member leaves, and a new classic member joins the consumer
     group; when the last member of the consumer protocol leaves, the group is a classic group again. At every step the
-    members hold disjoint shares of every partition, and together they read every record."""
+    members hold disjoint shares of every partition, and together they read every record. The classic members are
+    eager (range) or cooperative (cooperative-sticky: they join with the partitions they own, and give up only those
+    the coordinator takes)."""
     from confluent_kafka import Consumer
 
     eng, listener = served
     produced(listener, eng, "roll", 4, 400)
     classic_conf = {"bootstrap.servers": listener.bootstrap, "group.id": "rolling", "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False, "heartbeat.interval.ms": 200}
+                    "enable.auto.commit": False, "heartbeat.interval.ms": 200,
+                    "partition.assignment.strategy": strategy}
     consumer_conf = {"bootstrap.servers": listener.bootstrap, "group.id": "rolling", **CONF}
     everything = {(p, o) for p in range(4) for o in range(len(_records(eng, "roll", p)))}
     got: dict = {}
