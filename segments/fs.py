@@ -452,8 +452,8 @@ class FileSystem:
 
     def write_checked(self, path: str, data: bytes) -> None:
         """Write `path` whole in place, fsync it and its directory: as Kafka writes a producer snapshot. No tmp file
-        and rename (two metadata operations fewer): a crash can leave the file torn, so only for a file whose reader
-        checks it (a CRC) and falls back to something else when it fails."""
+        and rename (a rename fewer for the file system's journal): a crash can leave the file torn, so only for a file
+        whose reader checks it (a CRC) and falls back to something else when it fails."""
         try:
             with self.open(path, "wb+") as f:
                 self.write(f, data)

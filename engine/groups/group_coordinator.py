@@ -77,6 +77,8 @@ log = logging.getLogger("kafkalog.groups")
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 CLIENT_HOST = "/127.0.0.1"  # members are in this process
+
+
 class InternalLog(Protocol):
     """What the group coordinator's storage uses of an engine (engine.internal_topics.InternalTopics)."""
 
@@ -539,8 +541,8 @@ class GroupCoordinator:
         back). An empty classic group becomes a consumer group, as Kafka converts it; a join to a classic group with
         members upgrades it where the migration policy allows (engine.groups.classic_members), and is
         GroupIdNotFoundError where it does not (or for a heartbeat that is no join). `notify`, an in-process member's,
-        called from any thread with
-        no lock of the member's held, tells it to heartbeat now when a change to the group leaves it a step to take."""
+        called from any thread with no lock of the member's held, tells it to heartbeat now when a change to the group
+        leaves it a step to take."""
         with self._lock:
             now = self.tick()
             classic = self.groups.get(hb.group_id)
