@@ -198,3 +198,55 @@ def test_kafkas_dump_reads_an_online_migrations_records(tmp_path, run_class):
     assert any(r.value and r.value.get("classic_member_metadata") for r in ours)
     assert any(r.value is None and r.kind == records.GROUP_EPOCH for r in ours)  # (the downgrade's tombstones)
     _kafka_dumps_the_same(run_class, data, "migrating", ours)
+
+
+def _console_consumer(run_class: str, bootstrap: str, topic: str, group: str, *properties: str):
+    """Kafka's ConsoleConsumer in a process of its own, printing each record's value, until its 20 s of silence."""
+    env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m"}
+    quiet = os.path.join(os.path.dirname(run_class), "log4j2-tools.properties")
+    if os.path.exists(quiet):
+        env["KAFKA_LOG4J"] = quiet
+    args = [run_class, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap, "--topic",
+            topic, "--group", group, "--from-beginning", "--timeout-ms", "20000"]
+    for p in properties:
+        args += ["--consumer-property", p]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_kafkas_java_consumers_migrate_a_group_online(tmp_path, run_class):
+    """Kafka's own consumers judge the online migration: a ConsoleConsumer of the classic protocol holds the group,
+    one of the consumer protocol joins it (the group becomes a consumer group, the classic member staying in it), and
+    records produced then are split between the two, each read once."""
+    import time
+
+    data = str(tmp_path / "data")
+    with engine.open(data, group_config={"group_consumer_heartbeat_interval_ms": 500}) as eng, \
+            eng.serve(port=0) as listener:
+        eng.create_topic("javamig", 4)
+        classic = _console_consumer(run_class, listener.bootstrap, "javamig", "jmig")
+        upgraded = None
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (
+                    "jmig" in eng.groups.groups and eng.groups.describe_group("jmig").state == "Stable"):
+                time.sleep(0.2)
+            assert eng.groups.describe_group("jmig").state == "Stable"
+            upgraded = _console_consumer(run_class, listener.bootstrap, "javamig", "jmig", "group.protocol=consumer")
+            while time.monotonic() < deadline:
+                if "jmig" in eng.groups.consumer.groups:
+                    d = eng.groups.describe_consumer_group("jmig")
+                    shares = [m.assignment for m in d.members]
+                    if d.state == "Stable" and len(d.members) == 2 and all(shares):
+                        break
+                time.sleep(0.2)
+            d = eng.groups.describe_consumer_group("jmig")
+            assert d.state == "Stable" and len(d.members) == 2
+            assert sum(m.classic is not None for m in eng.groups.consumer.groups["jmig"].members.values()) == 1
+            with eng.producer() as producer:
+                for i in range(400):
+                    producer.send("javamig", key=b"%d" % i, value=b"v%d" % i)
+        finally:
+            outputs = [p.communicate(timeout=120)[0] for p in (classic, upgraded) if p is not None]
+    read = [sorted(line for line in out.splitlines() if line.startswith("v")) for out in outputs]
+    assert all(read) and sorted(read[0] + read[1]) == sorted(f"v{i}" for i in range(400))
+
