@@ -271,8 +271,8 @@ class ConsumerGroupCoordinator:
     # --- offsets and admin ----------------------------------------------------------------------------
     def check_commit(self, group_id: str, member_id: str, member_epoch: int, stale_error: bool) -> bool:
         """Whether `group_id` is a consumer group (then the commit's member and epoch were checked: UNKNOWN_MEMBER_ID,
-        STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for OffsetCommit before v9). A commit with no member and a
-        negative epoch is an admin's, allowed only while the group is empty."""
+        STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for OffsetCommit before v9 and for a classic member). A commit with
+        no member and a negative epoch is an admin's, allowed only while the group is empty."""
         g = self.groups.get(group_id)
         if g is None:
             return False
@@ -283,8 +283,8 @@ class ConsumerGroupCoordinator:
         m = g.members.get(member_id)
         if m is None:
             raise UnknownMemberIdError(f"member {member_id!r} is not in consumer group {group_id!r}")
-        if member_epoch != m.epoch:
-            error = StaleMemberEpochError if stale_error else IllegalGenerationError
+        if member_epoch != m.epoch:  # (a classic member is told in its protocol's terms, as Kafka tells it)
+            error = StaleMemberEpochError if stale_error and m.classic is None else IllegalGenerationError
             raise error(f"member {member_id} of consumer group {group_id!r} committed with epoch {member_epoch}; its "
                         f"epoch is {m.epoch}")
         return True

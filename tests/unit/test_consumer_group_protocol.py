@@ -662,6 +662,10 @@ def test_a_classic_member_of_a_consumer_group_keeps_its_own_session_and_is_refus
         e.groups.heartbeat("g", new.member_id, new.epoch)
     with pytest.raises(IllegalGenerationError):
         e.groups.sync_group("g", old.generation + 1, old.member_id, "consumer", "range").result()
+    with pytest.raises(IllegalGenerationError):  # (a classic member's commit: never STALE_MEMBER_EPOCH, as Kafka)
+        e.groups.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(1)}, old.member_id, old.generation - 1)
+    e.groups.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(1)}, old.member_id, old.generation)
+    assert e.committed("g", TopicPartition("t", 0)).offset == 1
     for _ in range(4):  # the consumer member beats at 5 s; the classic one never: it goes at its session timeout
         clock.advance(SESSION_MS // 4)
         new.beat()
