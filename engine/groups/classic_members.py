@@ -78,10 +78,6 @@ def assignment_bytes(parts: Parts, names: dict[str, str]) -> bytes:
         TopicPartition(names[t], p) for t, ps in parts.items() if t in names for p in ps)))
 
 
-def names_of(g: ConsumerGroup) -> dict[str, str]:
-    return {tid: name for name, (tid, _) in g.metadata.items()}
-
-
 # --- upgrade --------------------------------------------------------------------------------------------
 def upgrade(classic: GroupMetadata, topics: TopicsView) -> list[Record]:
     """The records that make the classic group `classic` a consumer group (after the tombstone of its own record)."""
@@ -168,7 +164,7 @@ def sync(g: ConsumerGroup, member_id: str, instance_id: str | None, generation_i
     if g.epoch > m.epoch and m.state != consumer_group.UNREVOKED_PARTITIONS:
         raise RebalanceInProgressError(f"a new rebalance began in group {g.group_id!r}: member {m.member_id} must "
                                        f"rejoin")
-    return assignment_bytes(m.assigned, names_of(g))
+    return assignment_bytes(m.assigned, g.topic_names())
 
 
 def protocol_of(m: Member) -> str:
@@ -219,7 +215,7 @@ def downgrade(g: ConsumerGroup, leaving: str, now: int) -> GroupMetadata:
     epoch, each member with its target assignment; the caller stores it and starts a rebalance."""
     classic = GroupMetadata(g.group_id, now, STABLE)
     classic.protocol_type, classic.generation = PROTOCOL_TYPE, g.epoch
-    names = names_of(g)
+    names = g.topic_names()
     for m in g.members.values():
         if m.member_id == leaving:
             continue

@@ -164,6 +164,10 @@ class ConsumerGroup:
             return RECONCILING
         return GROUP_STABLE
 
+    def topic_names(self) -> dict[str, str]:
+        """Topic id -> name, of the topics the group subscribes to."""
+        return {tid: name for name, (tid, _) in self.metadata.items()}
+
     def partition_epoch(self, topic_id: str, partition: int) -> int:
         return self.partition_epochs.get((topic_id, partition), -1)
 

@@ -154,10 +154,10 @@ class ConsumerGroupCoordinator:
         if m is None and self._downgrade(g, hb.member_id, now):
             return result.answer
         self._write(g, records, now, by=result.answer.member_id, before=before)
-        if upgrading is not None:
+        if upgrading is not None:  # (the classic members' sessions: their JoinGroup's)
             for mid, member in g.members.items():
-                if member.classic is not None:
-                    g.session_deadlines[mid] = now + member.classic.session_timeout_ms
+                if mid != m.member_id:
+                    g.session_deadlines[mid] = now + self._session_ms(member)
         if m is None or m.epoch == consumer_group.STATIC_LEAVE_EPOCH:
             if m is not None:  # a static member that left keeps its place until its session ends
                 g.rebalance_deadlines.pop(m.member_id, None)
@@ -251,17 +251,20 @@ class ConsumerGroupCoordinator:
         log.info("consumer group %s: classic member %s left", group_id, leaving)
         self._write(g, records, now)
 
+    @staticmethod
+    def _named(g: ConsumerGroup, member_id: str, instance_id: str | None) -> Member:
+        """The member a classic request named (checked already: classic_members)."""
+        return g.members[g.static.get(instance_id, member_id) if instance_id is not None else member_id]
+
     def _renew(self, g: ConsumerGroup, member_id: str, instance_id: str | None, now: int) -> None:
-        mid = g.static.get(instance_id, member_id) if instance_id is not None else member_id
-        m = g.members[mid]
-        g.session_deadlines[mid] = now + m.classic.session_timeout_ms
+        m = self._named(g, member_id, instance_id)
+        g.session_deadlines[m.member_id] = now + self._session_ms(m)
 
     def _rejoin_by(self, g: ConsumerGroup, member_id: str, instance_id: str | None, now: int) -> None:
         """A classic member told to rejoin must do so within its rebalance timeout (Kafka's join timeout), or leave."""
-        mid = g.static.get(instance_id, member_id) if instance_id is not None else member_id
-        m = g.members[mid]
-        if mid not in g.rebalance_deadlines:
-            g.rebalance_deadlines[mid] = (m.epoch, now + max(m.rebalance_timeout_ms, 0))
+        m = self._named(g, member_id, instance_id)
+        if m.member_id not in g.rebalance_deadlines:
+            g.rebalance_deadlines[m.member_id] = (m.epoch, now + max(m.rebalance_timeout_ms, 0))
 
     def earliest_deadline(self) -> float:
         times = [t for g in self.groups.values() for t in g.session_deadlines.values()]
@@ -315,7 +318,7 @@ class ConsumerGroupCoordinator:
         assignor = consumer_group.preferred_assignor(g.members.values(), self.settings.assignors)
         return ConsumerGroupDescription(group_id, g.state, g.epoch, g.assignment_epoch, assignor,
                                         [_describe_member(g, m) for m in g.members.values()],
-                                        {tid: name for name, (tid, _) in g.metadata.items()})
+                                        g.topic_names())
 
 
 def _describe_member(g: ConsumerGroup, m: Member) -> MemberDescription:
