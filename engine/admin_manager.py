@@ -481,6 +481,20 @@ class AdminManager:
                 self.catalogue.open_transactions = noted
                 self.save()
 
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """A group's dynamic configs (GROUP resources' configs), as set."""
+        return dict(self.catalogue.group_configs.get(group_id, {}))
+
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Replace a group's dynamic configs (validated by the caller) and write the catalogue."""
+        with self._lock:
+            self._check_open()
+            if configs:
+                self.catalogue.group_configs[group_id] = dict(configs)
+            else:
+                self.catalogue.group_configs.pop(group_id, None)
+            self.save()
+
     def save(self) -> None:
         with self.replicas.controller_lock:
             metadata.write(self.fs, self.path, self.catalogue)

@@ -123,7 +123,9 @@ def assemble(facade: Owner, path, *, clock: Clock | None = None, fs: FileSystem 
     producer_ids = ProducerIdManager(catalogue, admin.save, clients.check_open)  # (started once the logs are known)
     coordinators = Coordinators(internal, clock, lambda: clients.closed, groups_config, txn_config,
                                 allocate_producer_id=producer_ids.allocate,
-                                transaction_partitions=replicas.transaction_partitions, topics=admin.topic_shapes)
+                                transaction_partitions=replicas.transaction_partitions, topics=admin.topic_shapes,
+                                share_reads={"topic_named": admin.topic_named, "partition": facade.partition,
+                                             "dynamic": admin.group_configs})
     staged = StagedWrites(fs, path, facade)  # writes other processes staged: applied on a thread of its own
     log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
 

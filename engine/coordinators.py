@@ -1,9 +1,10 @@
-"""The engine's two coordinators, made on first use: the transaction coordinator with the committed offsets of
-transactions (engine.transactions) and the group coordinator (engine.groups.group_coordinator). Both keep their
-state in internal topics (`__transaction_state`, `__consumer_offsets`), which they write through the coordinators'
-side of the engine (engine.internal_topics: appends and markers with acks='all').
+"""The engine's coordinators, made on first use: the transaction coordinator with the committed offsets of
+transactions (engine.transactions), the group coordinator (engine.groups.group_coordinator) and the share group
+coordinator (engine.groups.share_group_coordinator). They keep their state in internal topics
+(`__transaction_state`, `__consumer_offsets`, `__share_group_state`), which they write through the coordinators' side
+of the engine (engine.internal_topics: appends and markers with acks='all').
 
-State: the two coordinators once made, and the group and transaction configs they are made with.
+State: the coordinators once made, and the group and transaction configs they are made with.
 On disk: nothing of its own (the internal topics' records; see each coordinator).
 Threads: made under a lock of their own, never the engine's admin lock (a client's first transactional or group call
 must not wait for a topic change); their periodic work (timeouts, expiry) runs on broker 0's log manager thread and
@@ -19,6 +20,8 @@ from engine.groups import offsets as group_offsets
 from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator import GroupCoordinator, GroupLog
 from engine.groups.group_coordinator_config import GroupConfig
+from engine.groups import share_state_records
+from engine.groups.share_group_coordinator import ShareConfig, ShareGroupCoordinator
 from engine.internal_topics import InternalTopics
 from engine.transactions import Transactions
 from engine.txn.transaction_coordinator import TransactionConfig
@@ -28,13 +31,17 @@ class Coordinators:
     """The transaction and group coordinators of one engine: made over `internal` on `clock`; `closed()` says the
     engine is closing (their periodic work then does nothing); the transaction coordinator takes producer ids from
     `allocate_producer_id()` and the partitions to look for orphans in from `transaction_partitions()`; the group
-    coordinator's consumer groups learn the topics they subscribe to from `topics(names)`."""
+    coordinator's consumer groups learn the topics they subscribe to from `topics(names)`; the share group coordinator
+    reads partitions through `share_reads` (topic_named, partition, dynamic: its constructor's)."""
 
     def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
                  transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],
                  transaction_partitions: Callable[[], set[tuple[str, int]] | None],
-                 topics: TopicsView | None = None) -> None:
+                 topics: TopicsView | None = None, share_reads: dict[str, Callable] | None = None) -> None:
         self._internal, self._clock, self._closed, self._topics = internal, clock, closed, topics
+        self._share_reads = share_reads or {}
+        self.share_config = ShareConfig()
+        self._share: ShareGroupCoordinator | None = None
         self._group_config, self.transaction_config = group_config, transaction_config
         self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
         self._lock = threading.RLock()
@@ -46,6 +53,8 @@ class Coordinators:
         topics = self._internal.internal_topics()
         if group_offsets.TOPIC in topics:
             self.groups  # noqa: B018 (loads groups and offsets)
+        if share_state_records.TOPIC in topics:
+            self.share_groups  # noqa: B018 (loads the share-partitions' state)
         if topics:
             self.transactions  # noqa: B018
 
@@ -73,6 +82,25 @@ class Coordinators:
                     self._groups = groups
         return self._groups
 
+    @property
+    def share_groups(self) -> ShareGroupCoordinator:
+        """The share group coordinator (made on first use, loading `__share_group_state`)."""
+        if self._share is None:
+            with self._lock:
+                if self._share is None:
+                    share = ShareGroupCoordinator(self._internal, self._clock, self._topics,
+                                                  other_group=self._other_group, config=self.share_config,
+                                                  **self._share_reads)
+                    if share_state_records.TOPIC in self._internal.internal_topics():
+                        share.load()
+                    self._share = share
+        return self._share
+
+    def _other_group(self, group_id: str) -> bool:
+        """Whether a classic or consumer group has this id (a share group may not take it)."""
+        groups = self.groups
+        return group_id in groups.consumer.groups or group_id in groups.groups
+
     def _running(self, coordinator):
         """`coordinator` if it was made and the engine is not closing (a closing engine's tasks do nothing)."""
         return coordinator if coordinator is not None and not self._closed() else None
@@ -90,8 +118,8 @@ class Coordinators:
 
     def tick_groups(self) -> int:
         """Apply group deadlines (session and rebalance timeouts) nobody is waiting on (a background task)."""
-        groups = self._running(self._groups)
-        return groups.tick() if groups else 0
+        groups, share = self._running(self._groups), self._running(self._share)
+        return (groups.tick() if groups else 0) + (share.tick() if share else 0)
 
     def expire_group_offsets(self) -> int:
         """Tombstone offsets past offsets.retention.minutes (a background task every 10 minutes)."""

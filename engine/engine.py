@@ -37,9 +37,17 @@ from engine.admin_manager import TopicDescription, check_external
 from engine.common.closing import Steps
 from engine.common.gc_pause import gc_paused
 from engine.common.health import TaskFailure
-from engine.common.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from engine.common.errors import (
+    InvalidConfigurationError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    not_supported_yet,
+)
 from engine.common.structs import TOPIC_OF, OffsetAndMetadata, TopicPartition
 from engine.groups.group_coordinator import GroupCoordinator
+from engine.groups.share_group_coordinator import DYNAMIC_CONFIGS as SHARE_GROUP_CONFIGS
+from engine.groups.share_group_coordinator import ShareGroupCoordinator
+from engine.groups.share_group_coordinator import group_settings as share_group_settings
 from engine.log.unified_log import AppendInfo, UnifiedLog
 from engine.metadata import INTERNAL_TOPICS
 from engine.replication.partition import LazyPartition, Partition
@@ -114,6 +122,41 @@ class Engine:
         """The group coordinator: consumer groups and their committed offsets (loaded on first use)."""
         self._check_open()
         return self.coordinators.groups
+
+    @property
+    def share_groups(self) -> ShareGroupCoordinator:
+        """The share group coordinator: share groups, their sessions and share-partitions (loaded on first use)."""
+        self._check_open()
+        return self.coordinators.share_groups
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The dynamic configs set for `group_id` (Kafka's GROUP config resource)."""
+        return self.admin.group_configs(group_id)
+
+    def describe_group_configs(self, group_id: str) -> tuple[dict[str, object], dict[str, str]]:
+        """The effective configs of `group_id` (its dynamic ones over the engine's) and its dynamic ones."""
+        dynamic = self.admin.group_configs(group_id)
+        return share_group_settings(dynamic, self.coordinators.share_config), dynamic
+
+    def alter_group_configs(self, group_id: str, changes: dict[str, str | None], validate_only: bool = False) -> None:
+        """Set (a value) or remove (None) dynamic configs of `group_id`, checked as Kafka checks them: the share
+        group configs (engine.groups.share_group_coordinator) are taken; the consumer group ones are not supported
+        yet; any other name is INVALID_CONFIG. With `validate_only` nothing is changed."""
+        if not group_id:
+            raise InvalidConfigurationError("a group config resource names its group")
+        configs = self.admin.group_configs(group_id)
+        for name, value in changes.items():
+            if name.startswith(("consumer.", "streams.")):
+                raise not_supported_yet(f"the group config {name}")
+            if name not in SHARE_GROUP_CONFIGS:
+                raise InvalidConfigurationError(f"{name!r} is not a group config")
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = str(value)
+        share_group_settings(configs, self.coordinators.share_config)  # (raises for a value Kafka refuses)
+        if not validate_only:
+            self.admin.set_group_configs(group_id, configs)
 
     def committed(self, group_id: str, tp) -> OffsetAndMetadata | None:
         """The offset `group_id` committed for `tp` (None when it has none)."""

@@ -4,8 +4,10 @@ overrides (Kafka's dotted names), and the end of the last producer-id block hand
 
 Byte layout: UTF-8 JSON `{"version": 1, "topics": {name: {"id", "partitions", "config",
 "replication_factor", "states": {partition: {"replicas", "leader", "leader_epoch", "isr"}}}},
-"producer_id_block_end": N, "brokers": N, "controller_epoch": N, "open_transactions": [[topic, partition]]}` (the
-partitions whose log held an open transaction at the last clean close; absent when none did. "brokers",
+"producer_id_block_end": N, "brokers": N, "controller_epoch": N, "open_transactions": [[topic, partition]],
+"group_configs": {group: {name: value}}}` (open_transactions: the partitions whose log held an open transaction at the
+last clean close; group_configs: the groups' dynamic configs, as a KRaft controller keeps GROUP resources' config
+records; each absent when empty. "brokers",
 "controller_epoch" and each topic's last two are absent from files written before replication, which read as one
 broker and RF 1). Kafka ignores the file; topic ids match each `partition.metadata`.
 Crash policy: rewritten whole (tmp + fsync + rename + dir fsync), so a crash leaves the old or the
@@ -27,7 +29,7 @@ from engine.segments.log_config import LogConfig
 FILE = "kafkalog.metadata"
 VERSION = 1
 INTERNAL_TOPICS = names.INTERNAL_TOPICS
-COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # cleanup.policy=compact
+COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})  # compacted
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -49,6 +51,7 @@ class Catalogue:
     # partitions whose log held an open transaction at the last clean close (the only ones a clean open looks at
     # for transactions its coordinator already ended)
     open_transactions: set[tuple[str, int]] = field(default_factory=set)
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # a group's dynamic configs
 
     def log_config(self, topic: str, defaults: LogConfig) -> LogConfig:
         """A topic's effective config: its overrides over `defaults` (an internal topic Kafka compacts is compacted
@@ -79,7 +82,9 @@ def parse(data: bytes, path: str | None = None) -> Catalogue:
             for name, t in doc["topics"].items()}
         return Catalogue(topics, int(doc["producer_id_block_end"]), int(doc.get("brokers", 1)),
                          int(doc.get("controller_epoch", 0)),
-                         {(names.validate_topic(t), int(p)) for t, p in doc.get("open_transactions", [])})
+                         {(names.validate_topic(t), int(p)) for t, p in doc.get("open_transactions", [])},
+                         {str(g): {str(k): str(v) for k, v in c.items()}
+                          for g, c in doc.get("group_configs", {}).items()})
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidTopicError) as exc:
         raise KafkaStorageError(
             f"unreadable engine metadata ({exc}); it holds the topics' configs, so the engine will not guess "
@@ -97,6 +102,8 @@ def render(cat: Catalogue) -> bytes:
            "controller_epoch": cat.controller_epoch}
     if cat.open_transactions:
         doc["open_transactions"] = sorted(cat.open_transactions)
+    if cat.group_configs:
+        doc["group_configs"] = {g: dict(c) for g, c in cat.group_configs.items() if c}
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 

@@ -17,7 +17,8 @@ SEGMENT_SUFFIXES = (LOG, INDEX, TIME_INDEX, TXN_INDEX)
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITION = 2**31 - 1
 METADATA_TOPIC = "__cluster_metadata"  # a KRaft broker's metadata log (its `-0` directory is left alone)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", METADATA_TOPIC})  # no client reads them
+# no client reads them
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", METADATA_TOPIC})
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 

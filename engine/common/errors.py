@@ -413,6 +413,32 @@ class InvalidRegularExpressionError(KafkaError):
     code = 128
 
 
+class UnknownTopicIdError(KafkaError):
+    """UNKNOWN_TOPIC_ID: no topic has this topic id (deleted, or never made here)."""
+
+    code, retriable = 100, True
+
+
+class InvalidRecordStateError(KafkaError):
+    """INVALID_RECORD_STATE: a share group acknowledgement names a record this member has not acquired (another
+    member holds it, its acquisition lock timed out, or it was already acknowledged)."""
+
+    code = 121
+
+
+class ShareSessionNotFoundError(KafkaError):
+    """SHARE_SESSION_NOT_FOUND: a ShareFetch or ShareAcknowledge names a share session the broker does not have; the
+    client opens a new one (epoch 0)."""
+
+    code, retriable = 122, True
+
+
+class InvalidShareSessionEpochError(KafkaError):
+    """INVALID_SHARE_SESSION_EPOCH: the share session epoch is not the next one the session expects."""
+
+    code, retriable = 123, True
+
+
 class CommitFailedError(KafkaError):
     """The commit cannot complete: the group rebalanced and the partitions may belong to another member
     (the Java client's CommitFailedException)."""

@@ -30,9 +30,9 @@ from engine.protocol import admin_messages as am
 from engine.segments.log_config import LogConfig
 from engine.segments.partition_metadata import topic_uuid
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4          # DescribeConfigs' resource types
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32  # DescribeConfigs' resource types
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3      # IncrementalAlterConfigs' operations
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # DescribeConfigs' config sources
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, DYNAMIC_GROUP_CONFIG = 1, 4, 5, 8  # config sources
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7          # and config types
 # Kafka's controller writes one metadata record per topic, partition and config and refuses an operation of more
 # than this many (QuorumController.MAX_RECORDS_PER_USER_OP): the whole request fails with POLICY_VIOLATION
@@ -154,6 +154,8 @@ class AdminApis:
                     effective, overrides = described.config, described.overrides
                 elif r["resource_type"] == BROKER_RESOURCE and r["resource_name"] in ("", str(NODE_ID)):
                     effective, overrides = {**self.engine.defaults.to_dict(), **self.static_configs}, {}
+                elif r["resource_type"] == GROUP_RESOURCE:
+                    effective, overrides = self.engine.describe_group_configs(r["resource_name"])
                 else:
                     raise InvalidRequestError(f"resource type {r['resource_type']} {r['resource_name']!r} is not "
                                               f"described by a one-node listener")
@@ -163,8 +165,9 @@ class AdminApis:
                         continue
                     static = r["resource_type"] == BROKER_RESOURCE and name in self.static_configs
                     config = {"name": name, "value": _config_text(value), "read_only": static, "is_sensitive": False,
-                              "config_source": STATIC_BROKER_CONFIG if static else
-                              DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
+                              "config_source": STATIC_BROKER_CONFIG if static else DEFAULT_CONFIG
+                              if name not in overrides else DYNAMIC_GROUP_CONFIG
+                              if r["resource_type"] == GROUP_RESOURCE else DYNAMIC_TOPIC_CONFIG,
                               "config_type": _config_type(name, value)}
                     if request.version == 0:  # (v1 replaced it with config_source)
                         config["is_default"] = name not in overrides and not static
@@ -179,8 +182,10 @@ class AdminApis:
         out = []
         for r in b["resources"]:
             def alter(r=r):
+                if r["resource_type"] == GROUP_RESOURCE:
+                    return self._alter_group(r, b["validate_only"])
                 if r["resource_type"] != TOPIC_RESOURCE:
-                    raise InvalidRequestError("only topic configs are altered through a one-node listener")
+                    raise InvalidRequestError("only topic and group configs are altered through a one-node listener")
                 described = self.engine.describe_topic(r["resource_name"])
                 current = described.overrides
                 changes = {}
@@ -202,6 +207,18 @@ class AdminApis:
             out.append({"error_code": code, "error_message": message, "resource_type": r["resource_type"],
                         "resource_name": r["resource_name"]})
         return {"responses": out}
+
+
+    def _alter_group(self, r: dict, validate_only: bool) -> None:
+        changes = {}
+        for c in r["configs"]:
+            op, name = c["config_operation"], c["name"]
+            if op in (APPEND, SUBTRACT):
+                _list_change(name, op, None, c["value"])  # (raises: no group config is a list)
+            elif op not in (SET, DELETE):
+                raise InvalidRequestError(f"unknown config operation {op} on {name!r}")
+            changes[name] = c["value"] if op == SET else None
+        self.engine.alter_group_configs(r["resource_name"], changes, validate_only=validate_only)
 
 
 def _list_change(name: str, op: int, current, value: str | None) -> str:

@@ -142,6 +142,8 @@ class GroupApis:
                    "group_type": "consumer" if gid in consumer else "classic"}
                   for gid, state, ptype in self.engine.groups.list_groups()
                   if not wanted or state.lower() in wanted]
+        groups += [{"group_id": gid, "protocol_type": "share", "group_state": state, "group_type": "share"}
+                   for gid, state in self.engine.share_groups.list_groups() if not wanted or state.lower() in wanted]
         groups = [g for g in groups if not types or g["group_type"] in types]
         return {"error_code": 0, "groups": groups}
 

@@ -41,6 +41,7 @@ from engine.network.api_common import (
 from engine.network.cluster_apis import ClusterApis
 from engine.network.delayed_produce import FIRST_WAIT_MS, DelayedProduce, ProducePurgatory
 from engine.network.group_apis import GroupApis
+from engine.network.share_apis import ShareApis
 from engine.network.sasl import AuthenticationFailed, Authenticator, SaslConfig
 from engine.network.socket_server import Close, Delayed
 from engine.network.txn_apis import TxnApis
@@ -77,6 +78,7 @@ class KafkaApis:
                           m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate,
                           am.DESCRIBE_TOPIC_PARTITIONS.key: self.describe_topic_partitions,
                           **GroupApis(engine).handlers(), **TxnApis(engine).handlers(),
+                          **ShareApis(engine).handlers(),
                           **ClusterApis(engine).handlers(),
                           **AdminApis(engine, default_partitions, {
                               "advertised.listeners": f"{security_protocol}://{host}:{port}",
@@ -128,12 +130,15 @@ class KafkaApis:
     def api_versions(self, request: Request) -> dict:
         keys = [{"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
                 for a in sorted(APIS.values(), key=lambda a: a.key)]
-        # group.version 1 turns the consumer group protocol on (KIP-848); transaction.version is not offered: this
-        # coordinator speaks transactions v1, so Kafka 4's producers keep to EndTxn before v5
+        # group.version 1 turns the consumer group protocol on (KIP-848), share.version 1 share groups (KIP-932);
+        # transaction.version is not offered: this coordinator speaks transactions v1, so Kafka 4's producers keep to
+        # EndTxn before v5
+        features = ("group.version", "share.version")
         return {"error_code": UNSUPPORTED_VERSION if request.unsupported_version is not None else 0,
-                "api_keys": keys, "supported_features": [{"name": "group.version", "min_version": 0, "max_version": 1}],
+                "api_keys": keys,
+                "supported_features": [{"name": f, "min_version": 0, "max_version": 1} for f in features],
                 "finalized_features_epoch": 1,
-                "finalized_features": [{"name": "group.version", "min_version_level": 1, "max_version_level": 1}]}
+                "finalized_features": [{"name": f, "min_version_level": 1, "max_version_level": 1} for f in features]}
 
     def _broker(self) -> dict:
         return {"node_id": NODE_ID, "host": self.host, "port": self.port, "rack": None}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from engine.protocol import admin_messages  # noqa: F401 (defines the admin APIs into APIS)
+from engine.protocol import admin_messages, share_messages  # noqa: F401 (define their APIs into APIS)
 from engine.protocol.messages import API_VERSIONS, APIS, REQUEST_HEADER, RESPONSE_HEADER, Api
 from engine.protocol.schema import read_struct, write_struct
 from engine.protocol.types import MalformedRequestError, Reader, Writer

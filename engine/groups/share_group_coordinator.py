@@ -1,0 +1,475 @@
+"""The share group coordinator (KIP-932's queues): share groups' membership (engine.groups.share_group), their share
+sessions, and the delivery state of every share-partition (engine.groups.share_partition), with what ShareFetch and
+ShareAcknowledge do to it. One per engine, for every share group.
+
+- Membership: ShareGroupHeartbeat; the simple assignor gives every member every partition of its topics.
+- A share-partition starts where the group's `share.auto.offset.reset` says (latest: the log end when it is first
+  assigned; earliest: the log start), unless its state was persisted before.
+- Acquisition: a fetch reads the log from the share-partition's first available offset (up to the high watermark,
+  or the last stable offset under `share.isolation.level=read_committed`, whose aborted transactions' batches are
+  archived rather than delivered; control batches always are) and acquires what it returns for the member, for
+  `share.record.lock.duration.ms`.
+- Acknowledgement: ShareFetch and ShareAcknowledge carry acknowledgement batches; each is applied whole or refused
+  (INVALID_RECORD_STATE), and every share-partition changed is persisted before the answer.
+- Share sessions: a member's ShareFetch with epoch 0 opens one (replacing the one it had), each later request carries
+  the next epoch (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND without a session), and epoch -1
+  closes it, releasing what the member still holds of its partitions; partitions named join the session, forgotten
+  ones leave it (released likewise).
+- A member that leaves or whose session times out has its records released (available again, or archived at the
+  delivery count limit); an acquisition lock that times out releases its records the same way.
+Settings (a group's dynamic configs over the engine's `group.share.*` defaults): share.record.lock.duration.ms,
+share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset (latest, earliest; by_duration is not
+supported yet), share.isolation.level; delivery count limit and record locks per partition are the engine's.
+Storage: every change of a share-partition is a ShareSnapshot record in `__share_group_state` (created on first use,
+50 partitions; engine.groups.share_state_records), appended with acks='all' before the request that made it is
+answered; on load the coordinator replays them. Membership and sessions are memory only.
+Time: `tick()` (called by every request and the engine's background thread) applies session and lock deadlines on the
+injected clock.
+Thread-safety: one lock serialises every call.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Protocol
+
+from engine.common.errors import (
+    GroupIdNotFoundError,
+    InvalidConfigurationError,
+    InvalidRecordStateError,
+    InvalidRequestError,
+    InvalidShareSessionEpochError,
+    KafkaError,
+    ShareSessionNotFoundError,
+    UnknownMemberIdError,
+    UnknownTopicIdError,
+    not_supported_yet,
+)
+from engine.groups import share_state_records as records
+from engine.groups.consumer_group import TopicsView
+from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
+from engine.groups.share_partition import Acquired, SharePartition
+from engine.log.unified_log import COORDINATOR
+from engine.record import codec
+from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
+
+log = logging.getLogger("kafkalog.share")
+Key = tuple[str, int]  # (topic id, partition)
+_HEADER = struct.Struct(">qi9xhi12xq")  # base offset, length, attributes, last offset delta, producer id
+_CONTROL, _TRANSACTIONAL = 0x20, 0x10
+DYNAMIC_CONFIGS = {"share.record.lock.duration.ms", "share.session.timeout.ms", "share.heartbeat.interval.ms",
+                   "share.auto.offset.reset", "share.isolation.level"}
+
+
+class ShareConfig(NamedTuple):
+    """The engine's group.share.* settings, Kafka's defaults."""
+
+    record_lock_duration_ms: int = 30_000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    delivery_count_limit: int = 5
+    partition_max_record_locks: int = 2_000
+
+
+class StateLog(Protocol):
+    """What the coordinator's storage uses of an engine (engine.internal_topics.InternalTopics)."""
+
+    def internal_topics(self) -> dict[str, int]: ...
+
+    def ensure_internal_topic(self, name: str) -> bool: ...
+
+    def internal_partition(self, topic: str, partition: int): ...
+
+    def append_internal(self, topic: str, partition: int, data, origin: str = ...): ...
+
+
+class Fetched(NamedTuple):
+    """What one share-partition gave a fetch: whole batches (bytes of the log) and the runs acquired in them."""
+
+    records: bytes | memoryview
+    acquired: list[Acquired]
+
+
+@dataclass
+class ShareSession:
+    epoch: int  # the epoch the next request carries
+    partitions: set[Key] = field(default_factory=set)
+
+
+def group_settings(dynamic: dict[str, str], config: ShareConfig) -> dict[str, object]:
+    """A group's effective share settings (its dynamic configs over the engine's); InvalidConfigurationError for a
+    value Kafka refuses, UnsupportedVersionError for one kafkalog does not implement yet."""
+    out: dict[str, object] = {"share.record.lock.duration.ms": config.record_lock_duration_ms,
+                              "share.session.timeout.ms": config.session_timeout_ms,
+                              "share.heartbeat.interval.ms": config.heartbeat_interval_ms,
+                              "share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+    for name, value in dynamic.items():
+        if name not in DYNAMIC_CONFIGS:
+            continue
+        if name == "share.auto.offset.reset":
+            if value.startswith("by_duration:"):
+                raise not_supported_yet("share.auto.offset.reset=by_duration")
+            if value not in ("latest", "earliest"):
+                raise InvalidConfigurationError(f"share.auto.offset.reset={value!r}: latest or earliest")
+            out[name] = value
+        elif name == "share.isolation.level":
+            if value not in ("read_committed", "read_uncommitted"):
+                raise InvalidConfigurationError(f"share.isolation.level={value!r}: read_committed or read_uncommitted")
+            out[name] = value
+        else:
+            try:
+                n = int(value)
+            except ValueError:
+                n = 0
+            if n < 1:
+                raise InvalidConfigurationError(f"{name}={value!r} must be a positive integer")
+            out[name] = n
+    return out
+
+
+class ShareGroupCoordinator:
+    """The share group coordinator of one engine (see the module docstring). `topics(names)` resolves subscribed
+    topic names, `topic_named(topic id)` a topic id's name, `partition(name, index)` the partition a fetch reads,
+    `dynamic(group)` a group's dynamic configs, and `other_group(group)` says whether a group of another type has
+    that id."""
+
+    def __init__(self, storage: StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
+                 partition: Callable[[str, int], object], dynamic: Callable[[str], dict[str, str]],
+                 other_group: Callable[[str], bool], config: ShareConfig | None = None) -> None:
+        self._storage, self.clock, self._topics, self._topic_named = storage, clock, topics, topic_named
+        self._partition, self._dynamic, self._other_group = partition, dynamic, other_group
+        self.config = config or ShareConfig()
+        self._lock = threading.RLock()
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
+        self._persisted: dict[tuple[str, str, int], records.ShareState] = {}  # loaded, not yet in use
+
+    # --- storage ---------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Replay `__share_group_state` (the last snapshot of each share-partition, then its later updates)."""
+        count = self._storage.internal_topics().get(records.TOPIC, 0)
+        states: dict[tuple[str, str, int], records.ShareState] = {}
+        for p in range(count):
+            lg = self._storage.internal_partition(records.TOPIC, p).log
+            for _, batch in lg.batches(lg.log_start_offset, lg.high_watermark):
+                if batch.is_control:
+                    continue
+                for rec in batch.records():
+                    if rec.key is None:
+                        continue
+                    s = records.decode(rec.key, rec.value)
+                    key = (s.group_id, s.topic_id, s.partition)
+                    if s.tombstone:
+                        states.pop(key, None)
+                    elif s.kind == records.SNAPSHOT or key not in states:
+                        states[key] = s
+                    else:
+                        states[key] = _updated(states[key], s)
+        with self._lock:
+            self._persisted = states
+            self._epochs = {k: s.snapshot_epoch for k, s in states.items()}
+            for group_id, _, _ in states:
+                self.groups.setdefault(group_id, ShareGroup(group_id))
+
+    def _persist(self, group_id: str, changed: set[Key], now: int) -> None:
+        rows: dict[int, list] = {}
+        for topic_id, index in sorted(changed):
+            key = (group_id, topic_id, index)
+            sp = self.partitions.get(key)
+            if sp is None:
+                continue
+            epoch = (self._epochs.get(key, -1) + 1) & 0xFFFF
+            self._epochs[key] = epoch
+            s = records.ShareState(records.SNAPSHOT, group_id, topic_id, index, epoch, 0, sp.start,
+                                   tuple(sp.state_batches()))
+            rows.setdefault(records.partition(group_id, topic_id, index), []).append(records.encode(s))
+        if rows:
+            self._storage.ensure_internal_topic(records.TOPIC)
+        for p, kvs in sorted(rows.items()):
+            data = codec.encode_batch([(k, v, None, now) for k, v in kvs])
+            self._storage.append_internal(records.TOPIC, p, data, origin=COORDINATOR)
+
+    # --- membership ------------------------------------------------------------------------------------
+    def _settings(self, group_id: str) -> dict[str, object]:
+        return group_settings(self._dynamic(group_id), self.config)
+
+    def _group(self, group_id: str, create: bool) -> ShareGroup:
+        g = self.groups.get(group_id)
+        if g is None:
+            if self._other_group(group_id):
+                raise GroupIdNotFoundError(f"group {group_id!r} is not a share group")
+            if not create:
+                raise GroupIdNotFoundError(f"no share group {group_id!r}")
+            g = self.groups[group_id] = ShareGroup(group_id)
+        return g
+
+    def heartbeat(self, hb: ShareHeartbeat) -> ShareAnswer:
+        if not hb.group_id:
+            raise InvalidRequestError("a share group's id may not be empty")
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            settings = self._settings(hb.group_id)
+            g = self._group(hb.group_id, create=hb.member_epoch == 0)
+            answer, _ = g.heartbeat(hb, self._topics, now, settings["share.session.timeout.ms"],
+                                    settings["share.heartbeat.interval.ms"])
+            self._start_partitions(g, settings, now)
+            return answer
+
+    def _start_partitions(self, g: ShareGroup, settings: dict, now: int) -> None:
+        """Make the share-partitions newly assigned (from their persisted state, else auto.offset.reset)."""
+        new: set[Key] = set()
+        for topic_id, index in g.partitions():
+            key = (g.group_id, topic_id, index)
+            if key in self.partitions:
+                continue
+            s = self._persisted.pop(key, None)
+            if s is not None:
+                self.partitions[key] = SharePartition.restore(s.start_offset, list(s.batches),
+                                                              self.config.delivery_count_limit,
+                                                              self.config.partition_max_record_locks)
+                continue
+            name = self._topic_named(topic_id)
+            if name is None:
+                continue
+            try:
+                part = self._partition(name, index)
+                start = part.log_start_offset if settings["share.auto.offset.reset"] == "earliest" else \
+                    part.fetch_upper_bound(_isolation(settings))
+            except KafkaError as exc:  # (no leader now: started at its next assignment or fetch)
+                log.info("share group %s: %s-%d not started: %s", g.group_id, name, index, exc)
+                continue
+            self.partitions[key] = SharePartition(start, self.config.delivery_count_limit,
+                                                  self.config.partition_max_record_locks)
+            new.add((topic_id, index))
+        self._persist(g.group_id, new, now)
+
+    def _forget_member(self, group_id: str, member_id: str, now: int) -> None:
+        """A member's session timed out: its share session closes and its records are released. (One that leaves
+        keeps its share session: its client closes it next, acknowledging what it still holds.)"""
+        self.sessions.pop((group_id, member_id), None)
+        changed = {(t, p) for (gid, t, p), sp in self.partitions.items() if gid == group_id and sp.release(member_id)}
+        self._persist(group_id, changed, now)
+
+    # --- share sessions, fetch and acknowledge ------------------------------------------------------------
+    def session(self, group_id: str, member_id: str, epoch: int, add: list[Key], forget: list[Key],
+                acknowledging_only: bool = False) -> list[Key]:
+        """Check (and move on) the member's share session for a request with `epoch`; the partitions it now fetches.
+        A request with epoch -1 closes the session: `close_session` once its acknowledgements are applied."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            g = self._group(group_id, create=False)
+            key = (group_id, member_id)
+            s = self.sessions.get(key)
+            if epoch == 0 and member_id not in g.members:
+                raise UnknownMemberIdError(f"share group {group_id!r} has no member {member_id!r}")
+            if epoch == 0:
+                if acknowledging_only:
+                    raise InvalidShareSessionEpochError("ShareAcknowledge cannot open a share session (epoch 0)")
+                s = self.sessions[key] = ShareSession(1)
+            elif s is None:
+                raise ShareSessionNotFoundError(f"member {member_id!r} of share group {group_id!r} has no share "
+                                                f"session")
+            elif epoch != -1 and epoch != s.epoch:
+                raise InvalidShareSessionEpochError(f"share session epoch {epoch}; the session expects {s.epoch}")
+            elif epoch != -1:
+                s.epoch = s.epoch + 1 if s.epoch < 0x7FFFFFFF else 1
+            s.partitions.update(add)
+            gone = set(forget) & s.partitions
+            s.partitions -= gone
+            if gone:
+                changed = {k for k in gone if self._release(group_id, k, member_id)}
+                self._persist(group_id, changed, now)
+            return sorted(s.partitions)
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """Close the member's share session (epoch -1), releasing what it holds of the session's partitions."""
+        with self._lock:
+            s = self.sessions.pop((group_id, member_id), None)
+            if s is None:
+                return
+            changed = {k for k in s.partitions if self._release(group_id, k, member_id)}
+            self._persist(group_id, changed, self.clock.time_ms())
+
+    def _release(self, group_id: str, key: Key, member_id: str) -> bool:
+        sp = self.partitions.get((group_id, *key))
+        return sp is not None and sp.release(member_id)
+
+    def acknowledge(self, group_id: str, member_id: str,
+                    acks: dict[Key, list[tuple[int, int, list[int]]]]) -> dict[Key, KafkaError | None]:
+        """Apply each share-partition's acknowledgement batches (in order; those after a refused one are not
+        applied) and persist what changed; the error of each share-partition (None: all applied)."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            out: dict[Key, KafkaError | None] = {}
+            changed: set[Key] = set()
+            for key, batches in acks.items():
+                sp = self.partitions.get((group_id, *key))
+                if sp is None:
+                    out[key] = InvalidRecordStateError(f"share group {group_id!r} has no state for {key[0]}-{key[1]}")
+                    continue
+                out[key] = None
+                for first, last, types in batches:
+                    why = sp.acknowledge(member_id, first, last, types)
+                    if why is not None:
+                        out[key] = InvalidRecordStateError(f"share group {group_id!r}, {key[0]}-{key[1]}: {why}")
+                        break
+                    changed.add(key)
+            self._persist(group_id, changed, now)
+            return out
+
+    def acquire(self, group_id: str, member_id: str, keys: list[Key], max_records: int,
+                max_bytes: int) -> dict[Key, Fetched | KafkaError]:
+        """Acquire records of `keys` for the member (at most about `max_records`, by whole batches, and `max_bytes`
+        of them); what each share-partition gave (nothing when it had nothing to give), or its error."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            g = self._group(group_id, create=False)
+            if (group_id, member_id) not in self.sessions:
+                raise ShareSessionNotFoundError(f"member {member_id!r} of share group {group_id!r} has no share "
+                                                f"session")
+            settings = self._settings(group_id)
+            self._start_partitions(g, settings, now)
+            out: dict[Key, Fetched | KafkaError] = {}
+            budget, left = max_bytes, max_records
+            for key in keys:
+                try:
+                    got = self._acquire_one(group_id, member_id, key, left, budget, now, settings)
+                except KafkaError as exc:
+                    out[key] = exc
+                    continue
+                if got.acquired:
+                    out[key] = got
+                    budget -= len(got.records)
+                    left -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+                    if left <= 0 or budget <= 0:
+                        break
+            return out
+
+    def _acquire_one(self, group_id: str, member_id: str, key: Key, max_records: int, budget: int, now: int,
+                     settings: dict) -> Fetched:
+        empty = Fetched(b"", [])
+        sp = self.partitions.get((group_id, *key))
+        name = self._topic_named(key[0])
+        if name is None:
+            raise UnknownTopicIdError(f"no topic has id {key[0]}")
+        if sp is None:
+            return empty
+        part = self._partition(name, key[1])
+        moved = sp.move_start(part.log_start_offset)
+        if not sp.can_acquire():
+            return empty
+        isolation = _isolation(settings)
+        data = part.fetch(sp.fetch_offset(), max(1, budget), isolation)
+        if data is None:
+            return empty
+        view = data.records
+        aborted = {t.producer_id: t.first_offset for t in part.aborted_transactions(data)} \
+            if isolation == READ_COMMITTED else {}
+        bounds = _batches(view, aborted)
+        acquired = sp.acquire(member_id, [(b, last, ok) for b, last, ok, _, _ in bounds], max(1, max_records), now,
+                              int(settings["share.record.lock.duration.ms"]))
+        if moved or any(not ok for _, _, ok, _, _ in bounds):
+            self._persist(group_id, {key}, now)
+        if not acquired:
+            return empty
+        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+        spans = [(start, end) for b, last, _, start, end in bounds if last >= lo and b <= hi]
+        return Fetched(view[spans[0][0]:spans[-1][1]], acquired)
+
+    # --- time --------------------------------------------------------------------------------------------
+    def tick(self) -> int:
+        """Apply every session and lock deadline passed; how many members were removed."""
+        with self._lock:
+            return self._tick(self.clock.time_ms())
+
+    def _tick(self, now: int) -> int:
+        removed = 0
+        for g in list(self.groups.values()):
+            expired = g.expired(now)
+            for member_id in expired:
+                log.info("share group %s: member %s removed: session timed out", g.group_id, member_id)
+                g.remove(member_id, self._topics)
+                self._forget_member(g.group_id, member_id, now)
+                removed += 1
+            changed = {(t, p) for (gid, t, p), sp in self.partitions.items()
+                       if gid == g.group_id and sp.release(now=now)}
+            self._persist(g.group_id, changed, now)
+        return removed
+
+    # --- admin ---------------------------------------------------------------------------------------------
+    def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group."""
+        with self._lock:
+            return sorted((gid, g.state) for gid, g in self.groups.items())
+
+    def describe(self, group_id: str) -> ShareGroup:
+        with self._lock:
+            self._tick(self.clock.time_ms())
+            return self._group(group_id, create=False)
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The acquisition lock's duration for `group_id` (share.record.lock.duration.ms)."""
+        return int(self._settings(group_id)["share.record.lock.duration.ms"])
+
+    def start_offsets(self, group_id: str) -> dict[Key, int]:
+        """Each share-partition's start offset (SPSO) of `group_id`."""
+        with self._lock:
+            out = {(t, p): sp.start for (gid, t, p), sp in self.partitions.items() if gid == group_id}
+            out.update({(t, p): s.start_offset for (gid, t, p), s in self._persisted.items() if gid == group_id})
+            return out
+
+
+def _isolation(settings: dict) -> str:
+    return READ_COMMITTED if settings["share.isolation.level"] == "read_committed" else READ_UNCOMMITTED
+
+
+def _batches(view, aborted: dict[int, int]) -> list[tuple[int, int, bool, int, int]]:
+    """(base offset, last offset, deliverable, start, end) of each whole batch in `view` (bytes of the log): a
+    control batch is not deliverable, nor a transactional batch of an aborted transaction (`aborted`: producer id ->
+    the transaction's first offset) until its abort marker."""
+    out = []
+    pos, size = 0, len(view)
+    open_aborts: set[int] = set()
+    while pos + _HEADER.size <= size:
+        base, length, attributes, delta, producer_id = _HEADER.unpack_from(view, pos)
+        end = pos + 12 + length
+        if end > size:
+            break
+        control = bool(attributes & _CONTROL)
+        if attributes & _TRANSACTIONAL and producer_id in aborted and base >= aborted[producer_id]:
+            if control:
+                del aborted[producer_id]
+                open_aborts.discard(producer_id)
+            else:
+                open_aborts.add(producer_id)
+        deliver = not control and not (attributes & _TRANSACTIONAL and producer_id in open_aborts)
+        out.append((base, base + delta, deliver, pos, end))
+        pos = end
+    return out
+
+
+def _updated(snapshot: records.ShareState, update: records.ShareState) -> records.ShareState:
+    """A snapshot with a ShareUpdate applied: its batches replace the offsets they name."""
+    pieces = list(snapshot.batches)
+    for u in update.batches:
+        kept = []
+        for b in pieces:
+            if u.last_offset < b.first_offset or u.first_offset > b.last_offset:
+                kept.append(b)
+                continue
+            if b.first_offset < u.first_offset:
+                kept.append(b._replace(last_offset=u.first_offset - 1))
+            if b.last_offset > u.last_offset:
+                kept.append(b._replace(first_offset=u.last_offset + 1))
+        pieces = kept + [u]
+    start = update.start_offset if update.start_offset >= 0 else snapshot.start_offset
+    return snapshot._replace(start_offset=start, snapshot_epoch=update.snapshot_epoch,
+                             batches=tuple(sorted(b for b in pieces if b.last_offset >= start)))

@@ -1,0 +1,115 @@
+"""The share groups' state records in `__share_group_state` (KIP-932's share coordinator records, as the apache/kafka
+4.0 sources define them): the delivery state of each share-partition (engine.groups.share_partition).
+
+Byte layout: a key is `int16 version | GroupId string | TopicId uuid | Partition int32` (not flexible), version 0 for
+ShareSnapshot (the whole state) and 1 for ShareUpdate (a change to it); a value is `int16 version (0) | fields`
+(flexible: compact strings and arrays, tagged fields): ShareSnapshotValue is SnapshotEpoch uint16, StateEpoch int32,
+LeaderEpoch int32, StartOffset int64, StateBatches [FirstOffset int64, LastOffset int64, DeliveryState int8 (0
+available, 2 acknowledged, 4 archived), DeliveryCount int16]; ShareUpdateValue is the same without StateEpoch (a
+StartOffset of -1 leaves it as it was). A null value (tombstone) deletes the share-partition's state.
+kafkalog writes a snapshot for every change (so a reader needs no update to know a state) and reads both kinds. The
+record of a share-partition lives in partition abs(hash("group:topicId:partition")) % 50 of the topic (Java's
+String.hashCode over the share coordinator's key). Later Kafka releases add timestamps to these values; this
+module reads and writes the 4.0 layout only.
+Crash policy: a record is the unit of change; on load the share coordinator replays every partition in log order (the
+last snapshot of a key, then its later updates, win).
+Thread-safety: stateless functions.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engine.common.errors import CorruptRecordError
+from engine.groups.share_partition import StateBatch
+from engine.protocol.schema import parse_fields, read_struct, write_struct
+from engine.protocol.types import MalformedRequestError, Reader, Writer
+from engine.record.schema import partition_for
+from engine.segments.partition_metadata import topic_id_text, topic_uuid
+
+TOPIC = "__share_group_state"
+PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
+SNAPSHOT, UPDATE = 0, 1
+
+_BATCHES = """
+  state_batches [] 0+
+    first_offset int64 0+
+    last_offset int64 0+
+    delivery_state int8 0+
+    delivery_count int16 0+
+"""
+_VALUES = {
+    SNAPSHOT: parse_fields("""
+  snapshot_epoch uint16 0+
+  state_epoch int32 0+
+  leader_epoch int32 0+
+  start_offset int64 0+""" + _BATCHES),
+    UPDATE: parse_fields("""
+  snapshot_epoch uint16 0+
+  leader_epoch int32 0+
+  start_offset int64 0+""" + _BATCHES),
+}
+
+
+class ShareState(NamedTuple):
+    """One record: its kind (SNAPSHOT or UPDATE), the share-partition it is of (topic id as partition.metadata's
+    text), and its value (None for a tombstone)."""
+
+    kind: int
+    group_id: str
+    topic_id: str
+    partition: int
+    snapshot_epoch: int = 0
+    state_epoch: int = 0
+    start_offset: int = -1
+    batches: tuple[StateBatch, ...] = ()
+    tombstone: bool = False
+
+
+def partition(group_id: str, topic_id: str, partition_index: int) -> int:
+    """The `__share_group_state` partition holding this share-partition's records."""
+    return partition_for(f"{group_id}:{topic_id}:{partition_index}", PARTITIONS)
+
+
+def encode(s: ShareState) -> tuple[bytes, bytes | None]:
+    """The record's key and value bytes."""
+    w = Writer()
+    w.int16(s.kind)
+    w.string(s.group_id, False)
+    w.uuid(topic_uuid(s.topic_id))
+    w.int32(s.partition)
+    key = w.getvalue()
+    if s.tombstone:
+        return key, None
+    w = Writer()
+    w.int16(0)
+    value = {"snapshot_epoch": s.snapshot_epoch, "state_epoch": s.state_epoch, "leader_epoch": 0,
+             "start_offset": s.start_offset,
+             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                                "delivery_state": b.state, "delivery_count": b.delivery_count} for b in s.batches]}
+    write_struct(w, _VALUES[s.kind], value, 0, True)
+    return key, w.getvalue()
+
+
+def decode(key, value) -> ShareState:
+    """A record from its key and value bytes (CorruptRecordError when they do not parse)."""
+    try:
+        r = Reader(bytes(key))
+        kind = r.int16()
+        if kind not in _VALUES:
+            raise MalformedRequestError(f"key version {kind}")
+        group_id, topic, index = r.string(False), topic_id_text(r.uuid()), r.int32()
+        if group_id is None:
+            raise MalformedRequestError("a null group id")
+        if value is None:
+            return ShareState(kind, group_id, topic, index, tombstone=True)
+        r = Reader(bytes(value))
+        version = r.int16()
+        if version != 0:
+            raise MalformedRequestError(f"value version {version}")
+        v = read_struct(r, _VALUES[kind], 0, True)
+        return ShareState(kind, group_id, topic, index, v["snapshot_epoch"], v.get("state_epoch", 0),
+                          v["start_offset"], tuple(StateBatch(b["first_offset"], b["last_offset"],
+                                                              b["delivery_state"], b["delivery_count"])
+                                                   for b in v["state_batches"]))
+    except (MalformedRequestError, ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"{TOPIC}: a share state record that does not parse: {exc}") from None

@@ -1,0 +1,166 @@
+"""The listener's share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and
+ShareAcknowledge, answered from the engine's share group coordinator (engine.groups.share_group_coordinator).
+
+A ShareFetch does its session step and its acknowledgements once, on its first run; its acquisition runs then and
+again each time the socket server wakes it (an append to one of its partitions, or its MaxWaitMs deadline) until
+records were acquired or the deadline passed. Share-partitions are named by topic id on the wire.
+Thread-safety: the engine's.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from engine.common.errors import InvalidRequestError, KafkaError
+from engine.groups import consumer_group_records as cg_records
+from engine.groups.share_group import ShareHeartbeat
+from engine.network.api_common import error_code
+from engine.network.socket_server import Delayed
+from engine.protocol import Request
+from engine.protocol import share_messages as sm
+from engine.segments.partition_metadata import topic_id_text, topic_uuid
+
+Key = tuple[str, int]
+
+
+def _acks(topics: list[dict]) -> dict[Key, list[tuple[int, int, list[int]]]]:
+    out: dict[Key, list] = {}
+    for t in topics:
+        for p in t["partitions"]:
+            if p["acknowledgement_batches"]:
+                out[(topic_id_text(t["topic_id"]), p["partition_index"])] = [
+                    (a["first_offset"], a["last_offset"], list(a["acknowledge_types"]))
+                    for a in p["acknowledgement_batches"]]
+    return out
+
+
+def _named(topics: list[dict]) -> list[Key]:
+    return [(topic_id_text(t["topic_id"]), p if isinstance(p, int) else p["partition_index"])
+            for t in topics for p in t["partitions"]]
+
+
+def _by_topic(entries: dict[Key, dict]) -> list[dict]:
+    topics: dict[str, list[dict]] = {}
+    for (tid, index), entry in sorted(entries.items()):
+        topics.setdefault(tid, []).append({"partition_index": index, **entry})
+    return [{"topic_id": topic_uuid(tid), "partitions": parts} for tid, parts in topics.items()]
+
+
+def _ack_entry(exc: KafkaError | None, prefix: str) -> dict:
+    return {f"{prefix}error_code": 0 if exc is None else error_code(exc),
+            f"{prefix}error_message": None if exc is None else exc.message}
+
+
+class ShareApis:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def handlers(self) -> dict[int, Callable]:
+        return {sm.SHARE_GROUP_HEARTBEAT.key: self.share_group_heartbeat,
+                sm.SHARE_GROUP_DESCRIBE.key: self.share_group_describe,
+                sm.SHARE_FETCH.key: self.share_fetch, sm.SHARE_ACKNOWLEDGE.key: self.share_acknowledge}
+
+    def share_group_heartbeat(self, request: Request) -> dict:
+        b = request.body
+        session = request.session
+        host = f"/{session.peer[0]}" if session is not None and getattr(session, "peer", None) else "/127.0.0.1"
+        hb = ShareHeartbeat(b["group_id"], b["member_id"], b["member_epoch"], b["rack_id"],
+                            b["subscribed_topic_names"], request.client_id or "", host)
+        try:
+            if not hb.member_id:
+                raise InvalidRequestError("MemberId can't be empty: ShareGroupHeartbeat carries the member id the "
+                                          "client made")
+            answer = self.engine.share_groups.heartbeat(hb)
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message,
+                    "member_epoch": -1, "heartbeat_interval_ms": 0}
+        assignment = None if answer.assignment is None else {
+            "topic_partitions": cg_records.partitions_out(answer.assignment)}
+        return {"throttle_time_ms": 0, "error_code": 0, "member_id": answer.member_id,
+                "member_epoch": answer.member_epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+                "assignment": assignment}
+
+    def share_group_describe(self, request: Request) -> dict:
+        out = []
+        for gid in request.body["group_ids"]:
+            try:
+                g = self.engine.share_groups.describe(gid)
+            except KafkaError as exc:
+                out.append({"error_code": error_code(exc), "error_message": exc.message, "group_id": gid,
+                            "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                            "members": []})
+                continue
+            names = {tid: name for name, (tid, _) in g.subscribed.items()}
+            out.append({"error_code": 0, "group_id": gid, "group_state": g.state, "group_epoch": g.epoch,
+                        "assignment_epoch": g.epoch, "assignor_name": "simple", "members": [
+                            {"member_id": m.member_id, "rack_id": m.rack, "member_epoch": m.epoch,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "subscribed_topic_names": list(m.topics),
+                             "assignment": {"topic_partitions": [
+                                 {**row, "topic_name": names.get(topic_id_text(row["topic_id"]), "")}
+                                 for row in cg_records.partitions_out(m.assignment)]}}
+                            for m in g.members.values()]})
+        return {"throttle_time_ms": 0, "groups": out}
+
+    def _failed(self, exc: KafkaError, **extra) -> dict:
+        return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message, "responses": [],
+                "node_endpoints": [], **extra}
+
+    def share_fetch(self, request: Request):
+        b = request.body
+        sg = self.engine.share_groups
+        group_id, member_id, epoch = b["group_id"], b["member_id"], b["share_session_epoch"]
+        if request.state is None:  # the session step and the acknowledgements: once
+            request.deadline = time.monotonic() + max(0, b["max_wait_ms"]) / 1000
+            try:
+                if not group_id or not member_id:
+                    raise InvalidRequestError("a ShareFetch names its group and member")
+                keys = sg.session(group_id, member_id, epoch, _named(b["topics"]),
+                                  _named(b["forgotten_topics_data"]))
+                acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
+                if epoch == -1:
+                    sg.close_session(group_id, member_id)
+                    keys = []
+            except KafkaError as exc:
+                return self._failed(exc, acquisition_lock_timeout_ms=0)
+            request.state = (keys, acked, _named(b["topics"]))
+        keys, acked, named = request.state
+        try:
+            got = sg.acquire(group_id, member_id, keys, max(1, b["max_records"]),
+                             b["max_bytes"] if b["max_bytes"] > 0 else 0x7FFFFFFF) if keys else {}
+            lock_ms = sg.lock_duration_ms(group_id)
+        except KafkaError as exc:
+            return self._failed(exc, acquisition_lock_timeout_ms=0)
+        if not got and time.monotonic() < request.deadline and keys:
+            names = [(self.engine.admin.topic_named(tid), p) for tid, p in keys]
+            return Delayed(request.deadline, keys=[k for k in names if k[0] is not None])
+        entries: dict[Key, dict] = {}
+        for key in set(named) | set(acked) | set(got):
+            entry = {"error_code": 0, "error_message": None, **_ack_entry(acked.get(key), "acknowledge_"),
+                     "records": b"", "acquired_records": []}
+            found = got.get(key)
+            if isinstance(found, KafkaError):
+                entry.update(error_code=error_code(found), error_message=found.message)
+            elif found is not None:
+                entry["records"] = found.records
+                entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
+                                              "delivery_count": a.delivery_count} for a in found.acquired]
+            entries[key] = entry
+        return {"throttle_time_ms": 0, "error_code": 0, "acquisition_lock_timeout_ms": lock_ms,
+                "responses": _by_topic(entries), "node_endpoints": []}
+
+    def share_acknowledge(self, request: Request) -> dict:
+        b = request.body
+        sg = self.engine.share_groups
+        group_id, member_id, epoch = b["group_id"], b["member_id"], b["share_session_epoch"]
+        try:
+            if not group_id or not member_id:
+                raise InvalidRequestError("a ShareAcknowledge names its group and member")
+            sg.session(group_id, member_id, epoch, [], [], acknowledging_only=True)
+            acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
+            if epoch == -1:
+                sg.close_session(group_id, member_id)
+        except KafkaError as exc:
+            return self._failed(exc)
+        entries = {key: _ack_entry(exc, "") for key, exc in acked.items()}
+        return {"throttle_time_ms": 0, "error_code": 0, "responses": _by_topic(entries), "node_endpoints": []}

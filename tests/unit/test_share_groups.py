@@ -1,0 +1,321 @@
+"""Share groups (KIP-932) in process: a share-partition's delivery state against an independent model of KIP-932's
+rules, its persisted form, and the share group coordinator over an engine on an injected clock (acquisition,
+acknowledgement, lock timeouts, sessions, restart)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import engine
+from engine.common.clock import ManualClock
+from engine.common.errors import (
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    InvalidConfigurationError,
+    InvalidShareSessionEpochError,
+    ShareSessionNotFoundError,
+    UnknownMemberIdError,
+    UnsupportedVersionError,
+)
+from engine.groups import share_state_records as records
+from engine.groups.share_group import ShareHeartbeat, simple_assignment
+from engine.groups.share_group_coordinator import _updated
+from engine.groups.share_partition import ACCEPT, GAP, REJECT, RELEASE, SharePartition, StateBatch
+
+LIMIT = 3  # delivery count limit of the model runs
+
+
+class Model:
+    """KIP-932's rules, written per offset and independently of SharePartition: each offset of the log is new,
+    available, acquired (by whom, until when), acknowledged or archived, with its delivery count."""
+
+    def __init__(self, start: int, max_in_flight: int) -> None:
+        self.start, self.max_in_flight = start, max_in_flight
+        self.state: dict[int, list] = {}  # offset -> [state, count, owner, deadline]
+
+    def spso(self) -> int:
+        o = self.start
+        while o in self.state and self.state[o][0] in ("acked", "archived"):
+            o += 1
+        return o
+
+    def acquire(self, member: str, log_end: int, max_records: int, now: int, lock: int) -> list[int]:
+        got = []
+        o = self.spso()
+        in_flight_end = max(self.state, default=self.start - 1) + 1
+        while o < log_end and len(got) < max_records:
+            s = self.state.get(o)
+            if s is None:
+                if o - self.spso() >= self.max_in_flight:
+                    break
+                self.state[o] = s = ["available", 0, None, 0]
+            if s[0] == "available":
+                s[:] = ["acquired", s[1] + 1, member, now + lock]
+                got.append(o)
+            o += 1
+        del in_flight_end
+        return got
+
+    def release(self, o: int) -> None:
+        s = self.state[o]
+        s[:] = ["archived" if s[1] >= LIMIT else "available", s[1], None, 0]
+
+    def ack(self, member: str, first: int, last: int, kind: int) -> bool:
+        if any(self.state.get(o, [None, 0, None])[0] != "acquired" or self.state[o][2] != member
+               for o in range(first, last + 1)):
+            return False
+        for o in range(first, last + 1):
+            if kind == RELEASE:
+                self.release(o)
+            else:
+                self.state[o][:] = ["acked" if kind == ACCEPT else "archived", self.state[o][1], None, 0]
+        return True
+
+    def expire(self, now: int) -> None:
+        for o, s in self.state.items():
+            if s[0] == "acquired" and s[3] <= now:
+                self.release(o)
+
+
+def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
+    """Batches of one to five records, several members, random acquisitions (each up to a random number of records,
+    which may split a batch), acknowledgements of every type, lock timeouts and members that vanish: the share-partition agrees with the model at every step on who holds what, the delivery
+    counts, the start offset, and what a member may acknowledge; no offset is ever held by two members."""
+    rng = random.Random(932)
+    for trial in range(30):
+        max_in_flight = rng.choice([5, 20, 1000])
+        sp, model = SharePartition(0, LIMIT, max_in_flight), Model(0, max_in_flight)
+        log, now, members = [], 0, ["a", "b", "c"]  # the log's batches: (base offset, last offset)
+        for _ in range(300):
+            step = rng.random()
+            log_end = log[-1][1] + 1 if log else 0
+            if step < 0.2:
+                log.append((log_end, log_end + rng.randint(0, 4)))
+            elif step < 0.5:
+                m, n = rng.choice(members), rng.randint(1, 6)
+                batches = [(b, last, True) for b, last in log if last >= sp.fetch_offset()]
+                got = sp.acquire(m, batches, n, now, 100)
+                want = model.acquire(m, log_end, n, now, 100)
+                assert [o for a in got for o in range(a.first_offset, a.last_offset + 1)] == want, trial
+                assert all(a.delivery_count == model.state[a.first_offset][1] for a in got)
+            elif step < 0.85:
+                m = rng.choice(members)
+                held = [o for o, s in model.state.items() if s[0] == "acquired" and (s[2] == m or rng.random() < .2)]
+                if not held:
+                    continue
+                first = rng.choice(held)
+                last = first + rng.randint(0, 2)
+                kind = rng.choice([GAP, ACCEPT, RELEASE, REJECT])
+                ok = model.ack(m, first, last, kind)
+                assert (sp.acknowledge(m, first, last, [kind]) is None) == ok, (trial, first, last)
+            elif step < 0.95:
+                now += rng.randint(10, 120)
+                sp.release(now=now)
+                model.expire(now)
+            else:
+                m = rng.choice(members)
+                sp.release(m)
+                for o, s in model.state.items():
+                    if s[0] == "acquired" and s[2] == m:
+                        model.release(o)
+            assert sp.start == model.spso()
+            names = {"available": 0, "acquired": 1, "acked": 2, "archived": 4}
+            want = [(o, names[s[0]], s[1], s[2]) for o, s in sorted(model.state.items()) if o >= sp.start]
+            assert sp.states() == want, trial
+
+
+def test_a_record_is_archived_at_the_delivery_count_limit_and_max_records_splits_a_batch():
+    sp = SharePartition(10, 2, 100)
+    got = sp.acquire("m", [(10, 14, True), (17, 19, True)], 3, 0, 50)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 12, 1)]
+    assert sp.fetch_offset() == 13
+    got = sp.acquire("m", [(10, 14, True), (17, 19, True)], 100, 0, 50)
+    assert [(a.first_offset, a.last_offset) for a in got] == [(13, 14), (17, 19)]
+    assert [s[1] for s in sp.states() if s[0] in (15, 16)] == [4, 4]  # no record between the batches: archived
+    assert sp.acknowledge("m", 10, 14, [RELEASE]) is None
+    assert sp.acquire("x", [(10, 14, True)], 100, 0, 50)[0].delivery_count == 2
+    assert sp.acknowledge("m", 10, 10, [ACCEPT]) is not None  # ("x" holds it now)
+    assert sp.acknowledge("x", 10, 14, [RELEASE, RELEASE, ACCEPT, REJECT, GAP]) is None
+    assert sp.start == 17  # the two released at the limit were archived, not made available
+    assert sp.acknowledge("m", 17, 19, [1, 5, 1]) is not None  # (5 is no acknowledge type)
+
+
+def test_a_control_batch_and_an_aborted_batch_are_archived_not_delivered():
+    sp = SharePartition(0, 5, 100)
+    got = sp.acquire("m", [(0, 2, True), (3, 3, False), (4, 6, False), (7, 7, True)], 100, 0, 50)
+    assert [(a.first_offset, a.last_offset) for a in got] == [(0, 2), (7, 7)]
+    assert [s[1] for s in sp.states()] == [1, 1, 1, 4, 4, 4, 4, 1]
+
+
+def test_the_persisted_state_restores_what_was_delivered_and_what_was_not():
+    sp = SharePartition(0, 5, 100)
+    sp.acquire("m", [(0, 9, True)], 100, 0, 50)
+    assert sp.acknowledge("m", 0, 2, [ACCEPT]) is None
+    assert sp.acknowledge("m", 5, 5, [REJECT]) is None
+    assert sp.acknowledge("m", 6, 6, [RELEASE]) is None
+    batches = sp.state_batches()
+    assert batches == [StateBatch(3, 4, 0, 1), StateBatch(5, 5, 4, 1), StateBatch(6, 9, 0, 1)]
+    back = SharePartition.restore(sp.start, batches, 5, 100)
+    assert back.start == 3 and back.fetch_offset() == 3
+    assert [(o, s, c) for o, s, c, _ in back.states()] == [(3, 0, 1), (4, 0, 1), (5, 4, 1), (6, 0, 1), (7, 0, 1),
+                                                          (8, 0, 1), (9, 0, 1)]
+    state = records.ShareState(records.SNAPSHOT, "g", "AAAAAAAAAAAAAAAAAAAAAQ", 7, 3, 0, back.start,
+                               tuple(batches))
+    assert records.decode(*records.encode(state)) == state
+    tomb = records.ShareState(records.SNAPSHOT, "g", "AAAAAAAAAAAAAAAAAAAAAQ", 7, tombstone=True)
+    assert records.decode(*records.encode(tomb)) == tomb
+    update = records.ShareState(records.UPDATE, "g", "AAAAAAAAAAAAAAAAAAAAAQ", 7, 4, 0, 4,
+                                (StateBatch(4, 6, 2, 2),))
+    assert records.decode(*records.encode(update)) == update
+    assert _updated(state, update).batches == (StateBatch(4, 6, 2, 2), StateBatch(7, 9, 0, 1))
+    with pytest.raises(Exception, match="does not parse"):
+        records.decode(b"\x00\x07garbage", b"")
+
+
+def test_the_simple_assignor_spreads_partitions_and_shares_them_only_when_members_outnumber_them():
+    """Random groups (topics of 1 to 4 partitions, 1 to 9 members with random subscriptions), checked against the
+    assignor's contract: every partition of a subscribed topic has a member subscribed to it; a member subscribed to
+    something has a partition; a partition has several members only when some member would otherwise have none;
+    with one subscription for all, partitions are spread within one of each other; a member joining moves at most
+    what its share needs."""
+    rng = random.Random(41)
+    for _ in range(300):
+        topics = {f"t{i}": (f"id{i}", rng.randint(1, 4)) for i in range(rng.randint(1, 3))}
+        homogeneous = rng.random() < 0.5
+        subs = {f"m{j}": tuple(sorted(topics)) if homogeneous else
+                tuple(sorted(rng.sample(sorted(topics), rng.randint(1, len(topics)))))
+                for j in range(rng.randint(1, 9))}
+        got = simple_assignment(subs, topics, {})
+        held: dict[tuple[str, int], list[str]] = {}
+        for mid, parts in got.items():
+            assert parts, mid
+            for tid, ps in parts.items():
+                name = next(n for n, (t, _) in topics.items() if t == tid)
+                assert name in subs[mid] and ps <= set(range(topics[name][1]))
+                for p in ps:
+                    held.setdefault((tid, p), []).append(mid)
+        everything = {(tid, p) for name, (tid, n) in topics.items() if any(name in t for t in subs.values())
+                      for p in range(n)}
+        assert set(held) == everything
+        for key, mids in held.items():
+            if len(mids) > 1:  # shared only with members that hold nothing else
+                assert all(sum(map(len, got[m].values())) == 1 for m in mids[1:]), (key, mids)
+        if homogeneous:
+            sizes = [sum(map(len, parts.values())) for parts in got.values()]
+            assert max(sizes) - min(sizes) <= 1
+            total = sum(n for _, n in topics.values())
+            if len(subs) < total:
+                grown = simple_assignment({**subs, "new": subs["m0"]}, topics, got)
+                moved = sum(len(ps - grown[m].get(t, frozenset())) for m in got for t, ps in got[m].items())
+                assert moved <= -(-total // (len(subs) + 1)), (total, len(subs), moved)
+
+
+def _engine(tmp_path, clock):
+    e = engine.open(tmp_path / "d", clock=clock)
+    e.create_topic("t", partitions=2)
+    return e
+
+
+def _produce(e, n: int, partition: int = 0) -> None:
+    with e.producer(linger_ms=0) as p:
+        for i in range(n):
+            p.send("t", f"v{i}".encode(), partition=partition).get()
+
+
+def _offsets(got) -> list[int]:
+    return [o for f in got.values() for a in f.acquired for o in range(a.first_offset, a.last_offset + 1)]
+
+
+def test_the_coordinator_delivers_each_record_to_one_member_until_it_is_acknowledged(tmp_path):
+    clock = ManualClock()
+    with _engine(tmp_path, clock) as e:
+        _produce(e, 10)
+        sg = e.share_groups
+        e.alter_group_configs("g", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "1000"})
+        a = sg.heartbeat(ShareHeartbeat("g", "m1", 0, topic_names=["t"]))
+        tid = next(iter(a.assignment))
+        assert a.assignment == {tid: frozenset({0, 1})} and a.member_epoch > 0
+        b = sg.heartbeat(ShareHeartbeat("g", "m2", 0, topic_names=["t"]))
+        assert b.assignment == {tid: frozenset({1})}  # (the simple assignor: one partition each now)
+        assert sg.heartbeat(ShareHeartbeat("g", "m1", a.member_epoch)).assignment == {tid: frozenset({0})}
+        # a share-partition is not owned: a member may fetch one it is not assigned (as Kafka's brokers allow)
+        keys = sg.session("g", "m1", 0, [(tid, 0), (tid, 1)], [])
+        first = _offsets(sg.acquire("g", "m1", keys, 4, 1 << 20))
+        sg.session("g", "m2", 0, [(tid, 0)], [])
+        second = _offsets(sg.acquire("g", "m2", [(tid, 0)], 100, 1 << 20))
+        assert first == [0, 1, 2, 3] and second == [4, 5, 6, 7, 8, 9]  # (one record per batch here)
+        assert sg.acknowledge("g", "m2", {(tid, 0): [(0, 0, [ACCEPT])]})[(tid, 0)] is not None
+        assert sg.acknowledge("g", "m1", {(tid, 0): [(0, 1, [ACCEPT]), (2, 3, [RELEASE])]}) == {(tid, 0): None}
+        assert _offsets(sg.acquire("g", "m2", [(tid, 0)], 100, 1 << 20)) == [2, 3]
+        clock.advance(1000)  # m2's locks on 2..9 time out
+        sg.heartbeat(ShareHeartbeat("g", "m1", a.member_epoch))
+        assert _offsets(sg.acquire("g", "m1", keys, 100, 1 << 20)) == list(range(2, 10))
+        assert [c for _, _, c, _ in sg.partitions[("g", tid, 0)].states()] == [3, 3, 2, 2, 2, 2, 2, 2]
+        assert sg.start_offsets("g")[(tid, 0)] == 2
+    with engine.open(tmp_path / "d", clock=clock) as e:  # a restart: what was acknowledged stays acknowledged
+        sg = e.share_groups
+        assert sg.start_offsets("g") == {(tid, 0): 2, (tid, 1): 0}
+        a = sg.heartbeat(ShareHeartbeat("g", "m3", 0, topic_names=["t"]))
+        sg.session("g", "m3", 0, [(tid, 0)], [])
+        got = sg.acquire("g", "m3", [(tid, 0)], 100, 1 << 20)
+        assert _offsets(got) == list(range(2, 10))
+        # m1's last acquisition was not persisted (as in Kafka): the counts are those last written, plus this one
+        assert [(a.first_offset, a.delivery_count) for a in got[(tid, 0)].acquired] == [(2, 3), (4, 2)]
+
+
+def test_latest_starts_at_the_log_end_and_sessions_keep_their_epochs(tmp_path):
+    clock = ManualClock()
+    with _engine(tmp_path, clock) as e:
+        _produce(e, 3)
+        sg = e.share_groups
+        a = sg.heartbeat(ShareHeartbeat("g", "m1", 0, topic_names=["t"]))
+        tid = next(iter(a.assignment))
+        with pytest.raises(ShareSessionNotFoundError):
+            sg.session("g", "m1", 1, [], [])
+        with pytest.raises(UnknownMemberIdError):
+            sg.session("g", "nobody", 0, [(tid, 0)], [])
+        sg.session("g", "m1", 0, [(tid, 0)], [])
+        assert sg.acquire("g", "m1", [(tid, 0)], 100, 1 << 20) == {}  # latest: the three before are not delivered
+        _produce(e, 2)
+        with pytest.raises(InvalidShareSessionEpochError):
+            sg.session("g", "m1", 2, [], [])
+        assert sg.session("g", "m1", 1, [], []) == [(tid, 0)]
+        assert _offsets(sg.acquire("g", "m1", [(tid, 0)], 100, 1 << 20)) == [3, 4]
+        with pytest.raises(InvalidShareSessionEpochError):
+            sg.session("g", "m1", 1, [], [], acknowledging_only=True)
+        with pytest.raises(InvalidShareSessionEpochError):
+            sg.session("g", "m1", 0, [], [], acknowledging_only=True)
+        sg.session("g", "m1", -1, [], [])
+        sg.close_session("g", "m1")  # (epoch -1: what m1 held is released)
+        assert [s for _, s, _, _ in sg.partitions[("g", tid, 0)].states()] == [0, 0]
+        with pytest.raises(FencedMemberEpochError):
+            sg.heartbeat(ShareHeartbeat("g", "m1", a.member_epoch + 5))
+        clock.advance(45_000)  # the member's session times out
+        assert sg.tick() == 1 and sg.describe("g").state == "Empty"
+
+
+def test_group_configs_and_group_ids_are_checked_as_kafka_checks_them(tmp_path):
+    clock = ManualClock()
+    with _engine(tmp_path, clock) as e:
+        with pytest.raises(InvalidConfigurationError):
+            e.alter_group_configs("g", {"share.auto.offset.reset": "middle"})
+        with pytest.raises(InvalidConfigurationError):
+            e.alter_group_configs("g", {"share.record.lock.duration.ms": "0"})
+        with pytest.raises(InvalidConfigurationError):
+            e.alter_group_configs("g", {"no.such.config": "1"})
+        with pytest.raises(UnsupportedVersionError, match="not supported yet"):
+            e.alter_group_configs("g", {"share.auto.offset.reset": "by_duration:PT1H"})
+        with pytest.raises(UnsupportedVersionError, match="not supported yet"):
+            e.alter_group_configs("g", {"consumer.session.timeout.ms": "50000"})
+        assert e.group_configs("g") == {}
+        e.alter_group_configs("g", {"share.isolation.level": "read_committed"})
+        e.alter_group_configs("g", {"share.isolation.level": None, "share.heartbeat.interval.ms": "700"})
+        assert e.group_configs("g") == {"share.heartbeat.interval.ms": "700"}
+        assert e.share_groups.heartbeat(ShareHeartbeat("g", "m", 0, topic_names=["t"])).heartbeat_interval_ms == 700
+        with e.consumer("t", group_id="classic") as c:
+            c.poll(0)
+        with pytest.raises(GroupIdNotFoundError):
+            e.share_groups.heartbeat(ShareHeartbeat("classic", "m", 0, topic_names=["t"]))
+    with engine.open(tmp_path / "d", clock=clock) as e:
+        assert e.group_configs("g") == {"share.heartbeat.interval.ms": "700"}
