@@ -326,6 +326,12 @@ class Engine:
         from engine.clients.consumer import Consumer
         return self.registry.register(Consumer(self, *topics, **config))
 
+    def share_consumer(self, group_id: str, topics=(), **config):
+        """A member of share group `group_id` (KIP-932's queues), Kafka's KafkaShareConsumer in process (see
+        engine.clients.share_consumer)."""
+        from engine.clients.share_consumer import ShareConsumer
+        return self.registry.register(ShareConsumer(self, group_id, topics, **config))
+
     def serve(self, host: str = "127.0.0.1", port: int = 9092, **options):
         """A Kafka protocol listener serving this engine to any Kafka client (port=0 picks a free port); returns its
         handle, whose close() stops it (closing the engine does too). Options: engine.network.listener.Listener."""

@@ -42,6 +42,7 @@ from engine.common.errors import (
     InvalidRequestError,
     InvalidShareSessionEpochError,
     KafkaError,
+    NonEmptyGroupError,
     ShareSessionNotFoundError,
     UnknownMemberIdError,
     UnknownTopicIdError,
@@ -187,6 +188,10 @@ class ShareGroupCoordinator:
             s = records.ShareState(records.SNAPSHOT, group_id, topic_id, index, epoch, 0, sp.start,
                                    tuple(sp.state_batches()))
             rows.setdefault(records.partition(group_id, topic_id, index), []).append(records.encode(s))
+        self._append(rows, now)
+
+    def _append(self, rows: dict[int, list], now: int) -> None:
+        """One batch of (key, value) records to each `__share_group_state` partition named."""
         if rows:
             self._storage.ensure_internal_topic(records.TOPIC)
         for p, kvs in sorted(rows.items()):
@@ -418,6 +423,52 @@ class ShareGroupCoordinator:
     def lock_duration_ms(self, group_id: str) -> int:
         """The acquisition lock's duration for `group_id` (share.record.lock.duration.ms)."""
         return int(self._settings(group_id)["share.record.lock.duration.ms"])
+
+    def lag(self, group_id: str, key: Key, end: int) -> int:
+        """How many records of one share-partition below `end` are not yet acknowledged or archived."""
+        with self._lock:
+            sp = self.partitions.get((group_id, *key))
+            if sp is None:
+                s = self._persisted.get((group_id, *key))
+                return 0 if s is None else max(0, end - s.start_offset) - sum(
+                    b.last_offset - b.first_offset + 1 for b in s.batches if b.state in (2, 4) and b.last_offset < end)
+            return max(0, end - sp.start) - sum(1 for o, state, _, _ in sp.states() if state in (2, 4) and o < end)
+
+    def reset_offsets(self, group_id: str, starts: dict[Key, int]) -> None:
+        """Start share-partitions of an empty share group afresh at the offsets given (kafka-share-groups.sh
+        --reset-offsets): what was delivered, acknowledged or archived of them is forgotten."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            g = self._group(group_id, create=True)
+            if g.members:
+                raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
+            for key, start in starts.items():
+                self._persisted.pop((group_id, *key), None)
+                self.partitions[(group_id, *key)] = SharePartition(start, self.config.delivery_count_limit,
+                                                                   self.config.partition_max_record_locks)
+            self._persist(group_id, set(starts), now)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete an empty share group and the state of its share-partitions (tombstones)."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._tick(now)
+            g = self._group(group_id, create=False)
+            if g.members:
+                raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
+            keys = {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted) if gid == group_id}
+            rows: dict[int, list] = {}
+            for t, p in sorted(keys):
+                self.partitions.pop((group_id, t, p), None)
+                self._persisted.pop((group_id, t, p), None)
+                self._epochs.pop((group_id, t, p), None)
+                tomb = records.ShareState(records.SNAPSHOT, group_id, t, p, tombstone=True)
+                rows.setdefault(records.partition(group_id, t, p), []).append(records.encode(tomb))
+            self._append(rows, now)
+            del self.groups[group_id]
+            for key in [k for k in self.sessions if k[0] == group_id]:
+                del self.sessions[key]
 
     def start_offsets(self, group_id: str) -> dict[Key, int]:
         """Each share-partition's start offset (SPSO) of `group_id`."""

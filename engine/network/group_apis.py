@@ -168,8 +168,16 @@ class GroupApis:
 
     def delete_groups(self, request: Request) -> dict:
         return {"throttle_time_ms": 0, "results": [
-            {"group_id": gid, "error_code": code_of(lambda gid=gid: self.engine.groups.delete_group(gid))}
+            {"group_id": gid, "error_code": code_of(lambda gid=gid: self._delete_group(gid))}
             for gid in request.body["groups_names"]]}
+
+    def _delete_group(self, group_id: str) -> None:
+        """A share group's or another group's (DeleteGroups serves both, as Kafka's)."""
+        share = self.engine.share_groups
+        if group_id in dict(share.list_groups()):
+            share.delete_group(group_id)
+        else:
+            self.engine.groups.delete_group(group_id)
 
     def consumer_group_heartbeat(self, request: Request) -> dict:
         b = request.body

@@ -126,8 +126,9 @@ class ShareApis:
             request.state = (keys, acked, _named(b["topics"]))
         keys, acked, named = request.state
         try:
-            got = sg.acquire(group_id, member_id, keys, max(1, b["max_records"]),
-                             b["max_bytes"] if b["max_bytes"] > 0 else 0x7FFFFFFF) if keys else {}
+            # (MaxBytes 0 acquires nothing, as Kafka answers it; otherwise at least one batch is returned)
+            got = sg.acquire(group_id, member_id, keys, max(1, b["max_records"]), b["max_bytes"]) \
+                if keys and b["max_bytes"] > 0 else {}
             lock_ms = sg.lock_duration_ms(group_id)
         except KafkaError as exc:
             return self._failed(exc, acquisition_lock_timeout_ms=0)

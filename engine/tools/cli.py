@@ -1,7 +1,7 @@
 """The `kafkalog` command (also `python -m engine`): Kafka's tools over a log directory.
 
 Subcommands: demo, dump-log, topics, console-producer, console-consumer, get-offsets, delete-records,
-transactions, groups, compact, verify, recover, health, mirror, handoff, serve. Every one takes the log directory as
+transactions, groups, share-groups, compact, verify, recover, health, mirror, handoff, serve. Every one takes the log directory as
 `--data DIR` (default ./data; verify and recover also take it as their positional argument), prints human text or,
 with `--json`, JSON, and reports an error as one line on stderr: exit status 2 for bad arguments or values, 1 for
 anything else that failed.
@@ -15,7 +15,7 @@ from typing import Sequence
 
 import engine
 from engine.common import errors
-from engine.tools import admin, compact, console, demo, groups, handoff, mirror_cmd, serve, verify
+from engine.tools import admin, compact, console, demo, groups, handoff, mirror_cmd, serve, share_groups, verify
 from engine.tools.output import Output
 
 # errors that mean the command line asked for something invalid (exit status 2, as argparse's own)
@@ -64,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser = add_parser
     for add in (demo.add_demo, _add_dump_log, admin.add_topics, console.add_producer, console.add_consumer,
                 admin.add_get_offsets, admin.add_delete_records, admin.add_transactions, groups.add_groups,
+                share_groups.add_share_groups,
                 compact.add_compact, verify.add_verify, verify.add_recover, admin.add_health,
                 mirror_cmd.add_mirror, handoff.add_handoff, serve.add_serve):
         add(sub)

@@ -94,8 +94,13 @@ def _targets(eng, args) -> list[TopicPartition]:
         if not found:
             raise InvalidConfigurationError(f"group {args.group!r} has no committed offsets: name --topic")
         return found
+    return named_partitions(eng, args.topic)
+
+
+def named_partitions(eng, specs: list[str]) -> list[TopicPartition]:
+    """The partitions `--topic` options name (topic, or topic:p1,p2); an unknown one raises."""
     out = []
-    for spec in args.topic:
+    for spec in specs:
         topic, _, parts = spec.partition(":")
         try:
             ids = [int(p) for p in parts.split(",")] if parts else list(range(eng.partitions_for(topic)))
@@ -115,24 +120,26 @@ def _timestamp(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def reset_target(eng, tp: TopicPartition, args) -> int:
+    """The offset --to-earliest, --to-latest, --to-offset (clamped to the partition's range, as Kafka's tool does) or
+    --to-datetime names for `tp`."""
+    part = eng.partition(tp.topic, tp.partition)
+    low, high = part.log_start_offset, part.high_watermark
+    if args.to_earliest:
+        return low
+    if args.to_latest:
+        return high
+    if args.to_offset is not None:
+        return min(max(args.to_offset, low), high)
+    found = part.offset_for_timestamp(_timestamp(args.to_datetime))
+    return high if found is None else found[1]
+
+
 def _reset(eng, args, out: Output) -> int:
     if not (args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime):
         raise InvalidConfigurationError("--reset-offsets needs --to-earliest, --to-latest, --to-offset or "
                                         "--to-datetime")
-    plan: dict[TopicPartition, OffsetAndMetadata] = {}
-    for tp in _targets(eng, args):
-        part = eng.partition(tp.topic, tp.partition)
-        low, high = part.log_start_offset, part.high_watermark
-        if args.to_earliest:
-            target = low
-        elif args.to_latest:
-            target = high
-        elif args.to_offset is not None:
-            target = min(max(args.to_offset, low), high)  # Kafka's tool clamps to the partition's range
-        else:
-            found = part.offset_for_timestamp(_timestamp(args.to_datetime))
-            target = high if found is None else found[1]
-        plan[tp] = OffsetAndMetadata(target)
+    plan = {tp: OffsetAndMetadata(reset_target(eng, tp, args)) for tp in _targets(eng, args)}
     if args.execute:
         eng.groups.reset_offsets(args.group, plan)
     rows = [{"group": args.group, "topic": tp.topic, "partition": tp.partition, "newOffset": om.offset}

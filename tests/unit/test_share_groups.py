@@ -12,6 +12,8 @@ from engine.common.clock import ManualClock
 from engine.common.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    IllegalStateError,
+    NonEmptyGroupError,
     InvalidConfigurationError,
     InvalidShareSessionEpochError,
     ShareSessionNotFoundError,
@@ -319,3 +321,149 @@ def test_group_configs_and_group_ids_are_checked_as_kafka_checks_them(tmp_path):
             e.share_groups.heartbeat(ShareHeartbeat("classic", "m", 0, topic_names=["t"]))
     with engine.open(tmp_path / "d", clock=clock) as e:
         assert e.group_configs("g") == {"share.heartbeat.interval.ms": "700"}
+
+
+def _keyed(e, topic: str, n: int, start: int = 0) -> None:
+    with e.producer(linger_ms=5) as p:
+        for i in range(start, start + n):
+            p.send(topic, b"v", key=b"%d" % i)
+
+
+def test_in_process_share_consumers_split_a_queue_with_both_acknowledgement_modes(tmp_path):
+    """Two in-process members, one explicit (releasing some records once, rejecting others), one implicit: every
+    record is accepted once or rejected, a released record comes back with its delivery count raised, and the
+    share-partitions end past every record once both close."""
+    from engine.clients.share_consumer import AcknowledgeType
+
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("jobs", partitions=3)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+        _keyed(e, "jobs", 300)
+        explicit = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit", max_poll_records=40)
+        implicit = e.share_consumer("w", ["jobs"], max_poll_records=40)
+        seen: dict[int, list[int]] = {}
+        done: set[int] = set()
+        for _ in range(200):
+            if len(done) == 300:
+                break
+            for r in explicit.poll(20):
+                n = int(r.key)
+                seen.setdefault(n, []).append(r.delivery_count)
+                kind = AcknowledgeType.REJECT if n % 11 == 0 else \
+                    AcknowledgeType.RELEASE if n % 5 == 0 and r.delivery_count == 1 else AcknowledgeType.ACCEPT
+                explicit.acknowledge(r, kind)
+                if kind != AcknowledgeType.RELEASE:
+                    assert n not in done
+                    done.add(n)
+            for r in implicit.poll(20):
+                n = int(r.key)
+                seen.setdefault(n, []).append(r.delivery_count)
+                assert n not in done
+                done.add(n)
+        with pytest.raises(IllegalStateError, match="not a record of the last poll"):
+            explicit.acknowledge(_fake("jobs"), AcknowledgeType.ACCEPT)
+        explicit.close()
+        implicit.close()
+        assert done == set(range(300))
+        assert {n: c for n, c in seen.items() if len(c) > 1} and all(c == [1, 2] for c in seen.values() if len(c) > 1)
+        assert all(c == [1] for n, c in seen.items() if n % 11 == 0)
+        assert sorted(e.share_groups.start_offsets("w").values()) == \
+            sorted(e.partition("jobs", p).high_watermark for p in range(3))
+
+
+def _fake(topic: str):
+    from engine.clients.share_consumer import ShareRecord
+    return ShareRecord(topic, 0, 10**9, 0, None, None, [], 1)
+
+
+def test_an_explicit_member_must_acknowledge_before_it_polls_again_and_a_lock_times_out(tmp_path):
+    clock = ManualClock()
+    with engine.open(tmp_path / "d", clock=clock) as e:
+        e.create_topic("jobs", partitions=1)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "5000"})
+        _keyed(e, "jobs", 10)
+        slow = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+        first = slow.poll(0)
+        assert [int(r.key) for r in first] == list(range(10))
+        with pytest.raises(IllegalStateError, match="not acknowledged"):
+            slow.poll(0)
+        other = e.share_consumer("w", ["jobs"])
+        assert other.poll(0) == []  # all ten are locked by the slow member
+        clock.advance(5000)  # its lock times out
+        again = other.poll(0)
+        assert [(int(r.key), r.delivery_count) for r in again] == [(i, 2) for i in range(10)]
+        slow.acknowledge(first[0])  # too late: the slow member no longer holds it
+        assert list(slow.commit_sync().values())[0] is not None
+        other.close()
+        slow.close()
+
+
+def test_the_asyncio_share_consumer_waits_for_records_and_acknowledges_them(tmp_path):
+    import asyncio
+
+    from engine.aio import AIOShareConsumer
+
+    async def main(e) -> list[int]:
+        async with AIOShareConsumer("jobs", engine=e, group_id="w", acknowledgement_mode="explicit") as c:
+            empty = await c.getmany(timeout_ms=10)
+            assert empty == []
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.05, _keyed, e, "jobs", 5)
+            got = []
+            while len(got) < 5:
+                batch = await c.getmany(timeout_ms=5000)
+                for r in batch:
+                    c.acknowledge(r)
+                got += [int(r.key) for r in batch]
+            assert list((await c.commit()).values()) == [None]
+            return got
+
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("jobs", partitions=1)
+        assert asyncio.run(main(e)) == list(range(5))
+        assert list(e.share_groups.start_offsets("w").values()) == [5]
+
+
+def test_kafkalog_share_groups_lists_describes_resets_and_deletes(tmp_path):
+    """The command's numbers are the coordinator's: the lag counts what is neither acknowledged nor archived; a reset
+    starts a share-partition afresh (what was acknowledged below is delivered again); a non-empty group is refused."""
+    import json
+
+    from tests.unit.test_cli import run
+
+    d = tmp_path / "d"
+    with engine.open(d) as e:
+        e.create_topic("jobs", partitions=2)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+        with e.producer(linger_ms=0) as p:
+            for i in range(20):
+                p.send("jobs", b"x", partition=i % 2).get()
+        c = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit", max_poll_records=4)
+        got = c.poll(0)
+        for r in got:
+            c.acknowledge(r)
+        c.close()
+        tid = e.admin.topic_id_of("jobs")
+        first = {(r.partition, r.offset) for r in got}
+    assert run("share-groups", "--data", d, "--list").stdout.split() == ["w"]
+    described = json.loads(run("share-groups", "--data", d, "--describe", "--group", "w", "--json").stdout)
+    lag = {r["partition"]: (r["startOffset"], r["lag"]) for r in described["partitions"]}
+    acked = {p: len([o for q, o in first if q == p]) for p in (0, 1)}
+    assert lag == {p: (acked[p], 10 - acked[p]) for p in (0, 1)}
+    plan = json.loads(run("share-groups", "--data", d, "--reset-offsets", "--group", "w", "--topic", "jobs",
+                          "--to-earliest", "--json").stdout)
+    assert not plan["executed"] and [r["newStartOffset"] for r in plan["partitions"]] == [0, 0]
+    run("share-groups", "--data", d, "--reset-offsets", "--group", "w", "--topic", "jobs:1", "--to-offset", "7",
+        "--execute")
+    with engine.open(d) as e:
+        assert e.share_groups.start_offsets("w") == {(tid, 0): acked[0], (tid, 1): 7}
+        member = e.share_consumer("w", ["jobs"])
+        assert sorted((r.partition, r.offset) for r in member.poll(0)) == \
+            [(0, o) for o in range(acked[0], 10)] + [(1, 7), (1, 8), (1, 9)]
+        with pytest.raises(NonEmptyGroupError, match="must be empty"):
+            e.share_groups.delete_group("w")
+        member.close()
+    run("share-groups", "--data", d, "--delete", "--group", "w")
+    assert json.loads(run("share-groups", "--data", d, "--list", "--json").stdout) == []
+    with engine.open(d) as e:
+        assert e.share_groups.start_offsets("w") == {}

@@ -1,0 +1,98 @@
+"""`kafkalog share-groups`: kafka-share-groups.sh over a log directory: list share groups, describe one (its members
+and assignment, and per share-partition its start offset, log end offset and lag: the records below the log end not
+yet acknowledged or archived), reset an empty group's start offsets, delete an empty group.
+
+Opens the directory with `engine.open` (holding its lock while it runs); prints Kafka's column layout, or one JSON
+document with `--json`. --reset-offsets prints the plan and applies it only with --execute, as Kafka's tool.
+"""
+from __future__ import annotations
+
+import argparse
+
+import engine
+from engine.common.errors import InvalidConfigurationError
+from engine.tools.admin import _table
+from engine.tools.groups import named_partitions, reset_target
+from engine.tools.output import Output
+
+
+def add_share_groups(sub) -> None:
+    p = sub.add_parser("share-groups", help="list, describe, reset and delete share groups (kafka-share-groups.sh)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="every share group id")
+    action.add_argument("--describe", action="store_true", help="members, start offsets and lag of --group")
+    action.add_argument("--reset-offsets", action="store_true",
+                        help="start --group's share-partitions afresh (the group must be empty)")
+    action.add_argument("--delete", action="store_true", help="delete --group and its state (it must be empty)")
+    p.add_argument("--group", help="the share group (--describe, --reset-offsets, --delete)")
+    p.add_argument("--topic", action="append", help="topic, or topic:p1,p2 (--reset-offsets)")
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss, local time unless it ends with Z or an offset")
+    p.add_argument("--execute", action="store_true", help="apply the reset (without it: a dry run)")
+    p.set_defaults(func=share_groups)
+
+
+def share_groups(args: argparse.Namespace, out: Output) -> int:
+    with engine.open(args.data) as eng:
+        coordinator = eng.share_groups
+        if args.list:
+            rows = [{"group": g, "state": state} for g, state in coordinator.list_groups()]
+            out.result(rows, "\n".join(r["group"] for r in rows))
+            return 0
+        if not args.group:
+            raise InvalidConfigurationError("--describe, --reset-offsets and --delete need --group")
+        if args.describe:
+            return _describe(eng, args.group, out)
+        if args.delete:
+            coordinator.delete_group(args.group)
+            out.result({"deleted": args.group}, f"Deletion of requested share groups ('{args.group}') was "
+                                                 f"successful.")
+            return 0
+        return _reset(eng, args, out)
+
+
+def _describe(eng, group_id: str, out: Output) -> int:
+    sg = eng.share_groups
+    g = sg.describe(group_id)
+    rows = []
+    for (topic_id, index), start in sorted(sg.start_offsets(group_id).items()):
+        topic = eng.admin.topic_named(topic_id)
+        if topic is None:
+            continue
+        end = eng.partition(topic, index).high_watermark
+        rows.append({"group": group_id, "topic": topic, "partition": index, "startOffset": start,
+                     "logEndOffset": end, "lag": sg.lag(group_id, (topic_id, index), end)})
+    members = [{"memberId": m.member_id, "clientId": m.client_id, "host": m.client_host, "memberEpoch": m.epoch,
+                "assignment": sorted(f"{eng.admin.topic_named(t)}-{p}" for t, ps in m.assignment.items() for p in ps)}
+               for m in g.members.values()]
+    text = f"Share group '{group_id}' is {g.state} (group epoch {g.epoch}, assignor simple, {len(members)} " \
+           f"member(s)).\n\n" + _table(
+               ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG"],
+               [[r["group"], r["topic"], r["partition"], r["startOffset"], r["logEndOffset"], r["lag"]] for r in rows])
+    if members:
+        text += "\n\n" + _table(["MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "ASSIGNMENT"],
+                                [[m["memberId"], m["clientId"], m["host"], m["memberEpoch"],
+                                  ",".join(m["assignment"]) or "-"] for m in members])
+    out.result({"group": group_id, "state": g.state, "groupEpoch": g.epoch, "members": members, "partitions": rows},
+               text)
+    return 0
+
+
+def _reset(eng, args, out: Output) -> int:
+    if not (args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime):
+        raise InvalidConfigurationError("--reset-offsets needs --to-earliest, --to-latest, --to-offset or "
+                                        "--to-datetime")
+    if not args.topic:
+        raise InvalidConfigurationError("--reset-offsets needs --topic")
+    plan = {(tp.topic, tp.partition): reset_target(eng, tp, args) for tp in named_partitions(eng, args.topic)}
+    if args.execute:
+        eng.share_groups.reset_offsets(args.group, {(eng.admin.topic_id_of(t), p): o for (t, p), o in plan.items()})
+    rows = [{"group": args.group, "topic": t, "partition": p, "newStartOffset": o} for (t, p), o in sorted(plan.items())]
+    out.result({"executed": args.execute, "partitions": rows},
+               _table(["GROUP", "TOPIC", "PARTITION", "NEW-START-OFFSET"],
+                      [[r["group"], r["topic"], r["partition"], r["newStartOffset"]] for r in rows])
+               + ("" if args.execute else "\n(dry run: add --execute to apply)"))
+    return 0
