@@ -225,7 +225,13 @@ class ShareConsumer:
         return out
 
     def fetch_now(self) -> list[ShareRecord]:
-        """One share request without waiting: the marked acknowledgements sent, then the records acquired."""
+        """One share request without waiting: the marked acknowledgements sent, then the records acquired. (A member
+        with nothing assigned heartbeats first: a group's first heartbeats initialize its share-partitions and assign
+        them at the next.)"""
+        with self._lock:
+            unassigned = not self._assignment
+        if unassigned:
+            self._beat(None)
         self._got = {}
         self._send(fetch=True)
         records = []

@@ -7,8 +7,10 @@ change (names, or the partitions of a subscribed topic); the `simple` assignor (
 partitions over the members as Kafka 4.1's does: each partition to one member while there are enough partitions, and
 several members on one partition when there are more members than partitions (share groups need no exclusive
 ownership: records, not partitions, are handed to one member at a time; the 4.0 sources instead gave every member every
-partition). A member whose assignment changed moves to the group epoch and is sent its new assignment in the answer to
-its next heartbeat; nothing is revoked first.
+partition). Only share-partitions whose state is initialized are assigned, as in Kafka 4.1+: the heartbeat that first
+sees a subscribed partition has it initialized (its start offset set by share.auto.offset.reset) and answers without
+it; the members are given it from their next heartbeats. A member whose assignment changed moves to the group epoch
+and is sent its new assignment in the answer to its next heartbeat; nothing is revoked first.
 A member that sends an epoch it does not have (a greater one, or a smaller one that is not its previous one) is
 fenced (FENCED_MEMBER_EPOCH) and joins again with epoch 0.
 States: Empty (no members), Stable.
@@ -19,7 +21,7 @@ Thread-safety: guarded by the share group coordinator's lock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from engine.common.errors import FencedMemberEpochError, InvalidRequestError, UnknownMemberIdError
 from engine.groups.consumer_group import TopicsView
@@ -65,11 +67,13 @@ class ShareMember:
 class ShareGroup:
     """One share group's members and epoch."""
 
-    def __init__(self, group_id: str) -> None:
+    def __init__(self, group_id: str, ready: Callable[[str, int], bool] = lambda topic_id, partition: True) -> None:
         self.group_id = group_id
+        self.ready = ready  # whether a share-partition's state is initialized (only those are assigned)
         self.epoch = 0
         self.members: dict[str, ShareMember] = {}
         self.subscribed: dict[str, tuple[str, int]] = {}  # the subscribed topics: name -> (topic id, partitions)
+        self._assignable: dict[str, tuple[str, tuple[int, ...]]] = {}
 
     @property
     def state(self) -> str:
@@ -106,9 +110,11 @@ class ShareGroup:
             member.topics = tuple(sorted(set(hb.topic_names)))
             self.epoch += 1
         self.reassign(topics)
-        answer = ShareAnswer(member.member_id, member.epoch, interval_ms, None if member.sent else member.assignment)
+        if member.sent:
+            return ShareAnswer(member.member_id, member.epoch, interval_ms, None), []
+        member.previous_epoch, member.epoch = member.epoch, self.epoch
         member.sent = True
-        return answer, []
+        return ShareAnswer(member.member_id, member.epoch, interval_ms, member.assignment), []
 
     def remove(self, member_id: str, topics: TopicsView) -> None:
         if self.members.pop(member_id, None) is not None:
@@ -116,30 +122,32 @@ class ShareGroup:
             self.reassign(topics)
 
     def reassign(self, topics: TopicsView) -> None:
-        """The simple assignor over the topics as they are now: a member whose assignment changes moves to the group
-        epoch (bumped first when the subscribed topics' partitions changed)."""
+        """The simple assignor over the subscribed topics' initialized share-partitions as they are now (the group
+        epoch moves when they change); a member whose assignment changes is sent it at its next heartbeat, which
+        moves it to the group epoch."""
         names = sorted({t for m in self.members.values() for t in m.topics})
-        subscribed = topics(names) if names else {}
-        if subscribed != self.subscribed:
-            self.subscribed = subscribed
+        self.subscribed = topics(names) if names else {}
+        assignable = {name: (tid, tuple(p for p in range(n) if self.ready(tid, p)))
+                      for name, (tid, n) in self.subscribed.items()}
+        if assignable != self._assignable:
+            self._assignable = assignable
             self.epoch += 1
-        targets = simple_assignment({mid: m.topics for mid, m in self.members.items()}, subscribed,
+        targets = simple_assignment({mid: m.topics for mid, m in self.members.items()}, assignable,
                                     {mid: m.assignment for mid, m in self.members.items()})
         for mid, m in self.members.items():
-            if targets[mid] != m.assignment or m.epoch == 0:
+            if targets[mid] != m.assignment:
                 m.assignment = targets[mid]
-                m.previous_epoch, m.epoch = m.epoch, self.epoch
                 m.sent = False
 
     def expired(self, now: int) -> list[str]:
         return [mid for mid, m in self.members.items() if m.session_deadline <= now]
 
-    def partitions(self) -> set[tuple[str, int]]:
-        """(topic id, partition) of every partition some member is assigned."""
-        return {(t, p) for m in self.members.values() for t, ps in m.assignment.items() for p in ps}
+    def subscribed_partitions(self) -> set[tuple[str, int]]:
+        """(topic id, partition) of every partition of the topics the members subscribe to."""
+        return {(tid, p) for tid, n in self.subscribed.values() for p in range(n)}
 
 
-def simple_assignment(subscriptions: dict[str, tuple[str, ...]], topics: dict[str, tuple[str, int]],
+def simple_assignment(subscriptions: dict[str, tuple[str, ...]], topics: dict[str, tuple[str, tuple[int, ...]]],
                       current: dict[str, Parts]) -> dict[str, Parts]:
     """Kafka 4.1's simple share assignor, in kafkalog's words: every partition of a subscribed topic goes to one member
     subscribed to it, spread evenly (a member keeps a partition it had while under its share), and then a member left
@@ -148,7 +156,7 @@ def simple_assignment(subscriptions: dict[str, tuple[str, ...]], topics: dict[st
     out: dict[str, dict[str, set[int]]] = {mid: {} for mid in subscriptions}
     counts = dict.fromkeys(subscriptions, 0)
     holders: dict[tuple[str, int], list[str]] = {}
-    partitions = [(tid, p, name) for name, (tid, n) in sorted(topics.items()) for p in range(n)]
+    partitions = [(tid, p, name) for name, (tid, ps) in sorted(topics.items()) for p in ps]
     quota = -(-len(partitions) // max(1, len(subscriptions)))
     for tid, p, name in partitions:
         candidates = sorted(mid for mid, t in subscriptions.items() if name in t)

@@ -174,7 +174,8 @@ class ShareGroupCoordinator:
             self._persisted = states
             self._epochs = {k: s.snapshot_epoch for k, s in states.items()}
             for group_id, _, _ in states:
-                self.groups.setdefault(group_id, ShareGroup(group_id))
+                if group_id not in self.groups:
+                    self.groups[group_id] = self._new_group(group_id)
 
     def _persist(self, group_id: str, changed: set[Key], now: int) -> None:
         rows: dict[int, list] = {}
@@ -209,8 +210,12 @@ class ShareGroupCoordinator:
                 raise GroupIdNotFoundError(f"group {group_id!r} is not a share group")
             if not create:
                 raise GroupIdNotFoundError(f"no share group {group_id!r}")
-            g = self.groups[group_id] = ShareGroup(group_id)
+            g = self.groups[group_id] = self._new_group(group_id)
         return g
+
+    def _new_group(self, group_id: str) -> ShareGroup:
+        return ShareGroup(group_id, lambda topic_id, index: (group_id, topic_id, index) in self.partitions
+                          or (group_id, topic_id, index) in self._persisted)
 
     def heartbeat(self, hb: ShareHeartbeat) -> ShareAnswer:
         if not hb.group_id:
@@ -226,9 +231,11 @@ class ShareGroupCoordinator:
             return answer
 
     def _start_partitions(self, g: ShareGroup, settings: dict, now: int) -> None:
-        """Make the share-partitions newly assigned (from their persisted state, else auto.offset.reset)."""
+        """Initialize the share-partitions the group subscribes to (from their persisted state, else
+        share.auto.offset.reset); the members are assigned those newly initialized from their next heartbeats."""
+        self._drop_deleted(g.group_id, now)
         new: set[Key] = set()
-        for topic_id, index in g.partitions():
+        for topic_id, index in sorted(g.subscribed_partitions()):
             key = (g.group_id, topic_id, index)
             if key in self.partitions:
                 continue
@@ -252,6 +259,8 @@ class ShareGroupCoordinator:
                                                   self.config.partition_max_record_locks)
             new.add((topic_id, index))
         self._persist(g.group_id, new, now)
+        if new:
+            g.reassign(self._topics)
 
     def _forget_member(self, group_id: str, member_id: str, now: int) -> None:
         """A member's session timed out: its share session closes and its records are released. (One that leaves
@@ -316,6 +325,10 @@ class ShareGroupCoordinator:
             changed: set[Key] = set()
             for key, batches in acks.items():
                 sp = self.partitions.get((group_id, *key))
+                if self._topic_named(key[0]) is None:
+                    out[key] = UnknownTopicIdError(f"no topic has id {key[0]} (deleted?)")
+                    self._drop_deleted(group_id, now)
+                    continue
                 if sp is None:
                     out[key] = InvalidRecordStateError(f"share group {group_id!r} has no state for {key[0]}-{key[1]}")
                     continue
@@ -364,7 +377,8 @@ class ShareGroupCoordinator:
         sp = self.partitions.get((group_id, *key))
         name = self._topic_named(key[0])
         if name is None:
-            raise UnknownTopicIdError(f"no topic has id {key[0]}")
+            self._drop_deleted(group_id, now)
+            raise UnknownTopicIdError(f"no topic has id {key[0]} (deleted?)")
         if sp is None:
             return empty
         part = self._partition(name, key[1])
@@ -424,13 +438,14 @@ class ShareGroupCoordinator:
         """The acquisition lock's duration for `group_id` (share.record.lock.duration.ms)."""
         return int(self._settings(group_id)["share.record.lock.duration.ms"])
 
-    def lag(self, group_id: str, key: Key, end: int) -> int:
-        """How many records of one share-partition below `end` are not yet acknowledged or archived."""
+    def lag(self, group_id: str, key: Key, end: int) -> int | None:
+        """How many records of one share-partition below `end` are not yet acknowledged or archived (None: the group
+        has no state for it)."""
         with self._lock:
             sp = self.partitions.get((group_id, *key))
             if sp is None:
                 s = self._persisted.get((group_id, *key))
-                return 0 if s is None else max(0, end - s.start_offset) - sum(
+                return None if s is None else max(0, end - s.start_offset) - sum(
                     b.last_offset - b.first_offset + 1 for b in s.batches if b.state in (2, 4) and b.last_offset < end)
             return max(0, end - sp.start) - sum(1 for o, state, _, _ in sp.states() if state in (2, 4) and o < end)
 
@@ -457,18 +472,30 @@ class ShareGroupCoordinator:
             g = self._group(group_id, create=False)
             if g.members:
                 raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
-            keys = {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted) if gid == group_id}
-            rows: dict[int, list] = {}
-            for t, p in sorted(keys):
-                self.partitions.pop((group_id, t, p), None)
-                self._persisted.pop((group_id, t, p), None)
-                self._epochs.pop((group_id, t, p), None)
-                tomb = records.ShareState(records.SNAPSHOT, group_id, t, p, tombstone=True)
-                rows.setdefault(records.partition(group_id, t, p), []).append(records.encode(tomb))
-            self._append(rows, now)
+            self._drop_state(group_id, {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted)
+                                        if gid == group_id}, now)
             del self.groups[group_id]
             for key in [k for k in self.sessions if k[0] == group_id]:
                 del self.sessions[key]
+
+    def _drop_deleted(self, group_id: str, now: int) -> None:
+        """Forget the share-partitions of `group_id` whose topic was deleted."""
+        ids = {t for gid, t, _ in list(self.partitions) + list(self._persisted) if gid == group_id}
+        gone = {t for t in ids if self._topic_named(t) is None}
+        self._drop_state(group_id, {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted)
+                                    if gid == group_id and t in gone}, now)
+
+    def _drop_state(self, group_id: str, keys, now: int) -> None:
+        """Forget share-partitions of `group_id` (a deleted group's, a deleted topic's): tombstones for their state."""
+        rows: dict[int, list] = {}
+        for t, p in sorted(keys):
+            known = self.partitions.pop((group_id, t, p), None) is not None
+            known = self._persisted.pop((group_id, t, p), None) is not None or known
+            self._epochs.pop((group_id, t, p), None)
+            if known:
+                tomb = records.ShareState(records.SNAPSHOT, group_id, t, p, tombstone=True)
+                rows.setdefault(records.partition(group_id, t, p), []).append(records.encode(tomb))
+        self._append(rows, now)
 
     def start_offsets(self, group_id: str) -> dict[Key, int]:
         """Each share-partition's start offset (SPSO) of `group_id`."""

@@ -71,7 +71,8 @@ def _describe(eng, group_id: str, out: Output) -> int:
     text = f"Share group '{group_id}' is {g.state} (group epoch {g.epoch}, assignor simple, {len(members)} " \
            f"member(s)).\n\n" + _table(
                ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LOG-END-OFFSET", "LAG"],
-               [[r["group"], r["topic"], r["partition"], r["startOffset"], r["logEndOffset"], r["lag"]] for r in rows])
+               [[r["group"], r["topic"], r["partition"], r["startOffset"], r["logEndOffset"],
+                 "-" if r["lag"] is None else r["lag"]] for r in rows])
     if members:
         text += "\n\n" + _table(["MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "ASSIGNMENT"],
                                 [[m["memberId"], m["clientId"], m["host"], m["memberEpoch"],

@@ -19,6 +19,10 @@ Usage: python -m tests.crash.lazyfs_writer write DIR PARTITIONS RECORDS [one-syn
        python -m tests.crash.lazyfs_writer committed DIR PARTITIONS   (read_committed: one line per record's value)
        python -m tests.crash.lazyfs_writer listed DIR                 (each topic, its partitions, its records)
        python -m tests.crash.lazyfs_writer latest DIR PARTITIONS      (each key's latest value: `key value`)
+       python -m tests.crash.lazyfs_writer shared DIR PARTITIONS      (a share group's member acknowledging records
+           (every seventh rejected) under flush.messages=1; each line the records whose acknowledgement returned)
+       python -m tests.crash.lazyfs_writer share-done DIR PARTITIONS  (the records the share group has acknowledged
+                                                                     or archived)
 """
 import sys
 
@@ -26,6 +30,7 @@ import engine
 from engine.segments.fs import FileSystem
 
 FLUSHED = {"flush.messages": "1"}
+SHARED_RECORDS = 3000
 
 
 def write(path: str, partitions: int, records: int, one_syncfs: bool) -> None:
@@ -129,6 +134,36 @@ def latest(path: str, partitions: int) -> None:
     print("end", flush=True)
 
 
+def shared(path: str, partitions: int) -> None:
+    from engine.clients.share_consumer import AcknowledgeType
+
+    eng = engine.open(path, topic_defaults=FLUSHED)
+    eng.create_topic("durable", partitions)
+    with eng.producer(acks="all") as producer:
+        for i in range(SHARED_RECORDS):
+            producer.send("durable", key=b"%d" % i, value=b"v%d" % i)
+    eng.alter_group_configs("workers", {"share.auto.offset.reset": "earliest"})
+    member = eng.share_consumer("workers", ["durable"], acknowledgement_mode="explicit", max_poll_records=7)
+    done = 0
+    while True:
+        records = member.poll(100)
+        for r in records:
+            member.acknowledge(r, AcknowledgeType.REJECT if int(r.key) % 7 == 0 else AcknowledgeType.ACCEPT)
+        outcome = member.commit_sync()
+        assert all(e is None for e in outcome.values()), outcome
+        done += len(records)
+        print(done, flush=True)
+
+
+def share_done(path: str, partitions: int) -> None:
+    with engine.open(path) as eng:
+        sg = eng.share_groups
+        tid = eng.admin.topic_id_of("durable")
+        ends = {p: eng.partition("durable", p).high_watermark for p in range(partitions)}
+        lags = {p: sg.lag("workers", (tid, p), end) for p, end in ends.items()}
+        print(sum(end - lags[p] for p, end in ends.items() if lags[p] is not None), flush=True)
+
+
 def count(path: str, partitions: int) -> None:
     with engine.open(path) as eng:
         held = sum(eng.partition("durable", p).log_end_offset for p in range(partitions)) \
@@ -168,4 +203,4 @@ if __name__ == "__main__":
     else:
         {"flushed": flushed, "transactions": transactions, "topics": topics, "count": count,
          "committed": committed, "deleted": deleted, "defaults": defaults, "compacted": compacted,
-         "latest": latest}[what](where, *numbers)
+         "latest": latest, "shared": shared, "share-done": share_done}[what](where, *numbers)

@@ -17,7 +17,9 @@ test picks; then the power goes; then a new process reads what survived. The tri
 - the default flush settings, killed mid-produce: every record below the recovery point (segments are fsynced as
   they roll) is there;
 - compaction rounds under flush.messages=1, killed mid-run (a cleaned segment swapped in or not): every key keeps its
-  latest value of the last finished round or the one after it, and the directory verifies.
+  latest value of the last finished round or the one after it, and the directory verifies;
+- a share group's member acknowledging records under flush.messages=1, killed mid-run: every acknowledgement that
+  returned is still there (those records are acknowledged or archived, never delivered again).
 docs/durability.md's table of them is written from this module's TRIALS (`python -m tests.crash.test_lazyfs`).
 Where /dev/fuse or the tool is missing, the test says so and skips; CI sets KAFKALOG_REQUIRE_LAZYFS=1, which makes
 that a failure."""
@@ -40,7 +42,7 @@ TOOL = ROOT.parent / "shared" / "tools" / "lazyfs"
 PARTITIONS, RECORDS = 50, 3001
 MANY_PARTITIONS, MANY_RECORDS = 2000, 6001
 KILL_AFTER = {"flushed": 400, "transactions": 30, "topics": 40, "deleted": 20, "defaults": 600,
-              "compacted": 12}  # steps done before the SIGKILL
+              "compacted": 12, "shared": 700}  # steps done before the SIGKILL
 TXN_SIZE, TOPIC_PARTITIONS, DELETABLE, SEGMENT_BYTES, KEYS = 7, 4, 40, 4096, 60
 # (trial, what the writer does, what must hold after the power loss): docs/durability.md's table
 TRIALS = [
@@ -64,6 +66,10 @@ TRIALS = [
     ("compaction swaps, SIGKILL", f"rounds of one value for each of {KEYS} keys over {TOPIC_PARTITIONS} partitions "
      f"(flush.messages=1, segment.bytes=2048), each round compacted, killed after {KILL_AFTER['compacted']}",
      "every key's latest value is the last finished round's or the next one's; kafkalog verify finds nothing"),
+    ("share group acknowledgements, SIGKILL", f"a share group's member acknowledges records of {TOPIC_PARTITIONS} "
+     f"partitions (every seventh rejected; flush.messages=1), killed after {KILL_AFTER['shared']} acknowledgements "
+     "returned", "every acknowledgement that returned is there: its record acknowledged or archived, never "
+     "delivered again"),
 ]
 
 
@@ -259,6 +265,11 @@ def test_compaction_swaps_cut_by_a_power_loss_keep_each_keys_latest_value(lazyfs
     assert set(latest) == set(range(KEYS))
     assert {k: v for k, v in latest.items() if v not in (rounds - 1, rounds)} == {}, rounds
     _verify(path)
+
+
+def test_share_group_acknowledgements_survive_kill_and_power_loss(lazyfs):
+    path, acked = _killed(lazyfs, "shared", str(TOPIC_PARTITIONS))
+    assert _run("share-done", path, str(TOPIC_PARTITIONS)) >= acked
 
 
 def table() -> str:

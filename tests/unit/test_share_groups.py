@@ -183,7 +183,9 @@ def test_the_simple_assignor_spreads_partitions_and_shares_them_only_when_member
     what its share needs."""
     rng = random.Random(41)
     for _ in range(300):
-        topics = {f"t{i}": (f"id{i}", rng.randint(1, 4)) for i in range(rng.randint(1, 3))}
+        # (the initialized partitions of each topic: the assignor is given only those)
+        topics = {f"t{i}": (f"id{i}", tuple(sorted(rng.sample(range(5), rng.randint(1, 4)))))
+                  for i in range(rng.randint(1, 3))}
         homogeneous = rng.random() < 0.5
         subs = {f"m{j}": tuple(sorted(topics)) if homogeneous else
                 tuple(sorted(rng.sample(sorted(topics), rng.randint(1, len(topics)))))
@@ -194,11 +196,11 @@ def test_the_simple_assignor_spreads_partitions_and_shares_them_only_when_member
             assert parts, mid
             for tid, ps in parts.items():
                 name = next(n for n, (t, _) in topics.items() if t == tid)
-                assert name in subs[mid] and ps <= set(range(topics[name][1]))
+                assert name in subs[mid] and ps <= set(topics[name][1])
                 for p in ps:
                     held.setdefault((tid, p), []).append(mid)
-        everything = {(tid, p) for name, (tid, n) in topics.items() if any(name in t for t in subs.values())
-                      for p in range(n)}
+        everything = {(tid, p) for name, (tid, ps) in topics.items() if any(name in t for t in subs.values())
+                      for p in ps}
         assert set(held) == everything
         for key, mids in held.items():
             if len(mids) > 1:  # shared only with members that hold nothing else
@@ -206,7 +208,7 @@ def test_the_simple_assignor_spreads_partitions_and_shares_them_only_when_member
         if homogeneous:
             sizes = [sum(map(len, parts.values())) for parts in got.values()]
             assert max(sizes) - min(sizes) <= 1
-            total = sum(n for _, n in topics.values())
+            total = sum(len(ps) for _, ps in topics.values())
             if len(subs) < total:
                 grown = simple_assignment({**subs, "new": subs["m0"]}, topics, got)
                 moved = sum(len(ps - grown[m].get(t, frozenset())) for m in got for t, ps in got[m].items())
@@ -236,6 +238,8 @@ def test_the_coordinator_delivers_each_record_to_one_member_until_it_is_acknowle
         sg = e.share_groups
         e.alter_group_configs("g", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "1000"})
         a = sg.heartbeat(ShareHeartbeat("g", "m1", 0, topic_names=["t"]))
+        assert a.assignment == {}  # (this heartbeat initializes the share-partitions; the next assigns them)
+        a = sg.heartbeat(ShareHeartbeat("g", "m1", a.member_epoch))
         tid = next(iter(a.assignment))
         assert a.assignment == {tid: frozenset({0, 1})} and a.member_epoch > 0
         b = sg.heartbeat(ShareHeartbeat("g", "m2", 0, topic_names=["t"]))
@@ -272,6 +276,7 @@ def test_latest_starts_at_the_log_end_and_sessions_keep_their_epochs(tmp_path):
         _produce(e, 3)
         sg = e.share_groups
         a = sg.heartbeat(ShareHeartbeat("g", "m1", 0, topic_names=["t"]))
+        a = sg.heartbeat(ShareHeartbeat("g", "m1", a.member_epoch))
         tid = next(iter(a.assignment))
         with pytest.raises(ShareSessionNotFoundError):
             sg.session("g", "m1", 1, [], [])
@@ -467,3 +472,23 @@ def test_kafkalog_share_groups_lists_describes_resets_and_deletes(tmp_path):
     assert json.loads(run("share-groups", "--data", d, "--list", "--json").stdout) == []
     with engine.open(d) as e:
         assert e.share_groups.start_offsets("w") == {}
+
+
+def test_a_deleted_topic_fails_its_acknowledgements_and_its_share_state_goes(tmp_path):
+    clock = ManualClock()
+    with _engine(tmp_path, clock) as e:
+        e.create_topic("u", partitions=1)
+        _produce(e, 3)
+        e.alter_group_configs("g", {"share.auto.offset.reset": "earliest"})
+        sg = e.share_groups
+        a = sg.heartbeat(ShareHeartbeat("g", "m", 0, topic_names=["t", "u"]))
+        a = sg.heartbeat(ShareHeartbeat("g", "m", a.member_epoch))
+        tid = e.admin.topic_id_of("t")
+        sg.session("g", "m", 0, [(tid, 0)], [])
+        assert _offsets(sg.acquire("g", "m", [(tid, 0)], 100, 1 << 20)) == [0, 1, 2]
+        e.delete_topic("t")
+        out = sg.acknowledge("g", "m", {(tid, 0): [(0, 2, [ACCEPT])]})
+        assert type(out[(tid, 0)]).__name__ == "UnknownTopicIdError"
+        assert (tid, 0) not in sg.start_offsets("g") and (tid, 1) not in sg.start_offsets("g")
+    with engine.open(tmp_path / "d", clock=clock) as e:  # (tombstones: not back after a restart)
+        assert [k for k in e.share_groups.start_offsets("g") if k[0] == tid] == []
