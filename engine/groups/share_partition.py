@@ -9,9 +9,10 @@ acquired by one member at a time, which raises its delivery count; that member a
 (GAP 0 and REJECT 3 archive it, ACCEPT 1 acknowledges it, RELEASE 2 makes it available again) or lets its lock time
 out (available again). A record released or timed out once its delivery count reached the limit is archived. The
 SPSO moves past every leading acknowledged or archived offset; a log start offset past it (retention, deleted records)
-moves it too. At most `max_in_flight` offsets (group.share.partition.max.record.locks) are in flight: past that, only
-available records are acquired again (a batch is split where that limit falls too). An acquisition takes at most `max_records` (the fetch's MaxRecords), splitting a
-log batch where the limit falls; offsets between two batches hold no record and are archived at once.
+moves it too. Acquisition is by whole batches of the log, as Kafka's default acquire mode (batch_optimized, the only
+one ShareFetch v1 has) does: `max_records` (the fetch's MaxRecords) stops it before the next batch once reached, and
+no new batch is taken once `max_in_flight` offsets (group.share.partition.max.record.locks) are in flight (only
+available records are acquired again then); offsets between two batches hold no record and are archived at once.
 
 Persisted state (engine.groups.share_state_records): the SPSO and runs of (first, last, state, delivery count) of the
 offsets in flight; an acquired record is written as available (an acquisition is not persisted, as in Kafka), so after
@@ -99,38 +100,38 @@ class SharePartition:
 
     def acquire(self, member: str, batches: list[tuple[int, int, bool]], max_records: int, now: int,
                 lock_ms: int) -> list[Acquired]:
-        """Acquire for `member` at most `max_records` available offsets of `batches` ((base offset, last offset,
-        deliverable) of each batch the log holds from fetch_offset(), in order), for `lock_ms`; the runs acquired. A
-        batch that is not deliverable (a control batch, an aborted transaction's under read_committed) is archived
-        instead."""
+        """Acquire for `member` the available offsets of `batches` ((base offset, last offset, deliverable) of each
+        batch the log holds from fetch_offset(), in order), for `lock_ms`, batch by batch until `max_records` are
+        acquired; the runs acquired. A batch that is not deliverable (a control batch, an aborted transaction's under
+        read_committed) is archived instead."""
         got: list[tuple[int, int]] = []  # (offset, delivery count)
         deadline = now + lock_ms
         for base, last, deliver in batches:
+            if len(got) >= max_records:
+                break
             lo = max(base, self.start)
             if last < lo:
                 continue
             for o in range(lo, min(last + 1, self.end)):
                 i = o - self.start
-                if self._state[i] != AVAILABLE:
-                    continue
-                if not deliver:
-                    self._state[i] = ARCHIVED
-                elif len(got) < max_records:
-                    self._set_acquired(i, member, deadline)
-                    got.append((o, self._count[i]))
+                if self._state[i] == AVAILABLE:
+                    if deliver:
+                        self._set_acquired(i, member, deadline)
+                        got.append((o, self._count[i]))
+                    else:
+                        self._state[i] = ARCHIVED
             if last < self.end:
                 continue
-            if len(self._state) >= self.max_in_flight or deliver and len(got) >= max_records:
+            if len(self._state) >= self.max_in_flight:
                 break
             if base > self.end:  # no record between the last batch and this one
                 self._extend(base - self.end, ARCHIVED, 0)
             first = self.end
-            if not deliver:
+            if deliver:
+                self._extend(last + 1 - first, ACQUIRED, 1, member, deadline)
+                got.extend((o, 1) for o in range(first, last + 1))
+            else:
                 self._extend(last + 1 - first, ARCHIVED, 0)
-                continue
-            upto = min(last, first + max_records - len(got) - 1, self.start + self.max_in_flight - 1)
-            self._extend(upto + 1 - first, ACQUIRED, 1, member, deadline)
-            got.extend((o, 1) for o in range(first, upto + 1))
         self._advance()
         return _runs(got)
 

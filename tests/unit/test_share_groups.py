@@ -42,21 +42,29 @@ class Model:
             o += 1
         return o
 
-    def acquire(self, member: str, log_end: int, max_records: int, now: int, lock: int) -> list[int]:
+    def acquire(self, member: str, log: list[tuple[int, int]], max_records: int, now: int, lock: int) -> list[int]:
+        """Batch by batch of the log (KIP-932's default acquire mode): no batch is begun once `max_records` were
+        acquired, nor a batch with new offsets once `max_in_flight` offsets are in flight; a batch begun is taken
+        whole (its available offsets)."""
         got = []
-        o = self.spso()
-        in_flight_end = max(self.state, default=self.start - 1) + 1
-        while o < log_end and len(got) < max_records:
-            s = self.state.get(o)
-            if s is None:
-                if o - self.spso() >= self.max_in_flight:
+        for base, last in log:
+            if last < self.spso():
+                continue
+            if len(got) >= max_records:
+                break
+            if any(o not in self.state for o in range(base, last + 1)):
+                in_flight = max(self.state, default=self.spso() - 1) + 1 - self.spso()
+                if in_flight >= self.max_in_flight:
+                    for o in range(base, last + 1):  # (only what is in flight already)
+                        if o in self.state and self.state[o][0] == "available" and o >= self.spso():
+                            self.state[o][:] = ["acquired", self.state[o][1] + 1, member, now + lock]
+                            got.append(o)
                     break
-                self.state[o] = s = ["available", 0, None, 0]
-            if s[0] == "available":
-                s[:] = ["acquired", s[1] + 1, member, now + lock]
-                got.append(o)
-            o += 1
-        del in_flight_end
+            for o in range(max(base, self.spso()), last + 1):
+                s = self.state.setdefault(o, ["available", 0, None, 0])
+                if s[0] == "available":
+                    s[:] = ["acquired", s[1] + 1, member, now + lock]
+                    got.append(o)
         return got
 
     def release(self, o: int) -> None:
@@ -81,8 +89,8 @@ class Model:
 
 
 def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
-    """Batches of one to five records, several members, random acquisitions (each up to a random number of records,
-    which may split a batch), acknowledgements of every type, lock timeouts and members that vanish: the share-partition agrees with the model at every step on who holds what, the delivery
+    """Batches of one to five records, several members, random acquisitions (each of whole batches, up to a random
+    number of records), acknowledgements of every type, lock timeouts and members that vanish: the share-partition agrees with the model at every step on who holds what, the delivery
     counts, the start offset, and what a member may acknowledge; no offset is ever held by two members."""
     rng = random.Random(932)
     for trial in range(30):
@@ -98,7 +106,7 @@ def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
                 m, n = rng.choice(members), rng.randint(1, 6)
                 batches = [(b, last, True) for b, last in log if last >= sp.fetch_offset()]
                 got = sp.acquire(m, batches, n, now, 100)
-                want = model.acquire(m, log_end, n, now, 100)
+                want = model.acquire(m, log, n, now, 100)
                 assert [o for a in got for o in range(a.first_offset, a.last_offset + 1)] == want, trial
                 assert all(a.delivery_count == model.state[a.first_offset][1] for a in got)
             elif step < 0.85:
@@ -127,13 +135,13 @@ def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
             assert sp.states() == want, trial
 
 
-def test_a_record_is_archived_at_the_delivery_count_limit_and_max_records_splits_a_batch():
+def test_a_record_is_archived_at_the_delivery_count_limit_and_batches_are_acquired_whole():
     sp = SharePartition(10, 2, 100)
-    got = sp.acquire("m", [(10, 14, True), (17, 19, True)], 3, 0, 50)
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 12, 1)]
-    assert sp.fetch_offset() == 13
-    got = sp.acquire("m", [(10, 14, True), (17, 19, True)], 100, 0, 50)
-    assert [(a.first_offset, a.last_offset) for a in got] == [(13, 14), (17, 19)]
+    got = sp.acquire("m", [(10, 14, True), (17, 19, True)], 3, 0, 50)  # (a batch begun is taken whole)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(10, 14, 1)]
+    assert sp.fetch_offset() == 15
+    got = sp.acquire("m", [(17, 19, True)], 100, 0, 50)
+    assert [(a.first_offset, a.last_offset) for a in got] == [(17, 19)]
     assert [s[1] for s in sp.states() if s[0] in (15, 16)] == [4, 4]  # no record between the batches: archived
     assert sp.acknowledge("m", 10, 14, [RELEASE]) is None
     assert sp.acquire("x", [(10, 14, True)], 100, 0, 50)[0].delivery_count == 2
