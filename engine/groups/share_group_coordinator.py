@@ -301,12 +301,14 @@ class ShareGroupCoordinator:
                 self._persist(group_id, changed, now)
             return sorted(s.partitions)
 
-    def close_session(self, group_id: str, member_id: str) -> None:
-        """Close the member's share session (epoch -1), releasing what it holds of the session's partitions."""
+    def close_session(self, group_id: str, member_id: str, only: ShareSession | None = None) -> None:
+        """Close the member's share session (epoch -1; with `only`, that session if it is still the member's),
+        releasing what it holds of the session's partitions."""
         with self._lock:
-            s = self.sessions.pop((group_id, member_id), None)
-            if s is None:
+            s = self.sessions.get((group_id, member_id))
+            if s is None or only is not None and s is not only:
                 return
+            del self.sessions[(group_id, member_id)]
             changed = {k for k in s.partitions if self._release(group_id, k, member_id)}
             self._persist(group_id, changed, self.clock.time_ms())
 

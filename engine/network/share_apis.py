@@ -63,7 +63,7 @@ class ShareApis:
     def share_group_heartbeat(self, request: Request) -> dict:
         b = request.body
         session = request.session
-        host = f"/{session.peer[0]}" if session is not None and getattr(session, "peer", None) else "/127.0.0.1"
+        host = f"/{session.peer[0]}" if session is not None and session.peer else "/127.0.0.1"
         hb = ShareHeartbeat(b["group_id"], b["member_id"], b["member_epoch"], b["rack_id"],
                             b["subscribed_topic_names"], request.client_id or "", host)
         try:
@@ -123,6 +123,13 @@ class ShareApis:
                     keys = []
             except KafkaError as exc:
                 return self._failed(exc, acquisition_lock_timeout_ms=0)
+            if request.session is not None:  # (the share session closes with its connection, as on Kafka's brokers)
+                closers = request.session.on_close
+                if epoch == -1:
+                    closers.pop(("share", group_id, member_id), None)
+                else:
+                    current = sg.sessions.get((group_id, member_id))
+                    closers[("share", group_id, member_id)] = lambda: sg.close_session(group_id, member_id, current)
             request.state = (keys, acked, _named(b["topics"]))
         keys, acked, named = request.state
         try:

@@ -101,14 +101,17 @@ def _outcome(result) -> str:
 
 
 class Session:
-    """What the handlers keep about one connection: its SASL state, and whether to close it once its last queued
-    response is sent (a failed authentication)."""
-    __slots__ = ("authenticated", "authenticator", "close_after_send")
+    """What the handlers keep about one connection: its SASL state, its peer's address, whether to close it once its
+    last queued response is sent (a failed authentication), and what to do when it closes (`on_close`: a share
+    session opened on it is closed, as Kafka's broker closes it when its connection goes)."""
+    __slots__ = ("authenticated", "authenticator", "close_after_send", "peer", "on_close")
 
-    def __init__(self, authenticated: bool) -> None:
+    def __init__(self, authenticated: bool, peer=None) -> None:
         self.authenticated = authenticated
         self.authenticator = None
         self.close_after_send: str | None = None
+        self.peer = peer
+        self.on_close: dict[object, Callable[[], None]] = {}
 
 
 class Connection:
@@ -124,7 +127,7 @@ class Connection:
         self.last_active = now
         self.closed = False
         self.handshaking = isinstance(sock, ssl.SSLSocket)  # a TLS connection before its handshake completes
-        self.session = Session(authenticated=True)
+        self.session = Session(authenticated=True, peer=peer)
         self.in_hand = 0               # the size of the request frame being handled (the memory pool's share)
 
 
@@ -485,3 +488,8 @@ class SocketServer:
         except (KeyError, ValueError):
             pass
         conn.sock.close()
+        for key, call in list(conn.session.on_close.items()):
+            try:
+                call()
+            except Exception:  # (one that fails is logged; the others still run)
+                log.exception("kafkalog listener: closing %s of the connection from %s failed", key, conn.peer)

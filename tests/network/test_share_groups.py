@@ -103,3 +103,35 @@ def test_librdkafka_share_consumer_starts_at_the_log_end_by_default_and_an_unack
     second.close()
     assert eng.share_groups.start_offsets("late") == {
         (eng.describe_topic("q").topic_id, 0): 80}
+
+
+def test_a_share_consumer_that_vanishes_without_closing_has_its_records_released_with_its_connection(kafka_server):
+    """Its acquisition locks and its group session last ten minutes here, so only the connection's close (which
+    closes its share session, as Kafka's brokers do) can give its records to the next member within the test's
+    time."""
+    import gc
+
+    from confluent_kafka import ShareConsumer
+
+    eng, listener = kafka_server.engine, kafka_server.listener
+    produced(listener, eng, "gone", 1, 20)
+    _alter(listener.bootstrap, "vanish", "share.auto.offset.reset", "earliest")
+    _alter(listener.bootstrap, "vanish", "share.record.lock.duration.ms", "600000")
+    _alter(listener.bootstrap, "vanish", "share.session.timeout.ms", "600000")
+    conf = {"bootstrap.servers": listener.bootstrap, "group.id": "vanish", "share.acknowledgement.mode": "explicit"}
+    first = ShareConsumer(conf)
+    first.subscribe(["gone"])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 20 and time.monotonic() < deadline:
+        got += [m.offset() for m in first.poll(0.2) if m.error() is None]
+    assert sorted(got) == list(range(20))
+    del first  # destroyed without close(): no acknowledgement, no share session closed by the client
+    gc.collect()
+    second = ShareConsumer(conf)
+    second.subscribe(["gone"])
+    again = []
+    while len(again) < 20 and time.monotonic() < deadline + 30:
+        again += [(m.offset(), m.delivery_count()) for m in second.poll(0.2) if m.error() is None]
+    second.close()
+    assert sorted(again) == [(o, 2) for o in range(20)]
