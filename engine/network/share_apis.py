@@ -67,9 +67,9 @@ class ShareApis:
         hb = ShareHeartbeat(b["group_id"], b["member_id"], b["member_epoch"], b["rack_id"],
                             b["subscribed_topic_names"], request.client_id or "", host)
         try:
-            if not hb.member_id:
-                raise InvalidRequestError("MemberId can't be empty: ShareGroupHeartbeat carries the member id the "
-                                          "client made")
+            if not hb.member_id and request.version >= 1:
+                raise InvalidRequestError("MemberId can't be empty: ShareGroupHeartbeat v1 carries the member id the "
+                                          "client made (v0 lets the coordinator make it)")
             answer = self.engine.share_groups.heartbeat(hb)
         except KafkaError as exc:
             return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message,

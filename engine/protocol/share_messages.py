@@ -1,7 +1,8 @@
 """The share group APIs' messages (KIP-932), defined into engine.protocol.messages' `APIS`: ShareGroupHeartbeat (76),
-ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge (79), at version 1, the version Kafka 4.1 made them
-generally available with (version 0 was an early-access layout no client of a released Kafka sends). ShareFetch v1
-carries MaxRecords and BatchSize and no per-partition byte limit; its response gives the acquisition lock's duration.
+ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge (79), versions 0 and 1: version 1 is the one Kafka 4.1
+made them generally available with (librdkafka's share consumer sends it), version 0 the early-access one of Kafka
+4.0 (its Java KafkaShareConsumer sends it). They differ in ShareFetch alone: v0 has a byte limit per partition, v1
+MaxRecords and BatchSize instead, and its response gives the acquisition lock's duration.
 Thread-safety: module constants, immutable after import.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ _LEADER_AND_ENDPOINTS = ("""
     rack string 0+ null=0+ default=null
 """)
 
-SHARE_GROUP_HEARTBEAT = define(76, "ShareGroupHeartbeat", "1", 0, """
+SHARE_GROUP_HEARTBEAT = define(76, "ShareGroupHeartbeat", "0-1", 0, """
   group_id string 0+
   member_id string 0+
   member_epoch int32 0+
@@ -46,7 +47,7 @@ SHARE_GROUP_HEARTBEAT = define(76, "ShareGroupHeartbeat", "1", 0, """
   assignment {} 0+ null=0+ default=null
     topic_partitions [] 0+""" + _TOPIC_PARTITIONS)
 
-SHARE_GROUP_DESCRIBE = define(77, "ShareGroupDescribe", "1", 0, """
+SHARE_GROUP_DESCRIBE = define(77, "ShareGroupDescribe", "0-1", 0, """
   group_ids []string 0+
   include_authorized_operations bool 0+
 """, """
@@ -74,24 +75,25 @@ SHARE_GROUP_DESCRIBE = define(77, "ShareGroupDescribe", "1", 0, """
     authorized_operations int32 0+ default=-2147483648
 """)
 
-SHARE_FETCH = define(78, "ShareFetch", "1", 0, """
+SHARE_FETCH = define(78, "ShareFetch", "0-1", 0, """
   group_id string 0+ null=0+ default=null
   member_id string 0+ null=0+
   share_session_epoch int32 0+
   max_wait_ms int32 0+
   min_bytes int32 0+
   max_bytes int32 0+ default=2147483647
-  max_records int32 0+ default=500
-  batch_size int32 0+ default=500
+  max_records int32 1+ default=500
+  batch_size int32 1+ default=500
   topics [] 0+
     topic_id uuid 0+
     partitions [] 0+
-      partition_index int32 0+""" + _ACK_BATCHES + """
+      partition_index int32 0+
+      partition_max_bytes int32 0 ignorable""" + _ACK_BATCHES + """
   forgotten_topics_data [] 0+""" + _TOPIC_PARTITIONS.replace("      ", "    "), """
   throttle_time_ms int32 0+
   error_code int16 0+
   error_message string 0+ null=0+ default=null
-  acquisition_lock_timeout_ms int32 0+
+  acquisition_lock_timeout_ms int32 1+ ignorable
   responses [] 0+
     topic_id uuid 0+
     partitions [] 0+
@@ -105,7 +107,7 @@ SHARE_FETCH = define(78, "ShareFetch", "1", 0, """
         last_offset int64 0+
         delivery_count int16 0+""" + _LEADER_AND_ENDPOINTS[1])
 
-SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "1", 0, """
+SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "0-1", 0, """
   group_id string 0+ null=0+ default=null
   member_id string 0+ null=0+
   share_session_epoch int32 0+

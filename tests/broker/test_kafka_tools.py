@@ -250,3 +250,76 @@ def test_kafkas_java_consumers_migrate_a_group_online(tmp_path, run_class):
     read = [sorted(line for line in out.splitlines() if line.startswith("v")) for out in outputs]
     assert all(read) and sorted(read[0] + read[1]) == sorted(f"v{i}" for i in range(400))
 
+
+
+def test_kafkas_share_consumer_reads_a_queue_and_dump_reads_the_share_state(tmp_path, tmp_path_factory, run_class):
+    """Kafka's KafkaShareConsumer (KIP-932, the broker build's: ShareGroupHeartbeat, ShareFetch and ShareAcknowledge
+    v0) reads 100 keyed records of two partitions from a kafkalog share group, releasing the first delivery of every
+    fifth: each record is accepted once, a released one comes back with its delivery count 2, and the share-partitions
+    end at the log end. Then Kafka's DumpLogSegments (--share-group-state-decoder) reads every record kafkalog wrote to
+    `__share_group_state` as kafkalog's own decoder reads it."""
+    import json
+
+    from tests.broker.checkpoint_corpus import kafka_java
+
+    data = str(tmp_path / "data")
+    with engine.open(data) as eng:
+        listener = eng.serve(port=0)
+        eng.create_topic("jobs", 2)
+        eng.alter_group_configs("workers", {"share.auto.offset.reset": "earliest"})
+        with eng.producer(linger_ms=0) as producer:
+            for i in range(100):
+                producer.send("jobs", b"x", key=b"%d" % i)
+        keys = {(p, r.offset): int(r.key) for p in (0, 1)
+                for b in eng.log("jobs", p).read(0, max_bytes=1 << 30).batches() for r in b}
+        done = subprocess.run([*kafka_java(tmp_path_factory, "KafkaShareConsume"), listener.bootstrap, "workers",
+                               "jobs", "100", "5", "90"], capture_output=True, text=True, timeout=300)
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert lines, done.stderr[-3000:]
+        deliveries: dict[tuple[int, int], list] = {}
+        for d in lines:
+            deliveries.setdefault((d["partition"], d["offset"]), []).append((d["delivery"], d["released"]))
+        assert set(deliveries) == set(keys)
+        for where, seen in deliveries.items():
+            want = [(1, True), (2, False)] if keys[where] % 5 == 0 else [(1, False)]
+            assert seen == want, (where, seen)
+        tid = eng.admin.topic_id_of("jobs")
+        assert eng.share_groups.start_offsets("workers") == {
+            (tid, p): eng.partition("jobs", p).high_watermark for p in (0, 1)}
+    _kafka_dumps_the_share_state(run_class, data)
+
+
+def _kafka_dumps_the_share_state(run_class: str, data: str) -> None:
+    import json
+
+    from engine.groups import share_state_records as records
+    from engine.record import codec
+    from tests.broker.test_kafka_messages import _camel
+
+    ours, theirs = [], []
+    for p in range(records.PARTITIONS):
+        folder = os.path.join(data, f"{records.TOPIC}-{p}")
+        segments = sorted(f for f in os.listdir(folder) if f.endswith(".log")) if os.path.isdir(folder) else []
+        raw = b""
+        for name in segments:
+            with open(os.path.join(folder, name), "rb") as f:
+                raw += f.read()
+        found = [records.decode(r.key, r.value) for b in codec.iter_batches(raw) for r in b]
+        if not found:
+            continue
+        ours += found
+        dumped = _tool(run_class, "kafka.tools.DumpLogSegments", "--share-group-state-decoder", "--print-data-log",
+                       "--files", ",".join(os.path.join(folder, f) for f in segments))
+        for line in dumped.splitlines():
+            if " key: " in line and " payload: " in line:
+                key, payload = line.split(" key: ", 1)[1].split(" payload: ", 1)
+                theirs.append((json.loads(key), None if payload.strip() == "<DELETE>" else json.loads(payload)))
+    assert ours and len(theirs) == len(ours)
+    for (key, payload), s in zip(theirs, ours):
+        assert int(key["type"]) == s.kind
+        assert key["data"] == {"groupId": s.group_id, "topicId": s.topic_id, "partition": s.partition}
+        mine = {"snapshotEpoch": s.snapshot_epoch, "stateEpoch": s.state_epoch, "leaderEpoch": 0,
+                "startOffset": s.start_offset,
+                "stateBatches": [{_camel(k): v for k, v in zip(("first_offset", "last_offset", "delivery_state",
+                                                                 "delivery_count"), b)} for b in s.batches]}
+        assert payload["data"] == mine, (key, payload)
