@@ -132,13 +132,15 @@ INTEROP_RECORDS ?= 1000000
 INTEROP_KILLS ?= 5
 # the clients' own integration suites against a fresh listener, each built or downloaded once into
 # .cache/client-suites: librdkafka's (from the npm package that ships its source; on the native core and again on the
-# pure-Python twin; then once more with its consumers on the consumer group protocol) and kafka-python's (from the
+# pure-Python twin; then once more with its consumers on the consumer group protocol; then its share consumer tests)
+# and kafka-python's (from the
 # source distribution of the installed release). Each fails when a test it expects to pass does not, or an unlisted
 # one passes
 client-suites: setup
 	$(PY) -m tests.client_suites.librdkafka
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m tests.client_suites.librdkafka
 	$(PY) -m tests.client_suites.librdkafka --group-protocol consumer
+	$(PY) -m tests.client_suites.librdkafka --share
 	$(PY) -m tests.client_suites.kafka_python
 
 interop: setup

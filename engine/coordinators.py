@@ -21,7 +21,7 @@ from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator import GroupCoordinator, GroupLog
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups import share_state_records
-from engine.groups.share_group_coordinator import ShareConfig, ShareGroupCoordinator
+from engine.groups.share_group_coordinator import ShareGroupCoordinator
 from engine.internal_topics import InternalTopics
 from engine.transactions import Transactions
 from engine.txn.transaction_coordinator import TransactionConfig
@@ -40,9 +40,8 @@ class Coordinators:
                  topics: TopicsView | None = None, share_reads: dict[str, Callable] | None = None) -> None:
         self._internal, self._clock, self._closed, self._topics = internal, clock, closed, topics
         self._share_reads = share_reads or {}
-        self.share_config = ShareConfig()
         self._share: ShareGroupCoordinator | None = None
-        self._group_config, self.transaction_config = group_config, transaction_config
+        self.group_config, self.transaction_config = group_config, transaction_config
         self._allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
         self._lock = threading.RLock()
         self._txn: Transactions | None = None
@@ -76,7 +75,7 @@ class Coordinators:
         if self._groups is None:
             with self._lock:
                 if self._groups is None:
-                    groups = GroupCoordinator(GroupLog(self._internal), self._clock, self._group_config, self._topics)
+                    groups = GroupCoordinator(GroupLog(self._internal), self._clock, self.group_config, self._topics)
                     if group_offsets.TOPIC in self._internal.internal_topics():
                         groups.load()
                     self._groups = groups
@@ -89,7 +88,7 @@ class Coordinators:
             with self._lock:
                 if self._share is None:
                     share = ShareGroupCoordinator(self._internal, self._clock, self._topics,
-                                                  other_group=self._other_group, config=self.share_config,
+                                                  other_group=self._other_group, config=self.group_config,
                                                   **self._share_reads)
                     if share_state_records.TOPIC in self._internal.internal_topics():
                         share.load()

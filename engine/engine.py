@@ -136,7 +136,7 @@ class Engine:
     def describe_group_configs(self, group_id: str) -> tuple[dict[str, object], dict[str, str]]:
         """The effective configs of `group_id` (its dynamic ones over the engine's) and its dynamic ones."""
         dynamic = self.admin.group_configs(group_id)
-        return share_group_settings(dynamic, self.coordinators.share_config), dynamic
+        return share_group_settings(dynamic, self.coordinators.group_config), dynamic
 
     def alter_group_configs(self, group_id: str, changes: dict[str, str | None], validate_only: bool = False) -> None:
         """Set (a value) or remove (None) dynamic configs of `group_id`, checked as Kafka checks them: the share
@@ -154,7 +154,7 @@ class Engine:
                 configs.pop(name, None)
             else:
                 configs[name] = str(value)
-        share_group_settings(configs, self.coordinators.share_config)  # (raises for a value Kafka refuses)
+        share_group_settings(configs, self.coordinators.group_config)  # (raises for a value Kafka refuses)
         if not validate_only:
             self.admin.set_group_configs(group_id, configs)
 

@@ -27,6 +27,12 @@ class GroupConfig(NamedTuple):
     group_consumer_assignors: tuple = ("uniform", "range")  # names of built-in ones or ServerAssignor objects
     # online migration between a classic group and a consumer group (engine.groups.classic_members): Kafka's values
     group_consumer_migration_policy: str = "bidirectional"
+    # share groups (KIP-932; engine.groups.share_group_coordinator): Kafka's group.share.* defaults
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2_000
 
     @classmethod
     def of(cls, settings: dict | None) -> "GroupConfig":

@@ -17,9 +17,10 @@ ShareAcknowledge do to it. One per engine, for every share group.
   ones leave it (released likewise).
 - A member that leaves or whose session times out has its records released (available again, or archived at the
   delivery count limit); an acquisition lock that times out releases its records the same way.
-Settings (a group's dynamic configs over the engine's `group.share.*` defaults): share.record.lock.duration.ms,
-share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset (latest, earliest; by_duration is not
-supported yet), share.isolation.level; delivery count limit and record locks per partition are the engine's.
+Settings (a group's dynamic configs over the engine's `group_config`, Kafka's `group.share.*`):
+share.record.lock.duration.ms, share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset (latest,
+earliest; by_duration is not supported yet), share.isolation.level; the delivery count limit and the record locks per
+partition are the engine's alone.
 Storage: every change of a share-partition is a ShareSnapshot record in `__share_group_state` (created on first use,
 50 partitions; engine.groups.share_state_records), appended with acks='all' before the request that made it is
 answered; on load the coordinator replays them. Membership and sessions are memory only.
@@ -50,6 +51,7 @@ from engine.common.errors import (
 )
 from engine.groups import share_state_records as records
 from engine.groups.consumer_group import TopicsView
+from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
 from engine.groups.share_partition import Acquired, SharePartition
 from engine.log.unified_log import COORDINATOR
@@ -62,16 +64,6 @@ _HEADER = struct.Struct(">qi9xhi12xq")  # base offset, length, attributes, last 
 _CONTROL, _TRANSACTIONAL = 0x20, 0x10
 DYNAMIC_CONFIGS = {"share.record.lock.duration.ms", "share.session.timeout.ms", "share.heartbeat.interval.ms",
                    "share.auto.offset.reset", "share.isolation.level"}
-
-
-class ShareConfig(NamedTuple):
-    """The engine's group.share.* settings, Kafka's defaults."""
-
-    record_lock_duration_ms: int = 30_000
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    delivery_count_limit: int = 5
-    partition_max_record_locks: int = 2_000
 
 
 class StateLog(Protocol):
@@ -99,12 +91,12 @@ class ShareSession:
     partitions: set[Key] = field(default_factory=set)
 
 
-def group_settings(dynamic: dict[str, str], config: ShareConfig) -> dict[str, object]:
+def group_settings(dynamic: dict[str, str], config: GroupConfig) -> dict[str, object]:
     """A group's effective share settings (its dynamic configs over the engine's); InvalidConfigurationError for a
     value Kafka refuses, UnsupportedVersionError for one kafkalog does not implement yet."""
-    out: dict[str, object] = {"share.record.lock.duration.ms": config.record_lock_duration_ms,
-                              "share.session.timeout.ms": config.session_timeout_ms,
-                              "share.heartbeat.interval.ms": config.heartbeat_interval_ms,
+    out: dict[str, object] = {"share.record.lock.duration.ms": config.group_share_record_lock_duration_ms,
+                              "share.session.timeout.ms": config.group_share_session_timeout_ms,
+                              "share.heartbeat.interval.ms": config.group_share_heartbeat_interval_ms,
                               "share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
     for name, value in dynamic.items():
         if name not in DYNAMIC_CONFIGS:
@@ -138,10 +130,10 @@ class ShareGroupCoordinator:
 
     def __init__(self, storage: StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
                  partition: Callable[[str, int], object], dynamic: Callable[[str], dict[str, str]],
-                 other_group: Callable[[str], bool], config: ShareConfig | None = None) -> None:
+                 other_group: Callable[[str], bool], config: GroupConfig | None = None) -> None:
         self._storage, self.clock, self._topics, self._topic_named = storage, clock, topics, topic_named
         self._partition, self._dynamic, self._other_group = partition, dynamic, other_group
-        self.config = config or ShareConfig()
+        self.config = config or GroupConfig.of(None)
         self._lock = threading.RLock()
         self.groups: dict[str, ShareGroup] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
@@ -242,8 +234,8 @@ class ShareGroupCoordinator:
             s = self._persisted.pop(key, None)
             if s is not None:
                 self.partitions[key] = SharePartition.restore(s.start_offset, list(s.batches),
-                                                              self.config.delivery_count_limit,
-                                                              self.config.partition_max_record_locks)
+                                                              self.config.group_share_delivery_count_limit,
+                                                              self.config.group_share_partition_max_record_locks)
                 continue
             name = self._topic_named(topic_id)
             if name is None:
@@ -255,8 +247,8 @@ class ShareGroupCoordinator:
             except KafkaError as exc:  # (no leader now: started at its next assignment or fetch)
                 log.info("share group %s: %s-%d not started: %s", g.group_id, name, index, exc)
                 continue
-            self.partitions[key] = SharePartition(start, self.config.delivery_count_limit,
-                                                  self.config.partition_max_record_locks)
+            self.partitions[key] = SharePartition(start, self.config.group_share_delivery_count_limit,
+                                                  self.config.group_share_partition_max_record_locks)
             new.add((topic_id, index))
         self._persist(g.group_id, new, now)
         if new:
@@ -462,8 +454,8 @@ class ShareGroupCoordinator:
                 raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
             for key, start in starts.items():
                 self._persisted.pop((group_id, *key), None)
-                self.partitions[(group_id, *key)] = SharePartition(start, self.config.delivery_count_limit,
-                                                                   self.config.partition_max_record_locks)
+                self.partitions[(group_id, *key)] = SharePartition(start, self.config.group_share_delivery_count_limit,
+                                                                   self.config.group_share_partition_max_record_locks)
             self._persist(group_id, set(starts), now)
 
     def delete_group(self, group_id: str) -> None:

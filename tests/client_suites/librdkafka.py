@@ -20,8 +20,15 @@ into docs/protocol.md.
 `--group-protocol consumer` runs the whole suite again with its consumers on `group.protocol=consumer` (Kafka 4's
 consumer group protocol, KIP-848), judged the same way against the same broker's run in that mode
 (librdkafka_real_broker_consumer.txt); its table goes to docs/protocol.md too.
+`--share` runs the suite's share consumer tests (KIP-932, SHARE_TESTS), which ask for a Kafka 4.2 broker: told it
+runs against 4.2.0, in full (not quick) mode, since each of their subtests is skipped in quick mode; the engine
+serves them with group.share.heartbeat.interval.ms=1000 (Kafka's default is 5000; their time limits assume the faster
+heartbeats librdkafka's own mock cluster gives them). No real broker here speaks their share protocol (the broker
+build is Kafka 4.0, whose share APIs are v0, which librdkafka does not send), so they are judged alone: each must pass
+but those in SHARE_NOT_PASSING, each with its reason, which must fail.
 
 Usage: python -m tests.client_suites.librdkafka [--cache DIR] [--write] [--tests 0001,0011] [--group-protocol consumer]
+       python -m tests.client_suites.librdkafka --share [--cache DIR] [--write] [--tests 0171]
 """
 from __future__ import annotations
 
@@ -45,7 +52,22 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 BASELINES = {"classic": os.path.join(_HERE, "librdkafka_real_broker.txt"),
              "consumer": os.path.join(_HERE, "librdkafka_real_broker_consumer.txt")}
 MARKERS = {"classic": ("<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"),
-           "consumer": ("<!-- librdkafka-suite-consumer:begin -->", "<!-- librdkafka-suite-consumer:end -->")}
+           "consumer": ("<!-- librdkafka-suite-consumer:begin -->", "<!-- librdkafka-suite-consumer:end -->"),
+           "share": ("<!-- librdkafka-suite-share:begin -->", "<!-- librdkafka-suite-share:end -->")}
+SHARE_KAFKA_VERSION = "4.2.0"  # what the share tests ask for (TEST_BRKVER 4.2)
+SHARE_HEARTBEAT_MS = 1000
+SHARE_TESTS = ("0170_share_consumer_subscription", "0171_share_consumer_consume", "0172_share_consumer_acknowledge",
+               "0173_share_consumer_commit_async", "0174_share_consumer_concurrency", "0175_share_consumer_groups",
+               "0176_share_consumer_commit_sync", "0177_share_consumer_transactions", "0178_share_consumer_close",
+               "0179_share_consumer_destroy", "0180_share_consumer_config", "0181_share_consumer_topic_delete",
+               "0184_share_consumer_topic_recreate", "0185_share_consumer_max_poll_interval")
+SHARE_NOT_PASSING = {
+    "0171_share_consumer_consume": "its all-codecs subtest sets compression.type=zstd, which this build of librdkafka "
+                                   "lacks (as the real broker's baseline build does)",
+    "0179_share_consumer_destroy": "its explicit-acknowledgement subtests expect each poll to return one partition's "
+                                   "records, as a cluster whose partitions have different leaders gives them (the "
+                                   "client fetches one broker a round); one node leads every partition here",
+}
 # Why the real broker's run in consumer mode passes fewer tests: its build offers ConsumerGroupHeartbeat v0 only, and
 # librdkafka 2.15 sends v1 alone (the version with SubscribedTopicRegex); v1 is unstable in that build and, once
 # enabled (unstable.api.versions.enable), refuses librdkafka's heartbeat as an invalid request. So there a consumer
@@ -86,6 +108,8 @@ def baseline(protocol: str = "classic") -> dict[str, str]:
 
 
 def expected(protocol: str = "classic") -> set[str]:
+    if protocol == "share":
+        return set(SHARE_TESTS) - set(SHARE_NOT_PASSING)
     return {name for name, outcome in baseline(protocol).items() if outcome == "PASSED"} | \
         set(ALSO_PASSING_HERE[protocol])
 
@@ -152,16 +176,18 @@ def run(tests: str, bootstrap: str, only: list[str] | None, seconds: int, protoc
             f.write(f"bootstrap.servers={bootstrap}\n")
         # CI unset: with it, librdkafka's runner skips its latency tests (0055, parts of 0025 and 0062); the
         # real broker's baseline was run without it, so the listener is judged on the same tests.
+        version = SHARE_KAFKA_VERSION if protocol == "share" else KAFKA_VERSION
         env = {**{k: v for k, v in os.environ.items() if k != "CI"}, "RDKAFKA_TEST_CONF": conf,
-               "TEST_KAFKA_VERSION": KAFKA_VERSION, "LD_LIBRARY_PATH": "../src:../src-cpp"}
+               "TEST_KAFKA_VERSION": version, "LD_LIBRARY_PATH": "../src:../src-cpp"}
         if protocol == "consumer":
             env["TEST_CONSUMER_GROUP_PROTOCOL"] = "consumer"
-        if only:
-            env["TESTS"] = ",".join(only)
+        if only or protocol == "share":
+            env["TESTS"] = ",".join(only or [name[:4] for name in SHARE_TESTS])
         log = os.path.join(tmp, "run.log")
+        quick = [] if protocol == "share" else ["-Q"]  # (the share tests' subtests all skip in quick mode)
         with open(log, "w") as out:
             try:
-                subprocess.run(["./test-runner", "-Q", "-E", "-L", "-p2", "-V", KAFKA_VERSION], cwd=tests, env=env,
+                subprocess.run(["./test-runner", *quick, "-E", "-L", "-p2", "-V", version], cwd=tests, env=env,
                                stdout=out, stderr=subprocess.STDOUT, timeout=seconds)
             except subprocess.TimeoutExpired:
                 print(f"librdkafka's suite: stopped after {seconds} s", file=sys.stderr)
@@ -190,7 +216,8 @@ def run_all(tests: str, bootstrap: str, only: list[str] | None, seconds: int, pr
 def serve_and_run(tests: str, only: list[str] | None, seconds: int, protocol: str = "classic") -> dict[str, str]:
     """A fresh engine served with a real broker's defaults, the suite against it, then each expected test that did
     not pass run again alone."""
-    with tempfile.TemporaryDirectory() as tmp, engine.open(os.path.join(tmp, "data")) as eng:
+    settings = {"group_share_heartbeat_interval_ms": SHARE_HEARTBEAT_MS} if protocol == "share" else None
+    with tempfile.TemporaryDirectory() as tmp, engine.open(os.path.join(tmp, "data"), group_config=settings) as eng:
         listener = eng.serve(port=0, default_partitions=1)
         results = run_all(tests, listener.bootstrap, only, seconds, protocol)
         for name in sorted(expected(protocol) - {n for n, o in results.items() if o == "PASSED"}):
@@ -202,6 +229,11 @@ def serve_and_run(tests: str, only: list[str] | None, seconds: int, protocol: st
 
 
 def check(results: dict[str, str], only: list[str] | None = None, protocol: str = "classic") -> list[str]:
+    if protocol == "share":
+        return [f"{n}: {results.get(n, 'not run')}" + (f" (listed as not passing: {SHARE_NOT_PASSING[n]})"
+                                                       if n in SHARE_NOT_PASSING else "")
+                for n in SHARE_TESTS if (only is None or n[:4] in only)
+                and (results.get(n) == "PASSED") == (n in SHARE_NOT_PASSING)]
     want = {n for n in expected(protocol) if only is None or n[:4] in only}
     problems = [f"{n}: {results.get(n, 'not run')} (it passes against a real broker, group.protocol={protocol})"
                 for n in sorted(want) if results.get(n) != "PASSED"]
@@ -210,7 +242,19 @@ def check(results: dict[str, str], only: list[str] | None = None, protocol: str 
     return problems
 
 
+def share_table(results: dict[str, str]) -> str:
+    passed = sum(1 for n in SHARE_TESTS if results.get(n) == "PASSED")
+    lines = [f"librdkafka 2.15.1's share consumer tests (KIP-932; `test-runner -E -L`, full mode, told it runs "
+             f"against Kafka {SHARE_KAFKA_VERSION}, from {PACKAGE}) against the listener (with "
+             f"group.share.heartbeat.interval.ms={SHARE_HEARTBEAT_MS}): **{passed} of {len(SHARE_TESTS)} passed**.",
+             "", "| test | listener | note |", "|---|---|---|"]
+    lines += [f"| `{n}` | {results.get(n, 'not run').lower()} | {SHARE_NOT_PASSING.get(n, '')} |" for n in SHARE_TESTS]
+    return "\n".join(lines)
+
+
 def table(results: dict[str, str], protocol: str = "classic") -> str:
+    if protocol == "share":
+        return share_table(results)
     real = baseline(protocol)
     also = ALSO_PASSING_HERE[protocol]
     broker = [name for name, outcome in real.items() if outcome == "PASSED"]
@@ -237,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", help="only these test numbers, comma-separated (e.g. 0001,0011)")
     parser.add_argument("--seconds", type=int, default=1500, help="the whole run's time limit")
     parser.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
+    parser.add_argument("--share", action="store_true", help="the share consumer tests (KIP-932) alone")
     args = parser.parse_args(argv)
-    protocol = args.group_protocol
+    protocol = "share" if args.share else args.group_protocol
     only = args.tests.split(",") if args.tests else None
     results = serve_and_run(build(args.cache), only, args.seconds, protocol)
     text = table(results, protocol)
