@@ -22,6 +22,7 @@ from bench import (
     log,
     replication,
     runner,
+    share_groups,
     spark,
     spark_stream,
     testing_servers,
@@ -83,7 +84,8 @@ def main(argv=None) -> int:
         doc["figures"] = (log.figures(args.quick, scratch) + replication.figures(args.quick, scratch)
                           + groups.figures(args.quick, scratch) + compaction.figures(args.quick, scratch)
                           + spark_stream.figures(args.quick, scratch) + aio.figures(args.quick, scratch)
-                          + listener_figures + testing_servers.figures(args.quick))
+                          + listener_figures + testing_servers.figures(args.quick)
+                          + share_groups.figures(args.quick, scratch))
         doc["curves"] = {
             "record_size": codec.record_size_curve(args.quick),
             "partitions": curves.partitions_curve(args.quick, scratch),

@@ -125,7 +125,7 @@ def assemble(facade: Owner, path, *, clock: Clock | None = None, fs: FileSystem 
                                 allocate_producer_id=producer_ids.allocate,
                                 transaction_partitions=replicas.transaction_partitions, topics=admin.topic_shapes,
                                 share_reads={"topic_named": admin.topic_named, "partition": facade.partition,
-                                             "dynamic": admin.group_configs})
+                                             "dynamic": admin.group_configs, "available": clients.appended})
     staged = StagedWrites(fs, path, facade)  # writes other processes staged: applied on a thread of its own
     log_options = {"producer_id_expiration_ms": producer_id_expiration_ms}
 

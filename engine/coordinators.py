@@ -32,7 +32,7 @@ class Coordinators:
     engine is closing (their periodic work then does nothing); the transaction coordinator takes producer ids from
     `allocate_producer_id()` and the partitions to look for orphans in from `transaction_partitions()`; the group
     coordinator's consumer groups learn the topics they subscribe to from `topics(names)`; the share group coordinator
-    reads partitions through `share_reads` (topic_named, partition, dynamic: its constructor's)."""
+    reads partitions through `share_reads` (topic_named, partition, dynamic, available: its constructor's)."""
 
     def __init__(self, internal: InternalTopics, clock: Clock, closed: Callable[[], bool], group_config: GroupConfig,
                  transaction_config: TransactionConfig, *, allocate_producer_id: Callable[[], int],

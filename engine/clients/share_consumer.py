@@ -10,8 +10,10 @@ or whose lock timed out). `commit_sync()` sends the marked acknowledgements now 
 Records are (topic, partition, offset, timestamp, key, value, headers, delivery_count), each delivered within its
 acquisition lock (share.record.lock.duration.ms); one not acknowledged in time goes to another poll, perhaps another
 member's, with its delivery count raised.
-Membership: the engine's heartbeat thread sends the member's ShareGroupHeartbeat at the group's interval; a member
-fenced or removed (its session timed out) joins again with epoch 0 at its next heartbeat.
+Membership: the engine's heartbeat thread sends the member's ShareGroupHeartbeat at the group's interval, and a poll
+sends one at once when the member has nothing assigned or the coordinator holds a new assignment for it (in one
+process it can tell); a member fenced or removed (its session timed out) joins again with epoch 0 at its next
+heartbeat.
 Byte layout: none (memory only). Crash policy: none of its own: what was acknowledged is what the share group
 coordinator persisted before answering.
 Threads: a share consumer is for one thread at a time (the heartbeat thread only updates its assignment, under its
@@ -217,6 +219,7 @@ class ShareConsumer:
         self._session = set(assigned)
         self._session_epoch = 0 if final else (epoch + 1 if epoch < 0x7FFFFFFF else 1)
         out = sg.acknowledge(self.group_id, self.member_id, acks) if acks else {}
+        sg.release_partitions(self.group_id, self.member_id, forget)
         if final:
             sg.close_session(self.group_id, self.member_id)
         if fetch and assigned:
@@ -226,11 +229,11 @@ class ShareConsumer:
 
     def fetch_now(self) -> list[ShareRecord]:
         """One share request without waiting: the marked acknowledgements sent, then the records acquired. (A member
-        with nothing assigned heartbeats first: a group's first heartbeats initialize its share-partitions and assign
-        them at the next.)"""
+        with nothing assigned, or whose assignment changed, heartbeats first: a group's first heartbeats initialize
+        its share-partitions and assign them at the next, and a member joining moves partitions between members.)"""
         with self._lock:
             unassigned = not self._assignment
-        if unassigned:
+        if unassigned or self.engine.share_groups.assignment_pending(self.group_id, self.member_id):
             self._beat(None)
         self._got = {}
         self._send(fetch=True)

@@ -53,7 +53,7 @@ from engine.groups import share_state_records as records
 from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
-from engine.groups.share_partition import Acquired, SharePartition
+from engine.groups.share_partition import RELEASE, Acquired, SharePartition
 from engine.log.unified_log import COORDINATOR
 from engine.record import codec
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
@@ -126,13 +126,16 @@ class ShareGroupCoordinator:
     """The share group coordinator of one engine (see the module docstring). `topics(names)` resolves subscribed
     topic names, `topic_named(topic id)` a topic id's name, `partition(name, index)` the partition a fetch reads,
     `dynamic(group)` a group's dynamic configs, and `other_group(group)` says whether a group of another type has
-    that id."""
+    that id; `available(topic, partition)` is told when released records can be acquired again (as an append would
+    be: it wakes the fetches waiting)."""
 
     def __init__(self, storage: StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
                  partition: Callable[[str, int], object], dynamic: Callable[[str], dict[str, str]],
-                 other_group: Callable[[str], bool], config: GroupConfig | None = None) -> None:
+                 other_group: Callable[[str], bool], config: GroupConfig | None = None,
+                 available: Callable[[str, int], None] = lambda topic, partition: None) -> None:
         self._storage, self.clock, self._topics, self._topic_named = storage, clock, topics, topic_named
         self._partition, self._dynamic, self._other_group = partition, dynamic, other_group
+        self._available = available  # records of topic-partition became available again: wakes waiting fetches
         self.config = config or GroupConfig.of(None)
         self._lock = threading.RLock()
         self.groups: dict[str, ShareGroup] = {}
@@ -182,6 +185,14 @@ class ShareGroupCoordinator:
                                    tuple(sp.state_batches()))
             rows.setdefault(records.partition(group_id, topic_id, index), []).append(records.encode(s))
         self._append(rows, now)
+
+    def _released(self, group_id: str, changed: set[Key], now: int) -> None:
+        """Persist share-partitions whose records were released, and wake the fetches that could acquire them."""
+        self._persist(group_id, changed, now)
+        for topic_id, index in changed:
+            name = self._topic_named(topic_id)
+            if name is not None:
+                self._available(name, index)
 
     def _append(self, rows: dict[int, list], now: int) -> None:
         """One batch of (key, value) records to each `__share_group_state` partition named."""
@@ -254,18 +265,28 @@ class ShareGroupCoordinator:
         if new:
             g.reassign(self._topics)
 
+    def assignment_pending(self, group_id: str, member_id: str) -> bool:
+        """Whether the member has an assignment it was not sent yet (an in-process member heartbeats at once: over
+        the wire a member hears of it at its next heartbeat)."""
+        with self._lock:
+            g = self.groups.get(group_id)
+            m = g.members.get(member_id) if g is not None else None
+            return m is not None and not m.sent
+
     def _forget_member(self, group_id: str, member_id: str, now: int) -> None:
         """A member's session timed out: its share session closes and its records are released. (One that leaves
         keeps its share session: its client closes it next, acknowledging what it still holds.)"""
         self.sessions.pop((group_id, member_id), None)
         changed = {(t, p) for (gid, t, p), sp in self.partitions.items() if gid == group_id and sp.release(member_id)}
-        self._persist(group_id, changed, now)
+        self._released(group_id, changed, now)
 
     # --- share sessions, fetch and acknowledge ------------------------------------------------------------
     def session(self, group_id: str, member_id: str, epoch: int, add: list[Key], forget: list[Key],
                 acknowledging_only: bool = False) -> list[Key]:
         """Check (and move on) the member's share session for a request with `epoch`; the partitions it now fetches.
-        A request with epoch -1 closes the session: `close_session` once its acknowledgements are applied."""
+        A request with epoch -1 closes the session: `close_session` once its acknowledgements are applied; the
+        partitions it forgets leave the session now, and what the member holds of them is released by
+        `release_partitions` once its acknowledgements (which may name them) are applied."""
         with self._lock:
             now = self.clock.time_ms()
             self._tick(now)
@@ -286,12 +307,14 @@ class ShareGroupCoordinator:
             elif epoch != -1:
                 s.epoch = s.epoch + 1 if s.epoch < 0x7FFFFFFF else 1
             s.partitions.update(add)
-            gone = set(forget) & s.partitions
-            s.partitions -= gone
-            if gone:
-                changed = {k for k in gone if self._release(group_id, k, member_id)}
-                self._persist(group_id, changed, now)
+            s.partitions -= set(forget)
             return sorted(s.partitions)
+
+    def release_partitions(self, group_id: str, member_id: str, keys: list[Key]) -> None:
+        """Release what the member holds of share-partitions its session forgot."""
+        with self._lock:
+            changed = {k for k in keys if self._release(group_id, k, member_id)}
+            self._released(group_id, changed, self.clock.time_ms())
 
     def close_session(self, group_id: str, member_id: str, only: ShareSession | None = None) -> None:
         """Close the member's share session (epoch -1; with `only`, that session if it is still the member's),
@@ -302,7 +325,7 @@ class ShareGroupCoordinator:
                 return
             del self.sessions[(group_id, member_id)]
             changed = {k for k in s.partitions if self._release(group_id, k, member_id)}
-            self._persist(group_id, changed, self.clock.time_ms())
+            self._released(group_id, changed, self.clock.time_ms())
 
     def _release(self, group_id: str, key: Key, member_id: str) -> bool:
         sp = self.partitions.get((group_id, *key))
@@ -333,7 +356,9 @@ class ShareGroupCoordinator:
                         out[key] = InvalidRecordStateError(f"share group {group_id!r}, {key[0]}-{key[1]}: {why}")
                         break
                     changed.add(key)
-            self._persist(group_id, changed, now)
+            released = {key for key in changed if any(RELEASE in types for _, _, types in acks[key])}
+            self._persist(group_id, changed - released, now)
+            self._released(group_id, released, now)
             return out
 
     def acquire(self, group_id: str, member_id: str, keys: list[Key], max_records: int,
@@ -414,7 +439,7 @@ class ShareGroupCoordinator:
                 removed += 1
             changed = {(t, p) for (gid, t, p), sp in self.partitions.items()
                        if gid == g.group_id and sp.release(now=now)}
-            self._persist(g.group_id, changed, now)
+            self._released(g.group_id, changed, now)
         return removed
 
     # --- admin ---------------------------------------------------------------------------------------------

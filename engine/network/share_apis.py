@@ -115,9 +115,10 @@ class ShareApis:
             try:
                 if not group_id or not member_id:
                     raise InvalidRequestError("a ShareFetch names its group and member")
-                keys = sg.session(group_id, member_id, epoch, _named(b["topics"]),
-                                  _named(b["forgotten_topics_data"]))
+                forgotten = _named(b["forgotten_topics_data"])
+                keys = sg.session(group_id, member_id, epoch, _named(b["topics"]), forgotten)
                 acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
+                sg.release_partitions(group_id, member_id, forgotten)
                 if epoch == -1:
                     sg.close_session(group_id, member_id)
                     keys = []

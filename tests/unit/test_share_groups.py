@@ -500,3 +500,23 @@ def test_a_deleted_topic_fails_its_acknowledgements_and_its_share_state_goes(tmp
         assert (tid, 0) not in sg.start_offsets("g") and (tid, 1) not in sg.start_offsets("g")
     with engine.open(tmp_path / "d", clock=clock) as e:  # (tombstones: not back after a restart)
         assert [k for k in e.share_groups.start_offsets("g") if k[0] == tid] == []
+
+
+def test_a_request_that_forgets_a_partition_still_acknowledges_what_it_read_of_it(tmp_path):
+    """A member whose assignment moved forgets the partition in the same request that acknowledges its records: the
+    acknowledgements are applied first, then what it still holds there is released (not the other way round, which
+    would refuse the acknowledgements and deliver the records again)."""
+    clock = ManualClock()
+    with _engine(tmp_path, clock) as e:
+        _produce(e, 4)
+        e.alter_group_configs("g", {"share.auto.offset.reset": "earliest"})
+        sg = e.share_groups
+        a = sg.heartbeat(ShareHeartbeat("g", "m", 0, topic_names=["t"]))
+        sg.heartbeat(ShareHeartbeat("g", "m", a.member_epoch))
+        tid = e.admin.topic_id_of("t")
+        sg.session("g", "m", 0, [(tid, 0)], [])
+        assert _offsets(sg.acquire("g", "m", [(tid, 0)], 100, 1 << 20)) == [0, 1, 2, 3]
+        assert sg.session("g", "m", 1, [], [(tid, 0)]) == []
+        assert sg.acknowledge("g", "m", {(tid, 0): [(0, 1, [ACCEPT])]}) == {(tid, 0): None}
+        sg.release_partitions("g", "m", [(tid, 0)])
+        assert [(o, s, c) for o, s, c, _ in sg.partitions[("g", tid, 0)].states()] == [(2, 0, 1), (3, 0, 1)]
