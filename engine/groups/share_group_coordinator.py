@@ -9,8 +9,8 @@ ShareAcknowledge do to it. One per engine, for every share group.
   or the last stable offset under `share.isolation.level=read_committed`, whose aborted transactions' batches are
   archived rather than delivered; control batches always are) and acquires what it returns for the member, for
   `share.record.lock.duration.ms`.
-- Acknowledgement: ShareFetch and ShareAcknowledge carry acknowledgement batches; each is applied whole or refused
-  (INVALID_RECORD_STATE), and every share-partition changed is persisted before the answer.
+- Acknowledgement: ShareFetch and ShareAcknowledge carry acknowledgement batches; a share-partition's are applied all
+  together or refused (INVALID_RECORD_STATE), and every share-partition changed is persisted before the answer.
 - Share sessions: a member's ShareFetch with epoch 0 opens one (replacing the one it had), each later request carries
   the next epoch (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND without a session), and epoch -1
   closes it, releasing what the member still holds of its partitions; partitions named join the session, forgotten
@@ -333,8 +333,8 @@ class ShareGroupCoordinator:
 
     def acknowledge(self, group_id: str, member_id: str,
                     acks: dict[Key, list[tuple[int, int, list[int]]]]) -> dict[Key, KafkaError | None]:
-        """Apply each share-partition's acknowledgement batches (in order; those after a refused one are not
-        applied) and persist what changed; the error of each share-partition (None: all applied)."""
+        """Apply each share-partition's acknowledgement batches (all of a share-partition's or none, as Kafka's
+        share-partitions do) and persist what changed; the error of each share-partition (None: applied)."""
         with self._lock:
             now = self.clock.time_ms()
             self._tick(now)
@@ -349,12 +349,10 @@ class ShareGroupCoordinator:
                 if sp is None:
                     out[key] = InvalidRecordStateError(f"share group {group_id!r} has no state for {key[0]}-{key[1]}")
                     continue
-                out[key] = None
-                for first, last, types in batches:
-                    why = sp.acknowledge(member_id, first, last, types)
-                    if why is not None:
-                        out[key] = InvalidRecordStateError(f"share group {group_id!r}, {key[0]}-{key[1]}: {why}")
-                        break
+                why = sp.acknowledge(member_id, batches)
+                out[key] = None if why is None else \
+                    InvalidRecordStateError(f"share group {group_id!r}, {key[0]}-{key[1]}: {why}")
+                if why is None:
                     changed.add(key)
             released = {key for key in changed if any(RELEASE in types for _, _, types in acks[key])}
             self._persist(group_id, changed - released, now)

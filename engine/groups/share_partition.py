@@ -141,27 +141,40 @@ class SharePartition:
         self._owner[i] = member
         self._deadline[i] = deadline
 
-    def acknowledge(self, member: str, first: int, last: int, types: list[int]) -> str | None:
-        """Apply one acknowledgement batch of `member` (one type for every offset, or one per offset); None when
-        applied, else why it was refused (nothing of it applied: INVALID_RECORD_STATE)."""
+    def acknowledge(self, member: str, batches: list[tuple[int, int, list[int]]]) -> str | None:
+        """Apply `member`'s acknowledgement batches ((first, last, types): one type for every offset, or one per
+        offset; in ascending order, not overlapping) all or none: None when applied, else why they were refused
+        (INVALID_RECORD_STATE)."""
+        previous = self.start - 1
+        for first, last, types in batches:
+            why = self._refusal(member, first, last, types)
+            if why is None and first <= previous:
+                why = f"acknowledgement batch {first}..{last} overlaps or precedes the one before it"
+            if why is not None:
+                return why
+            previous = last
+        for first, last, types in batches:
+            lo = first - self.start
+            for i in range(lo, last - self.start + 1):
+                kind = types[0] if len(types) == 1 else types[i - lo]
+                if kind == RELEASE:
+                    self._release(i)
+                else:
+                    self._state[i] = _ACK_STATE[kind]
+                    self._owner[i] = None
+        self._advance()
+        return None
+
+    def _refusal(self, member: str, first: int, last: int, types: list[int]) -> str | None:
         if first > last or (len(types) != 1 and len(types) != last - first + 1):
             return f"acknowledgement batch {first}..{last} has {len(types)} types"
         if any(kind not in (GAP, ACCEPT, RELEASE, REJECT) for kind in types):
             return f"acknowledgement batch {first}..{last} has a type that is none of 0 to 3"
         if first < self.start or last >= self.end:
             return f"offsets {first}..{last} are not in flight ({self.start}..{self.end - 1})"
-        lo = first - self.start
-        for i in range(lo, last - self.start + 1):
+        for i in range(first - self.start, last - self.start + 1):
             if self._state[i] != ACQUIRED or self._owner[i] != member:
                 return f"offset {self.start + i} is not acquired by this member"
-        for i in range(lo, last - self.start + 1):
-            kind = types[0] if len(types) == 1 else types[i - lo]
-            if kind == RELEASE:
-                self._release(i)
-            else:
-                self._state[i] = _ACK_STATE[kind]
-                self._owner[i] = None
-        self._advance()
         return None
 
     def _release(self, i: int) -> None:

@@ -118,7 +118,7 @@ def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
                 last = first + rng.randint(0, 2)
                 kind = rng.choice([GAP, ACCEPT, RELEASE, REJECT])
                 ok = model.ack(m, first, last, kind)
-                assert (sp.acknowledge(m, first, last, [kind]) is None) == ok, (trial, first, last)
+                assert (sp.acknowledge(m, [(first, last, [kind])]) is None) == ok, (trial, first, last)
             elif step < 0.95:
                 now += rng.randint(10, 120)
                 sp.release(now=now)
@@ -143,12 +143,12 @@ def test_a_record_is_archived_at_the_delivery_count_limit_and_batches_are_acquir
     got = sp.acquire("m", [(17, 19, True)], 100, 0, 50)
     assert [(a.first_offset, a.last_offset) for a in got] == [(17, 19)]
     assert [s[1] for s in sp.states() if s[0] in (15, 16)] == [4, 4]  # no record between the batches: archived
-    assert sp.acknowledge("m", 10, 14, [RELEASE]) is None
+    assert sp.acknowledge("m", [(10, 14, [RELEASE])]) is None
     assert sp.acquire("x", [(10, 14, True)], 100, 0, 50)[0].delivery_count == 2
-    assert sp.acknowledge("m", 10, 10, [ACCEPT]) is not None  # ("x" holds it now)
-    assert sp.acknowledge("x", 10, 14, [RELEASE, RELEASE, ACCEPT, REJECT, GAP]) is None
+    assert sp.acknowledge("m", [(10, 10, [ACCEPT])]) is not None  # ("x" holds it now)
+    assert sp.acknowledge("x", [(10, 14, [RELEASE, RELEASE, ACCEPT, REJECT, GAP])]) is None
     assert sp.start == 17  # the two released at the limit were archived, not made available
-    assert sp.acknowledge("m", 17, 19, [1, 5, 1]) is not None  # (5 is no acknowledge type)
+    assert sp.acknowledge("m", [(17, 19, [1, 5, 1])]) is not None  # (5 is no acknowledge type)
 
 
 def test_a_control_batch_and_an_aborted_batch_are_archived_not_delivered():
@@ -161,9 +161,9 @@ def test_a_control_batch_and_an_aborted_batch_are_archived_not_delivered():
 def test_the_persisted_state_restores_what_was_delivered_and_what_was_not():
     sp = SharePartition(0, 5, 100)
     sp.acquire("m", [(0, 9, True)], 100, 0, 50)
-    assert sp.acknowledge("m", 0, 2, [ACCEPT]) is None
-    assert sp.acknowledge("m", 5, 5, [REJECT]) is None
-    assert sp.acknowledge("m", 6, 6, [RELEASE]) is None
+    assert sp.acknowledge("m", [(0, 2, [ACCEPT])]) is None
+    assert sp.acknowledge("m", [(5, 5, [REJECT])]) is None
+    assert sp.acknowledge("m", [(6, 6, [RELEASE])]) is None
     batches = sp.state_batches()
     assert batches == [StateBatch(3, 4, 0, 1), StateBatch(5, 5, 4, 1), StateBatch(6, 9, 0, 1)]
     back = SharePartition.restore(sp.start, batches, 5, 100)
@@ -520,3 +520,15 @@ def test_a_request_that_forgets_a_partition_still_acknowledges_what_it_read_of_i
         assert sg.acknowledge("g", "m", {(tid, 0): [(0, 1, [ACCEPT])]}) == {(tid, 0): None}
         sg.release_partitions("g", "m", [(tid, 0)])
         assert [(o, s, c) for o, s, c, _ in sg.partitions[("g", tid, 0)].states()] == [(2, 0, 1), (3, 0, 1)]
+
+
+def test_a_share_partitions_acknowledgement_batches_apply_all_together_or_not_at_all():
+    sp = SharePartition(0, 5, 100)
+    sp.acquire("m", [(0, 9, True)], 100, 0, 50)
+    before = sp.states()
+    assert sp.acknowledge("m", [(0, 3, [ACCEPT]), (20, 21, [ACCEPT])]) is not None  # the second is not in flight
+    assert sp.acknowledge("m", [(0, 3, [ACCEPT]), (3, 4, [RELEASE])]) is not None  # overlapping
+    assert sp.acknowledge("m", [(5, 6, [ACCEPT]), (0, 3, [ACCEPT])]) is not None  # out of order
+    assert sp.states() == before and sp.start == 0
+    assert sp.acknowledge("m", [(0, 3, [ACCEPT]), (4, 4, [RELEASE]), (5, 9, [REJECT])]) is None
+    assert sp.start == 4 and [s for _, s, _, _ in sp.states()] == [0, 4, 4, 4, 4, 4]
