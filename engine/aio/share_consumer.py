@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from engine.aio.loop_wake import LoopWake
-from engine.clients.share_consumer import RELEASE_LOOK_MS, AcknowledgeType, ShareConsumer, ShareRecord
+from engine.clients.share_consumer import RELEASE_LOOK_MS, AcknowledgeType, ShareRecord
 from engine.common.changes import LOGS
 from engine.common.errors import IllegalStateError, KafkaError
 from engine.common.structs import TopicPartition

@@ -80,14 +80,14 @@ class ShareGroup:
         return STABLE if self.members else EMPTY
 
     def heartbeat(self, hb: ShareHeartbeat, topics: TopicsView, now: int, session_ms: int,
-                  interval_ms: int) -> tuple[ShareAnswer, list[str]]:
-        """Apply one heartbeat; its answer and the ids of the members removed by it (a leave)."""
+                  interval_ms: int) -> ShareAnswer:
+        """Apply one heartbeat; its answer."""
         member = self.members.get(hb.member_id)
         if hb.member_epoch == -1:
             if member is None:
                 raise UnknownMemberIdError(f"share group {self.group_id!r} has no member {hb.member_id!r}")
             self.remove(hb.member_id, topics)
-            return ShareAnswer(hb.member_id, -1, interval_ms, None), [hb.member_id]
+            return ShareAnswer(hb.member_id, -1, interval_ms, None)
         if hb.member_epoch == 0:
             if hb.topic_names is None and member is None:
                 raise InvalidRequestError("a share group member joins with its SubscribedTopicNames")
@@ -111,10 +111,10 @@ class ShareGroup:
             self.epoch += 1
         self.reassign(topics)
         if member.sent:
-            return ShareAnswer(member.member_id, member.epoch, interval_ms, None), []
+            return ShareAnswer(member.member_id, member.epoch, interval_ms, None)
         member.previous_epoch, member.epoch = member.epoch, self.epoch
         member.sent = True
-        return ShareAnswer(member.member_id, member.epoch, interval_ms, member.assignment), []
+        return ShareAnswer(member.member_id, member.epoch, interval_ms, member.assignment)
 
     def remove(self, member_id: str, topics: TopicsView) -> None:
         if self.members.pop(member_id, None) is not None:

@@ -228,8 +228,8 @@ class ShareGroupCoordinator:
             self._tick(now)
             settings = self._settings(hb.group_id)
             g = self._group(hb.group_id, create=hb.member_epoch == 0)
-            answer, _ = g.heartbeat(hb, self._topics, now, settings["share.session.timeout.ms"],
-                                    settings["share.heartbeat.interval.ms"])
+            answer = g.heartbeat(hb, self._topics, now, settings["share.session.timeout.ms"],
+                                 settings["share.heartbeat.interval.ms"])
             self._start_partitions(g, settings, now)
             return answer
 
