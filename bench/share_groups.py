@@ -33,58 +33,59 @@ def _filled(scratch: str, records: int):
     return e
 
 
-def _threads(n: int, work) -> None:
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+def _timed(clients: list, step, finished) -> float:
+    """Seconds until `finished()`, each of `clients` calling `step(client)` in a loop on a thread of its own; then
+    the clients are closed."""
+    done = threading.Event()
+
+    def work(client) -> None:
+        while not done.is_set():
+            step(client)
+            if finished():
+                done.set()
+    threads = [threading.Thread(target=work, args=(c,)) for c in clients]
+    start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    took = time.perf_counter() - start
+    for c in clients:
+        c.close()
+    return took
 
 
 def _ends(e) -> int:
     return sum(e.partition("q", p).high_watermark for p in range(PARTITIONS))
 
 
+def _share_done(e, group: str):
+    total = _ends(e)
+    e.alter_group_configs(group, {"share.auto.offset.reset": "earliest"})
+    return lambda: sum(e.share_groups.start_offsets(group).values()) >= total
+
+
+def _group_done(e, group: str):
+    total, tps = _ends(e), [("q", p) for p in range(PARTITIONS)]
+    return lambda: sum(om.offset for om in e.committed_offsets(group, tps).values()) >= total
+
+
 def share_in_process(e, members: int) -> float:
     """Seconds until `members` in-process share consumers acknowledged every record."""
     group = f"s-{uuid.uuid4().hex[:8]}"
-    e.alter_group_configs(group, {"share.auto.offset.reset": "earliest"})
-    total, done = _ends(e), threading.Event()
-    consumers = [e.share_consumer(group, ["q"]) for _ in range(members)]
-    start = time.perf_counter()
-
-    def work(i: int) -> None:
-        while not done.is_set():
-            consumers[i].poll(100)
-            if sum(e.share_groups.start_offsets(group).values()) >= total:
-                done.set()
-    _threads(members, work)
-    took = time.perf_counter() - start
-    for c in consumers:
-        c.close()
-    return took
+    finished = _share_done(e, group)
+    return _timed([e.share_consumer(group, ["q"]) for _ in range(members)], lambda c: c.poll(100), finished)
 
 
 def group_in_process(e, members: int) -> float:
     """Seconds until `members` in-process consumer group members committed every record."""
     group = f"g-{uuid.uuid4().hex[:8]}"
-    total, done = _ends(e), threading.Event()
-    consumers = [e.consumer("q", group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-                            group_protocol="consumer") for _ in range(members)]
-    tps = [("q", p) for p in range(PARTITIONS)]
-    start = time.perf_counter()
 
-    def work(i: int) -> None:
-        while not done.is_set():
-            if consumers[i].poll(100):
-                consumers[i].commit()
-            if sum(om.offset for om in e.committed_offsets(group, tps).values()) >= total:
-                done.set()
-    _threads(members, work)
-    took = time.perf_counter() - start
-    for c in consumers:
-        c.close()
-    return took
+    def step(c) -> None:
+        if c.poll(100):
+            c.commit()
+    return _timed([e.consumer("q", group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                              group_protocol="consumer") for _ in range(members)], step, _group_done(e, group))
 
 
 def share_wire(e, bootstrap: str, members: int) -> float:
@@ -92,23 +93,11 @@ def share_wire(e, bootstrap: str, members: int) -> float:
     from confluent_kafka import ShareConsumer
 
     group = f"ws-{uuid.uuid4().hex[:8]}"
-    e.alter_group_configs(group, {"share.auto.offset.reset": "earliest"})
-    total, done = _ends(e), threading.Event()
+    finished = _share_done(e, group)
     consumers = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group}) for _ in range(members)]
     for c in consumers:
         c.subscribe(["q"])
-    start = time.perf_counter()
-
-    def work(i: int) -> None:
-        while not done.is_set():
-            consumers[i].poll(0.1)
-            if sum(e.share_groups.start_offsets(group).values()) >= total:
-                done.set()
-    _threads(members, work)
-    took = time.perf_counter() - start
-    for c in consumers:
-        c.close()
-    return took
+    return _timed(consumers, lambda c: c.poll(0.1), finished)
 
 
 def group_wire(e, bootstrap: str, members: int) -> float:
@@ -116,25 +105,15 @@ def group_wire(e, bootstrap: str, members: int) -> float:
     from confluent_kafka import Consumer
 
     group = f"wg-{uuid.uuid4().hex[:8]}"
-    total, done = _ends(e), threading.Event()
     consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                            "enable.auto.commit": False, "group.protocol": "consumer"}) for _ in range(members)]
     for c in consumers:
         c.subscribe(["q"])
-    tps = [("q", p) for p in range(PARTITIONS)]
-    start = time.perf_counter()
 
-    def work(i: int) -> None:
-        while not done.is_set():
-            if [m for m in consumers[i].consume(500, 0.1) if m.error() is None]:
-                consumers[i].commit(asynchronous=False)
-            if sum(om.offset for om in e.committed_offsets(group, tps).values()) >= total:
-                done.set()
-    _threads(members, work)
-    took = time.perf_counter() - start
-    for c in consumers:
-        c.close()
-    return took
+    def step(c) -> None:
+        if [m for m in c.consume(500, 0.1) if m.error() is None]:
+            c.commit(asynchronous=False)
+    return _timed(consumers, step, _group_done(e, group))
 
 
 def redelivery_ms(e) -> float:

@@ -53,7 +53,7 @@ from engine.groups import share_state_records as records
 from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
-from engine.groups.share_partition import RELEASE, Acquired, SharePartition
+from engine.groups.share_partition import DONE, RELEASE, Acquired, SharePartition
 from engine.log.unified_log import COORDINATOR
 from engine.record import codec
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
@@ -258,8 +258,7 @@ class ShareGroupCoordinator:
             except KafkaError as exc:  # (no leader now: started at its next assignment or fetch)
                 log.info("share group %s: %s-%d not started: %s", g.group_id, name, index, exc)
                 continue
-            self.partitions[key] = SharePartition(start, self.config.group_share_delivery_count_limit,
-                                                  self.config.group_share_partition_max_record_locks)
+            self.partitions[key] = self._new_partition(start)
             new.add((topic_id, index))
         self._persist(g.group_id, new, now)
         if new:
@@ -463,32 +462,37 @@ class ShareGroupCoordinator:
             if sp is None:
                 s = self._persisted.get((group_id, *key))
                 return None if s is None else max(0, end - s.start_offset) - sum(
-                    b.last_offset - b.first_offset + 1 for b in s.batches if b.state in (2, 4) and b.last_offset < end)
-            return max(0, end - sp.start) - sum(1 for o, state, _, _ in sp.states() if state in (2, 4) and o < end)
+                    b.last_offset - b.first_offset + 1 for b in s.batches if b.state in DONE and b.last_offset < end)
+            return max(0, end - sp.start) - sum(1 for o, state, _, _ in sp.states() if state in DONE and o < end)
+
+    def _empty_group(self, group_id: str, create: bool, now: int) -> ShareGroup:
+        """The share group an admin change is for, which must have no members (NON_EMPTY_GROUP otherwise)."""
+        self._tick(now)
+        g = self._group(group_id, create=create)
+        if g.members:
+            raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
+        return g
+
+    def _new_partition(self, start: int) -> SharePartition:
+        return SharePartition(start, self.config.group_share_delivery_count_limit,
+                              self.config.group_share_partition_max_record_locks)
 
     def reset_offsets(self, group_id: str, starts: dict[Key, int]) -> None:
         """Start share-partitions of an empty share group afresh at the offsets given (kafka-share-groups.sh
         --reset-offsets): what was delivered, acknowledged or archived of them is forgotten."""
         with self._lock:
             now = self.clock.time_ms()
-            self._tick(now)
-            g = self._group(group_id, create=True)
-            if g.members:
-                raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
+            self._empty_group(group_id, True, now)
             for key, start in starts.items():
                 self._persisted.pop((group_id, *key), None)
-                self.partitions[(group_id, *key)] = SharePartition(start, self.config.group_share_delivery_count_limit,
-                                                                   self.config.group_share_partition_max_record_locks)
+                self.partitions[(group_id, *key)] = self._new_partition(start)
             self._persist(group_id, set(starts), now)
 
     def delete_group(self, group_id: str) -> None:
         """Delete an empty share group and the state of its share-partitions (tombstones)."""
         with self._lock:
             now = self.clock.time_ms()
-            self._tick(now)
-            g = self._group(group_id, create=False)
-            if g.members:
-                raise NonEmptyGroupError(f"share group {group_id!r} has {len(g.members)} members: it must be empty")
+            self._empty_group(group_id, False, now)
             self._drop_state(group_id, {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted)
                                         if gid == group_id}, now)
             del self.groups[group_id]

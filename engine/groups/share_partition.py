@@ -26,7 +26,7 @@ from typing import NamedTuple
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 _ACK_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, REJECT: ARCHIVED}
-_DONE = (ACKNOWLEDGED, ARCHIVED)
+DONE = (ACKNOWLEDGED, ARCHIVED)  # the states whose delivery is over
 
 
 class Acquired(NamedTuple):
@@ -202,7 +202,7 @@ class SharePartition:
     def _advance(self) -> None:
         n = 0
         for state in self._state:
-            if state not in _DONE:
+            if state not in DONE:
                 break
             n += 1
         if n:

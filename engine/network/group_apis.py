@@ -27,6 +27,32 @@ from engine.protocol import Request
 from engine.protocol import messages as m
 
 
+def heartbeat_failure(exc: KafkaError) -> dict:
+    """A ConsumerGroupHeartbeat's or ShareGroupHeartbeat's answer to a refused heartbeat."""
+    return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message, "member_epoch": -1,
+            "heartbeat_interval_ms": 0}
+
+
+def heartbeat_reply(answer) -> dict:
+    """A ConsumerGroupHeartbeat's or ShareGroupHeartbeat's answer (member id and epoch, interval, assignment)."""
+    assignment = None if answer.assignment is None else {
+        "topic_partitions": cg_records.partitions_out(answer.assignment)}
+    return {"throttle_time_ms": 0, "error_code": 0, "member_id": answer.member_id, "member_epoch": answer.member_epoch,
+            "heartbeat_interval_ms": answer.heartbeat_interval_ms, "assignment": assignment}
+
+
+def describe_failure(group_id: str, exc: KafkaError) -> dict:
+    """A ConsumerGroupDescribe's or ShareGroupDescribe's entry for a group it cannot describe."""
+    return {"error_code": error_code(exc), "error_message": exc.message, "group_id": group_id, "group_state": "Dead",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []}
+
+
+def described_assignment(parts: dict, names: dict[str, str]) -> dict:
+    """A member's {topic id: partitions} as a describe answer's Assignment (`names`: topic id -> name)."""
+    return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_id_text(row["topic_id"]), "")}
+                                 for row in cg_records.partitions_out(parts)]}
+
+
 class GroupApis:
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -191,13 +217,8 @@ class GroupApis:
                                           "id the client made")
             answer = self.engine.groups.consumer_group_heartbeat(hb)
         except KafkaError as exc:
-            return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message,
-                    "member_epoch": -1, "heartbeat_interval_ms": 0}
-        assignment = None if answer.assignment is None else {
-            "topic_partitions": cg_records.partitions_out(answer.assignment)}
-        return {"throttle_time_ms": 0, "error_code": 0, "member_id": answer.member_id,
-                "member_epoch": answer.member_epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
-                "assignment": assignment}
+            return heartbeat_failure(exc)
+        return heartbeat_reply(answer)
 
     def consumer_group_describe(self, request: Request) -> dict:
         out = []
@@ -205,16 +226,11 @@ class GroupApis:
             try:
                 d = self.engine.groups.describe_consumer_group(gid)
             except KafkaError as exc:
-                out.append({"error_code": error_code(exc), "error_message": exc.message, "group_id": gid,
-                            "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-                            "members": []})
+                out.append(describe_failure(gid, exc))
                 continue
-            names = d.topic_names
 
-            def described(parts: dict) -> dict:
-                return {"topic_partitions": [{**row, "topic_name": names.get(cg_records.topic_id_text(row["topic_id"]),
-                                                                           "")}
-                                             for row in cg_records.partitions_out(parts)]}
+            def described(parts: dict, names=d.topic_names) -> dict:
+                return described_assignment(parts, names)
             out.append({"error_code": 0, "group_id": gid, "group_state": d.state, "group_epoch": d.group_epoch,
                         "assignment_epoch": d.assignment_epoch, "assignor_name": d.assignor_name, "members": [
                             {"member_id": x.member_id, "instance_id": x.instance_id, "rack_id": x.rack_id,

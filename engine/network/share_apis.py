@@ -12,9 +12,9 @@ import time
 from typing import Callable
 
 from engine.common.errors import InvalidRequestError, KafkaError
-from engine.groups import consumer_group_records as cg_records
 from engine.groups.share_group import ShareHeartbeat
 from engine.network.api_common import error_code
+from engine.network.group_apis import described_assignment, describe_failure, heartbeat_failure, heartbeat_reply
 from engine.network.socket_server import Delayed
 from engine.protocol import Request
 from engine.protocol import share_messages as sm
@@ -72,13 +72,8 @@ class ShareApis:
                                           "client made (v0 lets the coordinator make it)")
             answer = self.engine.share_groups.heartbeat(hb)
         except KafkaError as exc:
-            return {"throttle_time_ms": 0, "error_code": error_code(exc), "error_message": exc.message,
-                    "member_epoch": -1, "heartbeat_interval_ms": 0}
-        assignment = None if answer.assignment is None else {
-            "topic_partitions": cg_records.partitions_out(answer.assignment)}
-        return {"throttle_time_ms": 0, "error_code": 0, "member_id": answer.member_id,
-                "member_epoch": answer.member_epoch, "heartbeat_interval_ms": answer.heartbeat_interval_ms,
-                "assignment": assignment}
+            return heartbeat_failure(exc)
+        return heartbeat_reply(answer)
 
     def share_group_describe(self, request: Request) -> dict:
         out = []
@@ -86,9 +81,7 @@ class ShareApis:
             try:
                 g = self.engine.share_groups.describe(gid)
             except KafkaError as exc:
-                out.append({"error_code": error_code(exc), "error_message": exc.message, "group_id": gid,
-                            "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-                            "members": []})
+                out.append(describe_failure(gid, exc))
                 continue
             names = {tid: name for name, (tid, _) in g.subscribed.items()}
             out.append({"error_code": 0, "group_id": gid, "group_state": g.state, "group_epoch": g.epoch,
@@ -96,9 +89,7 @@ class ShareApis:
                             {"member_id": m.member_id, "rack_id": m.rack, "member_epoch": m.epoch,
                              "client_id": m.client_id, "client_host": m.client_host,
                              "subscribed_topic_names": list(m.topics),
-                             "assignment": {"topic_partitions": [
-                                 {**row, "topic_name": names.get(topic_id_text(row["topic_id"]), "")}
-                                 for row in cg_records.partitions_out(m.assignment)]}}
+                             "assignment": described_assignment(m.assignment, names)}
                             for m in g.members.values()]})
         return {"throttle_time_ms": 0, "groups": out}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
+from typing import Callable
 
 import engine
 from engine.common.errors import InvalidConfigurationError
@@ -25,35 +26,46 @@ def add_groups(sub) -> None:
     action.add_argument("--describe", action="store_true", help="members, offsets and lag of --group")
     action.add_argument("--reset-offsets", action="store_true", help="set --group's offsets (the group must be empty)")
     action.add_argument("--delete", action="store_true", help="delete --group and its offsets (it must be empty)")
+    add_reset_options(p, "topic, or topic:p1,p2 (--reset-offsets; default: the group's)")
+    p.set_defaults(func=groups)
+
+
+def add_reset_options(p, topic_help: str) -> None:
+    """--group, --topic, the --to-* targets and --execute, as Kafka's group tools take them."""
     p.add_argument("--group", help="the group (--describe, --reset-offsets, --delete)")
-    p.add_argument("--topic", action="append", help="topic, or topic:p1,p2 (--reset-offsets; default: the group's)")
+    p.add_argument("--topic", action="append", help=topic_help)
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-offset", type=int)
     to.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss, local time unless it ends with Z or an offset")
     p.add_argument("--execute", action="store_true", help="apply the reset (without it: a dry run)")
-    p.set_defaults(func=groups)
 
 
 def groups(args: argparse.Namespace, out: Output) -> int:
     with engine.open(args.data) as eng:
-        coordinator = eng.groups
-        if args.list:
-            rows = [{"group": g, "state": state, "protocolType": ptype}
-                    for g, state, ptype in coordinator.list_groups()]
-            out.result(rows, "\n".join(r["group"] for r in rows))
-            return 0
-        if not args.group:
-            raise InvalidConfigurationError("--describe, --reset-offsets and --delete need --group")
-        if args.describe:
-            return _describe(eng, args.group, out)
-        if args.delete:
-            coordinator.delete_group(args.group)
-            out.result({"deleted": args.group}, f"Deletion of requested consumer groups ('{args.group}') was "
-                                                 f"successful.")
-            return 0
-        return _reset(eng, args, out)
+        return dispatch(args, out, "consumer", lambda: [{"group": g, "state": state, "protocolType": ptype}
+                                                        for g, state, ptype in eng.groups.list_groups()],
+                        lambda: _describe(eng, args.group, out), eng.groups.delete_group, lambda: _reset(eng, args, out))
+
+
+def dispatch(args: argparse.Namespace, out: Output, kind: str, rows: Callable[[], list[dict]],
+             describe: Callable[[], int], delete: Callable[[str], None], reset: Callable[[], int]) -> int:
+    """What a group command's action asks for: --list (`rows`), or with --group: --describe, --delete, or else the
+    --reset-offsets it is (kafka-consumer-groups.sh's and kafka-share-groups.sh's shape)."""
+    if args.list:
+        listed = rows()
+        out.result(listed, "\n".join(r["group"] for r in listed))
+        return 0
+    if not args.group:
+        raise InvalidConfigurationError("--describe, --reset-offsets and --delete need --group")
+    if args.describe:
+        return describe()
+    if args.delete:
+        delete(args.group)
+        out.result({"deleted": args.group}, f"Deletion of requested {kind} groups ('{args.group}') was successful.")
+        return 0
+    return reset()
 
 
 def _describe(eng, group_id: str, out: Output) -> int:

@@ -12,7 +12,7 @@ import argparse
 import engine
 from engine.common.errors import InvalidConfigurationError
 from engine.tools.admin import _table
-from engine.tools.groups import named_partitions, reset_target
+from engine.tools.groups import add_reset_options, dispatch, named_partitions, reset_target
 from engine.tools.output import Output
 
 
@@ -24,34 +24,15 @@ def add_share_groups(sub) -> None:
     action.add_argument("--reset-offsets", action="store_true",
                         help="start --group's share-partitions afresh (the group must be empty)")
     action.add_argument("--delete", action="store_true", help="delete --group and its state (it must be empty)")
-    p.add_argument("--group", help="the share group (--describe, --reset-offsets, --delete)")
-    p.add_argument("--topic", action="append", help="topic, or topic:p1,p2 (--reset-offsets)")
-    to = p.add_mutually_exclusive_group()
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=int)
-    to.add_argument("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss, local time unless it ends with Z or an offset")
-    p.add_argument("--execute", action="store_true", help="apply the reset (without it: a dry run)")
+    add_reset_options(p, "topic, or topic:p1,p2 (--reset-offsets)")
     p.set_defaults(func=share_groups)
 
 
 def share_groups(args: argparse.Namespace, out: Output) -> int:
     with engine.open(args.data) as eng:
-        coordinator = eng.share_groups
-        if args.list:
-            rows = [{"group": g, "state": state} for g, state in coordinator.list_groups()]
-            out.result(rows, "\n".join(r["group"] for r in rows))
-            return 0
-        if not args.group:
-            raise InvalidConfigurationError("--describe, --reset-offsets and --delete need --group")
-        if args.describe:
-            return _describe(eng, args.group, out)
-        if args.delete:
-            coordinator.delete_group(args.group)
-            out.result({"deleted": args.group}, f"Deletion of requested share groups ('{args.group}') was "
-                                                 f"successful.")
-            return 0
-        return _reset(eng, args, out)
+        sg = eng.share_groups
+        return dispatch(args, out, "share", lambda: [{"group": g, "state": state} for g, state in sg.list_groups()],
+                        lambda: _describe(eng, args.group, out), sg.delete_group, lambda: _reset(eng, args, out))
 
 
 def _describe(eng, group_id: str, out: Output) -> int:
