@@ -2,7 +2,8 @@
 sessions, and the delivery state of every share-partition (engine.groups.share_partition), with what ShareFetch and
 ShareAcknowledge do to it. One per engine, for every share group.
 
-- Membership: ShareGroupHeartbeat; the simple assignor gives every member every partition of its topics.
+- Membership: ShareGroupHeartbeat (engine.groups.share_group: the simple assignor, and only initialized
+  share-partitions assigned, the heartbeat that first sees a subscribed partition initializing it).
 - A share-partition starts where the group's `share.auto.offset.reset` says (latest: the log end when it is first
   assigned; earliest: the log start), unless its state was persisted before.
 - Acquisition: a fetch reads the log from the share-partition's first available offset (up to the high watermark,
@@ -14,9 +15,12 @@ ShareAcknowledge do to it. One per engine, for every share group.
 - Share sessions: a member's ShareFetch with epoch 0 opens one (replacing the one it had), each later request carries
   the next epoch (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND without a session), and epoch -1
   closes it, releasing what the member still holds of its partitions; partitions named join the session, forgotten
-  ones leave it (released likewise).
-- A member that leaves or whose session times out has its records released (available again, or archived at the
-  delivery count limit); an acquisition lock that times out releases its records the same way.
+  ones leave it (what the member holds of them released once the request's acknowledgements are applied). Over the
+  wire a share session also closes with its connection (engine.network.share_apis).
+- A member whose session times out has its share session closed (its records released: available again, or
+  archived at the delivery count limit); one that leaves keeps its share session, which its client closes next; an
+  acquisition lock that times out releases its records the same way. Released records wake the fetches waiting for
+  records of their partition.
 Settings (a group's dynamic configs over the engine's `group_config`, Kafka's `group.share.*`):
 share.record.lock.duration.ms, share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset (latest,
 earliest; by_duration is not supported yet), share.isolation.level; the delivery count limit and the record locks per
@@ -25,12 +29,13 @@ Storage: every change of a share-partition is a ShareSnapshot record in `__share
 50 partitions; engine.groups.share_state_records), appended with acks='all' before the request that made it is
 answered; on load the coordinator replays them. Membership and sessions are memory only.
 Time: `tick()` (called by every request and the engine's background thread) applies session and lock deadlines on the
-injected clock.
+injected clock; it looks at them only once the earliest is due.
 Thread-safety: one lock serialises every call.
 """
 from __future__ import annotations
 
 import logging
+import math
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -143,6 +148,7 @@ class ShareGroupCoordinator:
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
         self._persisted: dict[tuple[str, str, int], records.ShareState] = {}  # loaded, not yet in use
+        self._next_deadline: float = 0  # no session or lock deadline passes before this (0: look at every one)
 
     # --- storage ---------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -230,6 +236,7 @@ class ShareGroupCoordinator:
             g = self._group(hb.group_id, create=hb.member_epoch == 0)
             answer = g.heartbeat(hb, self._topics, now, settings["share.session.timeout.ms"],
                                  settings["share.heartbeat.interval.ms"])
+            self._due(now + int(settings["share.session.timeout.ms"]))
             self._start_partitions(g, settings, now)
             return answer
 
@@ -409,8 +416,11 @@ class ShareGroupCoordinator:
         aborted = {t.producer_id: t.first_offset for t in part.aborted_transactions(data)} \
             if isolation == READ_COMMITTED else {}
         bounds = _batches(view, aborted)
+        lock_ms = int(settings["share.record.lock.duration.ms"])
         acquired = sp.acquire(member_id, [(b, last, ok) for b, last, ok, _, _ in bounds], max(1, max_records), now,
-                              int(settings["share.record.lock.duration.ms"]))
+                              lock_ms)
+        if acquired:
+            self._due(now + lock_ms)
         if moved or any(not ok for _, _, ok, _, _ in bounds):
             self._persist(group_id, {key}, now)
         if not acquired:
@@ -426,18 +436,29 @@ class ShareGroupCoordinator:
             return self._tick(self.clock.time_ms())
 
     def _tick(self, now: int) -> int:
+        if now < self._next_deadline:
+            return 0
         removed = 0
         for g in list(self.groups.values()):
-            expired = g.expired(now)
-            for member_id in expired:
+            for member_id in g.expired(now):
                 log.info("share group %s: member %s removed: session timed out", g.group_id, member_id)
                 g.remove(member_id, self._topics)
                 self._forget_member(g.group_id, member_id, now)
                 removed += 1
-            changed = {(t, p) for (gid, t, p), sp in self.partitions.items()
-                       if gid == g.group_id and sp.release(now=now)}
-            self._released(g.group_id, changed, now)
+        timed_out: dict[str, set[Key]] = {}
+        for (gid, t, p), sp in self.partitions.items():
+            if sp.release(now=now):
+                timed_out.setdefault(gid, set()).add((t, p))
+        for gid, changed in timed_out.items():
+            self._released(gid, changed, now)
+        deadlines = [m.session_deadline for g in self.groups.values() for m in g.members.values()]
+        deadlines += [d for sp in self.partitions.values() if (d := sp.next_deadline()) is not None]
+        self._next_deadline = min(deadlines, default=math.inf)
         return removed
+
+    def _due(self, at: int) -> None:
+        """A session or lock deadline at `at` exists now (ticks look again no later than it)."""
+        self._next_deadline = min(self._next_deadline, at)
 
     # --- admin ---------------------------------------------------------------------------------------------
     def list_groups(self) -> list[tuple[str, str]]:
