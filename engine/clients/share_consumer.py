@@ -199,8 +199,9 @@ class ShareConsumer:
         out = self._send(fetch=False)
         return {TopicPartition(self._name(t), p): exc for (t, p), exc in out.items()}
 
-    def _send(self, fetch: bool, final: bool = False):
-        """One share request: the session step, the marked acknowledgements, and (with `fetch`) an acquisition."""
+    def _send(self, fetch: bool, final: bool = False, rejoined: bool = False):
+        """One share request: the session step, the marked acknowledgements, and (with `fetch`) an acquisition (once
+        more after joining again, when the member was no longer in the group)."""
         sg = self.engine.share_groups
         with self._lock:
             assigned = {(t, p) for t, ps in self._assignment.items() for p in ps}
@@ -213,9 +214,15 @@ class ShareConsumer:
         add, forget = sorted(assigned - self._session), sorted(self._session - assigned)
         try:
             sg.session(self.group_id, self.member_id, epoch, add, forget, acknowledging_only=not fetch)
-        except (ShareSessionNotFoundError, InvalidShareSessionEpochError):
+        except (ShareSessionNotFoundError, InvalidShareSessionEpochError, UnknownMemberIdError) as exc:
             self._session_epoch, self._session = 0, set()  # open a new session next time
-            return {key: None for key in acks}
+            if isinstance(exc, UnknownMemberIdError) and not final:  # (removed from the group: it joins again)
+                with self._lock:
+                    self._epoch = 0
+                self._beat(None)
+                if fetch and not rejoined:
+                    self._send(fetch, rejoined=True)
+            return {key: exc for key in acks}  # (not applied: their records were released with the session)
         self._session = set(assigned)
         self._session_epoch = 0 if final else (epoch + 1 if epoch < 0x7FFFFFFF else 1)
         out = sg.acknowledge(self.group_id, self.member_id, acks) if acks else {}

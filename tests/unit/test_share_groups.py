@@ -532,3 +532,26 @@ def test_a_share_partitions_acknowledgement_batches_apply_all_together_or_not_at
     assert sp.states() == before and sp.start == 0
     assert sp.acknowledge("m", [(0, 3, [ACCEPT]), (4, 4, [RELEASE]), (5, 9, [REJECT])]) is None
     assert sp.start == 4 and [s for _, s, _, _ in sp.states()] == [0, 4, 4, 4, 4, 4]
+
+
+def test_an_in_process_member_removed_by_its_session_timeout_joins_again_and_goes_on(tmp_path):
+    """Its heartbeats stop (as a paused process's would), its session times out, its records go to no one in the
+    meantime but come back: its next poll finds its share session gone, joins again, and reads them again."""
+    clock = ManualClock()
+    with engine.open(tmp_path / "d", clock=clock) as e:
+        e.create_topic("jobs", partitions=1)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+        _keyed(e, "jobs", 5)
+        member = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+        first = member.poll(0)
+        assert [r.delivery_count for r in first] == [1] * 5
+        e.heartbeats.remove(member)  # (no heartbeat from now on)
+        clock.advance(45_000)
+        assert e.share_groups.tick() == 1  # removed: its share session closed, its records released
+        for r in first:
+            member.acknowledge(r)
+        outcome = member.commit_sync()  # too late: not applied, and said so
+        assert [type(x).__name__ for x in outcome.values()] == ["ShareSessionNotFoundError"]
+        again = member.poll(0)
+        assert [(r.offset, r.delivery_count) for r in again] == [(o, 2) for o in range(5)]
+        member.close()
