@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
@@ -60,13 +59,12 @@ from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
 from engine.groups.share_partition import DONE, RELEASE, Acquired, SharePartition
 from engine.log.unified_log import COORDINATOR
+from engine.record import batch_format as bf
 from engine.record import codec
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger("kafkalog.share")
 Key = tuple[str, int]  # (topic id, partition)
-_HEADER = struct.Struct(">qi9xhi12xq")  # base offset, length, attributes, last offset delta, producer id
-_CONTROL, _TRANSACTIONAL = 0x20, 0x10
 DYNAMIC_CONFIGS = {"share.record.lock.duration.ms", "share.session.timeout.ms", "share.heartbeat.interval.ms",
                    "share.auto.offset.reset", "share.isolation.level"}
 
@@ -558,20 +556,20 @@ def _batches(view, aborted: dict[int, int]) -> list[tuple[int, int, bool, int, i
     out = []
     pos, size = 0, len(view)
     open_aborts: set[int] = set()
-    while pos + _HEADER.size <= size:
-        base, length, attributes, delta, producer_id = _HEADER.unpack_from(view, pos)
-        end = pos + 12 + length
+    while pos + bf.HEADER_SIZE <= size:
+        base, length, _, _, _, attributes, delta, _, _, producer_id, *_ = bf.HEADER.unpack_from(view, pos)
+        end = pos + bf.LOG_OVERHEAD + length
         if end > size:
             break
-        control = bool(attributes & _CONTROL)
-        if attributes & _TRANSACTIONAL and producer_id in aborted and base >= aborted[producer_id]:
+        control = bool(attributes & bf.CONTROL_FLAG)
+        transactional = bool(attributes & bf.TRANSACTIONAL_FLAG)
+        if transactional and producer_id in aborted and base >= aborted[producer_id]:
             if control:
                 del aborted[producer_id]
                 open_aborts.discard(producer_id)
             else:
                 open_aborts.add(producer_id)
-        deliver = not control and not (attributes & _TRANSACTIONAL and producer_id in open_aborts)
-        out.append((base, base + delta, deliver, pos, end))
+        out.append((base, base + delta, not control and not (transactional and producer_id in open_aborts), pos, end))
         pos = end
     return out
 

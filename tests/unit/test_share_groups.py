@@ -555,3 +555,39 @@ def test_an_in_process_member_removed_by_its_session_timeout_joins_again_and_goe
         again = member.poll(0)
         assert [(r.offset, r.delivery_count) for r in again] == [(o, 2) for o in range(5)]
         member.close()
+
+
+def test_read_committed_share_groups_never_deliver_an_aborted_transaction_or_a_marker(tmp_path):
+    """Records of an aborted transaction are archived, not delivered, under share.isolation.level=read_committed
+    (delivered under read_uncommitted); a committed transaction's are delivered once its marker is written; control
+    batches never are; and nothing past the last stable offset is acquired while a transaction is open."""
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("tx", partitions=1)
+        for group, level in (("rc", "read_committed"), ("ru", "read_uncommitted")):
+            e.alter_group_configs(group, {"share.auto.offset.reset": "earliest", "share.isolation.level": level})
+        with e.producer(linger_ms=0) as plain:
+            plain.send("tx", b"plain-1").get()
+        txn = e.producer(transactional_id="t1")
+        txn.init_transactions()
+        txn.begin_transaction()
+        txn.send("tx", b"aborted-1")
+        txn.send("tx", b"aborted-2")
+        txn.flush()
+        txn.abort_transaction()
+        txn.begin_transaction()
+        txn.send("tx", b"committed-1")
+        txn.flush()
+        rc = e.share_consumer("rc", ["tx"])
+        assert [r.value for r in rc.poll(0)] == [b"plain-1"]  # (the open transaction holds back the rest)
+        txn.commit_transaction()
+        txn.close()
+        assert [r.value for r in rc.poll(0)] == [b"committed-1"]
+        ru = e.share_consumer("ru", ["tx"])
+        assert sorted(r.value for r in ru.poll(0)) == [b"aborted-1", b"aborted-2", b"committed-1", b"plain-1"]
+        rc.poll(0)
+        ru.poll(0)
+        tid = e.admin.topic_id_of("tx")
+        end = e.partition("tx", 0).high_watermark
+        assert e.share_groups.start_offsets("rc") == e.share_groups.start_offsets("ru") == {(tid, 0): end}
+        rc.close()
+        ru.close()
