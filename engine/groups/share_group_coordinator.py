@@ -38,7 +38,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Protocol
+from typing import Callable, NamedTuple
 
 from engine.common.errors import (
     GroupIdNotFoundError,
@@ -58,27 +58,13 @@ from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
 from engine.groups.share_partition import DONE, RELEASE, Acquired, SharePartition
-from engine.log.unified_log import COORDINATOR
 from engine.record import batch_format as bf
-from engine.record import codec
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger("kafkalog.share")
 Key = tuple[str, int]  # (topic id, partition)
 DYNAMIC_CONFIGS = {"share.record.lock.duration.ms", "share.session.timeout.ms", "share.heartbeat.interval.ms",
                    "share.auto.offset.reset", "share.isolation.level"}
-
-
-class StateLog(Protocol):
-    """What the coordinator's storage uses of an engine (engine.internal_topics.InternalTopics)."""
-
-    def internal_topics(self) -> dict[str, int]: ...
-
-    def ensure_internal_topic(self, name: str) -> bool: ...
-
-    def internal_partition(self, topic: str, partition: int): ...
-
-    def append_internal(self, topic: str, partition: int, data, origin: str = ...): ...
 
 
 class Fetched(NamedTuple):
@@ -132,11 +118,12 @@ class ShareGroupCoordinator:
     that id; `available(topic, partition)` is told when released records can be acquired again (as an append would
     be: it wakes the fetches waiting)."""
 
-    def __init__(self, storage: StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
+    def __init__(self, storage: records.StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
                  partition: Callable[[str, int], object], dynamic: Callable[[str], dict[str, str]],
                  other_group: Callable[[str], bool], config: GroupConfig | None = None,
                  available: Callable[[str, int], None] = lambda topic, partition: None) -> None:
-        self._storage, self.clock, self._topics, self._topic_named = storage, clock, topics, topic_named
+        self._store, self.clock, self._topics, self._topic_named = records.ShareStateStore(storage), clock, topics, \
+            topic_named
         self._partition, self._dynamic, self._other_group = partition, dynamic, other_group
         self._available = available  # records of topic-partition became available again: wakes waiting fetches
         self.config = config or GroupConfig.of(None)
@@ -144,51 +131,22 @@ class ShareGroupCoordinator:
         self.groups: dict[str, ShareGroup] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
-        self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
         self._persisted: dict[tuple[str, str, int], records.ShareState] = {}  # loaded, not yet in use
         self._next_deadline: float = 0  # no session or lock deadline passes before this (0: look at every one)
 
     # --- storage ---------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Replay `__share_group_state` (the last snapshot of each share-partition, then its later updates)."""
-        count = self._storage.internal_topics().get(records.TOPIC, 0)
-        states: dict[tuple[str, str, int], records.ShareState] = {}
-        for p in range(count):
-            lg = self._storage.internal_partition(records.TOPIC, p).log
-            for _, batch in lg.batches(lg.log_start_offset, lg.high_watermark):
-                if batch.is_control:
-                    continue
-                for rec in batch.records():
-                    if rec.key is None:
-                        continue
-                    s = records.decode(rec.key, rec.value)
-                    key = (s.group_id, s.topic_id, s.partition)
-                    if s.tombstone:
-                        states.pop(key, None)
-                    elif s.kind == records.SNAPSHOT or key not in states:
-                        states[key] = s
-                    else:
-                        states[key] = _updated(states[key], s)
+        """Replay `__share_group_state`: each share-partition's last state."""
+        states = self._store.load()
         with self._lock:
             self._persisted = states
-            self._epochs = {k: s.snapshot_epoch for k, s in states.items()}
             for group_id, _, _ in states:
                 if group_id not in self.groups:
                     self.groups[group_id] = self._new_group(group_id)
 
     def _persist(self, group_id: str, changed: set[Key], now: int) -> None:
-        rows: dict[int, list] = {}
-        for topic_id, index in sorted(changed):
-            key = (group_id, topic_id, index)
-            sp = self.partitions.get(key)
-            if sp is None:
-                continue
-            epoch = (self._epochs.get(key, -1) + 1) & 0xFFFF
-            self._epochs[key] = epoch
-            s = records.ShareState(records.SNAPSHOT, group_id, topic_id, index, epoch, 0, sp.start,
-                                   tuple(sp.state_batches()))
-            rows.setdefault(records.partition(group_id, topic_id, index), []).append(records.encode(s))
-        self._append(rows, now)
+        self._store.write([(group_id, t, p, sp.start, sp.state_batches()) for t, p in sorted(changed)
+                           if (sp := self.partitions.get((group_id, t, p))) is not None], now)
 
     def _released(self, group_id: str, changed: set[Key], now: int) -> None:
         """Persist share-partitions whose records were released, and wake the fetches that could acquire them."""
@@ -197,14 +155,6 @@ class ShareGroupCoordinator:
             name = self._topic_named(topic_id)
             if name is not None:
                 self._available(name, index)
-
-    def _append(self, rows: dict[int, list], now: int) -> None:
-        """One batch of (key, value) records to each `__share_group_state` partition named."""
-        if rows:
-            self._storage.ensure_internal_topic(records.TOPIC)
-        for p, kvs in sorted(rows.items()):
-            data = codec.encode_batch([(k, v, None, now) for k, v in kvs])
-            self._storage.append_internal(records.TOPIC, p, data, origin=COORDINATOR)
 
     # --- membership ------------------------------------------------------------------------------------
     def _settings(self, group_id: str) -> dict[str, object]:
@@ -527,15 +477,12 @@ class ShareGroupCoordinator:
 
     def _drop_state(self, group_id: str, keys, now: int) -> None:
         """Forget share-partitions of `group_id` (a deleted group's, a deleted topic's): tombstones for their state."""
-        rows: dict[int, list] = {}
+        known = []
         for t, p in sorted(keys):
-            known = self.partitions.pop((group_id, t, p), None) is not None
-            known = self._persisted.pop((group_id, t, p), None) is not None or known
-            self._epochs.pop((group_id, t, p), None)
-            if known:
-                tomb = records.ShareState(records.SNAPSHOT, group_id, t, p, tombstone=True)
-                rows.setdefault(records.partition(group_id, t, p), []).append(records.encode(tomb))
-        self._append(rows, now)
+            in_use = self.partitions.pop((group_id, t, p), None) is not None
+            if self._persisted.pop((group_id, t, p), None) is not None or in_use:
+                known.append((group_id, t, p))
+        self._store.delete(known, now)
 
     def start_offsets(self, group_id: str) -> dict[Key, int]:
         """Each share-partition's start offset (SPSO) of `group_id`."""
@@ -572,22 +519,3 @@ def _batches(view, aborted: dict[int, int]) -> list[tuple[int, int, bool, int, i
         out.append((base, base + delta, not control and not (transactional and producer_id in open_aborts), pos, end))
         pos = end
     return out
-
-
-def _updated(snapshot: records.ShareState, update: records.ShareState) -> records.ShareState:
-    """A snapshot with a ShareUpdate applied: its batches replace the offsets they name."""
-    pieces = list(snapshot.batches)
-    for u in update.batches:
-        kept = []
-        for b in pieces:
-            if u.last_offset < b.first_offset or u.first_offset > b.last_offset:
-                kept.append(b)
-                continue
-            if b.first_offset < u.first_offset:
-                kept.append(b._replace(last_offset=u.first_offset - 1))
-            if b.last_offset > u.last_offset:
-                kept.append(b._replace(first_offset=u.last_offset + 1))
-        pieces = kept + [u]
-    start = update.start_offset if update.start_offset >= 0 else snapshot.start_offset
-    return snapshot._replace(start_offset=start, snapshot_epoch=update.snapshot_epoch,
-                             batches=tuple(sorted(b for b in pieces if b.last_offset >= start)))

@@ -11,18 +11,23 @@ kafkalog writes a snapshot for every change (so a reader needs no update to know
 record of a share-partition lives in partition abs(hash("group:topicId:partition")) % 50 of the topic (Java's
 String.hashCode over the share coordinator's key). Later Kafka releases add timestamps to these values; this
 module reads and writes the 4.0 layout only.
-Crash policy: a record is the unit of change; on load the share coordinator replays every partition in log order (the
-last snapshot of a key, then its later updates, win).
-Thread-safety: stateless functions.
+ShareStateStore reads and writes them through an engine's internal topics (created on first write): one batch per
+`__share_group_state` partition a write touches, appended with acks='all'; each snapshot of a share-partition carries
+the next snapshot epoch (uint16, wrapping).
+Crash policy: a record is the unit of change; on load every partition is replayed in log order (the last snapshot of a
+key, then its later updates, win).
+Thread-safety: the functions are stateless; a ShareStateStore is its coordinator's, called under its lock.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from engine.common.errors import CorruptRecordError
 from engine.groups.share_partition import StateBatch
 from engine.protocol.schema import parse_fields, read_struct, write_struct
+from engine.log.unified_log import COORDINATOR
 from engine.protocol.types import MalformedRequestError, Reader, Writer
+from engine.record import codec
 from engine.record.schema import partition_for
 from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
@@ -113,3 +118,90 @@ def decode(key, value) -> ShareState:
                                                    for b in v["state_batches"]))
     except (MalformedRequestError, ValueError, IndexError) as exc:
         raise CorruptRecordError(f"{TOPIC}: a share state record that does not parse: {exc}") from None
+
+
+class StateLog(Protocol):
+    """What the store uses of an engine (engine.internal_topics.InternalTopics)."""
+
+    def internal_topics(self) -> dict[str, int]: ...
+
+    def ensure_internal_topic(self, name: str) -> bool: ...
+
+    def internal_partition(self, topic: str, partition: int): ...
+
+    def append_internal(self, topic: str, partition: int, data, origin: str = ...): ...
+
+
+class ShareStateStore:
+    """`__share_group_state` of one engine (see the module docstring)."""
+
+    def __init__(self, internal: StateLog) -> None:
+        self._internal = internal
+        self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
+
+    def load(self) -> dict[tuple[str, str, int], ShareState]:
+        """Each share-partition's last state, by (group, topic id, partition)."""
+        states: dict[tuple[str, str, int], ShareState] = {}
+        for p in range(self._internal.internal_topics().get(TOPIC, 0)):
+            lg = self._internal.internal_partition(TOPIC, p).log
+            for _, batch in lg.batches(lg.log_start_offset, lg.high_watermark):
+                if batch.is_control:
+                    continue
+                for rec in batch.records():
+                    if rec.key is None:
+                        continue
+                    s = decode(rec.key, rec.value)
+                    key = (s.group_id, s.topic_id, s.partition)
+                    if s.tombstone:
+                        states.pop(key, None)
+                    elif s.kind == SNAPSHOT or key not in states:
+                        states[key] = s
+                    else:
+                        states[key] = updated(states[key], s)
+        self._epochs = {k: s.snapshot_epoch for k, s in states.items()}
+        return states
+
+    def write(self, states: list[tuple[str, str, int, int, list[StateBatch]]], now: int) -> None:
+        """Snapshots of share-partitions: (group, topic id, partition, start offset, state batches) each."""
+        rows: dict[int, list] = {}
+        for group_id, topic_id, index, start, batches in states:
+            key = (group_id, topic_id, index)
+            epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) & 0xFFFF
+            s = ShareState(SNAPSHOT, group_id, topic_id, index, epoch, 0, start, tuple(batches))
+            rows.setdefault(partition(group_id, topic_id, index), []).append(encode(s))
+        self._append(rows, now)
+
+    def delete(self, keys: list[tuple[str, str, int]], now: int) -> None:
+        """Tombstones for the state of share-partitions (group, topic id, partition)."""
+        rows: dict[int, list] = {}
+        for group_id, topic_id, index in keys:
+            self._epochs.pop((group_id, topic_id, index), None)
+            tomb = ShareState(SNAPSHOT, group_id, topic_id, index, tombstone=True)
+            rows.setdefault(partition(group_id, topic_id, index), []).append(encode(tomb))
+        self._append(rows, now)
+
+    def _append(self, rows: dict[int, list], now: int) -> None:
+        if rows:
+            self._internal.ensure_internal_topic(TOPIC)
+        for p, kvs in sorted(rows.items()):
+            self._internal.append_internal(TOPIC, p, codec.encode_batch([(k, v, None, now) for k, v in kvs]),
+                                           origin=COORDINATOR)
+
+
+def updated(snapshot: ShareState, update: ShareState) -> ShareState:
+    """A snapshot with a ShareUpdate applied: its batches replace the offsets they name."""
+    pieces = list(snapshot.batches)
+    for u in update.batches:
+        kept = []
+        for b in pieces:
+            if u.last_offset < b.first_offset or u.first_offset > b.last_offset:
+                kept.append(b)
+                continue
+            if b.first_offset < u.first_offset:
+                kept.append(b._replace(last_offset=u.first_offset - 1))
+            if b.last_offset > u.last_offset:
+                kept.append(b._replace(first_offset=u.last_offset + 1))
+        pieces = kept + [u]
+    start = update.start_offset if update.start_offset >= 0 else snapshot.start_offset
+    return snapshot._replace(start_offset=start, snapshot_epoch=update.snapshot_epoch,
+                             batches=tuple(sorted(b for b in pieces if b.last_offset >= start)))

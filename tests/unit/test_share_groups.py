@@ -22,7 +22,7 @@ from engine.common.errors import (
 )
 from engine.groups import share_state_records as records
 from engine.groups.share_group import ShareHeartbeat, simple_assignment
-from engine.groups.share_group_coordinator import _updated
+from engine.groups.share_state_records import updated as _updated
 from engine.groups.share_partition import ACCEPT, GAP, REJECT, RELEASE, SharePartition, StateBatch
 
 LIMIT = 3  # delivery count limit of the model runs
