@@ -160,6 +160,8 @@ class ShareApis:
             acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
             if epoch == -1:
                 sg.close_session(group_id, member_id)
+                if request.session is not None:
+                    request.session.on_close.pop(("share", group_id, member_id), None)
         except KafkaError as exc:
             return self._failed(exc)
         entries = {key: _ack_entry(exc, "") for key, exc in acked.items()}
