@@ -34,6 +34,7 @@ from engine.common.errors import (
     KafkaError,
     ShareSessionNotFoundError,
     UnknownMemberIdError,
+    not_supported_yet,
 )
 from engine.common.structs import TopicPartition
 from engine.groups.share_group import ShareHeartbeat
@@ -92,16 +93,18 @@ class ShareConsumer:
         self._interval_ms = 5_000  # the group's heartbeat interval (from its first heartbeat on)
         self._got: dict = {}  # what the last share request acquired
         self.closed = False
-        topics = list(topics)
-        if topics:
+        if isinstance(topics, str) or list(topics):
             self.subscribe(topics)
 
     # --- membership ----------------------------------------------------------------------------------------
     def subscribe(self, topics: Iterable[str]) -> None:
         self._check_open()
-        names = tuple(sorted(set(topics)))
-        if not names or not all(isinstance(t, str) and t for t in names):
-            raise InvalidConfigurationError(f"subscribe({list(topics)!r}): topic names")
+        given = [topics] if isinstance(topics, str) else list(topics)
+        if not given:  # (Kafka's consumers take it as unsubscribe())
+            raise not_supported_yet("a share consumer's unsubscribe (subscribe to no topic)")
+        if isinstance(topics, str) or not all(isinstance(t, str) and t for t in given):
+            raise InvalidConfigurationError(f"subscribe({topics!r}): a list of topic names")
+        names = tuple(sorted(set(given)))
         self._topics = names
         self._beat(names)
         self.engine.heartbeats.add(self, self._interval_ms, self._heartbeat)
@@ -289,7 +292,8 @@ class ShareConsumer:
             for record in list(self._delivered.values()):
                 self._mark(record, AcknowledgeType.ACCEPT)
         try:
-            self._send(fetch=False, final=True)
+            if self._session_epoch:  # (a share session is open: it closes, with the last acknowledgements)
+                self._send(fetch=False, final=True)
         finally:
             with self._lock:
                 epoch, self._epoch = self._epoch, 0

@@ -389,6 +389,20 @@ def _fake(topic: str):
     return ShareRecord(topic, 0, 10**9, 0, None, None, [], 1)
 
 
+def test_a_share_consumer_refuses_what_is_not_a_list_of_topic_names(tmp_path):
+    with engine.open(tmp_path / "d") as e:
+        for bad in ("jobs", [""], [3]):
+            with pytest.raises(InvalidConfigurationError, match="a list of topic names"):
+                e.share_consumer("w", bad)
+        with e.share_consumer("w") as member:  # (no topic yet: fine, until it polls)
+            with pytest.raises(IllegalStateError, match="before subscribe"):
+                member.poll(0)
+            with pytest.raises(UnsupportedVersionError, match="not supported yet"):
+                member.subscribe([])
+        with pytest.raises(InvalidConfigurationError, match="implicit or explicit"):
+            e.share_consumer("w", ["jobs"], acknowledgement_mode="auto")
+
+
 def test_an_explicit_member_must_acknowledge_before_it_polls_again_and_a_lock_times_out(tmp_path):
     clock = ManualClock()
     with engine.open(tmp_path / "d", clock=clock) as e:
