@@ -361,8 +361,8 @@ class ShareGroupCoordinator:
         if data is None:
             return empty
         view = data.records
-        aborted = {t.producer_id: t.first_offset for t in part.aborted_transactions(data)} \
-            if isolation == READ_COMMITTED else {}
+        aborted = sorted((t.first_offset, t.producer_id) for t in part.aborted_transactions(data)) \
+            if isolation == READ_COMMITTED else []
         bounds = _batches(view, aborted)
         lock_ms = int(settings["share.record.lock.duration.ms"])
         acquired = sp.acquire(member_id, [(b, last, ok) for b, last, ok, _, _ in bounds], max(1, max_records), now,
@@ -496,26 +496,26 @@ def _isolation(settings: dict) -> str:
     return READ_COMMITTED if settings["share.isolation.level"] == "read_committed" else READ_UNCOMMITTED
 
 
-def _batches(view, aborted: dict[int, int]) -> list[tuple[int, int, bool, int, int]]:
+def _batches(view, aborted: list[tuple[int, int]]) -> list[tuple[int, int, bool, int, int]]:
     """(base offset, last offset, deliverable, start, end) of each whole batch in `view` (bytes of the log): a
-    control batch is not deliverable, nor a transactional batch of an aborted transaction (`aborted`: producer id ->
-    the transaction's first offset) until its abort marker."""
+    control batch is not deliverable, nor a transactional batch of an aborted transaction (`aborted`: (first offset,
+    producer id) of each, by first offset) from its first offset until its producer's next marker, as Kafka's
+    read_committed consumers skip them."""
     out = []
-    pos, size = 0, len(view)
-    open_aborts: set[int] = set()
+    pos, size, due = 0, len(view), 0
+    open_aborts: set[int] = set()  # producer ids whose aborted transaction the batches are in
     while pos + bf.HEADER_SIZE <= size:
         base, length, _, _, _, attributes, delta, _, _, producer_id, *_ = bf.HEADER.unpack_from(view, pos)
         end = pos + bf.LOG_OVERHEAD + length
         if end > size:
             break
+        while due < len(aborted) and aborted[due][0] <= base + delta:
+            open_aborts.add(aborted[due][1])
+            due += 1
         control = bool(attributes & bf.CONTROL_FLAG)
-        transactional = bool(attributes & bf.TRANSACTIONAL_FLAG)
-        if transactional and producer_id in aborted and base >= aborted[producer_id]:
-            if control:
-                del aborted[producer_id]
-                open_aborts.discard(producer_id)
-            else:
-                open_aborts.add(producer_id)
-        out.append((base, base + delta, not control and not (transactional and producer_id in open_aborts), pos, end))
+        aborted_batch = bool(attributes & bf.TRANSACTIONAL_FLAG) and producer_id in open_aborts
+        if control:
+            open_aborts.discard(producer_id)
+        out.append((base, base + delta, not control and not aborted_batch, pos, end))
         pos = end
     return out
