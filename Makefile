@@ -137,7 +137,7 @@ INTEROP_KILLS ?= 5
 # source distribution of the installed release). Each fails when a test it expects to pass does not, or an unlisted
 # one passes
 # librdkafka's share consumer tests run for minutes each: CI runs the quicker ones, SHARE_TESTS=all runs every one
-SHARE_TESTS ?= 0171,0172,0173,0175,0178,0179,0180,0181,0184,0185
+SHARE_TESTS ?= 0171,0172,0173,0175,0177,0178,0179,0180,0181,0185
 client-suites: setup
 	$(PY) -m tests.client_suites.librdkafka
 	KAFKALOG_NO_EXTENSIONS=1 KAFKALOG_REQUIRE_EXTENSIONS=0 $(PY) -m tests.client_suites.librdkafka

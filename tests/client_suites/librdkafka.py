@@ -25,7 +25,7 @@ runs against 4.2.0, in full (not quick) mode, since each of their subtests is sk
 serves them with group.share.heartbeat.interval.ms=1000 (Kafka's default is 5000; their time limits assume the faster
 heartbeats librdkafka's own mock cluster gives them). No real broker here speaks their share protocol (the broker
 build is Kafka 4.0, whose share APIs are v0, which librdkafka does not send), so they are judged alone: each must pass
-but those in SHARE_NOT_PASSING, each with its reason, which must fail.
+but those in SHARE_NOT_PASSING, each with its reason, which must fail (SHARE_VARIES: judged neither way).
 
 Usage: python -m tests.client_suites.librdkafka [--cache DIR] [--write] [--tests 0001,0011] [--group-protocol consumer]
        python -m tests.client_suites.librdkafka --share [--cache DIR] [--write] [--tests 0171]
@@ -62,6 +62,10 @@ SHARE_TESTS = ("0170_share_consumer_subscription", "0171_share_consumer_consume"
                "0179_share_consumer_destroy", "0180_share_consumer_config", "0181_share_consumer_topic_delete",
                "0184_share_consumer_topic_recreate", "0185_share_consumer_max_poll_interval")
 SHARE_NOT_PASSING = {
+    "0170_share_consumer_subscription": "its time limit (160 s for about twenty subtests) runs out with every subtest "
+                                        "that ran passed: several wait out all their polls, since the suite's "
+                                        "test_share_poll never reports how many records it received (so "
+                                        "test_share_consume_msgs counts none and polls max_attempts times)",
     "0171_share_consumer_consume": "its all-codecs subtest sets compression.type=zstd, which this build of librdkafka "
                                    "lacks (as the real broker's baseline build does)",
     "0179_share_consumer_destroy": "its explicit-acknowledgement subtests expect each poll to return one partition's "
@@ -89,6 +93,13 @@ VARIES = {
     "0140_commit_metadata": "passed in the one of this session's three full runs that reached it (the others ended "
                             "after a hung `_mock` test); the real broker's run did not pass it",
 }
+# share tests whose outcome varies between runs here, judged neither way
+SHARE_VARIES = {
+    "0184_share_consumer_topic_recreate": "passed, and in another run failed in its last subtest on a delivery report "
+                                          "left over from the subtest before (a record produced while its topic was "
+                                          "deleted, failed with Local: Unknown partition after the next subtest "
+                                          "began)",
+}
 
 
 def judged(name: str) -> bool:
@@ -109,7 +120,7 @@ def baseline(protocol: str = "classic") -> dict[str, str]:
 
 def expected(protocol: str = "classic") -> set[str]:
     if protocol == "share":
-        return set(SHARE_TESTS) - set(SHARE_NOT_PASSING)
+        return set(SHARE_TESTS) - set(SHARE_NOT_PASSING) - set(SHARE_VARIES)
     return {name for name, outcome in baseline(protocol).items() if outcome == "PASSED"} | \
         set(ALSO_PASSING_HERE[protocol])
 
@@ -232,7 +243,7 @@ def check(results: dict[str, str], only: list[str] | None = None, protocol: str 
     if protocol == "share":
         return [f"{n}: {results.get(n, 'not run')}" + (f" (listed as not passing: {SHARE_NOT_PASSING[n]})"
                                                        if n in SHARE_NOT_PASSING else "")
-                for n in SHARE_TESTS if (only is None or n[:4] in only)
+                for n in SHARE_TESTS if (only is None or n[:4] in only) and n not in SHARE_VARIES
                 and (results.get(n) == "PASSED") == (n in SHARE_NOT_PASSING)]
     want = {n for n in expected(protocol) if only is None or n[:4] in only}
     problems = [f"{n}: {results.get(n, 'not run')} (it passes against a real broker, group.protocol={protocol})"
@@ -248,7 +259,9 @@ def share_table(results: dict[str, str]) -> str:
              f"against Kafka {SHARE_KAFKA_VERSION}, from {PACKAGE}) against the listener (with "
              f"group.share.heartbeat.interval.ms={SHARE_HEARTBEAT_MS}): **{passed} of {len(SHARE_TESTS)} passed**.",
              "", "| test | listener | note |", "|---|---|---|"]
-    lines += [f"| `{n}` | {results.get(n, 'not run').lower()} | {SHARE_NOT_PASSING.get(n, '')} |" for n in SHARE_TESTS]
+    lines += [f"| `{n}` | {results.get(n, 'not run').lower()} | "
+              f"{SHARE_NOT_PASSING.get(n, '') or (f'not judged: {SHARE_VARIES[n]}' if n in SHARE_VARIES else '')} |"
+              for n in SHARE_TESTS]
     return "\n".join(lines)
 
 
