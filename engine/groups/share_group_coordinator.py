@@ -55,6 +55,7 @@ from engine.common.errors import (
 )
 from engine.groups import share_state_records as records
 from engine.groups.consumer_group import TopicsView
+from engine.groups.group_coordinator import InternalLog
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
 from engine.groups.share_partition import DONE, RELEASE, Acquired, SharePartition
@@ -118,7 +119,7 @@ class ShareGroupCoordinator:
     that id; `available(topic, partition)` is told when released records can be acquired again (as an append would
     be: it wakes the fetches waiting)."""
 
-    def __init__(self, storage: records.StateLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
+    def __init__(self, storage: InternalLog, clock, topics: TopicsView, topic_named: Callable[[str], str | None],
                  partition: Callable[[str, int], object], dynamic: Callable[[str], dict[str, str]],
                  other_group: Callable[[str], bool], config: GroupConfig | None = None,
                  available: Callable[[str, int], None] = lambda topic, partition: None) -> None:

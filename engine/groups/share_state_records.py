@@ -20,9 +20,10 @@ Thread-safety: the functions are stateless; a ShareStateStore is its coordinator
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from engine.common.errors import CorruptRecordError
+from engine.groups.group_coordinator import InternalLog  # (what a coordinator's storage uses of an engine)
 from engine.groups.share_partition import StateBatch
 from engine.protocol.schema import parse_fields, read_struct, write_struct
 from engine.log.unified_log import COORDINATOR
@@ -120,22 +121,10 @@ def decode(key, value) -> ShareState:
         raise CorruptRecordError(f"{TOPIC}: a share state record that does not parse: {exc}") from None
 
 
-class StateLog(Protocol):
-    """What the store uses of an engine (engine.internal_topics.InternalTopics)."""
-
-    def internal_topics(self) -> dict[str, int]: ...
-
-    def ensure_internal_topic(self, name: str) -> bool: ...
-
-    def internal_partition(self, topic: str, partition: int): ...
-
-    def append_internal(self, topic: str, partition: int, data, origin: str = ...): ...
-
-
 class ShareStateStore:
     """`__share_group_state` of one engine (see the module docstring)."""
 
-    def __init__(self, internal: StateLog) -> None:
+    def __init__(self, internal: InternalLog) -> None:
         self._internal = internal
         self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
 
