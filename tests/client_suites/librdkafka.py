@@ -109,6 +109,8 @@ def judged(name: str) -> bool:
 _DEBIAN = {"npm": "npm", "/usr/include/openssl/ssl.h": "libssl-dev", "/usr/include/zlib.h": "zlib1g-dev"}
 _RESULT = re.compile(r"^\| (\d{4}[A-Za-z0-9_]*) +\| +([A-Z]+) ")
 _DONE = re.compile(r"={5,} Test (\d{4}[A-Za-z0-9_]*) (PASSED|FAILED|SKIPPED) ={5,}")
+# a failed assertion or time limit, which may end the runner before its closing table (it aborts on some failures)
+_FAILED_AT = re.compile(r'^### Test "(\d{4}[A-Za-z0-9_]*)(?: \([^"]*\))?" failed at ')
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -169,12 +171,14 @@ def build(cache: str) -> str:
 
 def outcomes(log_text: str) -> dict[str, str]:
     """{test: PASSED|FAILED|SKIPPED|...} from a test-runner log: its closing table, else the per-test lines (a run
-    ended by its time limit has no table)."""
+    ended by its time limit, or aborted by a failure, has no table; a test's `failed at` line then says it failed)."""
     out: dict[str, str] = {}
     for line in _COLOUR.sub("", log_text).splitlines():
         found = _RESULT.match(line) or _DONE.search(line)
         if found:
             out[found.group(1)] = found.group(2)
+        elif (failed := _FAILED_AT.match(line)) is not None:
+            out.setdefault(failed.group(1), "FAILED")
     return out
 
 
