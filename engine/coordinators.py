@@ -48,12 +48,13 @@ class Coordinators:
         self._groups: GroupCoordinator | None = None
 
     def load_existing(self) -> None:
-        """On open: make the coordinators whose internal topics exist, so their timeouts and expiry run."""
+        """On open: make the coordinators whose internal topics exist, so their timeouts and expiry run. (The share
+        group coordinator has none to run after a restart, since members and acquisitions are memory only: it loads
+        `__share_group_state` on first use, so a directory whose state records it cannot read, a later Kafka's, opens
+        and says so only when share groups are used.)"""
         topics = self._internal.internal_topics()
         if group_offsets.TOPIC in topics:
             self.groups  # noqa: B018 (loads groups and offsets)
-        if share_state_records.TOPIC in topics:
-            self.share_groups  # noqa: B018 (loads the share-partitions' state)
         if topics:
             self.transactions  # noqa: B018
 
