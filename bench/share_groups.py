@@ -22,6 +22,7 @@ PARTITIONS = 16
 # both protocols' members heartbeat every second (Kafka's defaults are 5 s): over the wire a share group's members are
 # given their partitions at their second heartbeat (the first initializes them), a consumer group's at their first
 HEARTBEATS = {"group_share_heartbeat_interval_ms": 1000, "group_consumer_heartbeat_interval_ms": 1000}
+GIVE_UP_S = 300
 
 
 def _filled(scratch: str, records: int):
@@ -36,12 +37,16 @@ def _filled(scratch: str, records: int):
 def _timed(clients: list, step, finished) -> float:
     """Seconds until `finished()`, each of `clients` calling `step(client)` in a loop on a thread of its own; then
     the clients are closed."""
-    done = threading.Event()
+    done, failed = threading.Event(), []
+    give_up = time.monotonic() + GIVE_UP_S
 
     def work(client) -> None:
         while not done.is_set():
             step(client)
             if finished():
+                done.set()
+            elif time.monotonic() > give_up:  # (a benchmark that cannot finish fails; it never hangs the run)
+                failed.append(f"not every record was done in {GIVE_UP_S} s")
                 done.set()
     threads = [threading.Thread(target=work, args=(c,)) for c in clients]
     start = time.perf_counter()
@@ -52,6 +57,8 @@ def _timed(clients: list, step, finished) -> float:
     took = time.perf_counter() - start
     for c in clients:
         c.close()
+    if failed:
+        raise AssertionError(failed[0])
     return took
 
 
@@ -167,8 +174,12 @@ def redelivery_wire_ms(e, bootstrap: str) -> float:
     records: list = []
     while not records and time.monotonic() < deadline:
         records = [m for m in first.poll(0.2) if m.error() is None]
-    while len(e.share_groups.describe(group).members) < 2 and time.monotonic() < deadline:
+    def assigned() -> bool:  # (both members were sent a partition: the second fetches it from now on)
+        members = e.share_groups.describe(group).members.values()
+        return len(members) == 2 and all(m.assignment and m.sent for m in members)
+    while not assigned() and time.monotonic() < deadline:
         second.poll(0.05)
+    second.poll(0.2)
     got: list = []
 
     def wait() -> None:
