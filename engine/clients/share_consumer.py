@@ -21,6 +21,7 @@ lock); the engine under it is thread-safe.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 import uuid
@@ -298,10 +299,8 @@ class ShareConsumer:
             with self._lock:
                 epoch, self._epoch = self._epoch, 0
             if epoch:
-                try:
+                with contextlib.suppress(UnknownMemberIdError, FencedMemberEpochError):  # (already removed)
                     self.engine.share_groups.heartbeat(ShareHeartbeat(self.group_id, self.member_id, -1))
-                except (UnknownMemberIdError, FencedMemberEpochError):
-                    pass  # (already removed)
 
     def __enter__(self) -> ShareConsumer:
         return self
