@@ -28,6 +28,9 @@ partition are the engine's alone.
 Storage: every change of a share-partition is a ShareSnapshot record in `__share_group_state` (created on first use,
 50 partitions; engine.groups.share_state_records), appended with acks='all' before the request that made it is
 answered; on load the coordinator replays them. Membership and sessions are memory only.
+Admin: start offsets and lag per share-partition (DescribeShareGroupOffsets), and, of an empty group only, new start
+offsets (AlterShareGroupOffsets, kafka-share-groups.sh --reset-offsets), a topic's state forgotten
+(DeleteShareGroupOffsets) and the group deleted (DeleteGroups).
 Time: `tick()` (called by every request and the engine's background thread) applies session and lock deadlines on the
 injected clock; it looks at them only once the earliest is due.
 Thread-safety: one lock serialises every call.
@@ -51,6 +54,7 @@ from engine.common.errors import (
     ShareSessionNotFoundError,
     UnknownMemberIdError,
     UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
     not_supported_yet,
 )
 from engine.groups import share_state_records as records
@@ -447,34 +451,53 @@ class ShareGroupCoordinator:
         return SharePartition(start, self.config.group_share_delivery_count_limit,
                               self.config.group_share_partition_max_record_locks)
 
-    def reset_offsets(self, group_id: str, starts: dict[Key, int]) -> None:
+    def reset_offsets(self, group_id: str, starts: dict[Key, int], create: bool = True) -> None:
         """Start share-partitions of an empty share group afresh at the offsets given (kafka-share-groups.sh
-        --reset-offsets): what was delivered, acknowledged or archived of them is forgotten."""
+        --reset-offsets; AlterShareGroupOffsets, which names a group that exists: `create` False): what was
+        delivered, acknowledged or archived of them is forgotten."""
         with self._lock:
             now = self.clock.time_ms()
-            self._empty_group(group_id, True, now)
+            self._empty_group(group_id, create, now)
             for key, start in starts.items():
                 self._persisted.pop((group_id, *key), None)
                 self.partitions[(group_id, *key)] = self._new_partition(start)
             self._persist(group_id, set(starts), now)
+
+    def delete_offsets(self, group_id: str, topic_ids: list[str]) -> dict[str, KafkaError | None]:
+        """DeleteShareGroupOffsets: forget an empty share group's state of whole topics (tombstones; their
+        share-partitions start afresh from share.auto.offset.reset when next assigned). Per topic: None, or
+        UNKNOWN_TOPIC_OR_PARTITION where the group holds no state of it."""
+        with self._lock:
+            now = self.clock.time_ms()
+            self._empty_group(group_id, False, now)
+            held = self._held(group_id)
+            out: dict[str, KafkaError | None] = {}
+            for topic_id in topic_ids:
+                keys = {k for k in held if k[0] == topic_id}
+                out[topic_id] = None if keys else UnknownTopicOrPartitionError(
+                    f"share group {group_id!r} holds no offsets of topic id {topic_id} to delete")
+                self._drop_state(group_id, keys, now)
+            return out
+
+    def _held(self, group_id: str) -> set[Key]:
+        """The share-partitions `group_id` holds state of (in use or persisted)."""
+        return {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted) if gid == group_id}
 
     def delete_group(self, group_id: str) -> None:
         """Delete an empty share group and the state of its share-partitions (tombstones)."""
         with self._lock:
             now = self.clock.time_ms()
             self._empty_group(group_id, False, now)
-            self._drop_state(group_id, {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted)
-                                        if gid == group_id}, now)
+            self._drop_state(group_id, self._held(group_id), now)
             del self.groups[group_id]
             for key in [k for k in self.sessions if k[0] == group_id]:
                 del self.sessions[key]
 
     def _drop_deleted(self, group_id: str, now: int) -> None:
         """Forget the share-partitions of `group_id` whose topic was deleted."""
-        ids = {t for gid, t, _ in list(self.partitions) + list(self._persisted) if gid == group_id}
-        gone = {t for t in ids if self._topic_named(t) is None}
-        self._drop_state(group_id, {(t, p) for gid, t, p in list(self.partitions) + list(self._persisted)
-                                    if gid == group_id and t in gone}, now)
+        held = self._held(group_id)
+        gone = {t for t, _ in held if self._topic_named(t) is None}
+        self._drop_state(group_id, {(t, p) for t, p in held if t in gone}, now)
 
     def _drop_state(self, group_id: str, keys, now: int) -> None:
         """Forget share-partitions of `group_id` (a deleted group's, a deleted topic's): tombstones for their state."""

@@ -1,5 +1,7 @@
 """The listener's share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and
-ShareAcknowledge, answered from the engine's share group coordinator (engine.groups.share_group_coordinator).
+ShareAcknowledge, and the share group offsets APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets,
+DeleteShareGroupOffsets), answered from the engine's share group coordinator
+(engine.groups.share_group_coordinator).
 
 A ShareFetch does its session step and its acknowledgements once, on its first run; its acquisition runs then and
 again each time the socket server wakes it (an append to one of its partitions, or its MaxWaitMs deadline) until
@@ -9,11 +11,12 @@ Thread-safety: the engine's.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Callable
 
-from engine.common.errors import InvalidRequestError, KafkaError
+from engine.common.errors import InvalidGroupIdError, InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
 from engine.groups.share_group import ShareHeartbeat
-from engine.network.api_common import error_code
+from engine.network.api_common import error_code, partition_count
 from engine.network.group_apis import described_assignment, describe_failure, heartbeat_failure, heartbeat_reply
 from engine.network.socket_server import Delayed
 from engine.protocol import Request
@@ -21,6 +24,7 @@ from engine.protocol import share_messages as sm
 from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
 Key = tuple[str, int]
+ZERO_UUID = uuid.UUID(int=0)  # the topic id Kafka answers for a topic it does not know
 
 
 def _acks(topics: list[dict]) -> dict[Key, list[tuple[int, int, list[int]]]]:
@@ -58,7 +62,10 @@ class ShareApis:
     def handlers(self) -> dict[int, Callable]:
         return {sm.SHARE_GROUP_HEARTBEAT.key: self.share_group_heartbeat,
                 sm.SHARE_GROUP_DESCRIBE.key: self.share_group_describe,
-                sm.SHARE_FETCH.key: self.share_fetch, sm.SHARE_ACKNOWLEDGE.key: self.share_acknowledge}
+                sm.SHARE_FETCH.key: self.share_fetch, sm.SHARE_ACKNOWLEDGE.key: self.share_acknowledge,
+                sm.DESCRIBE_SHARE_GROUP_OFFSETS.key: self.describe_share_group_offsets,
+                sm.ALTER_SHARE_GROUP_OFFSETS.key: self.alter_share_group_offsets,
+                sm.DELETE_SHARE_GROUP_OFFSETS.key: self.delete_share_group_offsets}
 
     def share_group_heartbeat(self, request: Request) -> dict:
         b = request.body
@@ -166,3 +173,80 @@ class ShareApis:
             return self._failed(exc)
         entries = {key: _ack_entry(exc, "") for key, exc in acked.items()}
         return {"throttle_time_ms": 0, "error_code": 0, "responses": _by_topic(entries), "node_endpoints": []}
+
+    # --- the share group offsets APIs (Kafka 4.1) -------------------------------------------------------------
+    def describe_share_group_offsets(self, request: Request) -> dict:
+        """Each share-partition's start offset (-1 where the group holds no state of it, or the topic is unknown, as
+        Kafka answers: not an error) and, from v1, its lag: the records below the high watermark neither
+        acknowledged nor archived. Without topics: every share-partition the group holds state of."""
+        sg, admin = self.engine.share_groups, self.engine.admin
+        out = []
+        for g in request.body["groups"]:
+            gid = g["group_id"]
+            starts = sg.start_offsets(gid)
+            if g["topics"] is None:
+                wanted: dict[str, list[int]] = {}
+                for tid, index in sorted(starts):
+                    name = admin.topic_named(tid)
+                    if name is not None:
+                        wanted.setdefault(name, []).append(index)
+            else:
+                wanted = {t["topic_name"]: list(t["partitions"]) for t in g["topics"]}
+            topics = []
+            for name, indexes in wanted.items():
+                tid = admin.topic_id_of(name)
+                rows = []
+                for index in indexes:
+                    start = starts.get((tid, index), -1) if tid is not None else -1
+                    lag = sg.lag(gid, (tid, index), self.engine.partition(name, index).high_watermark) \
+                        if start >= 0 else None
+                    rows.append({"partition_index": index, "start_offset": start, "leader_epoch": 0,
+                                 "lag": -1 if lag is None else lag, "error_code": 0, "error_message": None})
+                topics.append({"topic_name": name, "topic_id": ZERO_UUID if tid is None else topic_uuid(tid),
+                               "partitions": rows})
+            out.append({"group_id": gid, "topics": topics, "error_code": 0, "error_message": None})
+        return {"throttle_time_ms": 0, "groups": out}
+
+    def alter_share_group_offsets(self, request: Request) -> dict:
+        """New start offsets for share-partitions of an empty share group that exists (GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP for the whole request otherwise); an unknown topic or partition is refused alone."""
+        b = request.body
+        topics, starts = [], {}
+        for t in b["topics"]:
+            tid = self.engine.admin.topic_id_of(t["topic_name"])
+            count = partition_count(self.engine, t["topic_name"], 0) if tid is not None else 0
+            rows = []
+            for p in t["partitions"]:
+                known = 0 <= p["partition_index"] < count
+                if known:
+                    starts[(tid, p["partition_index"])] = p["start_offset"]
+                rows.append({"partition_index": p["partition_index"], **_ack_entry(
+                    None if known else UnknownTopicOrPartitionError(
+                        f"no partition {t['topic_name']}-{p['partition_index']}"), "")})
+            topics.append({"topic_name": t["topic_name"], "topic_id": ZERO_UUID if tid is None else topic_uuid(tid),
+                           "partitions": rows})
+        try:
+            if not b["group_id"]:
+                raise InvalidGroupIdError("a share group's id may not be empty")
+            self.engine.share_groups.reset_offsets(b["group_id"], starts, create=False)
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, **_ack_entry(exc, ""), "responses": []}
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": topics}
+
+    def delete_share_group_offsets(self, request: Request) -> dict:
+        """Forget an empty share group's state of whole topics; a topic unknown, or one the group holds no state of,
+        is refused alone (UNKNOWN_TOPIC_OR_PARTITION)."""
+        b = request.body
+        admin = self.engine.admin
+        names = [t["topic_name"] for t in b["topics"]]
+        ids = {name: admin.topic_id_of(name) for name in names}
+        try:
+            if not b["group_id"]:
+                raise InvalidGroupIdError("a share group's id may not be empty")
+            done = self.engine.share_groups.delete_offsets(b["group_id"], [i for i in ids.values() if i is not None])
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, **_ack_entry(exc, ""), "responses": []}
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": [
+            {"topic_name": name, "topic_id": ZERO_UUID if tid is None else topic_uuid(tid), **_ack_entry(
+                done[tid] if tid is not None else UnknownTopicOrPartitionError(f"no topic {name!r}"), "")}
+            for name, tid in ids.items()]}

@@ -2,7 +2,9 @@
 ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge (79), versions 0 and 1: version 1 is the one Kafka 4.1
 made them generally available with (librdkafka's share consumer sends it), version 0 the early-access one of Kafka
 4.0 (its Java KafkaShareConsumer sends it). They differ in ShareFetch alone: v0 has a byte limit per partition, v1
-MaxRecords and BatchSize instead, and its response gives the acquisition lock's duration.
+MaxRecords and BatchSize instead, and its response gives the acquisition lock's duration. Beside them, the share
+group offsets APIs of Kafka 4.1: DescribeShareGroupOffsets (90, v0; v1 of Kafka 4.2 adds the lag),
+AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92).
 Thread-safety: module constants, immutable after import.
 """
 from __future__ import annotations
@@ -101,7 +103,7 @@ SHARE_FETCH = define(78, "ShareFetch", "0-1", 0, """
       error_code int16 0+
       error_message string 0+ null=0+ default=null
       acknowledge_error_code int16 0+
-      acknowledge_error_message string 0+ null=0+ default=null""" + _LEADER_AND_ENDPOINTS[0] + """      records records 0+ null=0+
+      acknowledge_error_message string 0+ null=0+ default=null""" + _LEADER_AND_ENDPOINTS[0] + """      records records 0+ null=0
       acquired_records [] 0+
         first_offset int64 0+
         last_offset int64 0+
@@ -124,3 +126,65 @@ SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "0-1", 0, """
       partition_index int32 0+
       error_code int16 0+
       error_message string 0+ null=0+ default=null""" + _LEADER_AND_ENDPOINTS[0] + _LEADER_AND_ENDPOINTS[1])
+
+
+# The share group offsets admin APIs of Kafka 4.1 (kafka-share-groups.sh --describe, --reset-offsets and
+# --delete-offsets send them); DescribeShareGroupOffsets v1 (Kafka 4.2) adds each share-partition's lag.
+DESCRIBE_SHARE_GROUP_OFFSETS = define(90, "DescribeShareGroupOffsets", "0-1", 0, """
+  groups [] 0+
+    group_id string 0+
+    topics [] 0+ null=0+
+      topic_name string 0+
+      partitions []int32 0+
+""", """
+  throttle_time_ms int32 0+
+  groups [] 0+
+    group_id string 0+
+    topics [] 0+
+      topic_name string 0+
+      topic_id uuid 0+
+      partitions [] 0+
+        partition_index int32 0+
+        start_offset int64 0+
+        leader_epoch int32 0+
+        lag int64 1+ default=-1 ignorable
+        error_code int16 0+
+        error_message string 0+ null=0+ default=null
+    error_code int16 0+
+    error_message string 0+ null=0+ default=null
+""")
+
+ALTER_SHARE_GROUP_OFFSETS = define(91, "AlterShareGroupOffsets", "0", 0, """
+  group_id string 0+
+  topics [] 0+
+    topic_name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      start_offset int64 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+ default=null
+  responses [] 0+
+    topic_name string 0+
+    topic_id uuid 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      error_message string 0+ null=0+ default=null
+""")
+
+DELETE_SHARE_GROUP_OFFSETS = define(92, "DeleteShareGroupOffsets", "0", 0, """
+  group_id string 0+
+  topics [] 0+
+    topic_name string 0+
+""", """
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null=0+ default=null
+  responses [] 0+
+    topic_name string 0+
+    topic_id uuid 0+
+    error_code int16 0+
+    error_message string 0+ null=0+ default=null
+""")

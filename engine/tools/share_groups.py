@@ -1,6 +1,7 @@
 """`kafkalog share-groups`: kafka-share-groups.sh over a log directory: list share groups, describe one (its members
 and assignment, and per share-partition its start offset, log end offset and lag: the records below the log end not
-yet acknowledged or archived), reset an empty group's start offsets, delete an empty group.
+yet acknowledged or archived), reset an empty group's start offsets, delete an empty group's offsets of whole topics
+(--delete-offsets: their share-partitions start again from share.auto.offset.reset), delete an empty group.
 
 Opens the directory with `engine.open` (holding its lock while it runs); prints Kafka's column layout, or one JSON
 document with `--json`. --reset-offsets prints the plan and applies it only with --execute, as Kafka's tool.
@@ -24,6 +25,8 @@ def add_share_groups(sub) -> None:
     action.add_argument("--reset-offsets", action="store_true",
                         help="start --group's share-partitions afresh (the group must be empty)")
     action.add_argument("--delete", action="store_true", help="delete --group and its state (it must be empty)")
+    action.add_argument("--delete-offsets", action="store_true",
+                        help="forget --group's state of each --topic (the group must be empty)")
     add_reset_options(p, "topic, or topic:p1,p2 (--reset-offsets)")
     p.set_defaults(func=share_groups)
 
@@ -31,6 +34,8 @@ def add_share_groups(sub) -> None:
 def share_groups(args: argparse.Namespace, out: Output) -> int:
     with engine.open(args.data) as eng:
         sg = eng.share_groups
+        if args.delete_offsets:
+            return _delete_offsets(eng, args, out)
         return dispatch(args, out, "share", lambda: [{"group": g, "state": state} for g, state in sg.list_groups()],
                         lambda: _describe(eng, args.group, out), sg.delete_group, lambda: _reset(eng, args, out))
 
@@ -60,6 +65,20 @@ def _describe(eng, group_id: str, out: Output) -> int:
                                   ",".join(m["assignment"]) or "-"] for m in members])
     out.result({"group": group_id, "state": g.state, "groupEpoch": g.epoch, "members": members, "partitions": rows},
                text)
+    return 0
+
+
+def _delete_offsets(eng, args, out: Output) -> int:
+    """Kafka's layout: each topic with "Successful" or its error; a group with members or none is refused whole."""
+    if not args.group or not args.topic:
+        raise InvalidConfigurationError("--delete-offsets needs --group and --topic")
+    ids = {t: eng.admin.topic_id_of(t) for t in args.topic}
+    done = eng.share_groups.delete_offsets(args.group, [i for i in ids.values() if i is not None])
+    rows = [{"topic": t, "error": f"no topic {t!r}" if i is None else None if done[i] is None else done[i].message}
+            for t, i in ids.items()]
+    out.result({"group": args.group, "topics": rows},
+               _table(["TOPIC", "STATUS"], [[r["topic"], "Successful" if r["error"] is None else f"Error: {r['error']}"]
+                                            for r in rows]))
     return 0
 
 

@@ -16,6 +16,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from engine.protocol import APIS, decode_request, decode_response, encode_request, encode_response
 from engine.protocol.schema import Field
+from tests.network import kio_peer
 from tests.network.generate import random_struct
 
 
@@ -31,13 +32,14 @@ def _peer_classes() -> dict:
 
 
 PEERS = _peer_classes()
-# APIs kafka-python has no message classes for: the consumer group protocol's (KIP-848), which Kafka's own generated
-# classes read and write in `make interop` (tests/broker/test_kafka_messages.py), as they do every API here; and the
-# share group protocol's (KIP-932) at version 1, which the broker build's 4.0 classes do not have (only the early
-# access v0): librdkafka's share consumer reads and writes them in tests/network/test_share_groups.py and in its own
-# suite's share consumer tests.
+# APIs kafka-python has no message classes for: the consumer group protocol's (KIP-848), the share group protocol's
+# (KIP-932) and the share group offsets APIs (Kafka 4.1). kio, another codec generated from Kafka's published schemas
+# (tests/network/kio_peer.py), judges every version of them it has (test_kio_judges_...); the share group protocol's
+# v0 (Kafka 4.0's early access, which Kafka 4.1 removed and kio lacks) Kafka's own 4.0 classes judge in `make
+# interop` (tests/broker/test_kafka_messages.py), as they do every API they have.
 NO_PEER = {68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe", 76: "ShareGroupHeartbeat",
-           77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge"}
+           77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge", 90: "DescribeShareGroupOffsets",
+           91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
 CASES = [(api, v) for api in sorted(APIS.values(), key=lambda a: a.key) if api.key not in NO_PEER
          for v in range(api.min_version, api.max_version + 1)]
 
@@ -143,3 +145,83 @@ def test_the_protocol_modules_docstrings_say_the_versions_served():
     for name, end, version in claims:
         api = by_name[name]
         assert (api.min_version if end == "min" else api.max_version) == version, (name, end, version)
+
+
+KIO_CASES = [(api, v) for api in sorted(APIS.values(), key=lambda a: a.key) if api.key in NO_PEER
+             for v in range(api.min_version, api.max_version + 1) if kio_peer.schemas(api.key, v) is not None]
+
+
+def test_kio_has_every_version_kafka_python_lacks_but_kafka_4_0s_early_access_share_apis():
+    lacking = {(a.key, v) for a in APIS.values() if a.key in NO_PEER for v in range(a.min_version, a.max_version + 1)
+               if kio_peer.schemas(a.key, v) is None}
+    assert lacking == {(76, 0), (77, 0), (78, 0), (79, 0)}
+
+
+def _known_error_codes(rng: random.Random, body: dict, fields: list[Field]) -> None:
+    """Error code fields set to codes Kafka defines (kio reads each into its enum of them)."""
+    for f in fields:
+        if f.name not in body or body[f.name] is None:
+            continue
+        if f.type == "int16" and f.name.endswith("error_code"):
+            body[f.name] = rng.choice(kio_peer.KNOWN_ERROR_CODES)
+        elif f.type == "{}":
+            _known_error_codes(rng, body[f.name], f.fields)
+        elif f.type == "[]":
+            for element in body[f.name]:
+                _known_error_codes(rng, element, f.fields)
+
+
+def _project_kio(theirs: dict, ours: dict, fields: list[Field], version: int) -> None:
+    """Assert every field of `ours` present in `version` equals kio's decoded value (kio names a duration field
+    without its `_ms`)."""
+    for f in fields:
+        if not f.has(version) or f.name not in ours:
+            continue
+        name = f.name if f.name in theirs else f.name.removesuffix("_ms")
+        assert name in theirs, (f.name, sorted(theirs))
+        mine, got = ours[f.name], theirs[name]
+        if f.type == "{}" and mine is not None:
+            _project_kio(got, mine, f.fields, version)
+        elif f.type == "[]" and mine is not None:
+            assert len(got) == len(mine), f.name
+            for g, m in zip(got, mine):
+                _project_kio(g, m, f.fields, version)
+        elif f.type == "uuid":
+            assert kio_peer.same_uuid(got, mine), (f.name, got, mine)
+        else:
+            if f.type == "string" and mine is None and not f.nullable_in(version):
+                mine = ""
+            assert got == _plain(mine), (f.name, got, mine)
+
+
+@pytest.mark.parametrize("api,version", KIO_CASES, ids=[f"{a.name}-v{v}" for a, v in KIO_CASES])
+def test_kio_judges_the_apis_kafka_python_lacks(api, version):
+    """What we encode, kio decodes to the same values and re-encodes to the same bytes (requests with their header
+    v2, responses with header v1)."""
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.schema.response_header.v1.header import ResponseHeader
+
+    request_class, response_class = kio_peer.schemas(api.key, version)
+    rng = random.Random(api.key * 1000 + version)
+    for _ in range(8):
+        body = random_struct(rng, api.request, version)
+        _known_error_codes(rng, body, api.request)
+        frame = encode_request(api, version, 77, body, client_id="tester")[4:]
+        header, n = kio_peer.decode(RequestHeader, frame)
+        assert (header.request_api_key, header.request_api_version, header.correlation_id, header.client_id) == \
+            (api.key, version, 77, "tester")
+        theirs, used = kio_peer.decode(request_class, frame, n)
+        assert n + used == len(frame)
+        _project_kio(kio_peer.plain(theirs), body, api.request, version)
+        assert kio_peer.encode(header) + kio_peer.encode(theirs) == frame
+        _project(decode_request(frame).body, body, api.request, version)
+
+        body = random_struct(rng, api.response, version)
+        _known_error_codes(rng, body, api.response)
+        data = b"".join(bytes(c) for c in encode_response(api, version, 91, body))[4:]
+        header, n = kio_peer.decode(ResponseHeader, data)
+        assert header.correlation_id == 91
+        theirs, used = kio_peer.decode(response_class, data, n)
+        assert n + used == len(data)
+        _project_kio(kio_peer.plain(theirs), body, api.response, version)
+        assert kio_peer.encode(header) + kio_peer.encode(theirs) == data

@@ -135,3 +135,117 @@ def test_a_share_consumer_that_vanishes_without_closing_has_its_records_released
         again += [(m.offset(), m.delivery_count()) for m in second.poll(0.2) if m.error() is None]
     second.close()
     assert sorted(again) == [(o, 2) for o in range(20)]
+
+
+def _drain(member, wanted: int, accept) -> dict[tuple[int, int], list[int]]:
+    """Poll an explicit in-process member until `wanted` distinct (partition, offset) were delivered, accepting those
+    `accept` picks and releasing the rest; returns the delivery counts each was seen with."""
+    from engine.clients.share_consumer import AcknowledgeType
+
+    seen: dict[tuple[int, int], list[int]] = {}
+    for _ in range(200):
+        if len(seen) >= wanted:
+            break
+        for r in member.poll(50):
+            seen.setdefault((r.partition, r.offset), []).append(r.delivery_count)
+            member.acknowledge(r, AcknowledgeType.ACCEPT if accept(r.partition, r.offset) else
+                               AcknowledgeType.RELEASE)
+        member.commit_sync()
+    assert len(seen) == wanted, sorted(seen)
+    return seen
+
+
+def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
+    """DescribeShareGroupOffsets (v0, v1), AlterShareGroupOffsets and DeleteShareGroupOffsets sent and read by kio (an
+    independent codec of Kafka's published schemas) over a socket: start offsets and lags as a model of the
+    acknowledgements made gives them, -1 where the group holds no state, alterations and deletions refused while
+    the group has a member or when it does not exist, and an altered start offset is where delivery resumes."""
+    import socket
+
+    from kio.schema.alter_share_group_offsets.v0 import request as alter
+    from kio.schema.delete_share_group_offsets.v0 import request as delete
+    from kio.schema.describe_share_group_offsets.v0 import request as describe0
+    from kio.schema.describe_share_group_offsets.v1 import request as describe1
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i32, i64
+
+    from tests.network import kio_peer
+
+    eng, listener = kafka_server.engine, kafka_server.listener
+    for topic, partitions in (("jobs", 2), ("other", 1), ("unread", 1)):
+        eng.create_topic(topic, partitions)
+    with eng.producer(linger_ms=5) as p:
+        for i in range(10):
+            for partition in (0, 1):
+                p.send("jobs", b"v", key=b"%d" % i, partition=partition)
+    eng.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+    done = {(0, o) for o in range(4)} | {(1, o) for o in (0, 2, 4)}  # what the member accepts; the rest it releases
+    with eng.share_consumer("w", ["jobs"], acknowledgement_mode="explicit") as member:
+        _drain(member, 20, lambda partition, offset: (partition, offset) in done)
+
+    def model(partition: int) -> tuple[int, int]:  # (start offset, lag) of ten records after those acknowledgements
+        left = [o for o in range(10) if (partition, o) not in done]
+        return left[0], len(left)
+
+    def groups(sock, version: int, group: str, topics) -> list[dict]:
+        module = describe1 if version else describe0
+        wanted = None if topics is None else tuple(
+            module.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(i32(p) for p in ps))
+            for t, ps in topics)
+        answer = kio_peer.call(sock, module.DescribeShareGroupOffsetsRequest(groups=(
+            module.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=wanted),)))
+        return kio_peer.plain(answer)["groups"]
+
+    def offsets(sock, version: int = 1, group: str = "w", topics=None) -> dict:
+        [g] = groups(sock, version, group, topics)
+        assert (g["group_id"], g["error_code"]) == (group, 0)
+        return {(t["topic_name"], p["partition_index"]): (p["start_offset"], p.get("lag"), p["leader_epoch"],
+                                                          p["error_code"], t["topic_id"] is None)
+                for t in g["topics"] for p in t["partitions"]}
+
+    def altered(sock, group: str, starts: dict[str, list[tuple[int, int]]]) -> dict:
+        answer = kio_peer.plain(kio_peer.call(sock, alter.AlterShareGroupOffsetsRequest(group_id=group, topics=tuple(
+            alter.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(
+                alter.AlterShareGroupOffsetsRequestPartition(partition_index=i32(p), start_offset=i64(o))
+                for p, o in ps)) for t, ps in starts.items()))))
+        return answer
+
+    def deleted(sock, group: str, topics: list[str]) -> dict:
+        return kio_peer.plain(kio_peer.call(sock, delete.DeleteShareGroupOffsetsRequest(group_id=group, topics=tuple(
+            delete.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics))))
+
+    unknown = int(ErrorCode.unknown_topic_or_partition)
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        # every share-partition the group holds state of, with its lag (v1)
+        assert offsets(sock) == {("jobs", p): (*model(p), 0, 0, False) for p in (0, 1)}
+        # named ones (v0: no lag): -1 where the group holds no state, the topic id zero (kio: None) for an unknown topic
+        assert offsets(sock, 0, topics=[("jobs", [0, 7]), ("nope", [0]), ("unread", [0])]) == {
+            ("jobs", 0): (model(0)[0], None, 0, 0, False), ("jobs", 7): (-1, None, 0, 0, False),
+            ("nope", 0): (-1, None, 0, 0, True), ("unread", 0): (-1, None, 0, 0, False)}
+        assert offsets(sock, group="nobody") == {}
+
+        with eng.share_consumer("w", ["other"]) as busy:  # a member (of another topic): the group is not empty
+            busy.poll(0)
+            for answer in (altered(sock, "w", {"jobs": [(0, 2)]}), deleted(sock, "w", ["jobs"])):
+                assert (answer["error_code"], answer["responses"]) == (int(ErrorCode.non_empty_group), [])
+        for answer in (altered(sock, "nobody", {"jobs": [(0, 2)]}), deleted(sock, "nobody", ["jobs"])):
+            assert (answer["error_code"], answer["responses"]) == (int(ErrorCode.group_id_not_found), [])
+        assert offsets(sock)[("jobs", 0)][:2] == model(0)  # nothing changed by the refusals
+
+        answer = altered(sock, "w", {"jobs": [(0, 2), (5, 0)], "nope": [(0, 0)]})
+        assert answer["error_code"] == 0
+        assert {(t["topic_name"], p["partition_index"]): p["error_code"] for t in answer["responses"]
+                for p in t["partitions"]} == {("jobs", 0): 0, ("jobs", 5): unknown, ("nope", 0): unknown}
+        now = offsets(sock)
+        assert now[("jobs", 0)] == (2, 8, 0, 0, False)  # what was acknowledged there is forgotten
+        assert now[("jobs", 1)][:2] == model(1)
+    with eng.share_consumer("w", ["jobs"], acknowledgement_mode="explicit") as member:
+        seen = _drain(member, 8 + model(1)[1], lambda partition, offset: True)
+    assert {o: counts for (p, o), counts in seen.items() if p == 0} == {o: [1] for o in range(2, 10)}
+
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        answer = deleted(sock, "w", ["jobs", "other", "unread", "nope"])
+        assert answer["error_code"] == 0
+        assert {t["topic_name"]: (t["error_code"], t["topic_id"] is None) for t in answer["responses"]} == {
+            "jobs": (0, False), "other": (0, False), "unread": (unknown, False), "nope": (unknown, True)}
+        assert offsets(sock) == {}

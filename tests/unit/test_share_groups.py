@@ -453,7 +453,8 @@ def test_the_asyncio_share_consumer_waits_for_records_and_acknowledges_them(tmp_
 
 def test_kafkalog_share_groups_lists_describes_resets_and_deletes(tmp_path):
     """The command's numbers are the coordinator's: the lag counts what is neither acknowledged nor archived; a reset
-    starts a share-partition afresh (what was acknowledged below is delivered again); a non-empty group is refused."""
+    starts a share-partition afresh (what was acknowledged below is delivered again); --delete-offsets forgets a
+    topic's state (the group starts it again from share.auto.offset.reset); a non-empty group is refused."""
     import json
 
     from tests.unit.test_cli import run
@@ -490,6 +491,15 @@ def test_kafkalog_share_groups_lists_describes_resets_and_deletes(tmp_path):
         with pytest.raises(NonEmptyGroupError, match="must be empty"):
             e.share_groups.delete_group("w")
         member.close()
+    forgotten = json.loads(run("share-groups", "--data", d, "--delete-offsets", "--group", "w", "--topic", "jobs",
+                               "--topic", "nope", "--json").stdout)
+    assert [(r["topic"], r["error"] is None) for r in forgotten["topics"]] == [("jobs", True), ("nope", False)]
+    with engine.open(d) as e:
+        assert e.share_groups.start_offsets("w") == {}
+        e.alter_group_configs("w", {"share.auto.offset.reset": "latest"})
+        with e.share_consumer("w", ["jobs"]) as member:  # started afresh, from the log end now
+            assert member.poll(0) == []
+            assert e.share_groups.start_offsets("w") == {(tid, 0): 10, (tid, 1): 10}
     run("share-groups", "--data", d, "--delete", "--group", "w")
     assert json.loads(run("share-groups", "--data", d, "--list", "--json").stdout) == []
     with engine.open(d) as e:
