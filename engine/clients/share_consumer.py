@@ -50,6 +50,7 @@ class AcknowledgeType(enum.IntEnum):
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4  # (Kafka 4.2, KIP-1222: the record's acquisition lock starts again; it still needs one of the others)
 
 
 class ShareRecord(NamedTuple):
@@ -65,20 +66,27 @@ class ShareRecord(NamedTuple):
 
 class ShareConsumer:
     """A member of share group `group_id` (see the module docstring). Options: acknowledgement_mode ('implicit' or
-    'explicit'), max_poll_records, fetch_max_bytes, client_id, key_deserializer, value_deserializer."""
+    'explicit'), share_acquire_mode ('batch_optimized': whole batches, max_poll_records a soft limit; 'record_limit':
+    never more than max_poll_records records a poll, Kafka 4.2's), max_poll_records, fetch_max_bytes, client_id,
+    key_deserializer, value_deserializer."""
 
     def __init__(self, engine, group_id: str, topics: Iterable[str] = (), *, acknowledgement_mode: str = "implicit",
-                 max_poll_records: int = 500, fetch_max_bytes: int = 52_428_800, client_id: str = "kafkalog-share",
+                 share_acquire_mode: str = "batch_optimized", max_poll_records: int = 500,
+                 fetch_max_bytes: int = 52_428_800, client_id: str = "kafkalog-share",
                  key_deserializer: Callable | None = None, value_deserializer: Callable | None = None) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise InvalidConfigurationError("a share consumer needs a group_id")
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise InvalidConfigurationError(f"acknowledgement_mode={acknowledgement_mode!r}: implicit or explicit")
+        if share_acquire_mode not in ("batch_optimized", "record_limit"):
+            raise InvalidConfigurationError(f"share_acquire_mode={share_acquire_mode!r}: batch_optimized or "
+                                            f"record_limit")
         for name, value in (("max_poll_records", max_poll_records), ("fetch_max_bytes", fetch_max_bytes)):
             if type(value) is not int or value < 1:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= 1")
         self.engine, self.group_id, self.client_id = engine, group_id, client_id
         self.explicit = acknowledgement_mode == "explicit"
+        self.record_limit = share_acquire_mode == "record_limit"
         self.max_poll_records, self.fetch_max_bytes = max_poll_records, fetch_max_bytes
         self._key, self._value = key_deserializer, value_deserializer
         self.member_id = str(uuid.uuid4())
@@ -89,7 +97,7 @@ class ShareConsumer:
         self._session_epoch = 0  # the next share request's epoch (0: open a session)
         self._session: set[tuple[str, int]] = set()
         self._delivered: dict[tuple[str, int, int], ShareRecord] = {}  # the last poll's, not yet marked
-        self._marked: dict[tuple[str, int], list[tuple[int, int, list[int]]]] = {}
+        self._marked: dict[tuple[str, int], dict[int, int]] = {}  # (topic id, partition) -> offset -> type
         self._names: dict[str, str] = {}  # topic id -> name
         self._interval_ms = 5_000  # the group's heartbeat interval (from its first heartbeat on)
         self._got: dict = {}  # what the last share request acquired
@@ -179,7 +187,9 @@ class ShareConsumer:
                 self._mark(record, AcknowledgeType.ACCEPT)
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
-        """Mark a record the last poll returned (explicit mode); sent with the next poll, commit_sync or close."""
+        """Mark a record the last poll returned (explicit mode); sent with the next poll, commit_sync or close. RENEW
+        (sent by commit_sync) keeps the record acquired for another lock duration: it still needs one of the other
+        types before the next poll."""
         self._check_open()
         if not self.explicit:
             raise IllegalStateError("acknowledge() is for the explicit acknowledgement mode")
@@ -189,13 +199,10 @@ class ShareConsumer:
         self._mark(record, AcknowledgeType(type))
 
     def _mark(self, record: ShareRecord, kind: int) -> None:
-        del self._delivered[(record.topic, record.partition, record.offset)]
+        if kind != AcknowledgeType.RENEW:
+            del self._delivered[(record.topic, record.partition, record.offset)]
         topic_id = self.engine.admin.topic_id_of(record.topic)
-        batches = self._marked.setdefault((topic_id, record.partition), [])
-        if batches and batches[-1][1] == record.offset - 1 and batches[-1][2] == [kind]:
-            batches[-1] = (batches[-1][0], record.offset, [kind])
-        else:
-            batches.append((record.offset, record.offset, [kind]))
+        self._marked.setdefault((topic_id, record.partition), {})[record.offset] = kind
 
     def commit_sync(self) -> dict[TopicPartition, KafkaError | None]:
         """Send the marked acknowledgements now; each partition's outcome (None: all applied)."""
@@ -209,7 +216,7 @@ class ShareConsumer:
         sg = self.engine.share_groups
         with self._lock:
             assigned = {(t, p) for t, ps in self._assignment.items() for p in ps}
-        acks, self._marked = self._marked, {}
+        acks, self._marked = {key: _batches(marks) for key, marks in self._marked.items()}, {}
         if not fetch and not acks and not final:
             return {}
         epoch = -1 if final else self._session_epoch
@@ -235,7 +242,7 @@ class ShareConsumer:
             sg.close_session(self.group_id, self.member_id)
         if fetch and assigned:
             self._got = sg.acquire(self.group_id, self.member_id, sorted(assigned), self.max_poll_records,
-                                   self.fetch_max_bytes)
+                                   self.fetch_max_bytes, strict=self.record_limit)
         return out
 
     def fetch_now(self) -> list[ShareRecord]:
@@ -271,7 +278,7 @@ class ShareConsumer:
                     self._delivered[(topic, partition, r.offset)] = record
                     records.append(record)
             for o in counts:  # acquired offsets with no record (compacted away): acknowledged as gaps
-                self._marked.setdefault((topic_id, partition), []).append((o, o, [0]))
+                self._marked.setdefault((topic_id, partition), {})[o] = 0
         return records
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -307,3 +314,15 @@ class ShareConsumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _batches(marks: dict[int, int]) -> list[tuple[int, int, list[int]]]:
+    """A partition's marked offsets as acknowledgement batches: ascending runs of one type."""
+    out: list[tuple[int, int, list[int]]] = []
+    for offset in sorted(marks):
+        kind = marks[offset]
+        if out and out[-1][1] == offset - 1 and out[-1][2] == [kind]:
+            out[-1] = (out[-1][0], offset, [kind])
+        else:
+            out.append((offset, offset, [kind]))
+    return out

@@ -101,6 +101,13 @@ class OffsetOutOfRangeError(KafkaError):
     code = 1
 
 
+class OffsetNotAvailableError(KafkaError):
+    """OFFSET_NOT_AVAILABLE: no offset answers the lookup yet (a share group's by_duration reset finding no record
+    as recent as its duration asks)."""
+
+    code, retriable = 78, True
+
+
 class UnknownTopicOrPartitionError(KafkaError):
     """UNKNOWN_TOPIC_OR_PARTITION."""
 

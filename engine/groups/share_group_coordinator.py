@@ -22,9 +22,9 @@ ShareAcknowledge do to it. One per engine, for every share group.
   acquisition lock that times out releases its records the same way. Released records wake the fetches waiting for
   records of their partition.
 Settings (a group's dynamic configs over the engine's `group_config`, Kafka's `group.share.*`):
-share.record.lock.duration.ms, share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset (latest,
-earliest; by_duration is not supported yet), share.isolation.level; the delivery count limit and the record locks per
-partition are the engine's alone.
+share.record.lock.duration.ms, share.session.timeout.ms, share.heartbeat.interval.ms, share.auto.offset.reset
+(latest, earliest, by_duration:<ISO-8601 duration>), share.isolation.level; the delivery count limit and the record
+locks per partition are the engine's alone.
 Storage: every change of a share-partition is a ShareSnapshot record in `__share_group_state` (created on first use,
 50 partitions; engine.groups.share_state_records), appended with acks='all' before the request that made it is
 answered; on load the coordinator replays them. Membership and sessions are memory only.
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
@@ -51,18 +52,18 @@ from engine.common.errors import (
     InvalidShareSessionEpochError,
     KafkaError,
     NonEmptyGroupError,
+    OffsetNotAvailableError,
     ShareSessionNotFoundError,
     UnknownMemberIdError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
-    not_supported_yet,
 )
 from engine.groups import share_state_records as records
 from engine.groups.consumer_group import TopicsView
 from engine.groups.group_coordinator import InternalLog
 from engine.groups.group_coordinator_config import GroupConfig
 from engine.groups.share_group import ShareAnswer, ShareGroup, ShareHeartbeat
-from engine.groups.share_partition import DONE, RELEASE, Acquired, SharePartition
+from engine.groups.share_partition import DONE, RELEASE, RENEW, Acquired, SharePartition
 from engine.record import batch_format as bf
 from engine.replication.partition import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -85,6 +86,27 @@ class ShareSession:
     partitions: set[Key] = field(default_factory=set)
 
 
+_ISO_DURATION = re.compile(r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?=[-+\d])(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
+                           r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE | re.ASCII)
+
+
+def by_duration_ms(value: str) -> int | None:
+    """The milliseconds of `by_duration:<ISO-8601 duration>` (Java's Duration.parse: PnDTnHnMn.nS, each part
+    optional, signs allowed, the whole not negative), None for any other text."""
+    if not value.startswith("by_duration:"):
+        return None
+    m = _ISO_DURATION.fullmatch(value[len("by_duration:"):])
+    if m is None or not any(m.group(i) for i in (2, 3, 4, 5)):
+        return None
+    sign, days, hours, minutes, seconds, fraction = m.groups()
+    nanos = sum(int(n or 0) * unit for n, unit in ((days, 86_400), (hours, 3_600), (minutes, 60), (seconds, 1))) \
+        * 1_000_000_000
+    if fraction:
+        nanos += (-1 if (seconds or "").startswith("-") else 1) * int(fraction.ljust(9, "0"))
+    nanos = -nanos if sign == "-" else nanos
+    return None if nanos < 0 else nanos // 1_000_000
+
+
 def group_settings(dynamic: dict[str, str], config: GroupConfig) -> dict[str, object]:
     """A group's effective share settings (its dynamic configs over the engine's); InvalidConfigurationError for a
     value Kafka refuses, UnsupportedVersionError for one kafkalog does not implement yet."""
@@ -96,10 +118,10 @@ def group_settings(dynamic: dict[str, str], config: GroupConfig) -> dict[str, ob
         if name not in DYNAMIC_CONFIGS:
             continue
         if name == "share.auto.offset.reset":
-            if value.startswith("by_duration:"):
-                raise not_supported_yet("share.auto.offset.reset=by_duration")
-            if value not in ("latest", "earliest"):
-                raise InvalidConfigurationError(f"share.auto.offset.reset={value!r}: latest or earliest")
+            if value not in ("latest", "earliest") and by_duration_ms(value) is None:
+                raise InvalidConfigurationError(
+                    f"Invalid value `{value}` for configuration share.auto.offset.reset. The value must be either "
+                    f"'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
             out[name] = value
         elif name == "share.isolation.level":
             if value not in ("read_committed", "read_uncommitted"):
@@ -212,10 +234,8 @@ class ShareGroupCoordinator:
             if name is None:
                 continue
             try:
-                part = self._partition(name, index)
-                start = part.log_start_offset if settings["share.auto.offset.reset"] == "earliest" else \
-                    part.fetch_upper_bound(_isolation(settings))
-            except KafkaError as exc:  # (no leader now: started at its next assignment or fetch)
+                start = _reset_offset(self._partition(name, index), settings, now)
+            except KafkaError as exc:  # (no leader, or no record by_duration finds: started at a later heartbeat)
                 log.info("share group %s: %s-%d not started: %s", g.group_id, name, index, exc)
                 continue
             self.partitions[key] = self._new_partition(start)
@@ -293,10 +313,12 @@ class ShareGroupCoordinator:
     def acknowledge(self, group_id: str, member_id: str,
                     acks: dict[Key, list[tuple[int, int, list[int]]]]) -> dict[Key, KafkaError | None]:
         """Apply each share-partition's acknowledgement batches (all of a share-partition's or none, as Kafka's
-        share-partitions do) and persist what changed; the error of each share-partition (None: applied)."""
+        share-partitions do) and persist what changed (a RENEW changes only a lock's deadline, which is not
+        persisted); the error of each share-partition (None: applied)."""
         with self._lock:
             now = self.clock.time_ms()
             self._tick(now)
+            renewed = now + self.lock_duration_ms(group_id)
             out: dict[Key, KafkaError | None] = {}
             changed: set[Key] = set()
             for key, batches in acks.items():
@@ -308,10 +330,10 @@ class ShareGroupCoordinator:
                 if sp is None:
                     out[key] = InvalidRecordStateError(f"share group {group_id!r} has no state for {key[0]}-{key[1]}")
                     continue
-                why = sp.acknowledge(member_id, batches)
+                why = sp.acknowledge(member_id, batches, renewed)
                 out[key] = None if why is None else \
                     InvalidRecordStateError(f"share group {group_id!r}, {key[0]}-{key[1]}: {why}")
-                if why is None:
+                if why is None and any(kind != RENEW for _, _, types in batches for kind in types):
                     changed.add(key)
             released = {key for key in changed if any(RELEASE in types for _, _, types in acks[key])}
             self._persist(group_id, changed - released, now)
@@ -319,9 +341,10 @@ class ShareGroupCoordinator:
             return out
 
     def acquire(self, group_id: str, member_id: str, keys: list[Key], max_records: int,
-                max_bytes: int) -> dict[Key, Fetched | KafkaError]:
+                max_bytes: int, strict: bool = False) -> dict[Key, Fetched | KafkaError]:
         """Acquire records of `keys` for the member (at most about `max_records`, by whole batches, and `max_bytes`
-        of them); what each share-partition gave (nothing when it had nothing to give), or its error."""
+        of them; `strict`, Kafka 4.2's record_limit acquire mode: at most `max_records`); what each share-partition
+        gave (nothing when it had nothing to give), or its error."""
         with self._lock:
             now = self.clock.time_ms()
             self._tick(now)
@@ -335,7 +358,7 @@ class ShareGroupCoordinator:
             budget, left = max_bytes, max_records
             for key in keys:
                 try:
-                    got = self._acquire_one(group_id, member_id, key, left, budget, now, settings)
+                    got = self._acquire_one(group_id, member_id, key, left, budget, now, settings, strict)
                 except KafkaError as exc:
                     out[key] = exc
                     continue
@@ -348,7 +371,7 @@ class ShareGroupCoordinator:
             return out
 
     def _acquire_one(self, group_id: str, member_id: str, key: Key, max_records: int, budget: int, now: int,
-                     settings: dict) -> Fetched:
+                     settings: dict, strict: bool) -> Fetched:
         empty = Fetched(b"", [])
         sp = self.partitions.get((group_id, *key))
         name = self._topic_named(key[0])
@@ -371,7 +394,7 @@ class ShareGroupCoordinator:
         bounds = _batches(view, aborted)
         lock_ms = int(settings["share.record.lock.duration.ms"])
         acquired = sp.acquire(member_id, [(b, last, ok) for b, last, ok, _, _ in bounds], max(1, max_records), now,
-                              lock_ms)
+                              lock_ms, strict)
         if acquired:
             self._due(now + lock_ms)
         if moved or any(not ok for _, _, ok, _, _ in bounds):
@@ -514,6 +537,23 @@ class ShareGroupCoordinator:
             out = {(t, p): sp.start for (gid, t, p), sp in self.partitions.items() if gid == group_id}
             out.update({(t, p): s.start_offset for (gid, t, p), s in self._persisted.items() if gid == group_id})
             return out
+
+
+def _reset_offset(part, settings: dict, now: int) -> int:
+    """Where a share-partition without state starts: share.auto.offset.reset's earliest (the log start), latest
+    (the log end, or the last stable offset under read_committed), or by_duration (the first record whose
+    timestamp is at most that long before now; OFFSET_NOT_AVAILABLE while none is, as Kafka's brokers answer)."""
+    reset = settings["share.auto.offset.reset"]
+    if reset == "earliest":
+        return part.log_start_offset
+    if reset == "latest":
+        return part.fetch_upper_bound(_isolation(settings))
+    since = now - by_duration_ms(reset)
+    found = part.offset_for_timestamp(since)
+    if found is None:
+        raise OffsetNotAvailableError(f"no record of {part.topic}-{part.index} has a timestamp at or after "
+                                      f"{since} ({reset})")
+    return found[1]
 
 
 def _isolation(settings: dict) -> str:

@@ -6,12 +6,14 @@ the end offset (SPEO, exclusive: the next offset never acquired) is in flight, i
 AVAILABLE (0: to be delivered), ACQUIRED (1: delivered to one member, locked until its acquisition lock times out),
 ACKNOWLEDGED (2) or ARCHIVED (4: rejected, past the delivery count limit, or no record at that offset). A record is
 acquired by one member at a time, which raises its delivery count; that member acknowledges it with Kafka's types
-(GAP 0 and REJECT 3 archive it, ACCEPT 1 acknowledges it, RELEASE 2 makes it available again) or lets its lock time
-out (available again). A record released or timed out once its delivery count reached the limit is archived. The
-SPSO moves past every leading acknowledged or archived offset; a log start offset past it (retention, deleted records)
-moves it too. Acquisition is by whole batches of the log, as Kafka's default acquire mode (batch_optimized, the only
-one ShareFetch v1 has) does: `max_records` (the fetch's MaxRecords) stops it before the next batch once reached, and
-no new batch is taken once `max_in_flight` offsets (group.share.partition.max.record.locks) are in flight (only
+(GAP 0 and REJECT 3 archive it, ACCEPT 1 acknowledges it, RELEASE 2 makes it available again; RENEW 4, Kafka 4.2's,
+restarts its acquisition lock and leaves it acquired) or lets its lock time out (available again). A record released
+or timed out once its delivery count reached the limit is archived. The SPSO moves past every leading acknowledged or
+archived offset; a log start offset past it (retention, deleted records) moves it too. Acquisition is by whole
+batches of the log, as Kafka's default acquire mode (batch_optimized, the only one ShareFetch v1 has) does:
+`max_records` (the fetch's MaxRecords) stops it before the next batch once reached; in Kafka 4.2's record_limit mode
+(`strict`) it stops at exactly `max_records`, within a batch (the rest of that batch is acquired by later fetches).
+No new batch is taken once `max_in_flight` offsets (group.share.partition.max.record.locks) are in flight (only
 available records are acquired again then); offsets between two batches hold no record and are archived at once.
 
 Persisted state (engine.groups.share_state_records): the SPSO and runs of (first, last, state, delivery count) of the
@@ -24,7 +26,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 _ACK_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, REJECT: ARCHIVED}
 DONE = (ACKNOWLEDGED, ARCHIVED)  # the states whose delivery is over
 
@@ -99,11 +101,11 @@ class SharePartition:
         return True
 
     def acquire(self, member: str, batches: list[tuple[int, int, bool]], max_records: int, now: int,
-                lock_ms: int) -> list[Acquired]:
+                lock_ms: int, strict: bool = False) -> list[Acquired]:
         """Acquire for `member` the available offsets of `batches` ((base offset, last offset, deliverable) of each
         batch the log holds from fetch_offset(), in order), for `lock_ms`, batch by batch until `max_records` are
-        acquired; the runs acquired. A batch that is not deliverable (a control batch, an aborted transaction's under
-        read_committed) is archived instead."""
+        acquired (`strict`: exactly up to `max_records`, within a batch); the runs acquired. A batch that is not
+        deliverable (a control batch, an aborted transaction's under read_committed) is archived instead."""
         got: list[tuple[int, int]] = []  # (offset, delivery count)
         deadline = now + lock_ms
         for base, last, deliver in batches:
@@ -115,21 +117,22 @@ class SharePartition:
             for o in range(lo, min(last + 1, self.end)):
                 i = o - self.start
                 if self._state[i] == AVAILABLE:
-                    if deliver:
+                    if not deliver:
+                        self._state[i] = ARCHIVED
+                    elif not strict or len(got) < max_records:
                         self._set_acquired(i, member, deadline)
                         got.append((o, self._count[i]))
-                    else:
-                        self._state[i] = ARCHIVED
             if last < self.end:
                 continue
-            if len(self._state) >= self.max_in_flight:
+            if len(self._state) >= self.max_in_flight or (strict and deliver and len(got) >= max_records):
                 break
             if base > self.end:  # no record between the last batch and this one
                 self._extend(base - self.end, ARCHIVED, 0)
             first = self.end
             if deliver:
-                self._extend(last + 1 - first, ACQUIRED, 1, member, deadline)
-                got.extend((o, 1) for o in range(first, last + 1))
+                upto = min(last, first + max_records - len(got) - 1) if strict else last
+                self._extend(upto + 1 - first, ACQUIRED, 1, member, deadline)
+                got.extend((o, 1) for o in range(first, upto + 1))
             else:
                 self._extend(last + 1 - first, ARCHIVED, 0)
         self._advance()
@@ -141,10 +144,10 @@ class SharePartition:
         self._owner[i] = member
         self._deadline[i] = deadline
 
-    def acknowledge(self, member: str, batches: list[tuple[int, int, list[int]]]) -> str | None:
+    def acknowledge(self, member: str, batches: list[tuple[int, int, list[int]]], renewed: int = 0) -> str | None:
         """Apply `member`'s acknowledgement batches ((first, last, types): one type for every offset, or one per
         offset; in ascending order, not overlapping) all or none: None when applied, else why they were refused
-        (INVALID_RECORD_STATE)."""
+        (INVALID_RECORD_STATE). RENEW moves a lock's deadline to `renewed`."""
         previous = self.start - 1
         for first, last, types in batches:
             why = self._refusal(member, first, last, types)
@@ -159,6 +162,8 @@ class SharePartition:
                 kind = types[0] if len(types) == 1 else types[i - lo]
                 if kind == RELEASE:
                     self._release(i)
+                elif kind == RENEW:
+                    self._deadline[i] = renewed
                 else:
                     self._state[i] = _ACK_STATE[kind]
                     self._owner[i] = None
@@ -168,8 +173,8 @@ class SharePartition:
     def _refusal(self, member: str, first: int, last: int, types: list[int]) -> str | None:
         if first > last or (len(types) != 1 and len(types) != last - first + 1):
             return f"acknowledgement batch {first}..{last} has {len(types)} types"
-        if any(kind not in (GAP, ACCEPT, RELEASE, REJECT) for kind in types):
-            return f"acknowledgement batch {first}..{last} has a type that is none of 0 to 3"
+        if any(kind not in (GAP, ACCEPT, RELEASE, REJECT, RENEW) for kind in types):
+            return f"acknowledgement batch {first}..{last} has a type that is none of 0 to 4"
         if first < self.start or last >= self.end:
             return f"offsets {first}..{last} are not in flight ({self.start}..{self.end - 1})"
         for i in range(first - self.start, last - self.start + 1):

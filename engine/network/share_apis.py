@@ -16,6 +16,7 @@ from typing import Callable
 
 from engine.common.errors import InvalidGroupIdError, InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
 from engine.groups.share_group import ShareHeartbeat
+from engine.groups.share_partition import RENEW
 from engine.network.api_common import error_code, partition_count
 from engine.network.group_apis import described_assignment, describe_failure, heartbeat_failure, heartbeat_reply
 from engine.network.socket_server import Delayed
@@ -27,15 +28,31 @@ Key = tuple[str, int]
 ZERO_UUID = uuid.UUID(int=0)  # the topic id Kafka answers for a topic it does not know
 
 
-def _acks(topics: list[dict]) -> dict[Key, list[tuple[int, int, list[int]]]]:
+Batches = list[tuple[int, int, list[int]]]
+
+
+def _acks(topics: list[dict], version: int) -> tuple[dict[Key, Batches], dict[Key, KafkaError]]:
+    """The acknowledgement batches of each share-partition, and those refused before they reach the coordinator:
+    RENEW (4) before v2, which Kafka 4.2 added it with."""
     out: dict[Key, list] = {}
+    refused: dict[Key, KafkaError] = {}
     for t in topics:
         for p in t["partitions"]:
             if p["acknowledgement_batches"]:
-                out[(topic_id_text(t["topic_id"]), p["partition_index"])] = [
-                    (a["first_offset"], a["last_offset"], list(a["acknowledge_types"]))
-                    for a in p["acknowledgement_batches"]]
-    return out
+                key = (topic_id_text(t["topic_id"]), p["partition_index"])
+                batches = [(a["first_offset"], a["last_offset"], list(a["acknowledge_types"]))
+                           for a in p["acknowledgement_batches"]]
+                if version < 2 and any(RENEW in types for _, _, types in batches):
+                    refused[key] = InvalidRequestError(f"acknowledge type 4 (RENEW) needs version 2 (this is "
+                                                       f"v{version})")
+                else:
+                    out[key] = batches
+    return out, refused
+
+
+def _acknowledged(sg, group_id: str, member_id: str, topics: list[dict], version: int) -> dict[Key, KafkaError | None]:
+    acks, refused = _acks(topics, version)
+    return {**sg.acknowledge(group_id, member_id, acks), **refused}
 
 
 def _named(topics: list[dict]) -> list[Key]:
@@ -113,9 +130,12 @@ class ShareApis:
             try:
                 if not group_id or not member_id:
                     raise InvalidRequestError("a ShareFetch names its group and member")
+                if b.get("share_acquire_mode", 0) not in (0, 1):
+                    raise InvalidRequestError(f"ShareAcquireMode {b['share_acquire_mode']}: 0 (batch_optimized) or 1 "
+                                              f"(record_limit)")
                 forgotten = _named(b["forgotten_topics_data"])
                 keys = sg.session(group_id, member_id, epoch, _named(b["topics"]), forgotten)
-                acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
+                acked = _acknowledged(sg, group_id, member_id, b["topics"], request.version)
                 sg.release_partitions(group_id, member_id, forgotten)
                 if epoch == -1:
                     sg.close_session(group_id, member_id)
@@ -133,12 +153,14 @@ class ShareApis:
         keys, acked, named = request.state
         try:
             # (MaxBytes 0 acquires nothing, as Kafka answers it; otherwise at least one batch is returned)
-            got = sg.acquire(group_id, member_id, keys, max(1, b["max_records"]), b["max_bytes"]) \
-                if keys and b["max_bytes"] > 0 else {}
+            # (a renewing ShareFetch, IsRenewAck, only acknowledges: KIP-1222)
+            got = sg.acquire(group_id, member_id, keys, max(1, b["max_records"]), b["max_bytes"],
+                             strict=b.get("share_acquire_mode") == 1) \
+                if keys and b["max_bytes"] > 0 and not b.get("is_renew_ack") else {}
             lock_ms = sg.lock_duration_ms(group_id)
         except KafkaError as exc:
             return self._failed(exc, acquisition_lock_timeout_ms=0)
-        if not got and time.monotonic() < request.deadline and keys:
+        if not got and time.monotonic() < request.deadline and keys and not b.get("is_renew_ack"):
             names = [(self.engine.admin.topic_named(tid), p) for tid, p in keys]
             return Delayed(request.deadline, keys=[k for k in names if k[0] is not None])
         entries: dict[Key, dict] = {}
@@ -164,15 +186,17 @@ class ShareApis:
             if not group_id or not member_id:
                 raise InvalidRequestError("a ShareAcknowledge names its group and member")
             sg.session(group_id, member_id, epoch, [], [], acknowledging_only=True)
-            acked = sg.acknowledge(group_id, member_id, _acks(b["topics"]))
+            acked = _acknowledged(sg, group_id, member_id, b["topics"], request.version)
+            lock_ms = sg.lock_duration_ms(group_id)
             if epoch == -1:
                 sg.close_session(group_id, member_id)
                 if request.session is not None:
                     request.session.on_close.pop(("share", group_id, member_id), None)
         except KafkaError as exc:
-            return self._failed(exc)
+            return self._failed(exc, acquisition_lock_timeout_ms=0)
         entries = {key: _ack_entry(exc, "") for key, exc in acked.items()}
-        return {"throttle_time_ms": 0, "error_code": 0, "responses": _by_topic(entries), "node_endpoints": []}
+        return {"throttle_time_ms": 0, "error_code": 0, "acquisition_lock_timeout_ms": lock_ms,
+                "responses": _by_topic(entries), "node_endpoints": []}
 
     # --- the share group offsets APIs (Kafka 4.1) -------------------------------------------------------------
     def describe_share_group_offsets(self, request: Request) -> dict:

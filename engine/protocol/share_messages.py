@@ -2,7 +2,9 @@
 ShareGroupDescribe (77), ShareFetch (78) and ShareAcknowledge (79), versions 0 and 1: version 1 is the one Kafka 4.1
 made them generally available with (librdkafka's share consumer sends it), version 0 the early-access one of Kafka
 4.0 (its Java KafkaShareConsumer sends it). They differ in ShareFetch alone: v0 has a byte limit per partition, v1
-MaxRecords and BatchSize instead, and its response gives the acquisition lock's duration. Beside them, the share
+MaxRecords and BatchSize instead, and its response gives the acquisition lock's duration. ShareFetch and
+ShareAcknowledge v2 are Kafka 4.2's: the acquire mode (KIP-1206's record_limit) and the RENEW acknowledgement with
+IsRenewAck (KIP-1222), and ShareAcknowledge's response gives the lock's duration too. Beside them, the share
 group offsets APIs of Kafka 4.1: DescribeShareGroupOffsets (90, v0; v1 of Kafka 4.2 adds the lag),
 AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92).
 Thread-safety: module constants, immutable after import.
@@ -77,7 +79,7 @@ SHARE_GROUP_DESCRIBE = define(77, "ShareGroupDescribe", "0-1", 0, """
     authorized_operations int32 0+ default=-2147483648
 """)
 
-SHARE_FETCH = define(78, "ShareFetch", "0-1", 0, """
+SHARE_FETCH = define(78, "ShareFetch", "0-2", 0, """
   group_id string 0+ null=0+ default=null
   member_id string 0+ null=0+
   share_session_epoch int32 0+
@@ -86,6 +88,8 @@ SHARE_FETCH = define(78, "ShareFetch", "0-1", 0, """
   max_bytes int32 0+ default=2147483647
   max_records int32 1+ default=500
   batch_size int32 1+ default=500
+  share_acquire_mode int8 2+ default=0
+  is_renew_ack bool 2+ default=false
   topics [] 0+
     topic_id uuid 0+
     partitions [] 0+
@@ -109,10 +113,11 @@ SHARE_FETCH = define(78, "ShareFetch", "0-1", 0, """
         last_offset int64 0+
         delivery_count int16 0+""" + _LEADER_AND_ENDPOINTS[1])
 
-SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "0-1", 0, """
+SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "0-2", 0, """
   group_id string 0+ null=0+ default=null
   member_id string 0+ null=0+
   share_session_epoch int32 0+
+  is_renew_ack bool 2+ default=false
   topics [] 0+
     topic_id uuid 0+
     partitions [] 0+
@@ -120,6 +125,7 @@ SHARE_ACKNOWLEDGE = define(79, "ShareAcknowledge", "0-1", 0, """
   throttle_time_ms int32 0+
   error_code int16 0+
   error_message string 0+ null=0+ default=null
+  acquisition_lock_timeout_ms int32 2+ ignorable
   responses [] 0+
     topic_id uuid 0+
     partitions [] 0+

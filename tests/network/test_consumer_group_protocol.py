@@ -113,7 +113,7 @@ def test_api_versions_announces_the_consumer_group_protocol(served):
     assert [(f["name"], f["min_version_level"], f["max_version_level"]) for f in answer["finalized_features"]] == \
         [("group.version", 1, 1), ("share.version", 1, 1)]
     assert [f["name"] for f in answer["supported_features"]] == ["group.version", "share.version"]
-    assert keys[76] == keys[77] == keys[78] == keys[79] == (0, 1)
+    assert keys[76] == keys[77] == (0, 1) and keys[78] == keys[79] == (0, 2)
 
 
 def test_librdkafka_regex_subscription_is_resolved_by_the_coordinator(served):

@@ -249,3 +249,87 @@ def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
         assert {t["topic_name"]: (t["error_code"], t["topic_id"] is None) for t in answer["responses"]} == {
             "jobs": (0, False), "other": (0, False), "unread": (unknown, False), "nope": (unknown, True)}
         assert offsets(sock) == {}
+
+
+def test_kafka_4_2s_share_fetch_v2_record_limit_and_renew_as_kio_speaks_them(kafka_server):
+    """ShareFetch and ShareAcknowledge v2 from kio over a socket: a member joins (ShareGroupHeartbeat v1), fetches
+    in record_limit mode three records of a batch of ten (the batch comes whole, the acquired range is three), RENEWs
+    them with ShareAcknowledge v2 (whose answer gives the lock's duration), then accepts them in a ShareFetch that
+    only acknowledges (IsRenewAck: no records); the next fetches go on from offset 3, one v1 refuses RENEW."""
+    import socket
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.share_acknowledge.v1 import request as ack1
+    from kio.schema.share_acknowledge.v2 import request as ack2
+    from kio.schema.share_fetch.v2 import request as fetch2
+    from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+    from kio.static.primitive import i8, i32, i64
+
+    from engine.segments.partition_metadata import topic_uuid
+    from tests.network import kio_peer
+
+    eng, listener = kafka_server.engine, kafka_server.listener
+    eng.create_topic("jobs", 1)
+    eng.alter_group_configs("q", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "7000"})
+    with eng.producer(linger_ms=60_000) as p:  # (one batch of ten)
+        for i in range(10):
+            p.send("jobs", b"v", key=b"%d" % i)
+    tid = topic_uuid(eng.admin.topic_id_of("jobs"))
+    epochs = iter(range(100))
+
+    def fetch(sock, acks=(), renew_only=False, mode=1, max_records=3) -> dict:
+        partition = fetch2.FetchPartition(partition_index=i32(0), acknowledgement_batches=tuple(
+            fetch2.AcknowledgementBatch(first_offset=i64(f), last_offset=i64(la), acknowledge_types=(i8(k),))
+            for f, la, k in acks))
+        answer = kio_peer.plain(kio_peer.call(sock, fetch2.ShareFetchRequest(
+            group_id="q", member_id="m-1", share_session_epoch=i32(next(epochs)), max_wait=_ms(500),
+            min_bytes=i32(1), max_records=i32(max_records), batch_size=i32(max_records), share_acquire_mode=i8(mode),
+            is_renew_ack=renew_only, topics=(fetch2.FetchTopic(topic_id=tid, partitions=(partition,)),),
+            forgotten_topics_data=())))
+        assert answer["error_code"] == 0, answer
+        [[part]] = [t["partitions"] for t in answer["responses"]]
+        return part
+
+    def acknowledge(sock, module, kind: int) -> tuple[int, dict]:
+        answer = kio_peer.plain(kio_peer.call(sock, module.ShareAcknowledgeRequest(
+            group_id="q", member_id="m-1", share_session_epoch=i32(next(epochs)), topics=(module.AcknowledgeTopic(
+                topic_id=tid, partitions=(module.AcknowledgePartition(partition_index=i32(0), acknowledgement_batches=(
+                    module.AcknowledgementBatch(first_offset=i64(3), last_offset=i64(5),
+                                                acknowledge_types=(i8(kind),)),)),)),))))
+        [[part]] = [t["partitions"] for t in answer["responses"]]
+        return answer.get("acquisition_lock_timeout"), part
+
+    with socket.create_connection(listener.address, timeout=10) as sock:
+        beat = None
+        for _ in range(20):  # (the first heartbeats initialize the share-partition, a later one assigns it)
+            beat = kio_peer.plain(kio_peer.call(sock, ShareGroupHeartbeatRequest(
+                group_id="q", member_id="m-1", member_epoch=i32(beat["member_epoch"] if beat else 0),
+                subscribed_topic_names=("jobs",))))
+            assert beat["error_code"] == 0, beat
+            if beat["assignment"] and beat["assignment"]["topic_partitions"]:
+                break
+        assert beat["assignment"]["topic_partitions"] == [{"topic_id": tid, "partitions": [0]}]
+        first = fetch(sock)
+        assert [(a["first_offset"], a["last_offset"], a["delivery_count"]) for a in first["acquired_records"]] == \
+            [(0, 2, 1)]
+        assert first["records"][:8] == (0).to_bytes(8, "big")  # the batch from offset 0, whole
+        assert eng.partition("jobs", 0).high_watermark == 10
+        part = fetch(sock, acks=[(0, 2, 4)], renew_only=True)  # RENEW in a ShareFetch that only acknowledges
+        assert (part["acknowledge_error_code"], part["acquired_records"]) == (0, [])
+        part = fetch(sock, acks=[(0, 2, 1)])  # ACCEPT, and the next three
+        assert part["acknowledge_error_code"] == 0
+        assert [(a["first_offset"], a["last_offset"]) for a in part["acquired_records"]] == [(3, 5)]
+        lock, renewed = acknowledge(sock, ack2, 4)
+        assert (lock, renewed["error_code"]) == (7000, 0)
+        _, refused = acknowledge(sock, ack1, 4)  # v1 has no RENEW
+        assert refused["error_code"] == int(ErrorCode.invalid_request)
+        part = fetch(sock, acks=[(3, 5, 1)], mode=0, max_records=1)  # batch_optimized: the rest of the batch
+        assert part["acknowledge_error_code"] == 0
+        assert [(a["first_offset"], a["last_offset"]) for a in part["acquired_records"]] == [(6, 9)]
+    assert eng.share_groups.start_offsets("q") == {(eng.admin.topic_id_of("jobs"), 0): 6}
+
+
+def _ms(n: int):
+    import datetime
+
+    return datetime.timedelta(milliseconds=n)

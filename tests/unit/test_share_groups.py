@@ -23,7 +23,7 @@ from engine.common.errors import (
 from engine.groups import share_state_records as records
 from engine.groups.share_group import ShareHeartbeat, simple_assignment
 from engine.groups.share_state_records import updated as _updated
-from engine.groups.share_partition import ACCEPT, GAP, REJECT, RELEASE, SharePartition, StateBatch
+from engine.groups.share_partition import ACCEPT, GAP, REJECT, RELEASE, RENEW, SharePartition, StateBatch
 
 LIMIT = 3  # delivery count limit of the model runs
 
@@ -42,41 +42,47 @@ class Model:
             o += 1
         return o
 
-    def acquire(self, member: str, log: list[tuple[int, int]], max_records: int, now: int, lock: int) -> list[int]:
+    def acquire(self, member: str, log: list[tuple[int, int]], max_records: int, now: int, lock: int,
+                strict: bool = False) -> list[int]:
         """Batch by batch of the log (KIP-932's default acquire mode): no batch is begun once `max_records` were
         acquired, nor a batch with new offsets once `max_in_flight` offsets are in flight; a batch begun is taken
-        whole (its available offsets)."""
+        whole (its available offsets). `strict` (KIP-1206's record_limit mode): not one offset past `max_records`,
+        whole batch or not."""
         got = []
         for base, last in log:
             if last < self.spso():
                 continue
             if len(got) >= max_records:
                 break
-            if any(o not in self.state for o in range(base, last + 1)):
-                in_flight = max(self.state, default=self.spso() - 1) + 1 - self.spso()
-                if in_flight >= self.max_in_flight:
-                    for o in range(base, last + 1):  # (only what is in flight already)
-                        if o in self.state and self.state[o][0] == "available" and o >= self.spso():
-                            self.state[o][:] = ["acquired", self.state[o][1] + 1, member, now + lock]
-                            got.append(o)
-                    break
+            full = any(o not in self.state for o in range(base, last + 1)) and \
+                max(self.state, default=self.spso() - 1) + 1 - self.spso() >= self.max_in_flight
             for o in range(max(base, self.spso()), last + 1):
-                s = self.state.setdefault(o, ["available", 0, None, 0])
+                if strict and len(got) >= max_records:
+                    break
+                if o not in self.state:
+                    if full:  # (only what is in flight already)
+                        continue
+                    self.state[o] = ["available", 0, None, 0]
+                s = self.state[o]
                 if s[0] == "available":
                     s[:] = ["acquired", s[1] + 1, member, now + lock]
                     got.append(o)
+            if full:
+                break
         return got
 
     def release(self, o: int) -> None:
         s = self.state[o]
         s[:] = ["archived" if s[1] >= LIMIT else "available", s[1], None, 0]
 
-    def ack(self, member: str, first: int, last: int, kind: int) -> bool:
+    def ack(self, member: str, first: int, last: int, kind: int, renewed: int = 0) -> bool:
         if any(self.state.get(o, [None, 0, None])[0] != "acquired" or self.state[o][2] != member
                for o in range(first, last + 1)):
             return False
         for o in range(first, last + 1):
-            if kind == RELEASE:
+            if kind == RENEW:  # (KIP-1222: the lock starts again, nothing else changes)
+                self.state[o][3] = renewed
+            elif kind == RELEASE:
                 self.release(o)
             else:
                 self.state[o][:] = ["acked" if kind == ACCEPT else "archived", self.state[o][1], None, 0]
@@ -89,9 +95,11 @@ class Model:
 
 
 def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
-    """Batches of one to five records, several members, random acquisitions (each of whole batches, up to a random
-    number of records), acknowledgements of every type, lock timeouts and members that vanish: the share-partition agrees with the model at every step on who holds what, the delivery
-    counts, the start offset, and what a member may acknowledge; no offset is ever held by two members."""
+    """Batches of one to five records, several members, random acquisitions (of whole batches up to a random number
+    of records, or of exactly that number: Kafka 4.2's record_limit mode), acknowledgements of every type (RENEW
+    among them), lock timeouts and members that vanish: the share-partition agrees with the model at every step on
+    who holds what, the delivery counts, the start offset, and what a member may acknowledge; no offset is ever held
+    by two members."""
     rng = random.Random(932)
     for trial in range(30):
         max_in_flight = rng.choice([5, 20, 1000])
@@ -103,10 +111,10 @@ def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
             if step < 0.2:
                 log.append((log_end, log_end + rng.randint(0, 4)))
             elif step < 0.5:
-                m, n = rng.choice(members), rng.randint(1, 6)
+                m, n, strict = rng.choice(members), rng.randint(1, 6), rng.random() < 0.5
                 batches = [(b, last, True) for b, last in log if last >= sp.fetch_offset()]
-                got = sp.acquire(m, batches, n, now, 100)
-                want = model.acquire(m, log, n, now, 100)
+                got = sp.acquire(m, batches, n, now, 100, strict)
+                want = model.acquire(m, log, n, now, 100, strict)
                 assert [o for a in got for o in range(a.first_offset, a.last_offset + 1)] == want, trial
                 assert all(a.delivery_count == model.state[a.first_offset][1] for a in got)
             elif step < 0.85:
@@ -116,9 +124,9 @@ def test_a_share_partition_follows_kip_932s_rules_in_a_random_history():
                     continue
                 first = rng.choice(held)
                 last = first + rng.randint(0, 2)
-                kind = rng.choice([GAP, ACCEPT, RELEASE, REJECT])
-                ok = model.ack(m, first, last, kind)
-                assert (sp.acknowledge(m, [(first, last, [kind])]) is None) == ok, (trial, first, last)
+                kind = rng.choice([GAP, ACCEPT, RELEASE, REJECT, RENEW])
+                ok = model.ack(m, first, last, kind, now + 100)
+                assert (sp.acknowledge(m, [(first, last, [kind])], now + 100) is None) == ok, (trial, first, last)
             elif step < 0.95:
                 now += rng.randint(10, 120)
                 sp.release(now=now)
@@ -319,8 +327,9 @@ def test_group_configs_and_group_ids_are_checked_as_kafka_checks_them(tmp_path):
             e.alter_group_configs("g", {"share.record.lock.duration.ms": "0"})
         with pytest.raises(InvalidConfigurationError):
             e.alter_group_configs("g", {"no.such.config": "1"})
-        with pytest.raises(UnsupportedVersionError, match="not supported yet"):
-            e.alter_group_configs("g", {"share.auto.offset.reset": "by_duration:PT1H"})
+        for bad in ("by_duration:", "by_duration:-PT1H", "by_duration:1h", "by_duration"):
+            with pytest.raises(InvalidConfigurationError, match="by_duration:<PnDTnHnMn.nS>"):
+                e.alter_group_configs("g", {"share.auto.offset.reset": bad})
         with pytest.raises(UnsupportedVersionError, match="not supported yet"):
             e.alter_group_configs("g", {"consumer.session.timeout.ms": "50000"})
         assert e.group_configs("g") == {}
@@ -620,3 +629,124 @@ def test_read_committed_share_groups_never_deliver_an_aborted_transaction_or_a_m
         assert e.share_groups.start_offsets("rc") == e.share_groups.start_offsets("ru") == {(tid, 0): end}
         rc.close()
         ru.close()
+
+
+def test_record_limit_acquires_at_most_max_poll_records_within_a_batch_and_batch_optimized_whole_batches(tmp_path):
+    """Kafka 4.2's two acquire modes on one batch of ten records: record_limit (KIP-1206) polls 3, 3, 3, 1 of it,
+    each once; batch_optimized takes the batch whole whatever max_poll_records says."""
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("jobs", partitions=1)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+        with e.producer(linger_ms=60_000) as p:  # (one batch: sent at close)
+            for i in range(10):
+                p.send("jobs", b"v", key=b"%d" % i)
+        with e.share_consumer("w", ["jobs"], share_acquire_mode="record_limit", max_poll_records=3) as strict:
+            polls = [[r.offset for r in strict.poll(0)] for _ in range(5)]
+        assert polls == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9], []]
+        e.share_groups.reset_offsets("w", {(e.admin.topic_id_of("jobs"), 0): 0})
+        with e.share_consumer("w", ["jobs"], max_poll_records=3) as whole:
+            assert [r.offset for r in whole.poll(0)] == list(range(10))
+        with pytest.raises(InvalidConfigurationError, match="batch_optimized or record_limit"):
+            e.share_consumer("w", ["jobs"], share_acquire_mode="strict")
+
+
+def test_renew_keeps_a_record_acquired_past_its_first_lock_until_it_is_acknowledged(tmp_path):
+    """KIP-1222's RENEW on an injected clock: a record renewed at 4 s of a 5 s lock is still held at 6 s (another
+    member gets nothing), its holder's ACCEPT at 8 s applies, and it is never delivered again; one renewed and then
+    left alone comes to the other member when the renewed lock ends, with its delivery count raised. A renewed
+    record still needs an acknowledgement before the next poll."""
+    from engine.clients.share_consumer import AcknowledgeType
+
+    clock = ManualClock()
+    with engine.open(tmp_path / "d", clock=clock) as e:
+        e.create_topic("jobs", partitions=1)
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "5000"})
+        _keyed(e, "jobs", 2)
+        slow = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+        first, second = slow.poll(0)
+        clock.advance(4000)
+        slow.acknowledge(first, AcknowledgeType.RENEW)
+        slow.acknowledge(second, AcknowledgeType.RENEW)
+        assert list(slow.commit_sync().values()) == [None]
+        with pytest.raises(IllegalStateError, match="not acknowledged"):
+            slow.poll(0)
+        other = e.share_consumer("w", ["jobs"])
+        clock.advance(2000)  # 6 s: past the first lock, within the renewed one
+        assert other.poll(0) == []
+        clock.advance(2000)  # 8 s
+        slow.acknowledge(first, AcknowledgeType.ACCEPT)
+        assert list(slow.commit_sync().values()) == [None]
+        clock.advance(1000)  # 9 s: the renewed lock of the one left alone ends
+        assert [(r.offset, r.delivery_count) for r in other.poll(0)] == [(second.offset, 2)]
+        other.close()
+        slow.close()
+
+
+# Java's Duration.parse, the judge of share.auto.offset.reset=by_duration's durations (Kafka parses them with it)
+_JAVA_DURATIONS = """
+import java.io.*;
+import java.time.Duration;
+
+public class Durations {
+    public static void main(String[] args) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            try {
+                Duration d = Duration.parse(line);
+                System.out.println(d.isNegative() ? "negative" : Long.toString(d.toMillis()));
+            } catch (Exception e) {
+                System.out.println("refused");
+            }
+        }
+    }
+}
+"""
+
+
+def test_by_duration_reads_iso_8601_durations_as_javas_duration_parse_does(tmp_path):
+    """Every duration text of a corpus (Java's documented forms, signs, fractions, case, and malformed ones) gets
+    the milliseconds Java's Duration.parse gives it, or is refused where Java refuses it or the duration is
+    negative (Kafka's rule)."""
+    import shutil
+    import subprocess
+
+    from engine.groups.share_group_coordinator import by_duration_ms
+
+    java = shutil.which("java")
+    assert java, "the JDK's java is needed (make setup's Spark source needs it too)"
+    texts = ["PT20.345S", "PT15M", "PT10H", "P2D", "P2DT3H4M", "PT-6H3M", "-PT6H3M", "-PT-6H+3M", "PT0S", "P0D",
+             "pt1h", "PT1.5S", "PT1,5S", "PT.5S", "PT1.S", "PT0.000000001S", "PT1.1234567891S", "P", "PT", "P1DT",
+             "P1W", "P1Y", "PT1H1H", "1H", "", " PT1H", "PT+1M", "P-1DT25H", "P+1D", "PT36H", "PT-0.5S", "PT-1.5S",
+             "-PT0.5S", "P1DT-1H", "PT9999999999S", "P106751991167DT0S", "PTS", "PT1M30.5S", "P0DT0H0M0S", "PT1e3S"]
+    src = tmp_path / "Durations.java"
+    src.write_text(_JAVA_DURATIONS)
+    done = subprocess.run([java, str(src)], input="\n".join(texts) + "\n", capture_output=True, text=True,
+                          check=True, timeout=120)
+    javas = done.stdout.split()
+    assert len(javas) == len(texts), done.stderr
+    for text, verdict in zip(texts, javas):
+        want = int(verdict) if verdict not in ("refused", "negative") else None
+        assert by_duration_ms("by_duration:" + text) == want, (text, verdict)
+
+
+def test_by_duration_starts_a_share_partition_at_the_first_record_that_recent(tmp_path):
+    """share.auto.offset.reset=by_duration:PT10S on an injected clock: the share-partition starts at the first
+    record at most ten seconds old; while no record is that recent it is not started (nothing is delivered), and
+    it starts at the first record produced after that."""
+    clock = ManualClock(1_000_000)
+    with engine.open(tmp_path / "d", clock=clock) as e:
+        e.create_topic("jobs", partitions=1)
+        _keyed(e, "jobs", 3)  # timestamps 1,000,000
+        clock.advance(20_000)
+        _keyed(e, "jobs", 3, start=3)  # 1,020,000
+        clock.advance(5_000)
+        e.alter_group_configs("recent", {"share.auto.offset.reset": "by_duration:PT10S"})
+        with e.share_consumer("recent", ["jobs"]) as member:
+            assert sorted(int(r.key) for r in member.poll(0)) == [3, 4, 5]
+        e.alter_group_configs("fresh", {"share.auto.offset.reset": "by_duration:PT1S"})
+        with e.share_consumer("fresh", ["jobs"]) as member:
+            assert member.poll(0) == [] and e.share_groups.start_offsets("fresh") == {}
+            _keyed(e, "jobs", 1, start=6)
+            # (a heartbeat initializes the share-partition, the next assigns it, as for any share-partition)
+            assert [int(r.key) for r in member.poll(0) + member.poll(0)] == [6]

@@ -2,7 +2,7 @@
 // "request|response <api key> <version> <hex body>"; each output line is "<hex> <json>": the body as Kafka's class
 // reads it and writes it back, and the JSON its generated converter makes of what it read ("error <text>" when it
 // cannot read the body, or leaves bytes over; "newer <v>" when the version is past the highest, <v>, this Kafka build
-// knows, unstable versions included).
+// knows, unstable versions included; "newer -1" for an API it does not have).
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -21,7 +21,12 @@ public class KafkaMessages {
         while ((line = in.readLine()) != null) {
             String[] f = line.split(" ", -1);
             try {
-                ApiMessageType type = ApiMessageType.fromApiKey(Short.parseShort(f[1]));
+                short key = Short.parseShort(f[1]);
+                if (java.util.Arrays.stream(ApiMessageType.values()).noneMatch(t -> t.apiKey() == key)) {
+                    System.out.println("newer -1");  // an API this Kafka build does not have at all
+                    continue;
+                }
+                ApiMessageType type = ApiMessageType.fromApiKey(key);
                 short version = Short.parseShort(f[2]);
                 if (version > type.highestSupportedVersion(true)) {
                     System.out.println("newer " + type.highestSupportedVersion(true));
