@@ -750,3 +750,26 @@ def test_by_duration_starts_a_share_partition_at_the_first_record_that_recent(tm
             _keyed(e, "jobs", 1, start=6)
             # (a heartbeat initializes the share-partition, the next assigns it, as for any share-partition)
             assert [int(r.key) for r in member.poll(0) + member.poll(0)] == [6]
+
+
+def test_an_explicit_member_acknowledges_a_compacted_batch_whose_gaps_lie_between_its_records(tmp_path):
+    """A compacted batch keeps its offsets' range (Kafka's v2 cleaner keeps the base offset): offsets with no record
+    left are acquired too, and the member marks them as gaps; its own acknowledgements of records before and after
+    them are sent with them in ascending order, and all are applied."""
+    from engine.clients.share_consumer import AcknowledgeType
+
+    with engine.open(tmp_path / "d") as e:
+        e.create_topic("jobs", partitions=1, config={"cleanup.policy": "compact"})
+        with e.producer(linger_ms=60_000) as p:  # (one batch)
+            for key in (b"a", b"b", b"c", b"c", b"c", b"c"):
+                p.send("jobs", b"v", key=key)
+        e.log("jobs", 0).roll()
+        e.compact("jobs")
+        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest"})
+        with e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit") as member:
+            got = member.poll(0)
+            assert [r.offset for r in got] == [0, 1, 5]
+            for r in got:
+                member.acknowledge(r, AcknowledgeType.ACCEPT)
+            assert list(member.commit_sync().values()) == [None]
+        assert list(e.share_groups.start_offsets("w").values()) == [6]
