@@ -289,6 +289,53 @@ def test_kafkas_share_consumer_reads_a_queue_and_dump_reads_the_share_state(tmp_
     _kafka_dumps_the_share_state(run_class, data)
 
 
+def test_kafkas_share_group_command_lists_and_describes_a_share_group(tmp_path, run_class):
+    """Kafka's kafka-share-groups.sh (ShareGroupCommand of the broker build, 4.0: ListGroups with a type filter,
+    ShareGroupDescribe) against the listener: it lists the share group and not a consumer group beside it, with its
+    state, and describes its member (id, client id, assignment) and its state as the coordinator holds them."""
+    command = _share_group_command(tmp_path, run_class)
+    with engine.open(str(tmp_path / "data")) as eng, eng.serve(port=0) as listener:
+        b = listener.bootstrap
+        eng.create_topic("jobs", 2)
+        with eng.consumer("jobs", group_id="classic") as c:
+            c.poll(0)
+        with eng.share_consumer("workers", ["jobs"], client_id="worker-1") as member:
+            for _ in range(5):
+                member.poll(0)
+                if member.assignment():
+                    break
+            assert len(member.assignment()) == 2
+            listed = _tool(*command, "--bootstrap-server", b, "--list").split()
+            assert listed == ["workers"]
+            states = _tool(*command, "--bootstrap-server", b, "--list", "--state", "").split()
+            assert states[-2:] == ["workers", "Stable"]
+            members = _tool(*command, "--bootstrap-server", b, "--describe", "--group", "workers",
+                            "--members").splitlines()
+            row = [line.split() for line in members if line.startswith("workers")]
+            assert row == [["workers", member.member_id, "/127.0.0.1", "worker-1", "jobs:0,jobs:1"]] or \
+                row == [["workers", member.member_id, "/127.0.0.1", "worker-1", "jobs:1,jobs:0"]], members
+            state = _tool(*command, "--bootstrap-server", b, "--describe", "--group", "workers",
+                          "--state").splitlines()
+            assert [line.split()[-2:] for line in state if line.startswith("workers")] == [["Stable", "1"]], state
+
+
+def _share_group_command(tmp_path, run_class: str) -> list[str]:
+    """kafka-share-groups.sh's class: KAFKA_HOME's own (an installation), or, in a broker build folder (which
+    compiles only some tools), compiled here from the build's copy of Kafka's tools sources."""
+    from tests.broker.checkpoint_corpus import kafka_classpath
+
+    name = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+    home = os.path.dirname(run_class)
+    sources = os.path.join(home, "build", "tools-src", "tools", "src", "main", "java")
+    if not os.path.isdir(sources):
+        return [run_class, name]
+    classpath = kafka_classpath(home)
+    out = str(tmp_path / "share-group-command")
+    subprocess.run(["javac", "-nowarn", "-d", out, "-cp", classpath, "-sourcepath", sources,
+                    os.path.join(sources, *name.split(".")) + ".java"], check=True, capture_output=True)
+    return ["java", "-cp", os.pathsep.join([out, classpath]), name]
+
+
 def _kafka_dumps_the_share_state(run_class: str, data: str) -> None:
     import json
 
