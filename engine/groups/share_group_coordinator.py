@@ -193,7 +193,7 @@ class ShareGroupCoordinator:
             if self._other_group(group_id):
                 raise GroupIdNotFoundError(f"group {group_id!r} is not a share group")
             if not create:
-                raise GroupIdNotFoundError(f"no share group {group_id!r}")
+                raise GroupIdNotFoundError(f"Group {group_id} not found.")  # (Kafka's text)
             g = self.groups[group_id] = self._new_group(group_id)
         return g
 
@@ -498,7 +498,7 @@ class ShareGroupCoordinator:
             for topic_id in topic_ids:
                 keys = {k for k in held if k[0] == topic_id}
                 out[topic_id] = None if keys else UnknownTopicOrPartitionError(
-                    f"share group {group_id!r} holds no offsets of topic id {topic_id} to delete")
+                    "There is no offset information to delete.")  # (Kafka's text)
                 self._drop_state(group_id, keys, now)
             return out
 

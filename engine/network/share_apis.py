@@ -26,6 +26,7 @@ from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
 Key = tuple[str, int]
 ZERO_UUID = uuid.UUID(int=0)  # the topic id Kafka answers for a topic it does not know
+NOT_HOSTED = "This server does not host this topic-partition."  # Kafka's text of UNKNOWN_TOPIC_OR_PARTITION
 
 
 Batches = list[tuple[int, int, list[int]]]
@@ -214,8 +215,9 @@ class ShareApis:
                     name = admin.topic_named(tid)
                     if name is not None:
                         wanted.setdefault(name, []).append(index)
-            else:
-                wanted = {t["topic_name"]: list(t["partitions"]) for t in g["topics"]}
+            else:  # (unknown topics first, as Kafka answers: they never reach its share coordinator)
+                wanted = {t["topic_name"]: list(t["partitions"]) for t in sorted(
+                    g["topics"], key=lambda t: admin.topic_id_of(t["topic_name"]) is not None)}
             topics = []
             for name, indexes in wanted.items():
                 tid = admin.topic_id_of(name)
@@ -236,17 +238,17 @@ class ShareApis:
         NON_EMPTY_GROUP for the whole request otherwise); an unknown topic or partition is refused alone."""
         b = request.body
         topics, starts = [], {}
-        for t in b["topics"]:
-            tid = self.engine.admin.topic_id_of(t["topic_name"])
+        ids = {t["topic_name"]: self.engine.admin.topic_id_of(t["topic_name"]) for t in b["topics"]}
+        for t in sorted(b["topics"], key=lambda t: ids[t["topic_name"]] is not None):  # (unknown ones first: Kafka's)
+            tid = ids[t["topic_name"]]
             count = partition_count(self.engine, t["topic_name"], 0) if tid is not None else 0
             rows = []
             for p in t["partitions"]:
                 known = 0 <= p["partition_index"] < count
                 if known:
                     starts[(tid, p["partition_index"])] = p["start_offset"]
-                rows.append({"partition_index": p["partition_index"], **_ack_entry(
-                    None if known else UnknownTopicOrPartitionError(
-                        f"no partition {t['topic_name']}-{p['partition_index']}"), "")})
+                rows.append({"partition_index": p["partition_index"],
+                             **_ack_entry(None if known else UnknownTopicOrPartitionError(NOT_HOSTED), "")})
             topics.append({"topic_name": t["topic_name"], "topic_id": ZERO_UUID if tid is None else topic_uuid(tid),
                            "partitions": rows})
         try:
@@ -270,7 +272,9 @@ class ShareApis:
             done = self.engine.share_groups.delete_offsets(b["group_id"], [i for i in ids.values() if i is not None])
         except KafkaError as exc:
             return {"throttle_time_ms": 0, **_ack_entry(exc, ""), "responses": []}
+        # (a topic refused is answered with the zero topic id, as Kafka answers it)
+        failed = {name: done[tid] if tid is not None else UnknownTopicOrPartitionError(NOT_HOSTED)
+                  for name, tid in ids.items()}
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": [
-            {"topic_name": name, "topic_id": ZERO_UUID if tid is None else topic_uuid(tid), **_ack_entry(
-                done[tid] if tid is not None else UnknownTopicOrPartitionError(f"no topic {name!r}"), "")}
-            for name, tid in ids.items()]}
+            {"topic_name": name, "topic_id": ZERO_UUID if failed[name] is not None else topic_uuid(tid),
+             **_ack_entry(failed[name], "")} for name, tid in ids.items()]}

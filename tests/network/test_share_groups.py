@@ -247,7 +247,7 @@ def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
         answer = deleted(sock, "w", ["jobs", "other", "unread", "nope"])
         assert answer["error_code"] == 0
         assert {t["topic_name"]: (t["error_code"], t["topic_id"] is None) for t in answer["responses"]} == {
-            "jobs": (0, False), "other": (0, False), "unread": (unknown, False), "nope": (unknown, True)}
+            "jobs": (0, False), "other": (0, False), "unread": (unknown, True), "nope": (unknown, True)}
         assert offsets(sock) == {}
 
 
