@@ -1,19 +1,22 @@
-"""The share groups' state records in `__share_group_state` (KIP-932's share coordinator records, as the apache/kafka
-4.0 sources define them): the delivery state of each share-partition (engine.groups.share_partition).
+"""The share groups' state records in `__share_group_state` (KIP-932's share coordinator records, as Kafka 4.1+
+writes them): the delivery state of each share-partition (engine.groups.share_partition).
 
-Byte layout: a key is `int16 version | GroupId string | TopicId uuid | Partition int32` (not flexible), version 0 for
+Byte layout: a key is `int16 type | GroupId string | TopicId uuid | Partition int32` (not flexible), type 0 for
 ShareSnapshot (the whole state) and 1 for ShareUpdate (a change to it); a value is `int16 version (0) | fields`
-(flexible: compact strings and arrays, tagged fields): ShareSnapshotValue is SnapshotEpoch uint16, StateEpoch int32,
-LeaderEpoch int32, StartOffset int64, StateBatches [FirstOffset int64, LastOffset int64, DeliveryState int8 (0
-available, 2 acknowledged, 4 archived), DeliveryCount int16]; ShareUpdateValue is the same without StateEpoch (a
-StartOffset of -1 leaves it as it was). A null value (tombstone) deletes the share-partition's state.
+(flexible: compact strings and arrays, tagged fields): ShareSnapshotValue is SnapshotEpoch int32, StateEpoch int32,
+LeaderEpoch int32, StartOffset int64, CreateTimestamp int64, WriteTimestamp int64, StateBatches [FirstOffset int64,
+LastOffset int64, DeliveryState int8 (0 available, 2 acknowledged, 4 archived), DeliveryCount int16];
+ShareUpdateValue is SnapshotEpoch int32, LeaderEpoch int32, StartOffset int64 (-1 leaves it as it was),
+StateBatches. A null value (tombstone) deletes the share-partition's state. Kafka 4.0's early-access share groups
+wrote other bytes under the same version 0 (SnapshotEpoch uint16, no timestamps), which Kafka 4.1+ cannot read: a
+value that does not parse as 4.1's is read as 4.0's (so directories written then, by Kafka 4.0 or an earlier
+kafkalog, keep their state); kafkalog writes 4.1's alone.
 kafkalog writes a snapshot for every change (so a reader needs no update to know a state) and reads both kinds. The
 record of a share-partition lives in partition abs(hash("group:topicId:partition")) % 50 of the topic (Java's
-String.hashCode over the share coordinator's key). Later Kafka releases add timestamps to these values; this
-module reads and writes the 4.0 layout only.
+String.hashCode over the share coordinator's key).
 ShareStateStore reads and writes them through an engine's internal topics (created on first write): one batch per
 `__share_group_state` partition a write touches, appended with acks='all'; each snapshot of a share-partition carries
-the next snapshot epoch (uint16, wrapping).
+the next snapshot epoch and the time its state was first written.
 Crash policy: a record is the unit of change; on load every partition is replayed in log order (the last snapshot of a
 key, then its later updates, win).
 Thread-safety: the functions are stateless; a ShareStateStore is its coordinator's, called under its lock.
@@ -43,7 +46,20 @@ _BATCHES = """
     delivery_state int8 0+
     delivery_count int16 0+
 """
-_VALUES = {
+_VALUES = {  # Kafka 4.1+'s values (what kafkalog writes)
+    SNAPSHOT: parse_fields("""
+  snapshot_epoch int32 0+
+  state_epoch int32 0+
+  leader_epoch int32 0+
+  start_offset int64 0+
+  create_timestamp int64 0+
+  write_timestamp int64 0+""" + _BATCHES),
+    UPDATE: parse_fields("""
+  snapshot_epoch int32 0+
+  leader_epoch int32 0+
+  start_offset int64 0+""" + _BATCHES),
+}
+_EARLY_ACCESS_VALUES = {  # Kafka 4.0's (read only)
     SNAPSHOT: parse_fields("""
   snapshot_epoch uint16 0+
   state_epoch int32 0+
@@ -69,6 +85,8 @@ class ShareState(NamedTuple):
     start_offset: int = -1
     batches: tuple[StateBatch, ...] = ()
     tombstone: bool = False
+    create_timestamp: int = -1  # (a snapshot's: when its state was first written, ms; -1 unknown)
+    write_timestamp: int = -1
 
 
 def partition(group_id: str, topic_id: str, partition_index: int) -> int:
@@ -89,7 +107,8 @@ def encode(s: ShareState) -> tuple[bytes, bytes | None]:
     w = Writer()
     w.int16(0)
     value = {"snapshot_epoch": s.snapshot_epoch, "state_epoch": s.state_epoch, "leader_epoch": 0,
-             "start_offset": s.start_offset,
+             "start_offset": s.start_offset, "create_timestamp": s.create_timestamp,
+             "write_timestamp": s.write_timestamp,
              "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                 "delivery_state": b.state, "delivery_count": b.delivery_count} for b in s.batches]}
     write_struct(w, _VALUES[s.kind], value, 0, True)
@@ -108,17 +127,32 @@ def decode(key, value) -> ShareState:
             raise MalformedRequestError("a null group id")
         if value is None:
             return ShareState(kind, group_id, topic, index, tombstone=True)
-        r = Reader(bytes(value))
-        version = r.int16()
-        if version != 0:
-            raise MalformedRequestError(f"value version {version}")
-        v = read_struct(r, _VALUES[kind], 0, True)
+        v = _value(bytes(value), kind)
         return ShareState(kind, group_id, topic, index, v["snapshot_epoch"], v.get("state_epoch", 0),
                           v["start_offset"], tuple(StateBatch(b["first_offset"], b["last_offset"],
                                                               b["delivery_state"], b["delivery_count"])
-                                                   for b in v["state_batches"]))
+                                                   for b in v["state_batches"]),
+                          create_timestamp=v.get("create_timestamp", -1), write_timestamp=v.get("write_timestamp", -1))
     except (MalformedRequestError, ValueError, IndexError) as exc:
         raise CorruptRecordError(f"{TOPIC}: a share state record that does not parse: {exc}") from None
+
+
+def _value(data: bytes, kind: int) -> dict:
+    """A value's fields: Kafka 4.1+'s layout, else Kafka 4.0's (each must parse to the last byte)."""
+    why = None
+    for layouts in (_VALUES, _EARLY_ACCESS_VALUES):
+        r = Reader(data)
+        try:
+            version = r.int16()
+            if version != 0:
+                raise MalformedRequestError(f"value version {version}")
+            v = read_struct(r, layouts[kind], 0, True)
+            if r.remaining():
+                raise MalformedRequestError(f"{r.remaining()} bytes after the value")
+            return v
+        except (MalformedRequestError, ValueError, IndexError) as exc:
+            why = why or exc
+    raise MalformedRequestError(str(why))
 
 
 class ShareStateStore:
@@ -127,6 +161,7 @@ class ShareStateStore:
     def __init__(self, internal: InternalLog) -> None:
         self._internal = internal
         self._epochs: dict[tuple[str, str, int], int] = {}  # each share-partition's last snapshot epoch
+        self._created: dict[tuple[str, str, int], int] = {}  # when its state was first written
 
     def load(self) -> dict[tuple[str, str, int], ShareState]:
         """Each share-partition's last state, by (group, topic id, partition)."""
@@ -148,6 +183,7 @@ class ShareStateStore:
                     else:
                         states[key] = updated(states[key], s)
         self._epochs = {k: s.snapshot_epoch for k, s in states.items()}
+        self._created = {k: s.create_timestamp for k, s in states.items() if s.create_timestamp >= 0}
         return states
 
     def write(self, states: list[tuple[str, str, int, int, list[StateBatch]]], now: int) -> None:
@@ -155,8 +191,10 @@ class ShareStateStore:
         rows: dict[int, list] = {}
         for group_id, topic_id, index, start, batches in states:
             key = (group_id, topic_id, index)
-            epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) & 0xFFFF
-            s = ShareState(SNAPSHOT, group_id, topic_id, index, epoch, 0, start, tuple(batches))
+            epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) & 0x7FFFFFFF
+            created = self._created.setdefault(key, now)
+            s = ShareState(SNAPSHOT, group_id, topic_id, index, epoch, 0, start, tuple(batches),
+                           create_timestamp=created, write_timestamp=now)
             rows.setdefault(partition(group_id, topic_id, index), []).append(encode(s))
         self._append(rows, now)
 
@@ -165,6 +203,7 @@ class ShareStateStore:
         rows: dict[int, list] = {}
         for group_id, topic_id, index in keys:
             self._epochs.pop((group_id, topic_id, index), None)
+            self._created.pop((group_id, topic_id, index), None)
             tomb = ShareState(SNAPSHOT, group_id, topic_id, index, tombstone=True)
             rows.setdefault(partition(group_id, topic_id, index), []).append(encode(tomb))
         self._append(rows, now)

@@ -773,3 +773,37 @@ def test_an_explicit_member_acknowledges_a_compacted_batch_whose_gaps_lie_betwee
                 member.acknowledge(r, AcknowledgeType.ACCEPT)
             assert list(member.commit_sync().values()) == [None]
         assert list(e.share_groups.start_offsets("w").values()) == [6]
+
+
+def _kafka_value(fields: list[tuple[str, object]], batches: list[tuple[int, int, int, int]]) -> bytes:
+    """A share coordinator value written by hand from Kafka's published JSON schema (struct, not engine.protocol):
+    int16 version 0, the fields, a compact array of batches (each with its empty tagged-field section), and the
+    value's own empty tagged-field section."""
+    import struct
+
+    out = struct.pack(">h", 0) + b"".join(struct.pack(">" + fmt, v) for fmt, v in fields)
+    out += bytes([len(batches) + 1])  # (a compact array's length + 1, one byte below 128)
+    out += b"".join(struct.pack(">qqbh", *b) + b"\x00" for b in batches)
+    return out + b"\x00"
+
+
+def test_share_state_values_are_kafka_4_1s_and_kafka_4_0s_early_access_ones_are_still_read():
+    """ShareSnapshotValue as Kafka 4.1+ defines it (SnapshotEpoch int32, StateEpoch, LeaderEpoch, StartOffset,
+    CreateTimestamp, WriteTimestamp, StateBatches) is what encode() writes, byte for byte; Kafka 4.0's early-access
+    layout (SnapshotEpoch uint16, no timestamps), which Kafka 4.1 cannot read, is still read, as is its ShareUpdate."""
+    tid = "AAAAAAAAAAAAAAAAAAAAAQ"
+    batches = [(3, 4, 0, 1), (5, 5, 4, 2)]
+    state = records.ShareState(records.SNAPSHOT, "g", tid, 7, 70_000, 0, 3, tuple(StateBatch(*b) for b in batches),
+                               create_timestamp=1_700_000_000_000, write_timestamp=1_700_000_000_500)
+    key, value = records.encode(state)
+    assert value == _kafka_value([("i", 70_000), ("i", 0), ("i", 0), ("q", 3), ("q", 1_700_000_000_000),
+                                  ("q", 1_700_000_000_500)], batches)
+    early = _kafka_value([("H", 9), ("i", 2), ("i", 0), ("q", 3)], batches)
+    assert records.decode(key, early) == state._replace(snapshot_epoch=9, state_epoch=2, create_timestamp=-1,
+                                                        write_timestamp=-1)
+    update_key = key[:1] + b"\x01" + key[2:]
+    early_update = _kafka_value([("H", 10), ("i", 0), ("q", 4)], batches[1:])
+    assert records.decode(update_key, early_update) == records.ShareState(
+        records.UPDATE, "g", tid, 7, 10, 0, 4, (StateBatch(5, 5, 4, 2),))
+    with pytest.raises(Exception, match="does not parse"):
+        records.decode(key, early + b"\x00")  # (neither layout leaves a byte over)

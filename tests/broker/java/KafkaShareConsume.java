@@ -23,6 +23,8 @@ public class KafkaShareConsume {
         props.put("group.id", args[1]);
         props.put("key.deserializer", StringDeserializer.class.getName());
         props.put("value.deserializer", StringDeserializer.class.getName());
+        // (Kafka 4.1+ asks for the mode; 4.0 infers it from the first acknowledge() and ignores this setting)
+        props.put("share.acknowledgement.mode", "explicit");
         int wanted = Integer.parseInt(args[3]);
         int releaseEvery = Integer.parseInt(args[4]);
         long deadline = System.currentTimeMillis() + 1000L * Integer.parseInt(args[5]);
