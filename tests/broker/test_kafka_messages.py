@@ -1,8 +1,9 @@
 """`make interop`: the listener's messages through Kafka's own generated message classes (KAFKA_HOME's). For every
 API and version the listener speaks, random requests and responses written by engine.protocol are read by Kafka's
 class, written back by it byte for byte the same, and its JSON converter's view of them holds the values written. A
-version newer than KAFKA_HOME's Kafka knows is named in the output, not judged (every API must have versions it knows,
-or be one kio, tests/network/kio_peer.py, has every version of).
+version newer than KAFKA_HOME's Kafka knows, or older than it still reads (Kafka 4 removed the oldest versions of many
+APIs, which the listener still serves), is named in the output, not judged (every API must have versions it knows, or
+be one kio, tests/network/kio_peer.py, has every version of).
 Not part of `make test` (it needs a Kafka build)."""
 from __future__ import annotations
 
@@ -82,12 +83,16 @@ def test_kafkas_message_classes_read_and_write_what_the_listener_writes(kafka_fi
     done = subprocess.run(kafka_filter, input=lines, capture_output=True, text=True, check=True)
     answers = done.stdout.splitlines()
     assert len(answers) == len(cases), done.stderr[-2000:]
-    checked, newer = set(), set()
+    checked, newer, older = set(), set(), set()
     for (api, version, kind, fields, body, data), answer in zip(cases, answers):
         where = f"{api.name} v{version} {kind}"
         if answer.startswith("newer "):  # a version this Kafka build does not know (a newer Kafka judges it)
             assert version > int(answer.split()[1]), where
             newer.add(f"{api.name} v{version}")
+            continue
+        if answer.startswith("older "):  # a version this Kafka removed (an older one, and kafka-python, judge it)
+            assert version < int(answer.split()[1]), where
+            older.add(f"{api.name} v{version}")
             continue
         checked.add(api.key)
         assert not answer.startswith("error "), f"{where}: {answer}"
@@ -100,3 +105,5 @@ def test_kafkas_message_classes_read_and_write_what_the_listener_writes(kafka_fi
     assert not unjudged, f"APIs neither this Kafka build nor kio knows every version of: {unjudged}"
     if newer:
         print(f"versions newer than KAFKA_HOME's Kafka, not judged by it: {', '.join(sorted(newer))}")
+    if older:
+        print(f"versions KAFKA_HOME's Kafka removed, not judged by it: {', '.join(sorted(older))}")

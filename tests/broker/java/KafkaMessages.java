@@ -2,7 +2,8 @@
 // "request|response <api key> <version> <hex body>"; each output line is "<hex> <json>": the body as Kafka's class
 // reads it and writes it back, and the JSON its generated converter makes of what it read ("error <text>" when it
 // cannot read the body, or leaves bytes over; "newer <v>" when the version is past the highest, <v>, this Kafka build
-// knows, unstable versions included; "newer -1" for an API it does not have).
+// knows, unstable versions included; "newer -1" for an API it does not have; "older <v>" when the version is below
+// the lowest, <v>, it still reads: Kafka 4 removed the oldest versions of many APIs).
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -30,6 +31,10 @@ public class KafkaMessages {
                 short version = Short.parseShort(f[2]);
                 if (version > type.highestSupportedVersion(true)) {
                     System.out.println("newer " + type.highestSupportedVersion(true));
+                    continue;
+                }
+                if (version < type.lowestSupportedVersion()) {  // (versions a later Kafka removed, KIP-896)
+                    System.out.println("older " + type.lowestSupportedVersion());
                     continue;
                 }
                 ApiMessage msg = f[0].equals("request") ? type.newRequest() : type.newResponse();
