@@ -46,30 +46,18 @@ _BATCHES = """
     delivery_state int8 0+
     delivery_count int16 0+
 """
-_VALUES = {  # Kafka 4.1+'s values (what kafkalog writes)
-    SNAPSHOT: parse_fields("""
-  snapshot_epoch int32 0+
-  state_epoch int32 0+
-  leader_epoch int32 0+
-  start_offset int64 0+
-  create_timestamp int64 0+
-  write_timestamp int64 0+""" + _BATCHES),
-    UPDATE: parse_fields("""
-  snapshot_epoch int32 0+
-  leader_epoch int32 0+
-  start_offset int64 0+""" + _BATCHES),
-}
-_EARLY_ACCESS_VALUES = {  # Kafka 4.0's (read only)
-    SNAPSHOT: parse_fields("""
-  snapshot_epoch uint16 0+
-  state_epoch int32 0+
-  leader_epoch int32 0+
-  start_offset int64 0+""" + _BATCHES),
-    UPDATE: parse_fields("""
-  snapshot_epoch uint16 0+
-  leader_epoch int32 0+
-  start_offset int64 0+""" + _BATCHES),
-}
+
+
+def _values(epoch: str, timestamps: bool) -> dict[int, list]:
+    """Both kinds' value fields, given SnapshotEpoch's type and whether a snapshot carries its timestamps."""
+    start = "\n  leader_epoch int32 0+\n  start_offset int64 0+"
+    times = "\n  create_timestamp int64 0+\n  write_timestamp int64 0+" if timestamps else ""
+    return {SNAPSHOT: parse_fields(f"\n  snapshot_epoch {epoch} 0+\n  state_epoch int32 0+{start}{times}{_BATCHES}"),
+            UPDATE: parse_fields(f"\n  snapshot_epoch {epoch} 0+{start}{_BATCHES}")}
+
+
+_VALUES = _values("int32", True)  # Kafka 4.1+'s values (what kafkalog writes)
+_EARLY_ACCESS_VALUES = _values("uint16", False)  # Kafka 4.0's (read only)
 
 
 class ShareState(NamedTuple):

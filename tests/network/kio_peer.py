@@ -19,6 +19,8 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from tests.network.test_listener import _recv
+
 KNOWN_ERROR_CODES = sorted(int(c) for c in ErrorCode)
 
 
@@ -51,23 +53,13 @@ def frame_request(entity, correlation_id: int, client_id: str = "kio") -> bytes:
 def call(sock: socket.socket, entity, correlation_id: int = 1):
     """Send a kio request entity to a listener, read its answer with kio's response class of the same version."""
     sock.sendall(frame_request(entity, correlation_id))
-    size = struct.unpack(">i", _read(sock, 4))[0]
-    data = _read(sock, size)
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    data = _recv(sock, size)
     header, n = decode(ResponseHeader, data)
     assert header.correlation_id == correlation_id
     answer, used = decode(load_response_schema(entity.__api_key__, entity.__version__), data, n)
     assert n + used == len(data), "bytes left over after kio read the response"
     return answer
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the listener closed the connection")
-        out += chunk
-    return out
 
 
 def plain(v):

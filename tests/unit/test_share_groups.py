@@ -3,6 +3,7 @@ rules, its persisted form, and the share group coordinator over an engine on an 
 acknowledgement, lock timeouts, sessions, restart)."""
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -412,13 +413,20 @@ def test_a_share_consumer_refuses_what_is_not_a_list_of_topic_names(tmp_path):
             e.share_consumer("w", ["jobs"], acknowledgement_mode="auto")
 
 
-def test_an_explicit_member_must_acknowledge_before_it_polls_again_and_a_lock_times_out(tmp_path):
-    clock = ManualClock()
+@contextlib.contextmanager
+def _queue_and_explicit_member(tmp_path, clock, records: int):
+    """An engine on `clock` with `records` keyed records in topic jobs, read by share group w from the earliest with
+    5 s locks, and one explicit member of it."""
     with engine.open(tmp_path / "d", clock=clock) as e:
         e.create_topic("jobs", partitions=1)
         e.alter_group_configs("w", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "5000"})
-        _keyed(e, "jobs", 10)
-        slow = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+        _keyed(e, "jobs", records)
+        yield e, e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+
+
+def test_an_explicit_member_must_acknowledge_before_it_polls_again_and_a_lock_times_out(tmp_path):
+    clock = ManualClock()
+    with _queue_and_explicit_member(tmp_path, clock, 10) as (e, slow):
         first = slow.poll(0)
         assert [int(r.key) for r in first] == list(range(10))
         with pytest.raises(IllegalStateError, match="not acknowledged"):
@@ -658,11 +666,7 @@ def test_renew_keeps_a_record_acquired_past_its_first_lock_until_it_is_acknowled
     from engine.clients.share_consumer import AcknowledgeType
 
     clock = ManualClock()
-    with engine.open(tmp_path / "d", clock=clock) as e:
-        e.create_topic("jobs", partitions=1)
-        e.alter_group_configs("w", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "5000"})
-        _keyed(e, "jobs", 2)
-        slow = e.share_consumer("w", ["jobs"], acknowledgement_mode="explicit")
+    with _queue_and_explicit_member(tmp_path, clock, 2) as (e, slow):
         first, second = slow.poll(0)
         clock.advance(4000)
         slow.acknowledge(first, AcknowledgeType.RENEW)
