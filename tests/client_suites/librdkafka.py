@@ -23,9 +23,10 @@ consumer group protocol, KIP-848), judged the same way against the same broker's
 `--share` runs the suite's share consumer tests (KIP-932, SHARE_TESTS), which ask for a Kafka 4.2 broker: told it
 runs against 4.2.0, in full (not quick) mode, since each of their subtests is skipped in quick mode; the engine
 serves them with group.share.heartbeat.interval.ms=1000 (Kafka's default is 5000; their time limits assume the faster
-heartbeats librdkafka's own mock cluster gives them). No real broker here speaks their share protocol (the broker
-build is Kafka 4.0, whose share APIs are v0, which librdkafka does not send), so they are judged alone: each must pass
-but those in SHARE_NOT_PASSING, each with its reason, which must fail (SHARE_VARIES: judged neither way).
+heartbeats librdkafka's own mock cluster gives them). No real broker here serves them (the broker build is Kafka
+4.0, whose share APIs are v0, which librdkafka does not send; a 4.2.0-SNAPSHOT built from late-2025 sources refused
+librdkafka's member ids, standard base64, in every share request), so they are judged alone: each must pass but those
+in SHARE_NOT_PASSING, each with its reason, which must fail (SHARE_VARIES: judged neither way).
 
 Usage: python -m tests.client_suites.librdkafka [--cache DIR] [--write] [--tests 0001,0011] [--group-protocol consumer]
        python -m tests.client_suites.librdkafka --share [--cache DIR] [--write] [--tests 0171]
