@@ -244,11 +244,12 @@ class ShareApis:
             count = partition_count(self.engine, t["topic_name"], 0) if tid is not None else 0
             rows = []
             for p in t["partitions"]:
-                known = 0 <= p["partition_index"] < count
-                if known:
+                refused = None if 0 <= p["partition_index"] < count else UnknownTopicOrPartitionError(NOT_HOSTED)
+                if refused is None and p["start_offset"] < 0:
+                    refused = InvalidRequestError(f"start offset {p['start_offset']}: an offset is >= 0")
+                if refused is None:
                     starts[(tid, p["partition_index"])] = p["start_offset"]
-                rows.append({"partition_index": p["partition_index"],
-                             **_ack_entry(None if known else UnknownTopicOrPartitionError(NOT_HOSTED), "")})
+                rows.append({"partition_index": p["partition_index"], **_ack_entry(refused, "")})
             topics.append({"topic_name": t["topic_name"], "topic_id": ZERO_UUID if tid is None else topic_uuid(tid),
                            "partitions": rows})
         try:

@@ -232,10 +232,11 @@ def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
             assert (answer["error_code"], answer["responses"]) == (int(ErrorCode.group_id_not_found), [])
         assert offsets(sock)[("jobs", 0)][:2] == model(0)  # nothing changed by the refusals
 
-        answer = altered(sock, "w", {"jobs": [(0, 2), (5, 0)], "nope": [(0, 0)]})
+        answer = altered(sock, "w", {"jobs": [(0, 2), (5, 0), (1, -3)], "nope": [(0, 0)]})
         assert answer["error_code"] == 0
         assert {(t["topic_name"], p["partition_index"]): p["error_code"] for t in answer["responses"]
-                for p in t["partitions"]} == {("jobs", 0): 0, ("jobs", 5): unknown, ("nope", 0): unknown}
+                for p in t["partitions"]} == {("jobs", 0): 0, ("jobs", 5): unknown, ("nope", 0): unknown,
+                                              ("jobs", 1): int(ErrorCode.invalid_request)}
         now = offsets(sock)
         assert now[("jobs", 0)] == (2, 8, 0, 0, False)  # what was acknowledged there is forgotten
         assert now[("jobs", 1)][:2] == model(1)
