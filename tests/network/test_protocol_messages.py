@@ -161,6 +161,7 @@ KIO_CASES = [(api, v) for api in sorted(APIS.values(), key=lambda a: a.key) if a
              for v in range(api.min_version, api.max_version + 1) if kio_peer.schemas(api.key, v) is not None]
 
 
+@pytest.mark.kio
 def test_kio_has_every_version_kafka_python_lacks_but_kafka_4_0s_early_access_share_apis():
     lacking = {(a.key, v) for a in APIS.values() if a.key in NO_PEER for v in range(a.min_version, a.max_version + 1)
                if kio_peer.schemas(a.key, v) is None}
@@ -181,6 +182,7 @@ def _known_error_codes(rng: random.Random, body: dict, fields: list[Field]) -> N
                 _known_error_codes(rng, element, f.fields)
 
 
+@pytest.mark.kio
 @pytest.mark.parametrize("api,version", KIO_CASES, ids=[f"{a.name}-v{v}" for a, v in KIO_CASES])
 def test_kio_judges_the_apis_kafka_python_lacks(api, version):
     """What we encode, kio decodes to the same values and re-encodes to the same bytes (requests with their header

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.network.test_listener import produced
 
 
@@ -155,6 +157,7 @@ def _drain(member, wanted: int, accept) -> dict[tuple[int, int], list[int]]:
     return seen
 
 
+@pytest.mark.kio
 def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
     """DescribeShareGroupOffsets (v0, v1), AlterShareGroupOffsets and DeleteShareGroupOffsets sent and read by kio (an
     independent codec of Kafka's published schemas) over a socket: start offsets and lags as a model of the
@@ -252,6 +255,7 @@ def test_the_share_group_offsets_apis_as_kio_speaks_them(kafka_server):
         assert offsets(sock) == {}
 
 
+@pytest.mark.kio
 def test_kafka_4_2s_share_fetch_v2_record_limit_and_renew_as_kio_speaks_them(kafka_server):
     """ShareFetch and ShareAcknowledge v2 from kio over a socket: a member joins (ShareGroupHeartbeat v1), fetches
     in record_limit mode three records of a batch of ten (the batch comes whole, the acquired range is three), RENEWs
