@@ -39,6 +39,7 @@ from engine.common.errors import (
 )
 from engine.common.structs import TopicPartition
 from engine.groups.share_group import ShareHeartbeat
+from engine.groups.share_partition import runs
 from engine.record import codec
 
 RELEASE_LOOK_MS = 100
@@ -216,7 +217,8 @@ class ShareConsumer:
         sg = self.engine.share_groups
         with self._lock:
             assigned = {(t, p) for t, ps in self._assignment.items() for p in ps}
-        acks, self._marked = {key: _batches(marks) for key, marks in self._marked.items()}, {}
+        acks, self._marked = {key: [(first, last, [kind]) for first, last, kind in runs(sorted(marks.items()))]
+                             for key, marks in self._marked.items()}, {}
         if not fetch and not acks and not final:
             return {}
         epoch = -1 if final else self._session_epoch
@@ -314,15 +316,3 @@ class ShareConsumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _batches(marks: dict[int, int]) -> list[tuple[int, int, list[int]]]:
-    """A partition's marked offsets as acknowledgement batches: ascending runs of one type."""
-    out: list[tuple[int, int, list[int]]] = []
-    for offset in sorted(marks):
-        kind = marks[offset]
-        if out and out[-1][1] == offset - 1 and out[-1][2] == [kind]:
-            out[-1] = (out[-1][0], offset, [kind])
-        else:
-            out.append((offset, offset, [kind]))
-    return out

@@ -109,7 +109,7 @@ def by_duration_ms(value: str) -> int | None:
 
 def group_settings(dynamic: dict[str, str], config: GroupConfig) -> dict[str, object]:
     """A group's effective share settings (its dynamic configs over the engine's); InvalidConfigurationError for a
-    value Kafka refuses, UnsupportedVersionError for one kafkalog does not implement yet."""
+    value Kafka refuses."""
     out: dict[str, object] = {"share.record.lock.duration.ms": config.group_share_record_lock_duration_ms,
                               "share.session.timeout.ms": config.group_share_session_timeout_ms,
                               "share.heartbeat.interval.ms": config.group_share_heartbeat_interval_ms,

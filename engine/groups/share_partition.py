@@ -234,11 +234,17 @@ class SharePartition:
         return [(self.start + i, s, self._count[i], self._owner[i]) for i, s in enumerate(self._state)]
 
 
-def _runs(got: list[tuple[int, int]]) -> list[Acquired]:
-    out: list[Acquired] = []
-    for o, count in got:
-        if out and out[-1].last_offset == o - 1 and out[-1].delivery_count == count:
-            out[-1] = out[-1]._replace(last_offset=o)
+def runs(pairs) -> list[tuple[int, int, object]]:
+    """(offset, value) pairs in ascending offset order as (first, last, value) runs of consecutive offsets with one
+    value (acquired offsets by delivery count here; a member's acknowledgements by type in the share consumer)."""
+    out: list[list] = []
+    for offset, value in pairs:
+        if out and out[-1][1] == offset - 1 and out[-1][2] == value:
+            out[-1][1] = offset
         else:
-            out.append(Acquired(o, o, count))
-    return out
+            out.append([offset, offset, value])
+    return [(first, last, value) for first, last, value in out]
+
+
+def _runs(got: list[tuple[int, int]]) -> list[Acquired]:
+    return [Acquired(first, last, count) for first, last, count in runs(got)]
