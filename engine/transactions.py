@@ -16,7 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Callable, NamedTuple
 
-from engine.common.errors import InvalidConfigurationError, KafkaError, UnknownTopicOrPartitionError
+from engine.common.errors import (
+    InvalidConfigurationError,
+    KafkaError,
+    TransactionAbortableError,
+    UnknownTopicOrPartitionError,
+)
 from engine.common.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from engine.common.clock import Clock
 from engine.groups import offsets
@@ -24,7 +29,7 @@ from engine.groups.group_coordinator import GroupCoordinator
 from engine.internal_topics import INTERNAL_WRITE_TIMEOUT_MS, InternalTopics
 from engine.record import codec
 from engine.txn import transaction_log
-from engine.txn.transaction_coordinator import TransactionConfig, TransactionCoordinator
+from engine.txn.transaction_coordinator import TV2, TransactionConfig, TransactionCoordinator
 from engine.txn.transaction_log import TxnState
 
 log = logging.getLogger("kafkalog.transactions")
@@ -106,17 +111,36 @@ class Transactions:
                 self.offsets.complete(p, producer_id, commit)
 
     # --- requests the producer makes ------------------------------------------------------------
-    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                    client_tv: int = 0) -> None:
         """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
         _check_group(group_id)
         self.ensure_topic(offsets.TOPIC)
         self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
-                                        [(offsets.TOPIC, offsets.partition(group_id))])
+                                        [(offsets.TOPIC, offsets.partition(group_id))], client_tv)
+
+    def admit(self, transactional_id: str, tp: tuple[str, int], producer_id: int, producer_epoch: int,
+              producer_state, add: bool) -> None:
+        """Kafka's transaction verification (KIP-890) before a client's transactional batch of that producer is
+        appended to `tp`, whose producer state is `producer_state`: the producer's first batch there in a transaction
+        must belong to its open transaction. With `add` (Produce v12+, TxnOffsetCommit v5+: transactions v2) the partition joins
+        the transaction here; otherwise a partition the coordinator does not list is TransactionAbortableError.
+        A fenced or unknown producer raises as AddPartitionsToTxn would."""
+        entry = producer_state.producers.get(producer_id)
+        if entry is not None and entry.txn_first_offset >= 0 and entry.epoch == producer_epoch:
+            return  # its transaction is open there already
+        if add:
+            self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, [tp], TV2)
+        elif not self.coordinator.verify_partition(transactional_id, producer_id, producer_epoch, tp):
+            raise TransactionAbortableError(f"partition {tp[0]}-{tp[1]} was not added to the transaction of "
+                                            f"transactional id {transactional_id!r}")
 
     def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       member: ConsumerGroupMetadata, committed: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits."""
-        self.add_offsets(transactional_id, producer_id, producer_epoch, member.group_id)
+                       member: ConsumerGroupMetadata, committed: dict[TopicPartition, OffsetAndMetadata],
+                       client_tv: int = 0) -> None:
+        """TxnOffsetCommit: `committed` written in the producer's transaction, visible once it commits (the group's
+        partition joins the transaction first, as AddOffsetsToTxn or, from transactions v2, TxnOffsetCommit v5 does)."""
+        self.add_offsets(transactional_id, producer_id, producer_epoch, member.group_id, client_tv)
         self._groups().commit_transactional(member, committed, producer_id, producer_epoch)
 
     def resolve_orphans(self) -> int:
@@ -133,10 +157,11 @@ class Transactions:
             if o.transactional_id is None:
                 continue  # a producer this coordinator never knew (a broker's, in an adopted directory)
             md = self.coordinator.txns[o.transactional_id]
-            tp, same_epoch = (o.topic, o.partition), md.producer_epoch == o.producer_epoch
-            if same_epoch and tp in md.partitions and md.state == TxnState.ONGOING:
+            tp = (o.topic, o.partition)
+            if md.producer_epoch == o.producer_epoch and tp in md.partitions and md.state == TxnState.ONGOING:
                 continue  # a live transaction: its producer (or its timeout) ends it
-            commit = same_epoch and tp in md.completed_partitions and md.state == TxnState.COMPLETE_COMMIT
+            commit = md.completed_epoch == o.producer_epoch and tp in md.completed_partitions \
+                and md.state == TxnState.COMPLETE_COMMIT
             epoch = max(o.producer_epoch, md.producer_epoch)
             coordinator_epoch = self.coordinator_epoch(o.transactional_id)
             try:

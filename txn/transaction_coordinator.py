@@ -5,6 +5,12 @@ with Kafka's transitions: InitProducerId bumps the epoch (fencing the previous p
 is first aborted under a fenced epoch), AddPartitionsToTxn/AddOffsetsToTxn move Empty/Complete* to Ongoing and
 add partitions, EndTxn goes Ongoing -> Prepare{Commit,Abort} -> markers on every partition -> Complete*. Every
 state change is written to `__transaction_state` before it holds, through `TxnIO` (the engine's appends).
+Transactions v2 (KIP-890, the client's EndTxn v5+): EndTxn bumps the epoch (Prepare* and its markers carry epoch + 1,
+a new producer id at epoch 0 follows an exhausted epoch) and answers the producer id and epoch to use next; an abort
+needs no partitions (from Empty or Complete*); a retry is told apart by its epoch being one behind. The cluster's
+`transaction.version` (TransactionConfig) says which value version the log gets (1 from transaction.version 1, with
+the client's transaction version as tag 2) and how fences and timeouts abort; each request's own version says how
+its producer is treated, as Kafka's brokers decide it.
 `abort_timed_out` fences and aborts transactions open past their timeout and finishes any Prepare* state whose
 markers did not all land; `expire_ids` writes tombstones for ids idle past transactional.id.expiration.ms.
 Crash policy: the log is the truth. `load` takes the latest record per id; a PrepareCommit/PrepareAbort found
@@ -37,6 +43,7 @@ ID_EXPIRATION_MS = 604_800_000      # transactional.id.expiration.ms (7 days)
 ABORT_CHECK_INTERVAL_MS = 10_000    # transaction.abort.timed.out.transaction.cleanup.interval.ms
 EXPIRE_CHECK_INTERVAL_MS = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
 MAX_EPOCH = 32767                   # Short.MaxValue: an epoch >= MAX_EPOCH - 1 is exhausted
+TV2 = 2                             # transaction.version 2: the epoch bump per transaction (KIP-890)
 TopicPartition = tuple[str, int]
 
 
@@ -67,9 +74,15 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
+    client_tv: int = 0  # the transaction version of the client that made the last change (ClientTransactionVersion)
+    # memory only, as Kafka keeps them: the producer id before the last change (prevProducerId) and, while a v2
+    # Prepare* whose epoch is exhausted is open, the producer id its Complete* takes (nextProducerId)
+    prev_producer_id: int = -1
+    next_producer_id: int = -1
     # memory only: the partitions of the transaction that completed last (its Prepare* record's; Complete* records
-    # list none), for closing a marker that a power cut took from one of them
+    # list none) and the epoch its data was written with, for closing a marker that a power cut took from one of them
     completed_partitions: set[TopicPartition] = field(default_factory=set)
+    completed_epoch: int = -1
 
     def value(self) -> TxnLogValue:
         parts: dict[str, list[int]] | None = None
@@ -78,12 +91,19 @@ class TransactionMetadata:
             for topic, p in sorted(self.partitions):
                 parts.setdefault(topic, []).append(p)
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state, parts,
-                           self.last_update_ms, self.start_ms)
+                           self.last_update_ms, self.start_ms, client_transaction_version=self.client_tv)
 
     @classmethod
     def from_value(cls, tid: str, v: TxnLogValue) -> "TransactionMetadata":
         parts = {(t, p) for t, ids in (v.partitions or {}).items() for p in ids}
-        return cls(tid, v.producer_id, v.producer_epoch, v.timeout_ms, v.state, parts, v.start_ms, v.last_update_ms)
+        return cls(tid, v.producer_id, v.producer_epoch, v.timeout_ms, v.state, parts, v.start_ms, v.last_update_ms,
+                   v.client_transaction_version)
+
+    @property
+    def data_epoch(self) -> int:
+        """The epoch the open (or Prepare*) transaction's data carries: a v2 Prepare* is one past it."""
+        bumped = self.client_tv >= TV2 and self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return self.producer_epoch - 1 if bumped else self.producer_epoch
 
 
 class TransactionDescription(NamedTuple):
@@ -98,12 +118,19 @@ class TransactionDescription(NamedTuple):
     partitions: list[TopicPartition]
 
 
+def _cannot_end(tid: str, md: TransactionMetadata, commit: bool) -> InvalidTxnStateError:
+    return InvalidTxnStateError(f"cannot {'commit' if commit else 'abort'} transactional id {tid!r} in state "
+                                f"{md.state.kafka_name}")
+
+
 # Kafka's validPreviousStates
 _VALID_PREVIOUS = {
     TxnState.EMPTY: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.ONGOING: {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
-    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE},
+    # (from Empty and Complete*: a v2 abort with no partition added)
+    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                             TxnState.COMPLETE_ABORT},
     TxnState.COMPLETE_COMMIT: {TxnState.PREPARE_COMMIT},
     TxnState.COMPLETE_ABORT: {TxnState.PREPARE_ABORT},
     TxnState.DEAD: {TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT},
@@ -117,12 +144,18 @@ class TransactionConfig(NamedTuple):
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transactional_id_expiration_ms: int = ID_EXPIRATION_MS
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = ABORT_CHECK_INTERVAL_MS
+    # the cluster's finalized transaction.version feature (Kafka 4's default, 2; 0 and 1 as a cluster not upgraded)
+    transaction_version: int = TV2
 
     @classmethod
     def of(cls, settings: dict | None) -> "TransactionConfig":
         out = settings_of(cls, settings, "transaction")
         for name, value in out._asdict().items():
-            if type(value) is not int or value < 1:
+            if name == "transaction_version":
+                if type(value) is not int or not 0 <= value <= TV2:
+                    raise InvalidConfigurationError(f"transaction_version={value!r} must be 0, 1 or 2 "
+                                                    f"(the transaction.version feature)")
+            elif type(value) is not int or value < 1:
                 raise InvalidConfigurationError(f"{name}={value!r} must be an int >= 1")
         return out
 
@@ -132,6 +165,7 @@ class TransactionCoordinator:
         self.io, self.clock = io, clock
         self.max_timeout_ms = config.transaction_max_timeout_ms
         self.id_expiration_ms = config.transactional_id_expiration_ms
+        self.transaction_version = config.transaction_version
         self.txns: dict[str, TransactionMetadata] = {}
         self._lock = threading.RLock()
 
@@ -142,8 +176,9 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(f"transactional id {md.transactional_id!r} cannot go from "
                                        f"{md.state.kafka_name} to {state.kafka_name}")
         nxt = TransactionMetadata(**{**md.__dict__, "partitions": set(md.partitions), **changes, "state": state,
-                                     "last_update_ms": self.clock.time_ms()})
-        self.io.write_state(md.transactional_id, transaction_log.encode_value(nxt.value()))
+                                     "last_update_ms": self.clock.time_ms(), "prev_producer_id": md.producer_id})
+        self.io.write_state(md.transactional_id, transaction_log.encode_value(
+            nxt.value(), transaction_log.value_version(self.transaction_version)))
         md.__dict__.update(nxt.__dict__)
 
     def _end(self, md: TransactionMetadata, commit: bool) -> None:
@@ -152,20 +187,26 @@ class TransactionCoordinator:
         self._complete(md)
 
     def _complete(self, md: TransactionMetadata) -> None:
-        """Write the markers of a Prepare* state and move to Complete*."""
+        """Write the markers of a Prepare* state (with its epoch) and move to Complete*."""
         commit = md.state == TxnState.PREPARE_COMMIT
         self.io.write_markers(md.producer_id, md.producer_epoch, self.io.coordinator_epoch(md.transactional_id),
                               sorted(md.partitions), commit)
         # Kafka's TransactionMetadata.prepareComplete: a completed transaction lists no partitions (a coordinator
-        # loading the record would carry them into the next transaction)
+        # loading the record would carry them into the next transaction); a v2 transaction that exhausted its
+        # producer's epochs completes under the next producer id, at epoch 0
+        rotate = md.client_tv >= TV2 and md.next_producer_id >= 0
         self._transition(md, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, partitions=set(),
-                         completed_partitions=set(md.partitions))
+                         completed_partitions=set(md.partitions), completed_epoch=md.data_epoch,
+                         producer_id=md.next_producer_id if rotate else md.producer_id,
+                         producer_epoch=0 if rotate else md.producer_epoch, next_producer_id=-1)
 
     def _fence_and_abort(self, md: TransactionMetadata) -> None:
-        """PrepareEpochFence: bump the epoch (the open producer is fenced) and abort under it."""
+        """PrepareEpochFence: bump the epoch (the open producer is fenced) and abort under it (the cluster's
+        transaction version is the abort's, as Kafka's; either way its markers carry the bumped epoch)."""
         md.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as Kafka's pending state
         try:
-            self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=min(md.producer_epoch + 1, MAX_EPOCH))
+            self._transition(md, TxnState.PREPARE_ABORT, producer_epoch=min(md.producer_epoch + 1, MAX_EPOCH),
+                             client_tv=self.transaction_version)
         except BaseException:
             md.state = TxnState.ONGOING  # not written: still the open transaction it was
             raise
@@ -210,8 +251,9 @@ class TransactionCoordinator:
             return pid, epoch
 
     def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> None:
-        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's `__consumer_offsets` partition)."""
+                       partitions: Iterable[TopicPartition], client_tv: int = 0) -> None:
+        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's `__consumer_offsets` partition; with
+        `client_tv` 2, a Produce v12 or TxnOffsetCommit v5 adding its partition itself)."""
         with self._lock:
             md = self._get(tid, producer_id, producer_epoch)
             new = set(partitions)
@@ -219,17 +261,74 @@ class TransactionCoordinator:
                 return
             ongoing = md.state == TxnState.ONGOING
             self._transition(md, TxnState.ONGOING, partitions=(md.partitions if ongoing else set()) | new,
-                             start_ms=md.start_ms if ongoing else self.clock.time_ms())
+                             start_ms=md.start_ms if ongoing else self.clock.time_ms(), client_tv=client_tv)
 
-    def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort the open transaction (a retry of a completed one succeeds)."""
+    def verify_partition(self, tid: str, producer_id: int, producer_epoch: int, tp: TopicPartition) -> bool:
+        """Whether `tp` is in the open transaction of that producer (Kafka's transaction verification, for a first
+        transactional append to a partition); a fenced or unknown producer raises as AddPartitionsToTxn does."""
         with self._lock:
+            md = self._get(tid, producer_id, producer_epoch)
+            return md.state == TxnState.ONGOING and tp in md.partitions
+
+    def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool,
+                client_tv: int = 0) -> tuple[int, int]:
+        """EndTxn: commit or abort the open transaction (a retry of a completed one succeeds). With `client_tv` 2
+        (EndTxn v5+) the transaction ends under a bumped epoch; the (producer id, epoch) to use next."""
+        with self._lock:
+            if client_tv >= TV2:
+                return self._end_txn_v2(tid, producer_id, producer_epoch, commit)
             md = self._get(tid, producer_id, producer_epoch)
             if md.state == TxnState.ONGOING:
                 self._end(md, commit)
             elif md.state != (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
-                raise InvalidTxnStateError(f"cannot {'commit' if commit else 'abort'} transactional id {tid!r} "
-                                           f"in state {md.state.kafka_name}")
+                raise _cannot_end(tid, md, commit)
+            return md.producer_id, md.producer_epoch
+
+    def _end_txn_v2(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int]:
+        """Kafka's TransactionCoordinator.endTransaction for transactions v2: which epochs are a retry, which a
+        fence, and when an abort with nothing added still bumps the epoch."""
+        md = self.txns.get(tid)
+        if md is None:
+            raise InvalidProducerIdMappingError(f"producer id {producer_id} does not belong to transactional id "
+                                                f"{tid!r}")
+        # a retry whose answer was lost: the coordinator is one epoch ahead (or rotated the id past an exhausted one)
+        retry_on_overflow = (md.prev_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                             and md.producer_epoch == 0)
+        retry_on_bump = md.producer_epoch == producer_epoch + 1
+        if md.producer_id != producer_id and not retry_on_overflow:
+            raise InvalidProducerIdMappingError(f"producer id {producer_id} does not belong to transactional id "
+                                                f"{tid!r}")
+        same = producer_epoch == md.producer_epoch
+        prepared = md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        completed = md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        valid = retry_on_bump if prepared else retry_on_bump or retry_on_overflow or same if completed else same
+        if not valid:
+            raise ProducerFencedError(f"producer epoch {producer_epoch} of transactional id {tid!r} is fenced by "
+                                      f"epoch {md.producer_epoch}")
+        want = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if prepared:  # Kafka answers CONCURRENT_TRANSACTIONS until the markers land; here they land now
+            if md.state != (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+                raise _cannot_end(tid, md, commit)
+            self._complete(md)
+        elif md.state == TxnState.ONGOING:
+            self._end_v2(md, commit, nothing_added=False)
+        elif retry_on_bump or retry_on_overflow:
+            if md.state != want:
+                raise _cannot_end(tid, md, commit)
+        elif commit:
+            raise _cannot_end(tid, md, commit)  # nothing to commit
+        else:
+            self._end_v2(md, commit, nothing_added=True)
+        return md.producer_id, md.producer_epoch
+
+    def _end_v2(self, md: TransactionMetadata, commit: bool, nothing_added: bool) -> None:
+        """Prepare* under the next epoch (and the next producer id when this one's epochs are exhausted), its
+        markers, Complete*."""
+        next_pid = self.io.allocate_producer_id() if md.producer_epoch >= MAX_EPOCH - 1 else -1
+        self._transition(md, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                         producer_epoch=md.producer_epoch + 1, client_tv=TV2, next_producer_id=next_pid,
+                         start_ms=self.clock.time_ms() if nothing_added else md.start_ms)
+        self._complete(md)
 
     # --- background work ----------------------------------------------------------------------
     def abort_timed_out(self) -> int:
@@ -270,7 +369,7 @@ class TransactionCoordinator:
                     before = self.txns.get(tid)
                     if md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and before is not None \
                             and before.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                        md.completed_partitions = before.partitions
+                        md.completed_partitions, md.completed_epoch = before.partitions, before.data_epoch
                     self.txns[tid] = md
             for md in list(self.txns.values()):
                 if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):

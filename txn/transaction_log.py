@@ -4,9 +4,10 @@ Byte layout (engine.record.schema encodings): key = `int16 version (0) | Transac
 `int16 version | ProducerId int64 | ProducerEpoch int16 | TransactionTimeoutMs int32 | TransactionStatus int8
 | TransactionPartitions nullable [Topic string, PartitionIds [int32]] | TransactionLastUpdateTimestampMs int64 |
 TransactionStartTimestampMs int64`; version 0 is non-flexible, version 1 flexible with tagged fields
-(0 PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion). kafkalog writes version 0, as Kafka does
-without transaction.version 1, and reads both. A null value (a tombstone) removes the id. Partition =
-abs(javaHashCode(id)) % 50.
+(0 PreviousProducerId int64, 1 NextProducerId int64, 2 ClientTransactionVersion int16, 3 NextProducerEpoch int16).
+kafkalog writes version 0 while the transaction.version feature is 0 and version 1 from 1 on, as Kafka does, with tag
+2 alone (Kafka sets no other) when the client's transaction version is not 0; it reads both. A null value (a
+tombstone) removes the id. Partition = abs(javaHashCode(id)) % 50.
 Crash policy: records are appended to the log like any other (acks='all'); the latest per id wins on load.
 Pure functions over bytes; thread-safe.
 """
@@ -21,7 +22,7 @@ from engine.record.schema import Reader, Writer, partition_for
 TOPIC = "__transaction_state"
 PARTITIONS = 50  # transaction.state.log.num.partitions
 KEY_VERSION = 0
-VALUE_VERSION = 0
+CLIENT_TRANSACTION_VERSION_TAG = 2
 
 
 class TxnState(enum.IntEnum):
@@ -51,6 +52,12 @@ class TxnLogValue:
     last_update_ms: int
     start_ms: int
     tagged: dict[int, bytes] = field(default_factory=dict)  # version 1's tagged fields, kept as read
+    client_transaction_version: int = 0  # tag 2 of version 1
+
+
+def value_version(transaction_version: int) -> int:
+    """The value version a cluster at that transaction.version writes (Kafka's transactionLogValueVersion)."""
+    return 1 if transaction_version >= 1 else 0
 
 
 def partition(transactional_id: str) -> int:
@@ -69,14 +76,21 @@ def decode_key(data) -> str:
     return tid
 
 
-def encode_value(v: TxnLogValue) -> bytes:
-    w = Writer().int(16, VALUE_VERSION).int(64, v.producer_id).int(16, v.producer_epoch).int(32, v.timeout_ms)
+def encode_value(v: TxnLogValue, version: int = 0) -> bytes:
+    flexible = version >= 1
+    w = Writer(flexible).int(16, version).int(64, v.producer_id).int(16, v.producer_epoch).int(32, v.timeout_ms)
     w.int(8, int(v.state))
     parts = None if v.partitions is None else sorted(v.partitions.items())
     w.count(None if parts is None else len(parts))
     for topic, ids in parts or ():
         w.string(topic).int32s(sorted(ids))
-    return w.int(64, v.last_update_ms).int(64, v.start_ms).done()
+        if flexible:
+            w.tagged({})
+    w.int(64, v.last_update_ms).int(64, v.start_ms)
+    if flexible:
+        tv = v.client_transaction_version
+        w.tagged({CLIENT_TRANSACTION_VERSION_TAG: Writer().int(16, tv).done()} if tv else {})
+    return w.done()
 
 
 def decode_value(data) -> TxnLogValue:
@@ -100,7 +114,14 @@ def decode_value(data) -> TxnLogValue:
     last, start = r.int(64, "TransactionLastUpdateTimestampMs"), r.int(64, "TransactionStartTimestampMs")
     tagged = r.tagged() if flexible else {}
     r.end()
-    return TxnLogValue(pid, epoch, timeout, state, parts, last, start, tagged)
+    tv = tagged.get(CLIENT_TRANSACTION_VERSION_TAG)
+    if tv is not None:
+        tv = Reader(tv, "ClientTransactionVersion")
+        client_tv = tv.int(16, "ClientTransactionVersion")
+        tv.end()
+    else:
+        client_tv = 0
+    return TxnLogValue(pid, epoch, timeout, state, parts, last, start, tagged, client_tv)
 
 
 def describe_value(v: TxnLogValue | None) -> str:

@@ -483,7 +483,9 @@ class Producer:
         with self._send_lock:
             if commit:
                 txn.check_commit()  # a batch that failed while flushing makes the transaction abort-only
-            txn.end(commit)
+            if txn.end(commit):
+                self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
+                self._sequences.clear()
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(range(self._engine.partitions_for(topic)))

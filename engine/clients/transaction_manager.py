@@ -2,8 +2,11 @@
 
 States: UNINITIALIZED -> (init_transactions) READY -> (begin_transaction) IN_TRANSACTION -> (commit or abort)
 READY; a failed send moves IN_TRANSACTION to ABORTABLE_ERROR (only abort_transaction leaves it); being fenced
-(another producer initialised the same transactional.id, or the coordinator aborted this one on its timeout)
-is FATAL_ERROR, after which every call raises ProducerFencedError; offsets sent for a consumer the group has moved
+(another producer initialised the same transactional.id, or the coordinator aborted this one on its timeout) is
+FATAL_ERROR, after which every call raises ProducerFencedError. With transactions v2 (the coordinator's
+transaction.version 2, as Kafka 4's clients use it when a cluster finalizes it), every EndTxn moves the producer to
+the epoch the coordinator answers, and a commit of a transaction the coordinator aborted on its timeout is
+InvalidTxnStateError, fatal as in Kafka's client (its abort takes the next epoch, as a retry would). Offsets sent for a consumer the group has moved
 on from (its group_metadata() is stale) also make the transaction abort-only. Coordinator requests that fail with a
 retriable error (a partition of an internal topic without a leader for a moment) are retried for up to
 max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first batch is appended; a
@@ -22,6 +25,7 @@ from engine.common.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -52,11 +56,12 @@ class TransactionManager:
         self.producer_id, self.producer_epoch = -1, -1
         self._partitions: set[tuple[str, int]] = set()
         self._touched = False  # a partition or the group offsets joined the transaction
+        self._tv = 0  # the transaction version of the transaction begun: the coordinator's transaction.version
         self._error: KafkaError | None = None
 
     def _require(self, *states: State, call: str) -> None:
         if self.state == State.FATAL_ERROR:
-            raise ProducerFencedError(f"transactional id {self.transactional_id!r} was fenced: {self._error}")
+            raise type(self._error)(f"transactional id {self.transactional_id!r} cannot be used: {self._error}")
         if self.state not in states:
             if self.state == State.ABORTABLE_ERROR:
                 raise TransactionAbortableError(f"cannot {call}: the transaction failed ({self._error}); "
@@ -73,15 +78,19 @@ class TransactionManager:
                 return fn(*args)
             except (ProducerFencedError, InvalidProducerEpochError) as exc:
                 raise self.fenced(exc) from None
+            except InvalidTxnStateError as exc:
+                self.state, self._error = State.FATAL_ERROR, exc
+                raise
             except KafkaError as exc:
                 if not exc.retriable or clock.time_ms() + self._backoff_ms >= deadline:
                     raise
                 clock.wait(threading.Event(), self._backoff_ms)
 
     def fenced(self, exc: KafkaError) -> ProducerFencedError:
-        self.state, self._error = State.FATAL_ERROR, exc
-        return ProducerFencedError(f"transactional id {self.transactional_id!r} is fenced by a newer producer "
-                                   f"epoch ({exc.message})", file=exc.file, offset=exc.offset)
+        error = ProducerFencedError(f"transactional id {self.transactional_id!r} is fenced by a newer producer "
+                                    f"epoch ({exc.message})", file=exc.file, offset=exc.offset)
+        self.state, self._error = State.FATAL_ERROR, error
+        return error
 
     def init(self) -> tuple[int, int]:
         self._require(State.UNINITIALIZED, call="init_transactions()")
@@ -93,6 +102,8 @@ class TransactionManager:
     def begin(self) -> None:
         self._require(State.READY, call="begin_transaction()")
         self.state, self._partitions, self._touched, self._error = State.IN_TRANSACTION, set(), False, None
+        # (Kafka's clients use transactions v2 once a cluster finalizes transaction.version 2; before, v0)
+        self._tv = 2 if self._engine.transactions.coordinator.transaction_version >= 2 else 0
 
     @property
     def in_transaction(self) -> bool:
@@ -108,7 +119,7 @@ class TransactionManager:
         new = set(partitions) - self._partitions
         if new:
             self._call(self._engine.transactions.coordinator.add_partitions, self.transactional_id,
-                       self.producer_id, self.producer_epoch, sorted(new))
+                       self.producer_id, self.producer_epoch, sorted(new), self._tv)
             self._partitions |= new
             self._touched = True
 
@@ -128,7 +139,7 @@ class TransactionManager:
         committed = committed_map(offsets, self._engine.partition)
         try:
             self._call(self._engine.transactions.commit_offsets, self.transactional_id, self.producer_id,
-                       self.producer_epoch, member, committed)
+                       self.producer_epoch, member, committed, self._tv)
         except (IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError) as exc:
             self.state, self._error, self._touched = State.ABORTABLE_ERROR, exc, True  # the partition joined
             raise CommitFailedError(f"the offsets of group {member.group_id!r} cannot join the transaction: "
@@ -141,9 +152,14 @@ class TransactionManager:
     def check_abort(self) -> None:
         self._require(State.IN_TRANSACTION, State.ABORTABLE_ERROR, call="abort_transaction()")
 
-    def end(self, commit: bool) -> None:
-        """EndTxn (skipped when the transaction touched nothing); READY after it."""
+    def end(self, commit: bool) -> bool:
+        """EndTxn (skipped when the transaction touched nothing); READY after it. True when it moved this producer to
+        a new epoch (transactions v2: every transaction ends with one), whose sequences start again at 0."""
+        bumped = False
         if self._touched:
-            self._call(self._engine.transactions.coordinator.end_txn, self.transactional_id, self.producer_id,
-                       self.producer_epoch, commit)
+            pid_epoch = self._call(self._engine.transactions.coordinator.end_txn, self.transactional_id,
+                                   self.producer_id, self.producer_epoch, commit, self._tv)
+            bumped = pid_epoch != (self.producer_id, self.producer_epoch)
+            self.producer_id, self.producer_epoch = pid_epoch
         self.state, self._partitions, self._touched, self._error = State.READY, set(), False, None
+        return bumped

@@ -71,13 +71,14 @@ class KafkaApis:
         self.auto_create_topics, self.default_partitions = auto_create_topics, default_partitions
         self.cluster_id = _cluster_id(engine.path)
         self._purgatory = ProducePurgatory()
+        self._txn = TxnApis(engine)
         self._handlers = {m.API_VERSIONS.key: self.api_versions, m.METADATA.key: self.metadata,
                           m.FIND_COORDINATOR.key: self.find_coordinator, am.DESCRIBE_CLUSTER.key: self.describe_cluster,
                           m.PRODUCE.key: self.produce, m.FETCH.key: self.fetch, m.LIST_OFFSETS.key: self.list_offsets,
                           m.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
                           m.SASL_HANDSHAKE.key: self.sasl_handshake, m.SASL_AUTHENTICATE.key: self.sasl_authenticate,
                           am.DESCRIBE_TOPIC_PARTITIONS.key: self.describe_topic_partitions,
-                          **GroupApis(engine).handlers(), **TxnApis(engine).handlers(),
+                          **GroupApis(engine).handlers(), **self._txn.handlers(),
                           **ShareApis(engine).handlers(),
                           **ClusterApis(engine).handlers(),
                           **AdminApis(engine, default_partitions, {
@@ -130,15 +131,18 @@ class KafkaApis:
     def api_versions(self, request: Request) -> dict:
         keys = [{"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
                 for a in sorted(APIS.values(), key=lambda a: a.key)]
-        # group.version 1 turns the consumer group protocol on (KIP-848), share.version 1 share groups (KIP-932);
-        # transaction.version is not offered: this coordinator speaks transactions v1, so Kafka 4's producers keep to
-        # EndTxn before v5
-        features = ("group.version", "share.version")
+        # group.version 1 turns the consumer group protocol on (KIP-848), share.version 1 share groups (KIP-932),
+        # transaction.version 2 transactions v2 (KIP-890: Kafka 4's clients then bump the epoch with every EndTxn);
+        # a feature finalized at level 0 is not listed, as Kafka's controller leaves it out
+        supported = {"group.version": 1, "share.version": 1, "transaction.version": 2}
+        finalized = {"group.version": 1, "share.version": 1,
+                     "transaction.version": self.engine.transactions.coordinator.transaction_version}
         return {"error_code": UNSUPPORTED_VERSION if request.unsupported_version is not None else 0,
                 "api_keys": keys,
-                "supported_features": [{"name": f, "min_version": 0, "max_version": 1} for f in features],
+                "supported_features": [{"name": f, "min_version": 0, "max_version": v} for f, v in supported.items()],
                 "finalized_features_epoch": 1,
-                "finalized_features": [{"name": f, "min_version_level": 1, "max_version_level": 1} for f in features]}
+                "finalized_features": [{"name": f, "min_version_level": v, "max_version_level": v}
+                                       for f, v in finalized.items() if v]}
 
     def _broker(self) -> dict:
         return {"node_id": NODE_ID, "host": self.host, "port": self.port, "rack": None}
@@ -254,7 +258,7 @@ class KafkaApis:
         for topic in b["topic_data"]:
             parts = []
             for pd in topic["partition_data"]:
-                out, info = self._append(topic["name"], pd["index"], pd["records"], acks)
+                out, info = self._append(request, topic["name"], pd["index"], pd["records"], acks)
                 if info is not None and acks == -1:
                     waits.append((topic["name"], pd["index"], info, out))
                 parts.append(out)
@@ -287,13 +291,15 @@ class KafkaApis:
                 self.engine, self._purgatory, [(t, i, info) for t, i, info, _ in left], request.deadline))
         return {"responses": responses}
 
-    def _append(self, topic: str, partition: int, records, acks: int) -> tuple[dict, object]:
+    def _append(self, request: Request, topic: str, partition: int, records, acks: int) -> tuple[dict, object]:
         """(the partition's answer, the AppendInfo or None when the append was refused)."""
         out = {"index": partition, "error_code": 0, "base_offset": -1}
         try:
             if acks not in (-1, 0, 1):
                 raise InvalidRequiredAcksError(f"acks={acks}")
-            info = self.engine.append(topic, partition, records if records is not None else b"", acks, wait=False)
+            data = records if records is not None else b""
+            self._txn.admit(request, topic, partition, data)
+            info = self.engine.append(topic, partition, data, acks, wait=False)
             out["base_offset"] = info.first_offset
             out["log_append_time_ms"] = info.log_append_time
             out["log_start_offset"] = self.engine.partition(topic, partition).log_start_offset

@@ -1,11 +1,23 @@
 """The listener's transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
 and the describing ones (DescribeProducers, DescribeTransactions, ListTransactions), answered from the engine's
-transaction coordinator (engine.transactions) and partitions' producer state. Thread-safety: the engine's."""
+transaction coordinator (engine.transactions) and partitions' producer state, and the transaction verification of
+a transactional Produce (KIP-890, `admit`).
+Versions as Kafka reads them: EndTxn v5+, Produce v12+ and TxnOffsetCommit v5+ come from a transactions v2 client
+(EndTxn bumps its epoch and answers the next one; Produce and TxnOffsetCommit add their partition to the
+transaction themselves); before them, a producer's first batch in a partition must be in its transaction, or it is
+TRANSACTION_ABORTABLE (Produce v11, TxnOffsetCommit v4) or INVALID_TXN_STATE (older versions, which do not know it).
+Thread-safety: the engine's."""
 from __future__ import annotations
 
 from typing import Callable
 
-from engine.common.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+from engine.common.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
 from engine.common.structs import ConsumerGroupMetadata, TopicPartition
 from engine.network.api_common import (
     OPERATION_NOT_ATTEMPTED,
@@ -15,14 +27,20 @@ from engine.network.api_common import (
     error_code,
     partition_codes,
 )
+from engine.groups import offsets
 from engine.protocol import Request
 from engine.protocol import messages as m
+from engine.record.batch_format import HEADER_SIZE, BatchHeader
+from engine.txn.transaction_coordinator import TV2
 
 PRODUCER_FENCED, INVALID_PRODUCER_EPOCH = ProducerFencedError.code, InvalidProducerEpochError.code
 # KIP-588: the versions before these learnt no PRODUCER_FENCED; Kafka answers them INVALID_PRODUCER_EPOCH instead
 FENCED_SINCE = {m.INIT_PRODUCER_ID.key: 4, m.ADD_PARTITIONS_TO_TXN.key: 2, m.ADD_OFFSETS_TO_TXN.key: 2,
                 m.END_TXN.key: 2}
 
+# the first versions of a transactions v2 client (KIP-890's second part) and of one that knows TRANSACTION_ABORTABLE
+ADDS_ITSELF = {m.PRODUCE.key: 12, m.TXN_OFFSET_COMMIT.key: 5}
+ABORTABLE_SINCE = {m.PRODUCE.key: 11, m.TXN_OFFSET_COMMIT.key: 4}
 TRANSACTION_STATES = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
                       "PrepareEpochFence", "Dead"}
 
@@ -58,6 +76,28 @@ class TxnApis:
                 m.TXN_OFFSET_COMMIT.key: self.txn_offset_commit, m.DESCRIBE_PRODUCERS.key: self.describe_producers,
                 m.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
                 m.LIST_TRANSACTIONS.key: self.list_transactions}
+
+    def admit(self, request: Request, topic: str, partition: int, data) -> None:
+        """Transaction verification before a Produce's batches are appended (engine.transactions.admit): nothing for
+        a non-transactional request or batch."""
+        tid = request.body["transactional_id"]
+        if tid is None or len(data) < HEADER_SIZE:
+            return
+        head = BatchHeader(data)
+        if head.is_transactional and not head.is_control:
+            self._verify(request, tid, (topic, partition), head.producer_id, head.producer_epoch,
+                         self.engine.partition(topic, partition))
+
+    def _verify(self, request: Request, tid: str, tp: tuple[str, int], producer_id: int, producer_epoch: int,
+                part) -> None:
+        key = request.api.key
+        try:
+            self.engine.transactions.admit(tid, tp, producer_id, producer_epoch, part.log.producer_state,
+                                           add=request.version >= ADDS_ITSELF[key])
+        except TransactionAbortableError as exc:
+            if request.version >= ABORTABLE_SINCE[key]:
+                raise
+            raise InvalidTxnStateError(f"Partition was not added to the transaction ({exc.message})") from None
 
     def init_producer_id(self, request: Request) -> dict:
         b = request.body
@@ -98,16 +138,29 @@ class TxnApis:
 
     def end_txn(self, request: Request) -> dict:
         b = request.body
-        return {"error_code": code_of(lambda: self.engine.transactions.coordinator.end_txn(
-            b["transactional_id"], b["producer_id"], b["producer_epoch"], b["committed"]))}
+        try:  # (v5+: transactions v2, answered with the producer id and epoch to use next)
+            pid, epoch = self.engine.transactions.coordinator.end_txn(
+                b["transactional_id"], b["producer_id"], b["producer_epoch"], b["committed"],
+                TV2 if request.version >= 5 else 0)
+            return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+        except KafkaError as exc:
+            return {"error_code": error_code(exc), "producer_id": -1, "producer_epoch": -1}
 
     def txn_offset_commit(self, request: Request) -> dict:
         b = request.body
         committed, unknown = commit_split(self.engine, committed_offsets(b["topics"]))
         member = ConsumerGroupMetadata(b["group_id"], b["generation_id"], b["member_id"], b["group_instance_id"])
-        code = code_of(lambda: self.engine.groups.commit_transactional(
-            member, committed, b["producer_id"], b["producer_epoch"]))
-        return {"topics": partition_codes(b["topics"], code, unknown)}
+        pid, epoch = b["producer_id"], b["producer_epoch"]
+
+        def commit() -> None:
+            if committed:  # the group's partition must be in the transaction (v5+ adds it), as a Produce's
+                txns = self.engine.transactions
+                txns.ensure_topic(offsets.TOPIC)
+                tp = (offsets.TOPIC, offsets.partition(b["group_id"]))
+                self._verify(request, b["transactional_id"], tp, pid, epoch,
+                             self.engine.internal.internal_partition(*tp))
+            self.engine.groups.commit_transactional(member, committed, pid, epoch)
+        return {"topics": partition_codes(b["topics"], code_of(commit), unknown)}
 
     def describe_producers(self, request: Request) -> dict:
         topics = []

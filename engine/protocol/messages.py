@@ -3,8 +3,8 @@ fields of its request and response in the notation of engine.protocol.schema (fi
 of Kafka's published message schemas, in snake case).
 
 The advertised ranges start where RecordBatch v2 does (Produce 3, Fetch 4: kafkalog stores no older format). Produce
-stops before v12, which adds partitions to a transaction without AddPartitionsToTxn (KIP-890's second part); Fetch
-goes to v17, which addresses topics by id (v13+).
+goes to v12, a transactions v2 client's, which adds its partition to the transaction itself (v13 addresses topics by
+id); Fetch goes to v17, which addresses topics by id (v13+).
 The admin and cluster APIs' messages (topics, configs, records' deletion, the cluster's description, elections, log
 directories, reassignments) are engine.protocol.admin_messages', which defines them into the same `APIS` (the
 package imports both).
@@ -58,7 +58,7 @@ def define(key: int, name: str, versions: str, flexible_from: int, request: str,
     return api
 
 
-PRODUCE = define(0, "Produce", "3-11", 9, """
+PRODUCE = define(0, "Produce", "3-12", 9, """
   transactional_id string 3+ null=3+ default=null
   acks int16 0+
   timeout_ms int32 0+
@@ -247,7 +247,7 @@ API_VERSIONS = define(18, "ApiVersions", "0-4", 3, """
     min_version_level int16 3+
 """)
 
-INIT_PRODUCER_ID = define(22, "InitProducerId", "0-4", 2, """
+INIT_PRODUCER_ID = define(22, "InitProducerId", "0-5", 2, """
   transactional_id string 0+ null=0+
   transaction_timeout_ms int32 0+
   producer_id int64 3+ default=-1
@@ -405,7 +405,7 @@ ADD_PARTITIONS_TO_TXN = define(24, "AddPartitionsToTxn", "0-3", 3, """
       partition_error_code int16 0+
 """)
 
-ADD_OFFSETS_TO_TXN = define(25, "AddOffsetsToTxn", "0-3", 3, """
+ADD_OFFSETS_TO_TXN = define(25, "AddOffsetsToTxn", "0-4", 3, """
   transactional_id string 0+
   producer_id int64 0+
   producer_epoch int16 0+
@@ -415,7 +415,7 @@ ADD_OFFSETS_TO_TXN = define(25, "AddOffsetsToTxn", "0-3", 3, """
   error_code int16 0+
 """)
 
-END_TXN = define(26, "EndTxn", "0-3", 3, """
+END_TXN = define(26, "EndTxn", "0-5", 3, """
   transactional_id string 0+
   producer_id int64 0+
   producer_epoch int16 0+
@@ -423,9 +423,11 @@ END_TXN = define(26, "EndTxn", "0-3", 3, """
 """, """
   throttle_time_ms int32 0+
   error_code int16 0+
+  producer_id int64 5+ default=-1 ignorable
+  producer_epoch int16 5+ default=-1 ignorable
 """)
 
-TXN_OFFSET_COMMIT = define(28, "TxnOffsetCommit", "0-3", 3, """
+TXN_OFFSET_COMMIT = define(28, "TxnOffsetCommit", "0-5", 3, """
   transactional_id string 0+
   group_id string 0+
   producer_id int64 0+

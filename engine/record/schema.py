@@ -2,8 +2,8 @@
 
 Non-flexible versions: int8/16/32/64 big-endian; string = int16 length + UTF-8 (-1: null); bytes = int32 length
 (-1: null); array = int32 count (-1: null). Flexible versions: compact string/array = unsigned varint
-(length + 1, 0: null), and every struct ends with tagged fields (uvarint count, then tag, size, data). kafkalog
-writes non-flexible versions only and reads both. A `Reader` past its end, or given a negative length, raises
+(length + 1, 0: null), and every struct ends with tagged fields (uvarint count, then tag, size, data). A `Writer`
+made flexible writes the compact forms; both are read. A `Reader` past its end, or given a negative length, raises
 CorruptRecordError naming the field.
 Pure functions over bytes; thread-safe.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from engine.common.errors import CorruptRecordError, InvalidRecordError
-from engine.record.records import _read_uvarint
+from engine.record.records import _read_uvarint, _uvarint
 
 _INTS = {8: struct.Struct(">b"), 16: struct.Struct(">h"), 32: struct.Struct(">i"), 64: struct.Struct(">q")}
 _NULL16, _NULL32 = _INTS[16].pack(-1), _INTS[32].pack(-1)
@@ -37,29 +37,54 @@ def encoded_bytes(value) -> bytes:
 
 
 class Writer:
-    def __init__(self) -> None:
+    def __init__(self, flexible: bool = False) -> None:
         self.out = bytearray()
+        self.flexible = flexible
+
+    def uvarint(self, n: int) -> "Writer":
+        _uvarint(n, self.out)
+        return self
+
+    def _compact(self, n: int | None) -> "Writer":
+        """A compact length: n + 1, 0 for null."""
+        return self.uvarint(0 if n is None else n + 1)
 
     def int(self, bits: int, value: int) -> "Writer":
         self.out += _INTS[bits].pack(value)
         return self
 
     def string(self, value: str | None) -> "Writer":
+        if self.flexible:
+            data = None if value is None else value.encode()
+            self._compact(None if data is None else len(data)).out += data or b""
+            return self
         self.out += encoded_string(value)
         return self
 
     def bytes(self, value) -> "Writer":
-        """int32 length + the bytes (None: a null value, length -1)."""
+        """int32 length + the bytes (None: a null value, length -1); no flexible record written here has bytes."""
+        if self.flexible:
+            raise NotImplementedError("compact bytes: no flexible record kafkalog writes through Writer has them")
         self.out += encoded_bytes(value)
         return self
 
     def count(self, n: int | None) -> "Writer":
         """An array's length (None: a null array)."""
-        return self.int(32, -1 if n is None else n)
+        return self._compact(n) if self.flexible else self.int(32, -1 if n is None else n)
 
     def int32s(self, values: list[int]) -> "Writer":
         """An array of int32: its length, then the values (one pack for them all)."""
+        if self.flexible:
+            self._compact(len(values)).out += struct.pack(f">{len(values)}i", *values)
+            return self
         self.out += encoded_int32s(values)
+        return self
+
+    def tagged(self, fields: dict[int, bytes]) -> "Writer":
+        """A flexible struct's tagged fields: their count, then each tag, size and bytes in ascending tag order."""
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            self.uvarint(tag).uvarint(len(fields[tag])).out += fields[tag]
         return self
 
     def raw(self, data: bytes) -> "Writer":

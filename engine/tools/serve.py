@@ -26,6 +26,9 @@ def add_serve(sub) -> None:
     p.add_argument("--advertised-host", help="the host name clients are told to connect to (default: the bound one)")
     p.add_argument("--no-auto-create-topics", action="store_true",
                    help="refuse Metadata's topic creation (auto.create.topics.enable=false)")
+    p.add_argument("--transaction-version", type=int, choices=(0, 1, 2), default=2,
+                   help="the transaction.version feature to finalize (default 2, Kafka 4's: clients use transactions "
+                        "v2, an epoch bump per transaction; 0 keeps them to transactions v1)")
     limits = p.add_argument_group("connection limits (Kafka's broker settings of the same names)")
     limits.add_argument("--max-connections", type=int, default=1000,
                         help="connections open at once (default 1000); past it, the one idle longest is closed")
@@ -79,7 +82,7 @@ def serve(args: argparse.Namespace, out: Output, stop: threading.Event | None = 
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
         if threading.current_thread() is threading.main_thread() else {}
     try:
-        with engine.open(args.data) as eng:
+        with engine.open(args.data, transaction_config={"transaction_version": args.transaction_version}) as eng:
             listener = eng.serve(host, port, allow_remote=args.allow_remote, advertised_host=args.advertised_host,
                                  auto_create_topics=not args.no_auto_create_topics, ssl_context=context, sasl=sasl,
                                  max_connections=args.max_connections,

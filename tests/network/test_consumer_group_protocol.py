@@ -98,8 +98,8 @@ def test_metadata_answers_a_topic_asked_for_by_id(served):
 
 def test_api_versions_announces_the_consumer_group_protocol(served):
     """ApiVersions v3+: the two APIs of the consumer group protocol, and the feature `group.version` at level 1 (Kafka
-    4's switch for it), beside `share.version` at level 1 (share groups'); no `transaction.version`, since
-    transactions v2 are not served."""
+    4's switch for it), beside `share.version` at level 1 (share groups') and `transaction.version` at level 2
+    (transactions v2, Kafka 4's default)."""
     import socket
 
     from engine.protocol import messages as m
@@ -111,8 +111,9 @@ def test_api_versions_announces_the_consumer_group_protocol(served):
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
     assert keys[68] == (0, 1) and keys[69] == (0, 0)
     assert [(f["name"], f["min_version_level"], f["max_version_level"]) for f in answer["finalized_features"]] == \
-        [("group.version", 1, 1), ("share.version", 1, 1)]
-    assert [f["name"] for f in answer["supported_features"]] == ["group.version", "share.version"]
+        [("group.version", 1, 1), ("share.version", 1, 1), ("transaction.version", 2, 2)]
+    assert [f["name"] for f in answer["supported_features"]] == ["group.version", "share.version",
+                                                                 "transaction.version"]
     assert keys[76] == keys[77] == (0, 1) and keys[78] == keys[79] == (0, 2)
 
 

@@ -126,8 +126,9 @@ def test_consume_transform_produce(tmp_path):
 
 
 # --- fencing, timeouts, recovery ------------------------------------------------------------------
-def test_a_zombie_is_fenced(tmp_path):
-    with engine.open(tmp_path) as e:
+@pytest.mark.parametrize("tv", [0, 2])
+def test_a_zombie_is_fenced(tmp_path, tv):
+    with engine.open(tmp_path, transaction_config={"transaction_version": tv}) as e:
         e.create_topic("t")
         zombie = begun(e, "app")
         zombie.send("t", b"zombie-1").get()
@@ -144,12 +145,14 @@ def test_a_zombie_is_fenced(tmp_path):
         successor.commit_transaction()
         assert [v for _, _, v in read(e, "t")] == [b"fresh"]
         desc = e.transactions.coordinator.describe("app")
-        assert (desc.state, desc.producer_epoch) == ("CompleteCommit", 2)  # fence +1, then the new producer +1
+        # fence +1, then the new producer +1; with transactions v2 its commit +1 (KIP-890: EndTxn bumps the epoch)
+        assert (desc.state, desc.producer_epoch) == ("CompleteCommit", 3 if tv == 2 else 2)
 
 
-def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
+@pytest.mark.parametrize("tv", [0, 2])
+def test_a_transaction_past_its_timeout_is_aborted(tmp_path, tv):
     clock = ManualClock(1_700_000_000_000)
-    with engine.open(tmp_path, clock=clock, background=False) as e:
+    with engine.open(tmp_path, clock=clock, background=False, transaction_config={"transaction_version": tv}) as e:
         e.create_topic("t")
         p = begun(e, "slow", transaction_timeout_ms=5_000)
         p.send("t", b"late").get()
@@ -160,8 +163,13 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
         assert e.coordinators.abort_timed_out_transactions() == 1
         assert e.transactions.coordinator.describe("slow").state == "CompleteAbort"
         assert e.log("t", 0).last_stable_offset == 2 and read(e, "t") == []
-        with pytest.raises(ProducerFencedError):
+        # transactions v1: the abort's fenced epoch fences the producer; v2: the abort ends where a commit retried
+        # after its own epoch bump would, and Kafka's coordinator answers the commit INVALID_TXN_STATE (fatal)
+        error = InvalidTxnStateError if tv == 2 else ProducerFencedError
+        with pytest.raises(error):
             p.commit_transaction()
+        with pytest.raises(error):
+            p.begin_transaction()
 
 
 def test_an_engine_reopened_in_prepare_commit_completes_it(tmp_path, monkeypatch):
@@ -320,10 +328,11 @@ def test_coordinator_refuses_invalid_transitions(tmp_path):
 def test_random_transactions_agree_with_the_model(tmp_path, seed):
     """3 transactional producers and 1 plain one, interleaved at random with commits and aborts: after every
     step read_committed returns exactly the model's committed records, in offset order, and the LSO is the
-    model's (never above the HW). Every fourth seed runs on 3 brokers with RF 3."""
+    model's (never above the HW). Every fourth seed runs on 3 brokers with RF 3; odd seeds run transactions v1."""
     rng = random.Random(seed)
     brokers = 3 if seed % 4 == 3 else 1
-    with engine.open(tmp_path, brokers=brokers, background=False) as e:
+    tv = 0 if seed % 2 else 2  # transactions v1 and v2 (an epoch bump per transaction) alike
+    with engine.open(tmp_path, brokers=brokers, background=False, transaction_config={"transaction_version": tv}) as e:
         e.create_topic("t", 2, replication_factor=brokers)
         txns = [e.producer(transactional_id=f"tx{i}") for i in range(3)]
         for p in txns:
@@ -437,10 +446,62 @@ def _string(data, pos):
     return data[pos + 2:pos + 2 + n].decode(), pos + 2 + n
 
 
-def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
-    """TransactionLogKey v0 and TransactionLogValue v0 as Kafka's published JSON schemas lay them out, read
-    here with struct alone."""
-    with engine.open(tmp_path) as e:
+def _uvarint(data, pos):
+    n = shift = 0
+    while True:
+        b = data[pos]
+        n, pos, shift = n | (b & 0x7F) << shift, pos + 1, shift + 7
+        if b < 0x80:
+            return n, pos
+
+
+def _txn_value(v):
+    """TransactionLogValue by Kafka's published schema (transaction-coordinator's TransactionLogValue.json): version 0
+    plain, version 1 flexible (compact arrays and strings, tagged fields; tag 2 ClientTransactionVersion int16)."""
+    version, pid, epoch, timeout, status = struct.unpack_from(">hqhib", v)
+    pos, flexible = struct.calcsize(">hqhib"), version >= 1
+    if flexible:
+        count, pos = _uvarint(v, pos)
+        count -= 1
+    else:
+        count, = struct.unpack_from(">i", v, pos)
+        pos += 4
+    parts = {}
+    for _ in range(max(count, 0)):
+        if flexible:
+            n, pos = _uvarint(v, pos)
+            topic, pos = v[pos:pos + n - 1].decode(), pos + n - 1
+            n, pos = _uvarint(v, pos)
+            n -= 1
+        else:
+            topic, pos = _string(v, pos)
+            n, = struct.unpack_from(">i", v, pos)
+            pos += 4
+        parts[topic] = list(struct.unpack_from(">%di" % n, v, pos))
+        pos += 4 * n
+        if flexible:
+            assert v[pos] == 0  # no tagged fields in a PartitionsSchema
+            pos += 1
+    last_update, start = struct.unpack_from(">qq", v, pos)
+    pos += 16
+    tags = {}
+    if flexible:
+        n, pos = _uvarint(v, pos)
+        for _ in range(n):
+            tag, pos = _uvarint(v, pos)
+            size, pos = _uvarint(v, pos)
+            tags[tag], pos = v[pos:pos + size], pos + size
+    assert pos == len(v)
+    return version, pid, epoch, timeout, status, count, parts, last_update, start, tags
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+def test_transaction_state_records_decode_with_kafkas_schema(tmp_path, tv):
+    """TransactionLogKey v0 and TransactionLogValue as Kafka's published JSON schemas lay them out, read here with
+    struct alone: version 0 while transaction.version is 0, version 1 from 1 on (Kafka's transactionLogValueVersion),
+    where the changes a transactions v2 client made carry ClientTransactionVersion 2 (tag 2) and its EndTxn moves the
+    epoch on: Prepare* and Complete* one past the transaction's."""
+    with engine.open(tmp_path, transaction_config={"transaction_version": tv}) as e:
         e.create_topic("t", 3)
         p = begun(e, "schema-check")
         p.send("t", b"x", partition=2).get()
@@ -453,20 +514,16 @@ def test_transaction_state_records_decode_with_kafkas_schema(tmp_path):
         version, = struct.unpack_from(">h", r.key)
         tid, end = _string(r.key, 2)
         assert (version, tid, end) == (0, "schema-check", len(r.key))
-        v = r.value
-        version, pid, epoch, timeout, status, count = struct.unpack_from(">hqhibi", v)
-        pos, parts = struct.calcsize(">hqhibi"), {}
-        for _ in range(max(count, 0)):
-            topic, pos = _string(v, pos)
-            n, = struct.unpack_from(">i", v, pos)
-            parts[topic] = list(struct.unpack_from(">%di" % n, v, pos + 4))
-            pos += 4 + 4 * n
-        last_update, start = struct.unpack_from(">qq", v, pos)
-        assert pos + 16 == len(v) and version == 0 and timeout == 60_000 and last_update > 0
-        states.append((status, count, parts, start > 0))
-    assert states == [(TxnState.EMPTY, -1, {}, False), (TxnState.ONGOING, 1, {"t": [2]}, True),
-                      (TxnState.ONGOING, 1, {"t": [0, 2]}, True), (TxnState.PREPARE_COMMIT, 1, {"t": [0, 2]}, True),
-                      (TxnState.COMPLETE_COMMIT, 0, {}, True)]  # TransactionMetadata.prepareComplete: Set.empty
+        version, pid, epoch, timeout, status, count, parts, last_update, start, tags = _txn_value(r.value)
+        assert version == (1 if tv else 0) and timeout == 60_000 and last_update > 0
+        client_tv = struct.unpack(">h", tags.pop(2))[0] if 2 in tags else 0
+        assert tags == {}
+        states.append((status, epoch, count, parts, start > 0, client_tv))
+    bump = 1 if tv == 2 else 0
+    assert states == [(TxnState.EMPTY, 0, -1, {}, False, 0), (TxnState.ONGOING, 0, 1, {"t": [2]}, True, tv),
+                      (TxnState.ONGOING, 0, 1, {"t": [0, 2]}, True, tv),
+                      (TxnState.PREPARE_COMMIT, bump, 1, {"t": [0, 2]}, True, tv),
+                      (TxnState.COMPLETE_COMMIT, bump, 0, {}, True, tv)]  # prepareComplete: Set.empty
 
 
 def test_offset_commit_records_decode_with_kafkas_schema(tmp_path):
