@@ -33,7 +33,8 @@ def _free_port() -> int:
 
 
 class KafkaBroker:
-    def __init__(self, home: str, workdir: str, extra: dict | None = None) -> None:
+    def __init__(self, home: str, workdir: str, extra: dict | None = None,
+                 features: dict[str, int] | None = None) -> None:
         self.start_cmd, self.storage_cmd = launchers(home)
         self.workdir = os.path.abspath(workdir)
         self.data = os.path.join(self.workdir, "data")
@@ -42,6 +43,7 @@ class KafkaBroker:
         self.properties = os.path.join(self.workdir, "server.properties")
         self.log_path = os.path.join(self.workdir, "broker.out")
         self._proc: subprocess.Popen | None = None
+        self.features = dict(features or {})  # kafka-storage format --feature NAME=LEVEL (otherwise its defaults)
         config = {
             "process.roles": "broker,controller", "node.id": 1,
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
@@ -61,8 +63,9 @@ class KafkaBroker:
     def format(self) -> None:
         cluster_id = subprocess.run([self.storage_cmd, "random-uuid"], capture_output=True, text=True,
                                     check=True).stdout.strip().splitlines()[-1]
-        subprocess.run([self.storage_cmd, "format", "-t", cluster_id, "-c", self.properties], capture_output=True,
-                       text=True, check=True)
+        features = [a for name, level in self.features.items() for a in ("--feature", f"{name}={level}")]
+        subprocess.run([self.storage_cmd, "format", "-t", cluster_id, "-c", self.properties, *features],
+                       capture_output=True, text=True, check=True)
 
     def start(self) -> "KafkaBroker":
         if not os.path.exists(os.path.join(self.data, "meta.properties")):
