@@ -289,6 +289,11 @@ class AdminManager:
         return {name: rec.partitions for name, rec in list(self.catalogue.topics.items())
                 if name in INTERNAL_TOPICS and name not in self.creating}
 
+    def adoptable(self, name: str) -> bool:
+        """Whether the directory holds a broker's partitions of internal topic `name` that kafkalog has not adopted yet
+        (a Kafka broker's directory opened here: its groups and transactions are in them)."""
+        return name not in self.catalogue.topics and any(topic == name for topic, _ in self.logs.slots())
+
     def ensure_internal_topic(self, name: str) -> bool:
         """Create internal topic `name` (50 partitions; replicated up to 3 times) unless it exists; a broker's
         own partitions of it are adopted as they are. True if it was created now."""

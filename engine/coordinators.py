@@ -77,7 +77,7 @@ class Coordinators:
             with self._lock:
                 if self._groups is None:
                     groups = GroupCoordinator(GroupLog(self._internal), self._clock, self.group_config, self._topics)
-                    if group_offsets.TOPIC in self._internal.internal_topics():
+                    if self._internal.adopted(group_offsets.TOPIC):
                         groups.load()
                     self._groups = groups
         return self._groups
@@ -91,7 +91,7 @@ class Coordinators:
                     share = ShareGroupCoordinator(self._internal, self._clock, self._topics,
                                                   other_group=self._other_group, config=self.group_config,
                                                   **self._share_reads)
-                    if share_state_records.TOPIC in self._internal.internal_topics():
+                    if self._internal.adopted(share_state_records.TOPIC):
                         share.load()
                     self._share = share
         return self._share

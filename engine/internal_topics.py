@@ -36,6 +36,13 @@ class InternalTopics:
         """The internal topics this directory has, with their partition counts."""
         return self._admin.internal_topics()
 
+    def adopted(self, name: str) -> bool:
+        """Whether internal topic `name` exists, adopting a broker's partitions of it first if the directory has
+        some (so a coordinator loads the groups or transactions a broker left there)."""
+        if self._admin.adoptable(name):
+            self._admin.ensure_internal_topic(name)
+        return name in self._admin.internal_topics()
+
     def ensure_internal_topic(self, name: str) -> bool:
         """Create internal topic `name` unless it exists; a broker's own partitions of it are adopted as they are.
         True if it was created now."""

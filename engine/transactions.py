@@ -59,7 +59,7 @@ class Transactions:
         self._internal, self._clock, self._groups = internal, clock, groups
         self.allocate_producer_id, self._transaction_partitions = allocate_producer_id, transaction_partitions
         self.coordinator = TransactionCoordinator(self, clock, config)
-        if transaction_log.TOPIC in internal.internal_topics():
+        if internal.adopted(transaction_log.TOPIC):
             self.coordinator.load(self._records())
         self.resolve_orphans()
 

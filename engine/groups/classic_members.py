@@ -92,7 +92,8 @@ def upgrade(classic: GroupMetadata, topics: TopicsView) -> list[Record]:
                               consumer_group.STABLE, assigned, {},
                               Classic(m.session_timeout_ms, tuple((n, bytes(d)) for n, d in m.protocols))))
     records = [Record(rec.MEMBER_METADATA, gid, m.member_id, m.metadata_value()) for m in members]
-    records.append(Record(rec.GROUP_EPOCH, gid, "", {"epoch": epoch}))
+    metadata, _ = consumer_group.resolve(members, topics)
+    records.append(Record(rec.GROUP_EPOCH, gid, "", {"epoch": epoch, "metadata_hash": rec.metadata_hash(metadata)}))
     records += [Record(rec.TARGET_MEMBER, gid, m.member_id, {"topic_partitions": rec.partitions_out(m.assigned)})
                 for m in members]
     records.append(Record(rec.TARGET_EPOCH, gid, "", {"assignment_epoch": epoch}))
@@ -153,7 +154,7 @@ def join(g: ConsumerGroup, member_id: str, instance_id: str | None, client_id: s
 
 
 def sync(g: ConsumerGroup, member_id: str, instance_id: str | None, generation_id: int, protocol_type: str | None,
-         protocol_name: str | None) -> bytes:
+         protocol_name: str | None, topics: TopicsView) -> bytes:
     """A classic member's SyncGroup: the partitions it holds now, as its protocol's assignment bytes."""
     m = _classic_member(g, member_id, instance_id)
     if generation_id != m.epoch:
@@ -164,7 +165,7 @@ def sync(g: ConsumerGroup, member_id: str, instance_id: str | None, generation_i
     if g.epoch > m.epoch and m.state != consumer_group.UNREVOKED_PARTITIONS:
         raise RebalanceInProgressError(f"a new rebalance began in group {g.group_id!r}: member {m.member_id} must "
                                        f"rejoin")
-    return assignment_bytes(m.assigned, g.topic_names())
+    return assignment_bytes(m.assigned, g.topic_names(topics))
 
 
 def protocol_of(m: Member) -> str:
@@ -210,12 +211,12 @@ def tombstones(g: ConsumerGroup) -> list[Record]:
                   Record(rec.GROUP_EPOCH, g.group_id, "", None)]
 
 
-def downgrade(g: ConsumerGroup, leaving: str, now: int) -> GroupMetadata:
+def downgrade(g: ConsumerGroup, leaving: str, now: int, topics: TopicsView) -> GroupMetadata:
     """The classic group `g` becomes without `leaving` (Kafka's ClassicGroup.fromConsumerGroup): Stable at the group
     epoch, each member with its target assignment; the caller stores it and starts a rebalance."""
     classic = GroupMetadata(g.group_id, now, STABLE)
     classic.protocol_type, classic.generation = PROTOCOL_TYPE, g.epoch
-    names = g.topic_names()
+    names = g.topic_names(topics)
     for m in g.members.values():
         if m.member_id == leaving:
             continue

@@ -147,7 +147,8 @@ class ConsumerGroup:
         self.assignment_epoch = 0
         self.members: dict[str, Member] = {}
         self.targets: dict[str, Parts] = {}
-        self.metadata: dict[str, tuple[str, int]] = {}  # subscribed topic name -> (topic id, partitions)
+        self.metadata_hash = 0  # Kafka 4.1's hash of the subscribed topics (consumer_group_records.metadata_hash)
+        self.partition_metadata_record = False  # a ConsumerGroupPartitionMetadata record (Kafka 4.0's) is live
         self.static: dict[str, str] = {}  # instance id -> member id
         self.partition_epochs: dict[tuple[str, int], int] = {}  # (topic id, partition) -> its holder's epoch
         self.session_deadlines: dict[str, int] = {}
@@ -164,9 +165,9 @@ class ConsumerGroup:
             return RECONCILING
         return GROUP_STABLE
 
-    def topic_names(self) -> dict[str, str]:
+    def topic_names(self, topics: "TopicsView") -> dict[str, str]:
         """Topic id -> name, of the topics the group subscribes to."""
-        return {tid: name for name, (tid, _) in self.metadata.items()}
+        return {tid: name for name, (tid, _) in resolve(self.members.values(), topics)[0].items()}
 
     def partition_epoch(self, topic_id: str, partition: int) -> int:
         return self.partition_epochs.get((topic_id, partition), -1)
@@ -182,10 +183,9 @@ class ConsumerGroup:
         self.created = True
         v = r.value
         if r.kind == rec.GROUP_EPOCH:
-            self.epoch = v["epoch"] if v is not None else 0
-        elif r.kind == rec.PARTITION_METADATA:
-            self.metadata = {} if v is None else {
-                t["topic_name"]: (rec.topic_id_text(t["topic_id"]), t["num_partitions"]) for t in v["topics"]}
+            self.epoch, self.metadata_hash = (v["epoch"], v["metadata_hash"]) if v is not None else (0, 0)
+        elif r.kind == rec.PARTITION_METADATA:  # (Kafka 4.1 keeps only whether one is there: the hash replaced it)
+            self.partition_metadata_record = v is not None
         elif r.kind == rec.TARGET_EPOCH:
             self.assignment_epoch = v["assignment_epoch"] if v is not None else 0
         elif r.kind == rec.TARGET_MEMBER:
@@ -456,13 +456,13 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings,
         members.pop(previous, None)
     members[member_id] = updated
     metadata, matched = resolve(members.values(), topics)
-    if metadata != g.metadata:
-        records.append(_metadata_record(g, metadata))
-        bump = True
+    digest = rec.metadata_hash(metadata)
+    bump = bump or digest != g.metadata_hash  # (a subscribed topic created, deleted or grown)
     epoch = g.epoch
     if bump:
         epoch += 1
-        records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": epoch}))
+        records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": epoch, "metadata_hash": digest}))
+    records += _without_partition_metadata(g)
     if epoch > g.assignment_epoch:
         targets = _assign(g, members, metadata, matched, s)
         for mid in members:
@@ -505,11 +505,10 @@ def _assign(g: ConsumerGroup, members: dict[str, Member], metadata: dict[str, tu
                                      f"{exc.message}") from None
 
 
-def _metadata_record(g: ConsumerGroup, metadata: dict[str, tuple[str, int]]) -> Record:
-    """The group's subscribed topics as a partition metadata record (no racks: a one-node log directory has none)."""
-    return Record(rec.PARTITION_METADATA, g.group_id, "", {"topics": [
-        {"topic_id": rec.topic_uuid(tid), "topic_name": name, "num_partitions": n, "partition_metadata": []}
-        for name, (tid, n) in sorted(metadata.items())]})
+def _without_partition_metadata(g: ConsumerGroup) -> list[Record]:
+    """The tombstone of a Kafka 4.0 partition metadata record the group still has (Kafka 4.1 writes it with the
+    subscriptions it computes: the metadata hash replaced the record)."""
+    return [Record(rec.PARTITION_METADATA, g.group_id, "", None)] if g.partition_metadata_record else []
 
 
 def preferred_assignor(members: Iterable[Member], assignors: dict[str, ServerAssignor]) -> str:
@@ -532,9 +531,8 @@ def fence(g: ConsumerGroup, member_id: str, topics: TopicsView) -> list[Record]:
     """The records of a member leaving (or being removed): its tombstones, the subscriptions without it, a new epoch."""
     records = remove_records(g, member_id)
     metadata, _ = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
-    if metadata != g.metadata:
-        records.append(_metadata_record(g, metadata))
-    records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": g.epoch + 1}))
+    records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": g.epoch + 1,
+                                                           "metadata_hash": rec.metadata_hash(metadata)}))
     return records
 
 

@@ -72,7 +72,7 @@ class ConsumerGroupCoordinator:
     def __init__(self, append: Callable[[int, list, int], None], topics: TopicsView, settings: Settings,
                  defer: Callable[[Callable[[], None]], None]) -> None:
         self._append = append
-        self._topics = topics
+        self.topics = topics  # (what the group records name: {topic name: (topic id, partitions)})
         self._defer = defer
         self.settings = settings
         self.groups: dict[str, ConsumerGroup] = {}
@@ -133,14 +133,14 @@ class ConsumerGroupCoordinator:
         consumer_group.check_request(hb, self.settings.assignors)
         if upgrading is None:
             g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
-            result = consumer_group.heartbeat(g, hb, self._topics, self.settings)
+            result = consumer_group.heartbeat(g, hb, self.topics, self.settings)
             records = result.records
         else:
-            conversion = classic_members.upgrade(upgrading, self._topics)
+            conversion = classic_members.upgrade(upgrading, self.topics)
             converted = ConsumerGroup(hb.group_id)
             for r in conversion:
                 converted.replay(r)
-            result = consumer_group.heartbeat(converted, hb, self._topics, self.settings)
+            result = consumer_group.heartbeat(converted, hb, self.topics, self.settings)
             records, g = conversion + result.records, ConsumerGroup(hb.group_id)
             log.info("group %s: upgraded from a classic group (generation %d) to a consumer group", hb.group_id,
                      upgrading.generation)
@@ -187,7 +187,7 @@ class ConsumerGroupCoordinator:
     def _fence(self, g: ConsumerGroup, member_id: str, now: int, why: str) -> None:
         log.info("consumer group %s: member %s removed: %s", g.group_id, member_id, why)
         if not self._downgrade(g, member_id, now):
-            self._write(g, consumer_group.fence(g, member_id, self._topics), now)
+            self._write(g, consumer_group.fence(g, member_id, self.topics), now)
 
     def _downgrade(self, g: ConsumerGroup, leaving: str, now: int) -> bool:
         """When `leaving` is the last member of the consumer group protocol and classic members remain: the group
@@ -215,7 +215,7 @@ class ConsumerGroupCoordinator:
         """A classic member's JoinGroup to a consumer group with members: answered at once (see classic_members)."""
         g = self.groups[group_id]
         result = classic_members.join(g, member_id, instance_id, client_id, client_host, protocol_type, protocols,
-                                      session_timeout_ms, rebalance_timeout_ms, self._topics, self.settings)
+                                      session_timeout_ms, rebalance_timeout_ms, self.topics, self.settings)
         m = result.member
         if notify is not None:
             self._notify[(group_id, m.member_id)] = notify
@@ -228,7 +228,8 @@ class ConsumerGroupCoordinator:
                      protocol_type: str | None, protocol_name: str | None, now: int) -> bytes:
         g = self.groups[group_id]
         try:
-            assignment = classic_members.sync(g, member_id, instance_id, generation_id, protocol_type, protocol_name)
+            assignment = classic_members.sync(g, member_id, instance_id, generation_id, protocol_type, protocol_name,
+                                              self.topics)
         except RebalanceInProgressError:
             self._rejoin_by(g, member_id, instance_id, now)
             raise
@@ -247,7 +248,7 @@ class ConsumerGroupCoordinator:
 
     def classic_leave(self, group_id: str, member_id: str, instance_id: str | None, now: int) -> None:
         g = self.groups[group_id]
-        leaving, records = classic_members.leave(g, member_id, instance_id, self._topics)
+        leaving, records = classic_members.leave(g, member_id, instance_id, self.topics)
         log.info("consumer group %s: classic member %s left", group_id, leaving)
         self._write(g, records, now)
 
@@ -308,7 +309,7 @@ class ConsumerGroupCoordinator:
     def subscribed_topics(self, group_id: str) -> set[str]:
         """The topic names the group's members subscribe to (their names and what their expressions match)."""
         g = self.groups[group_id]
-        _, matched = consumer_group.resolve(g.members.values(), self._topics)
+        _, matched = consumer_group.resolve(g.members.values(), self.topics)
         return set().union(*(consumer_group.subscribed(m, matched) for m in g.members.values()))
 
     def describe(self, group_id: str) -> ConsumerGroupDescription:
@@ -318,7 +319,7 @@ class ConsumerGroupCoordinator:
         assignor = consumer_group.preferred_assignor(g.members.values(), self.settings.assignors)
         return ConsumerGroupDescription(group_id, g.state, g.epoch, g.assignment_epoch, assignor,
                                         [_describe_member(g, m) for m in g.members.values()],
-                                        g.topic_names())
+                                        g.topic_names(self.topics))
 
 
 def _describe_member(g: ConsumerGroup, m: Member) -> MemberDescription:

@@ -3,8 +3,10 @@ in the group's partition beside its offset commits).
 
 Byte layout: a key is `int16 type | fields` (not flexible); a value `int16 version (0) | fields` (flexible: compact
 strings and arrays, tagged fields), in engine.protocol.schema's encodings. The six kinds, by key type:
-- 3 ConsumerGroupMetadata (group): the group epoch;
-- 4 ConsumerGroupPartitionMetadata (group): every subscribed topic's id, name and partition count (racks empty);
+- 3 ConsumerGroupMetadata (group): the group epoch and, as tagged field 0 (Kafka 4.1, KIP-1101), the metadata hash of
+  the topics its members subscribe to;
+- 4 ConsumerGroupPartitionMetadata (group): every subscribed topic's id, name and partition count (Kafka 4.0 wrote it;
+  4.1 reads it, writes only its tombstone, and so does kafkalog);
 - 5 ConsumerGroupMemberMetadata (group, member): instance id, rack, client id and host, subscribed topic names and
   regex, rebalance timeout, server assignor;
 - 6 ConsumerGroupTargetAssignmentMetadata (group): the epoch of the target assignment;
@@ -13,15 +15,22 @@ strings and arrays, tagged fields), in engine.protocol.schema's encodings. The s
   partitions pending revocation.
 A null value (tombstone) removes what the key names. Topic ids are UUIDs on disk and 22-character URL-safe base64
 text in memory (as partition.metadata writes them).
-This snapshot of Kafka writes the partition metadata record (4); Kafka 4.1 replaces it with a hash of the topics in
-the group's metadata record, which this module does not write yet.
+The metadata hash is Kafka 4.1's (group-coordinator Utils.computeTopicHash and computeGroupHash): per topic, XXH3-64
+(seed 0) of the stream hash4j writes for `putByte(0) putLong(id's most significant bits) putLong(least) putString(name)
+putInt(partitions)` then `putInt(p)` per partition (and its replicas' sorted racks: a log directory has none), where
+putLong/putInt are little-endian and putString is the UTF-16LE code units then putInt(their count); the group's is
+XXH3-64 of the topics' hashes (putLong each, ordered by topic name), 0 without topics, and a topic that does not exist
+counts as none. Hashes are Java longs (signed).
 Crash policy: a record is the unit of change; the coordinator appends the records of one heartbeat in one batch, so
 a crash keeps all of them or none. On load the coordinator replays them in log order, the last record per key wins.
 Thread-safety: stateless functions.
 """
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
+
+import xxhash
 
 from engine.common.errors import CorruptRecordError
 from engine.protocol.schema import parse_fields, read_struct, write_struct
@@ -39,6 +48,7 @@ _TOPIC_PARTITIONS = """
 _VALUES = {
     GROUP_EPOCH: parse_fields("""
   epoch int32 0+
+  metadata_hash int64 0+ tag=0 default=0
 """),
     PARTITION_METADATA: parse_fields("""
   topics [] 0+
@@ -99,6 +109,30 @@ def partitions_in(rows: list[dict]) -> dict[str, frozenset[int]]:
         t = topic_id_text(row["topic_id"])
         out[t] = out.get(t, frozenset()) | frozenset(row["partitions"])
     return out
+
+
+def _signed(h: int) -> int:
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+TOPIC_HASH_MAGIC = b"\x00"
+
+
+def topic_hash(topic_id: str, name: str, partitions: int) -> int:
+    """Kafka 4.1's hash of one topic (its id as partition.metadata's text, name, partition count; no racks)."""
+    chars = name.encode("utf-16-le")
+    uid = topic_uuid(topic_id).int
+    data = TOPIC_HASH_MAGIC + struct.pack("<QQ", uid >> 64, uid & ((1 << 64) - 1)) + chars + \
+        struct.pack(f"<ii{partitions}i", len(chars) // 2, partitions, *range(partitions))
+    return _signed(xxhash.xxh3_64_intdigest(data))
+
+
+def metadata_hash(metadata: dict[str, tuple[str, int]]) -> int:
+    """Kafka 4.1's group metadata hash of the subscribed topics that exist ({name: (topic id, partitions)})."""
+    if not metadata:
+        return 0
+    hashes = [topic_hash(tid, name, n) for name, (tid, n) in sorted(metadata.items())]
+    return _signed(xxhash.xxh3_64_intdigest(struct.pack(f"<{len(hashes)}q", *hashes)))
 
 
 def encode(record: Record) -> tuple[bytes, bytes | None]:

@@ -584,7 +584,7 @@ class GroupCoordinator:
         """The consumer group `cg` becomes a classic group as its last member of the consumer group protocol,
         `leaving`, goes (Kafka's online downgrade): its records become tombstones, the classic group's record is
         written in the same batch, and a rebalance starts."""
-        g = classic_members.downgrade(cg, leaving, now)
+        g = classic_members.downgrade(cg, leaving, now, self.consumer.topics)
         for mid in notifies.keys() & g.members.keys():
             g.members[mid].notify = notifies[mid]
         self.consumer.drop(cg, [(group_metadata.encode_key(g.group_id), group_metadata.encode_value(g.record()))],

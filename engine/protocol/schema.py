@@ -113,7 +113,9 @@ def _read_value(r: Reader, f: Field, type_: str, version: int, flexible: bool):
     elif type_ in ("bytes", "records"):
         v = r.records(compact) if type_ == "records" else r.bytes(compact)
     elif type_ == "{}":
-        if f.nullable_in(version) and r.int8() < 0:  # a nullable struct: -1 for null, else 1 and the struct
+        # a nullable struct: int8 -1 for null, else 1 and the struct; tagged, a varint: 0 for null, else 1 (Kafka's
+        # generated readers: readByte() < 0, and readUnsignedVarint() <= 0 for a tagged one)
+        if f.nullable_in(version) and (r.uvarint() == 0 if f.tag is not None else r.int8() < 0):
             return None
         return read_struct(r, f.fields, version, flexible)
     elif type_.startswith("[]"):
@@ -182,7 +184,10 @@ def _write_value(w: Writer, f: Field, type_: str, v, version: int, flexible: boo
         w.bytes(v, compact)
     elif type_ == "{}":
         if f.nullable_in(version):
-            w.int8(-1 if v is None else 1)
+            if f.tag is not None:
+                w.uvarint(0 if v is None else 1)
+            else:
+                w.int8(-1 if v is None else 1)
             if v is None:
                 return
         write_struct(w, f.fields, v or {}, version, flexible)
@@ -211,7 +216,11 @@ def write_struct(w: Writer, fields: list[Field], value: dict, version: int, flex
                 raise ValueError(f"field {f.name} cannot be set in version {version}")
             continue
         if f.tag is not None and flexible:
-            if v != f.default_value():
+            # (a nullable struct's default in Kafka's generated classes is an empty struct, not null: a null one is
+            # written, as a 0 marker)
+            empty = {g.name: g.default_value() for g in f.fields} if f.type == "{}" and f.nullable_in(version) \
+                else f.default_value()
+            if v != empty:
                 tagged.append((f, v))
         elif f.tag is None:
             _write_value(w, f, f.type, v, version, flexible)

@@ -159,13 +159,19 @@ def _kafka_dumps_the_same(run_class: str, data: str, group_id: str, ours: list) 
             return base64.b64encode(value).decode()
         return records.topic_id_text(value) if hasattr(value, "bytes") else value
 
+    hashes = _kafka_has(run_class, "org/apache/kafka/clients/admin/ListShareGroupOffsetsSpec.class")  # (4.1+)
     for ((key, payload), r) in zip(theirs, ours):
         assert int(key["type"]) == r.kind and key["data"]["groupId"] == r.group_id
         assert key["data"].get("memberId", "") == r.member_id
         if r.value is None:
             assert payload is None
-        else:
-            assert {k: v for k, v in payload["data"].items() if v is not None} == as_json(r.value), (key, payload)
+            continue
+        mine, got = as_json(r.value), {k: v for k, v in payload["data"].items() if v is not None}
+        if r.kind == records.GROUP_EPOCH:
+            # Kafka 4.1's tagged MetadataHash: Kafka 4.0's decoder does not know it (it reads the record all the same)
+            ours_hash = mine.pop("metadataHash")
+            assert got.pop("metadataHash", 0) == (ours_hash if hashes else 0), (key, payload)
+        assert got == mine, (key, payload)
 
 
 def test_kafkas_dump_reads_an_online_migrations_records(tmp_path, run_class):
