@@ -298,10 +298,13 @@ class TransactionCoordinator:
         if md.producer_id != producer_id and not retry_on_overflow:
             raise InvalidProducerIdMappingError(f"producer id {producer_id} does not belong to transactional id "
                                                 f"{tid!r}")
-        same = producer_epoch == md.producer_epoch
         prepared = md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-        completed = md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-        valid = retry_on_bump if prepared else retry_on_bump or retry_on_overflow or same if completed else same
+        if prepared:  # (only a retry can find its own transaction still completing)
+            valid = retry_on_bump
+        elif md.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or producer_epoch == md.producer_epoch
+        else:
+            valid = producer_epoch == md.producer_epoch
         if not valid:
             raise ProducerFencedError(f"producer epoch {producer_epoch} of transactional id {tid!r} is fenced by "
                                       f"epoch {md.producer_epoch}")

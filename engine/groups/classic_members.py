@@ -211,18 +211,19 @@ def tombstones(g: ConsumerGroup) -> list[Record]:
                   Record(rec.GROUP_EPOCH, g.group_id, "", None)]
 
 
-def downgrade(g: ConsumerGroup, leaving: str, now: int, topics: TopicsView) -> GroupMetadata:
-    """The classic group `g` becomes without `leaving` (Kafka's ClassicGroup.fromConsumerGroup): Stable at the group
-    epoch, each member with its target assignment; the caller stores it and starts a rebalance."""
+def downgrade(g: ConsumerGroup, leaving: str | None, now: int, topics: TopicsView, generation: int) -> GroupMetadata:
+    """The classic group `g` becomes without `leaving` (Kafka's ClassicGroup.fromConsumerGroup): Stable at
+    `generation` (the group epoch it converts), each member with its target assignment (a static member's, under
+    the id it has now); the caller stores it and starts a rebalance when one is due."""
     classic = GroupMetadata(g.group_id, now, STABLE)
-    classic.protocol_type, classic.generation = PROTOCOL_TYPE, g.epoch
+    classic.protocol_type, classic.generation = PROTOCOL_TYPE, generation
     names = g.topic_names(topics)
     for m in g.members.values():
         if m.member_id == leaving:
             continue
         member = MemberMetadata(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                                 m.classic.session_timeout_ms, PROTOCOL_TYPE, list(m.classic.protocols), now)
-        member.assignment = assignment_bytes(g.targets.get(m.member_id, {}), names)
+        member.assignment = assignment_bytes(g.target_of(m.member_id, m.instance_id), names)
         classic.add(member)
     classic.protocol = classic.select_protocol()
     return classic

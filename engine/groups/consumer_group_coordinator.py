@@ -79,7 +79,7 @@ class ConsumerGroupCoordinator:
         self._notify: dict[tuple[str, str], Callable[[], None]] = {}  # (group, member) -> its `notify`, if in process
         # (group, the member leaving, now, the members' notify callbacks): makes the group a classic one (the classic
         # coordinator's; None: groups never downgrade)
-        self.on_downgrade: Callable[[ConsumerGroup, str, int, dict], None] | None = None
+        self.on_downgrade: Callable[[ConsumerGroup, str | None, int, dict, bool, int], None] | None = None
 
     # --- records ----------------------------------------------------------------------------------
     def replay(self, r: rec.Record) -> None:
@@ -196,7 +196,7 @@ class ConsumerGroupCoordinator:
             return False
         notifies = {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
                     if (g.group_id, mid) in self._notify}
-        self.on_downgrade(g, leaving, now, notifies)
+        self.on_downgrade(g, leaving, now, notifies, True, g.epoch)
         return True
 
     def drop(self, g: ConsumerGroup, rows_after: Sequence[tuple[bytes, bytes | None]], now: int) -> None:
@@ -214,6 +214,8 @@ class ConsumerGroupCoordinator:
                      rebalance_timeout_ms: int, now: int, notify: Callable[[], None] | None = None) -> JoinResult:
         """A classic member's JoinGroup to a consumer group with members: answered at once (see classic_members)."""
         g = self.groups[group_id]
+        replaced = g.members.get(g.static.get(instance_id, "")) if instance_id is not None else None
+        epoch = g.epoch
         result = classic_members.join(g, member_id, instance_id, client_id, client_host, protocol_type, protocols,
                                       session_timeout_ms, rebalance_timeout_ms, self.topics, self.settings)
         m = result.member
@@ -222,7 +224,21 @@ class ConsumerGroupCoordinator:
         self._write(g, result.records, now, by=m.member_id)
         g.session_deadlines[m.member_id] = now + session_timeout_ms
         g.rebalance_deadlines.pop(m.member_id, None)
+        if replaced is not None and replaced.member_id != m.member_id:
+            self._downgrade_replaced(g, replaced, m, epoch, now)
         return JoinResult(m.member_id, m.epoch, classic_members.PROTOCOL_TYPE, classic_members.protocol_of(m), "", [])
+
+    def _downgrade_replaced(self, g: ConsumerGroup, replaced: Member, joined: Member, epoch: int, now: int) -> None:
+        """Kafka's downgrade on a static replacement: a classic member took the place of a static member and every
+        member is now of the classic protocol, so the group becomes a classic group (at the group's epoch before the
+        join, `epoch`, as Kafka converts the group it had) holding the joined member with the replaced one's
+        assignment; it rebalances only if the subscription changed."""
+        if self.on_downgrade is None or any(x.classic is None for x in g.members.values()):
+            return
+        changed = (replaced.topic_names, replaced.topic_regex) != (joined.topic_names, joined.topic_regex)
+        notifies = {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
+                    if (g.group_id, mid) in self._notify}
+        self.on_downgrade(g, None, now, notifies, changed, epoch)
 
     def classic_sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                      protocol_type: str | None, protocol_name: str | None, now: int) -> bytes:

@@ -27,6 +27,7 @@ Thread-safety: stateless functions.
 """
 from __future__ import annotations
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -118,8 +119,10 @@ def _signed(h: int) -> int:
 TOPIC_HASH_MAGIC = b"\x00"
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_hash(topic_id: str, name: str, partitions: int) -> int:
-    """Kafka 4.1's hash of one topic (its id as partition.metadata's text, name, partition count; no racks)."""
+    """Kafka 4.1's hash of one topic (its id as partition.metadata's text, name, partition count; no racks),
+    remembered as Kafka's topicHashCache does (a heartbeat computes the group's hash every time here)."""
     chars = name.encode("utf-16-le")
     uid = topic_uuid(topic_id).int
     data = TOPIC_HASH_MAGIC + struct.pack("<QQ", uid >> 64, uid & ((1 << 64) - 1)) + chars + \

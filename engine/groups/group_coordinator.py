@@ -580,17 +580,22 @@ class GroupCoordinator:
             held.complete(error=rebalancing)
         return answer
 
-    def _downgraded(self, cg, leaving: str, now: int, notifies: dict) -> None:
-        """The consumer group `cg` becomes a classic group as its last member of the consumer group protocol,
-        `leaving`, goes (Kafka's online downgrade): its records become tombstones, the classic group's record is
-        written in the same batch, and a rebalance starts."""
-        g = classic_members.downgrade(cg, leaving, now, self.consumer.topics)
+    def _downgraded(self, cg, leaving: str | None, now: int, notifies: dict, rebalance: bool, generation: int) -> None:
+        """The consumer group `cg` becomes a classic group at `generation` as its last member of the consumer group
+        protocol, `leaving`, goes, or (None) was replaced by a classic static member (Kafka's online downgrade): its
+        records become tombstones, the classic group's record is written in the same batch, and, with `rebalance`, a
+        rebalance starts."""
+        g = classic_members.downgrade(cg, leaving, now, self.consumer.topics, generation)
         for mid in notifies.keys() & g.members.keys():
             g.members[mid].notify = notifies[mid]
         self.consumer.drop(cg, [(group_metadata.encode_key(g.group_id), group_metadata.encode_value(g.record()))],
                            now)
         self.groups[g.group_id] = g
-        self._prepare_rebalance(g, now, f"downgraded from a consumer group as {leaving} left")  # (logged there)
+        if rebalance:
+            self._prepare_rebalance(g, now, f"downgraded from a consumer group as {leaving or 'a static member'} "
+                                            f"{'left' if leaving else 'was replaced with another subscription'}")
+        else:
+            log.info("group %s: downgraded from a consumer group as a static member was replaced", g.group_id)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
         """ConsumerGroupDescribe: a consumer group's epochs, assignor and members with their assignments."""

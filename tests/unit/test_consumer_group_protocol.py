@@ -503,9 +503,10 @@ class ClassicClient:
     member gives up every partition before it joins; a cooperative one joins with what it owns, gives up what its
     new assignment leaves out, and then joins again at once. `owned`: (topic, partition)s."""
 
-    def __init__(self, groups, group: str = "g", topics=("t",), protocols=("range",), cooperative: bool = False):
+    def __init__(self, groups, group: str = "g", topics=("t",), protocols=("range",), cooperative: bool = False,
+                 instance: str | None = None):
         self.groups, self.group, self.topics, self.protocols = groups, group, list(topics), protocols
-        self.cooperative = cooperative
+        self.cooperative, self.instance = cooperative, instance
         self.member_id, self.generation, self.owned, self.pending = "", -1, set(), None
 
     def join(self) -> None:
@@ -514,7 +515,8 @@ class ClassicClient:
         meta = consumer_protocol.encode_subscription(consumer_protocol.Subscription(
             self.topics, owned_partitions=[TopicPartition(t, p) for t, p in sorted(self.owned)]))
         self.pending = self.groups.join_group(self.group, self.member_id, "classic-client", "consumer",
-                                              [(n, meta) for n in self.protocols], SESSION_MS, 30_000)
+                                              [(n, meta) for n in self.protocols], SESSION_MS, 30_000,
+                                              group_instance_id=self.instance)
         self._advance()
 
     def _advance(self) -> None:
@@ -540,7 +542,8 @@ class ClassicClient:
                 [TopicPartition("t", p) for p in range(6) if p * len(ids) // 6 == i])) for i, mid in enumerate(ids)}
         try:
             self.pending = held.sync or self.groups.sync_group(self.group, self.generation, self.member_id,
-                                                               "consumer", answer.protocol_name, assignments)
+                                                               "consumer", answer.protocol_name, assignments,
+                                                               group_instance_id=self.instance)
         except (RebalanceInProgressError, IllegalGenerationError):
             self.join()
             return
@@ -552,7 +555,7 @@ class ClassicClient:
             self._advance()
             return
         try:
-            self.groups.heartbeat(self.group, self.member_id, self.generation)
+            self.groups.heartbeat(self.group, self.member_id, self.generation, group_instance_id=self.instance)
         except (RebalanceInProgressError, IllegalGenerationError):
             self.join()
 
