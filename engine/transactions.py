@@ -123,8 +123,9 @@ class Transactions:
               producer_state, add: bool) -> None:
         """Kafka's transaction verification (KIP-890) before a client's transactional batch of that producer is
         appended to `tp`, whose producer state is `producer_state`: the producer's first batch there in a transaction
-        must belong to its open transaction. With `add` (Produce v12+, TxnOffsetCommit v5+: transactions v2) the partition joins
-        the transaction here; otherwise a partition the coordinator does not list is TransactionAbortableError.
+        must belong to its open transaction. With `add` (Produce v12+, TxnOffsetCommit v5+: transactions v2) the
+        partition joins the transaction here; otherwise a partition the coordinator does not list is
+        TransactionAbortableError.
         A fenced or unknown producer raises as AddPartitionsToTxn would."""
         entry = producer_state.producers.get(producer_id)
         if entry is not None and entry.txn_first_offset >= 0 and entry.epoch == producer_epoch:

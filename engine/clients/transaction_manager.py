@@ -6,10 +6,10 @@ READY; a failed send moves IN_TRANSACTION to ABORTABLE_ERROR (only abort_transac
 FATAL_ERROR, after which every call raises ProducerFencedError. With transactions v2 (the coordinator's
 transaction.version 2, as Kafka 4's clients use it when a cluster finalizes it), every EndTxn moves the producer to
 the epoch the coordinator answers, and a commit of a transaction the coordinator aborted on its timeout is
-InvalidTxnStateError, fatal as in Kafka's client (its abort takes the next epoch, as a retry would). Offsets sent for a consumer the group has moved
-on from (its group_metadata() is stale) also make the transaction abort-only. Coordinator requests that fail with a
-retriable error (a partition of an internal topic without a leader for a moment) are retried for up to
-max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first batch is appended; a
+InvalidTxnStateError, fatal as in Kafka's client (its abort takes the next epoch, as a retry would). Offsets sent
+for a consumer the group has moved on from (its group_metadata() is stale) also make the transaction abort-only.
+Coordinator requests that fail with a retriable error (a partition of an internal topic without a leader for a
+moment) are retried for up to max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first batch is appended; a
 transaction that touched nothing ends without the coordinator, as Kafka's client does.
 Threads: the producer calls it under its send lock.
 """

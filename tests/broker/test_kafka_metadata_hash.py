@@ -1,5 +1,5 @@
-"""`make interop`: Kafka 4.1's metadata hash of a consumer group (KIP-1101), judged by a real broker of KAFKA_HOME. Kafka's
-Java consumers of the consumer group protocol join a group subscribed to topics of the broker; the broker's
+"""`make interop`: Kafka 4.1's metadata hash of a consumer group (KIP-1101), judged by a real broker of KAFKA_HOME.
+Kafka's Java consumers of the consumer group protocol join a group subscribed to topics of the broker; the broker's
 `__consumer_offsets` then holds its ConsumerGroupMetadata record with the hash it computed, and
 engine.groups.consumer_group_records.metadata_hash must give the same number from the same topic ids (the broker's
 partition.metadata files), names and partition counts; as a topic grows, both hashes move together. A Kafka before
@@ -79,7 +79,8 @@ def test_the_brokers_consumer_group_metadata_hash_is_kafkalogs(tmp_path, run_cla
     before = records.metadata_hash({t: (ids[t], n) for t, n in TOPICS.items()})
     after = records.metadata_hash({"hash-a": (ids["hash-a"], 3), "hash-b": (ids["hash-b"], 7)})
     hashes = [e["metadata_hash"] for e in epochs]
-    alone = {records.metadata_hash({"hash-a": (ids["hash-a"], 3)}), records.metadata_hash({"hash-b": (ids["hash-b"], 5)}),
+    alone = {records.metadata_hash({"hash-a": (ids["hash-a"], 3)}),
+             records.metadata_hash({"hash-b": (ids["hash-b"], 5)}),
              records.metadata_hash({"hash-b": (ids["hash-b"], 7)})}
     # every epoch's hash is one kafkalog computes: a member alone (whichever joined first, or stayed last), both
     # topics, both after the growth, none once both left

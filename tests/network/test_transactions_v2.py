@@ -15,18 +15,11 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 import engine
 from engine.groups import offsets
 from engine.protocol import messages as m
+from tests.network.test_kafka_semantics import served  # noqa: F401  (a fixture: an engine and its listener)
 from tests.network.test_listener import _call
 
 ABORTABLE, INVALID_TXN_STATE = kafka_errors.TransactionAbortableError.errno, kafka_errors.InvalidTxnStateError.errno
 FENCED = kafka_errors.ProducerFencedError.errno
-
-
-@pytest.fixture
-def served(tmp_path):
-    eng = engine.open(str(tmp_path / "data"))
-    listener = eng.serve(port=0)
-    yield eng, listener
-    eng.close()
 
 
 def _batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:

@@ -1,5 +1,5 @@
-"""Kafka 4.1's consumer group metadata hash (KIP-1101) in kafkalog's coordinator: the group epoch record carries the hash
-of the subscribed topics, the epoch moves when it changes (a topic grown, or deleted and made again under a new id
+"""Kafka 4.1's consumer group metadata hash (KIP-1101) in kafkalog's coordinator: the group epoch record carries the
+hash of the subscribed topics, the epoch moves when it changes (a topic grown, or deleted and made again under a new id
 with the same name and partition count, which the partition metadata record of Kafka 4.0 could not tell), and a
 Kafka 4.0 group's partition metadata record is tombstoned by the first heartbeat that computes the hash. Kafka's own
 brokers judge the hash's value in make interop (tests/broker/test_kafka_metadata_hash.py)."""
