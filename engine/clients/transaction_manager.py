@@ -9,8 +9,8 @@ the epoch the coordinator answers, and a commit of a transaction the coordinator
 InvalidTxnStateError, fatal as in Kafka's client (its abort takes the next epoch, as a retry would). Offsets sent
 for a consumer the group has moved on from (its group_metadata() is stale) also make the transaction abort-only.
 Coordinator requests that fail with a retriable error (a partition of an internal topic without a leader for a
-moment) are retried for up to max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first batch is appended; a
-transaction that touched nothing ends without the coordinator, as Kafka's client does.
+moment) are retried for up to max_block_ms. A partition joins the transaction (AddPartitionsToTxn) before its first
+batch is appended; a transaction that touched nothing ends without the coordinator, as Kafka's client does.
 Threads: the producer calls it under its send lock.
 """
 from __future__ import annotations
