@@ -7,7 +7,8 @@ member. (Kafka resolves expressions in the background, on a refresh schedule of 
 matched in records of their own; here the match is made again from the topics themselves, which no record can
 contradict.)
 A group has an epoch, bumped whenever a member joins or leaves or the subscribed topics change (names, the expression,
-the topics it matches, or the partitions of a subscribed topic); when the group epoch is past the target assignment's
+the topics it matches, or the partitions or id of a subscribed topic: Kafka 4.1's metadata hash of them, which the
+epoch record carries, moved); when the group epoch is past the target assignment's
 epoch the coordinator runs a server assignor (engine.groups.server_assignors) for a new target assignment. Each
 member then moves towards its target in its own heartbeats, with its own member epoch (Kafka's
 CurrentAssignmentBuilder):
