@@ -137,7 +137,7 @@ def _check_protocols(g: ConsumerGroup, member_id: str, protocol_type: str, proto
 
 def join(g: ConsumerGroup, member_id: str, instance_id: str | None, client_id: str, client_host: str,
          protocol_type: str, protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
-         topics: TopicsView, s: Settings) -> Result:
+         topics: TopicsView, s: Settings, now: int) -> Result:
     """A classic member's JoinGroup to the consumer group `g`: the records, and the member after them (its epoch is
     the generation its answer carries)."""
     _check_protocols(g, member_id, protocol_type, protocols)
@@ -149,7 +149,7 @@ def join(g: ConsumerGroup, member_id: str, instance_id: str | None, client_id: s
     hb = Heartbeat(g.group_id, member_id or consumer_group.new_member_id(), epoch, instance_id, sub.rack_id,
                    rebalance_timeout_ms, list(sub.topics), None, None, _ids(sub.owned_partitions, topics), client_id,
                    client_host)
-    return consumer_group.heartbeat(g, hb, topics, s, classic=Classic(
+    return consumer_group.heartbeat(g, hb, topics, s, now=now, classic=Classic(
         session_timeout_ms, tuple((n, bytes(d)) for n, d in protocols)))
 
 
@@ -207,6 +207,7 @@ def downgrade_due(g: ConsumerGroup, leaving: str) -> bool:
 def tombstones(g: ConsumerGroup) -> list[Record]:
     """Every record of the consumer group `g` made a tombstone."""
     out = [r for mid in g.members for r in consumer_group.remove_records(g, mid)]
+    out += [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved)]
     return out + [Record(rec.TARGET_EPOCH, g.group_id, "", None), Record(rec.PARTITION_METADATA, g.group_id, "", None),
                   Record(rec.GROUP_EPOCH, g.group_id, "", None)]
 

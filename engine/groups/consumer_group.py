@@ -3,9 +3,10 @@
 No member leads. A member subscribes with topic names, a regular expression (SubscribedTopicRegex), or both: the
 expression is RE2's syntax (Kafka's RE2/J), matched against the whole name of every topic a client may use (not the
 internal ones) at every heartbeat, so a matching topic created joins the subscription at the next heartbeat of any
-member. (Kafka resolves expressions in the background, on a refresh schedule of its own, and keeps what they
-matched in records of their own; here the match is made again from the topics themselves, which no record can
-contradict.)
+member. (Kafka resolves expressions in the background, on a refresh schedule of its own; here the match is made
+again from the topics themselves at every heartbeat. What it matched is written as Kafka 4.1 writes it, a
+ConsumerGroupRegularExpression record per expression, when the match changes, and a tombstone once no member uses
+the expression.)
 A group has an epoch, bumped whenever a member joins or leaves or the subscribed topics change (names, the expression,
 the topics it matches, or the partitions or id of a subscribed topic: Kafka 4.1's metadata hash of them, which the
 epoch record carries, moved); when the group epoch is past the target assignment's
@@ -150,6 +151,7 @@ class ConsumerGroup:
         self.targets: dict[str, Parts] = {}
         self.metadata_hash = 0  # Kafka 4.1's hash of the subscribed topics (consumer_group_records.metadata_hash)
         self.partition_metadata_record = False  # a ConsumerGroupPartitionMetadata record (Kafka 4.0's) is live
+        self.resolved: dict[str, frozenset[str]] = {}  # expression -> the topics its last record says it matched
         self.static: dict[str, str] = {}  # instance id -> member id
         self.partition_epochs: dict[tuple[str, int], int] = {}  # (topic id, partition) -> its holder's epoch
         self.session_deadlines: dict[str, int] = {}
@@ -187,6 +189,11 @@ class ConsumerGroup:
             self.epoch, self.metadata_hash = (v["epoch"], v["metadata_hash"]) if v is not None else (0, 0)
         elif r.kind == rec.PARTITION_METADATA:  # (Kafka 4.1 keeps only whether one is there: the hash replaced it)
             self.partition_metadata_record = v is not None
+        elif r.kind == rec.REGULAR_EXPRESSION:
+            if v is None:
+                self.resolved.pop(r.member_id, None)
+            else:
+                self.resolved[r.member_id] = frozenset(v["topics"])
         elif r.kind == rec.TARGET_EPOCH:
             self.assignment_epoch = v["assignment_epoch"] if v is not None else 0
         elif r.kind == rec.TARGET_MEMBER:
@@ -395,10 +402,11 @@ def _check_epoch(m: Member, received: int, owned: Parts | None) -> None:
 
 
 def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings,
-              classic: Classic | None = None) -> Result:
-    """The records and answer of one heartbeat (the group is left as it is: the caller replays the records). With
-    `classic`, a classic member's JoinGroup made a heartbeat (engine.groups.classic_members): the member's epoch
-    is taken as it stands, and a static member joining under a new id replaces the one holding its instance id."""
+              classic: Classic | None = None, now: int = 0) -> Result:
+    """The records and answer of one heartbeat at `now` (the group is left as it is: the caller replays the
+    records). With `classic`, a classic member's JoinGroup made a heartbeat (engine.groups.classic_members): the
+    member's epoch is taken as it stands, and a static member joining under a new id replaces the one holding its
+    instance id."""
     if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
         return _leave(g, hb, topics)
     joining = hb.member_epoch == 0
@@ -457,6 +465,7 @@ def heartbeat(g: ConsumerGroup, hb: Heartbeat, topics: TopicsView, s: Settings,
         members.pop(previous, None)
     members[member_id] = updated
     metadata, matched = resolve(members.values(), topics)
+    records += _resolved_records(g, matched, now)
     digest = rec.metadata_hash(metadata)
     bump = bump or digest != g.metadata_hash  # (a subscribed topic created, deleted or grown)
     epoch = g.epoch
@@ -506,6 +515,14 @@ def _assign(g: ConsumerGroup, members: dict[str, Member], metadata: dict[str, tu
                                      f"{exc.message}") from None
 
 
+def _resolved_records(g: ConsumerGroup, matched: dict[str, frozenset[str]], now: int) -> list[Record]:
+    """Kafka 4.1's records of what each subscribed expression matched (`matched`: the expressions the members use
+    now): one for an expression whose match changed, a tombstone for one no member uses any more."""
+    out = [Record(rec.REGULAR_EXPRESSION, g.group_id, r, {"topics": sorted(ts), "version": 0, "timestamp": now})
+           for r, ts in sorted(matched.items()) if g.resolved.get(r) != ts]
+    return out + [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved) if r not in matched]
+
+
 def _without_partition_metadata(g: ConsumerGroup) -> list[Record]:
     """The tombstone of a Kafka 4.0 partition metadata record the group still has (Kafka 4.1 writes it with the
     subscriptions it computes: the metadata hash replaced the record)."""
@@ -531,7 +548,8 @@ def remove_records(g: ConsumerGroup, member_id: str) -> list[Record]:
 def fence(g: ConsumerGroup, member_id: str, topics: TopicsView) -> list[Record]:
     """The records of a member leaving (or being removed): its tombstones, the subscriptions without it, a new epoch."""
     records = remove_records(g, member_id)
-    metadata, _ = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
+    metadata, matched = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
+    records += [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved) if r not in matched]
     records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": g.epoch + 1,
                                                            "metadata_hash": rec.metadata_hash(metadata)}))
     return records

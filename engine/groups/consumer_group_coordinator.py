@@ -133,14 +133,14 @@ class ConsumerGroupCoordinator:
         consumer_group.check_request(hb, self.settings.assignors)
         if upgrading is None:
             g = self.groups.get(hb.group_id) or ConsumerGroup(hb.group_id)
-            result = consumer_group.heartbeat(g, hb, self.topics, self.settings)
+            result = consumer_group.heartbeat(g, hb, self.topics, self.settings, now=now)
             records = result.records
         else:
             conversion = classic_members.upgrade(upgrading, self.topics)
             converted = ConsumerGroup(hb.group_id)
             for r in conversion:
                 converted.replay(r)
-            result = consumer_group.heartbeat(converted, hb, self.topics, self.settings)
+            result = consumer_group.heartbeat(converted, hb, self.topics, self.settings, now=now)
             records, g = conversion + result.records, ConsumerGroup(hb.group_id)
             log.info("group %s: upgraded from a classic group (generation %d) to a consumer group", hb.group_id,
                      upgrading.generation)
@@ -217,7 +217,7 @@ class ConsumerGroupCoordinator:
         replaced = g.members.get(g.static.get(instance_id, "")) if instance_id is not None else None
         epoch = g.epoch
         result = classic_members.join(g, member_id, instance_id, client_id, client_host, protocol_type, protocols,
-                                      session_timeout_ms, rebalance_timeout_ms, self.topics, self.settings)
+                                      session_timeout_ms, rebalance_timeout_ms, self.topics, self.settings, now)
         m = result.member
         if notify is not None:
             self._notify[(group_id, m.member_id)] = notify
@@ -318,7 +318,8 @@ class ConsumerGroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return
-        self._write(g, [rec.Record(rec.TARGET_EPOCH, group_id, "", None),
+        self._write(g, [*(rec.Record(rec.REGULAR_EXPRESSION, group_id, r, None) for r in sorted(g.resolved)),
+                        rec.Record(rec.TARGET_EPOCH, group_id, "", None),
                         rec.Record(rec.PARTITION_METADATA, group_id, "", None),
                         rec.Record(rec.GROUP_EPOCH, group_id, "", None)], now)
 

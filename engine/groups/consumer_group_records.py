@@ -12,7 +12,10 @@ strings and arrays, tagged fields), in engine.protocol.schema's encodings. The s
 - 6 ConsumerGroupTargetAssignmentMetadata (group): the epoch of the target assignment;
 - 7 ConsumerGroupTargetAssignmentMember (group, member): the member's partitions in the target assignment;
 - 8 ConsumerGroupCurrentMemberAssignment (group, member): member epoch, previous epoch, state, assigned partitions,
-  partitions pending revocation.
+  partitions pending revocation;
+- 16 ConsumerGroupRegularExpression (group, expression): the topics a subscribed expression matched (Kafka 4.1), the
+  version of the metadata they were matched against (kafkalog has no metadata log: 0, which a Kafka broker takes as
+  one to refresh) and when.
 A null value (tombstone) removes what the key names. Topic ids are UUIDs on disk and 22-character URL-safe base64
 text in memory (as partition.metadata writes them).
 The metadata hash is Kafka 4.1's (group-coordinator Utils.computeTopicHash and computeGroupHash): per topic, XXH3-64
@@ -39,8 +42,10 @@ from engine.protocol.types import MalformedRequestError, Reader, Writer
 from engine.segments.partition_metadata import topic_id_text, topic_uuid
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = 3, 4, 5, 6, 7, 8
-KINDS = (GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT)
-_PER_MEMBER = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
+REGULAR_EXPRESSION = 16
+KINDS = (GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT,
+         REGULAR_EXPRESSION)
+_TWO_STRING_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT, REGULAR_EXPRESSION)
 
 _TOPIC_PARTITIONS = """
     topic_id uuid 0+
@@ -80,6 +85,11 @@ _VALUES = {
 """),
     TARGET_MEMBER: parse_fields("""
   topic_partitions [] 0+""" + _TOPIC_PARTITIONS),
+    REGULAR_EXPRESSION: parse_fields("""
+  topics []string 0+
+  version int64 0+
+  timestamp int64 0+
+"""),
     CURRENT_ASSIGNMENT: parse_fields("""
   member_epoch int32 0+
   previous_member_epoch int32 0+
@@ -90,8 +100,8 @@ _VALUES = {
 
 
 class Record(NamedTuple):
-    """One consumer group record: its kind (the key type), group, member ("" for the group-wide kinds) and value
-    (a dict of the value's fields; None for a tombstone)."""
+    """One consumer group record: its kind (the key type), group, member ("" for the group-wide kinds; for
+    REGULAR_EXPRESSION, the expression) and value (a dict of the value's fields; None for a tombstone)."""
 
     kind: int
     group_id: str
@@ -143,7 +153,7 @@ def encode(record: Record) -> tuple[bytes, bytes | None]:
     w = Writer()
     w.int16(record.kind)
     w.string(record.group_id, False)
-    if record.kind in _PER_MEMBER:
+    if record.kind in _TWO_STRING_KEYS:
         w.string(record.member_id, False)
     key = w.getvalue()
     if record.value is None:
@@ -164,7 +174,7 @@ def decode(key, value) -> Record:
         r = Reader(key)
         kind = r.int16()
         group_id = r.string(False)
-        member_id = r.string(False) if kind in _PER_MEMBER else ""
+        member_id = r.string(False) if kind in _TWO_STRING_KEYS else ""
         if kind not in KINDS or group_id is None or member_id is None:
             raise MalformedRequestError(f"key type {kind}")
         if value is None:

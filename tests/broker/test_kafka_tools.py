@@ -166,7 +166,8 @@ def _kafka_dumps_the_same(run_class: str, data: str, group_id: str, ours: list) 
     hashes = _kafka_has(run_class, "org/apache/kafka/clients/admin/ListShareGroupOffsetsSpec.class")  # (4.1+)
     for ((key, payload), r) in zip(theirs, ours):
         assert int(key["type"]) == r.kind and key["data"]["groupId"] == r.group_id
-        assert key["data"].get("memberId", "") == r.member_id
+        second = "regularExpression" if r.kind == records.REGULAR_EXPRESSION else "memberId"
+        assert key["data"].get(second, "") == r.member_id
         if r.value is None:
             assert payload is None
             continue
@@ -208,6 +209,30 @@ def test_kafkas_dump_reads_an_online_migrations_records(tmp_path, run_class):
     assert any(r.value and r.value.get("classic_member_metadata") for r in ours)
     assert any(r.value is None and r.kind == records.GROUP_EPOCH for r in ours)  # (the downgrade's tombstones)
     _kafka_dumps_the_same(run_class, data, "migrating", ours)
+
+
+def test_kafkas_dump_reads_the_resolved_regular_expression_records(tmp_path, run_class):
+    """A member subscribed by regular expression (in process); a matching topic is made, then the member leaves:
+    Kafka 4.1's ConsumerGroupRegularExpression records (key 16: the match, again after the new topic, the
+    tombstone) are in the group's partition, and Kafka's DumpLogSegments reads them as kafkalog's decoder does (a
+    Kafka before 4.1 has no such record: its dump leaves them undecoded)."""
+    from engine.groups import consumer_group_records as records
+    from tests.unit.test_consumer_group_protocol import Client
+
+    data = str(tmp_path / "data")
+    with engine.open(data) as eng:
+        eng.create_topic("rx-a", 2)
+        member = Client(eng.groups, group="by-regex", topics=None, regex="rx-.*")
+        member.beat()
+        eng.create_topic("rx-b", 1)
+        member.beat()
+        member.beat(member_epoch=-1)
+        ours = _consumer_group_records(eng, "by-regex")
+    assert [(r.member_id, r.value and r.value["topics"]) for r in ours if r.kind == records.REGULAR_EXPRESSION] == \
+        [("rx-.*", ["rx-a"]), ("rx-.*", ["rx-a", "rx-b"]), ("rx-.*", None)]
+    if not _kafka_has(run_class, "org/apache/kafka/clients/admin/ListShareGroupOffsetsSpec.class"):  # (before 4.1)
+        ours = [r for r in ours if r.kind != records.REGULAR_EXPRESSION]
+    _kafka_dumps_the_same(run_class, data, "by-regex", ours)
 
 
 def _console_consumer(run_class: str, bootstrap: str, topic: str, group: str, *properties: str):

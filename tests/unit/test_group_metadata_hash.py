@@ -108,3 +108,29 @@ def test_kafkas_null_classic_member_metadata_reads_and_writes_byte_for_byte():
     r = records.decode(key, value)
     assert r.value["classic_member_metadata"] is None and r.value["subscribed_topic_names"] == ["hash-a", "hash-b"]
     assert records.encode(r) == (key, value)
+
+
+def _regex_records(e, group: str = "g") -> list[tuple[str, dict | None]]:
+    lg = e.internal.internal_partition(offsets.TOPIC, offsets.partition(group)).log
+    found = [records.decode(r.key, r.value) for _, b in lg.batches(0, lg.log_end_offset) if not b.is_control
+             for r in b.records() if records.is_consumer_group_key(r.key)]
+    return [(r.member_id, r.value) for r in found if r.kind == records.REGULAR_EXPRESSION]
+
+
+def test_a_regex_subscription_writes_kafka_4_1s_resolved_expression_records(opened):
+    """Kafka 4.1 keeps what each subscribed expression matched in a record of its own (key 16: the group and the
+    expression; the topics, the metadata version, the time): one when the match changes, a tombstone when no member
+    uses the expression any more."""
+    e = opened
+    a = Client(e.groups, topics=None, regex="t.*")
+    a.beat()
+    assert _regex_records(e) == [("t.*", {"topics": ["t"], "version": 0, "timestamp": 1_000_000})]
+    a.beat()  # the same match: nothing written
+    assert len(_regex_records(e)) == 1
+    e.create_topic("t2", partitions=1)
+    e.clock.advance(5)
+    a.beat()
+    assert _regex_records(e)[-1] == ("t.*", {"topics": ["t", "t2"], "version": 0, "timestamp": 1_000_005})
+    assert e.groups.consumer.groups["g"].resolved == {"t.*": frozenset({"t", "t2"})}
+    a.beat(member_epoch=-1)  # the only member using it leaves
+    assert _regex_records(e)[-1] == ("t.*", None) and e.groups.consumer.groups["g"].resolved == {}
