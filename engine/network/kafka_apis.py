@@ -133,10 +133,11 @@ class KafkaApis:
                 for a in sorted(APIS.values(), key=lambda a: a.key)]
         # group.version 1 turns the consumer group protocol on (KIP-848), share.version 1 share groups (KIP-932),
         # transaction.version 2 transactions v2 (KIP-890: Kafka 4's clients then bump the epoch with every EndTxn);
-        # a feature finalized at level 0 is not listed, as Kafka's controller leaves it out
+        # a feature finalized at level 0 is not listed, as Kafka's controller leaves it out (the setting is read, not
+        # the coordinator: ApiVersions opens no internal topic)
         supported = {"group.version": 1, "share.version": 1, "transaction.version": 2}
         finalized = {"group.version": 1, "share.version": 1,
-                     "transaction.version": self.engine.transactions.coordinator.transaction_version}
+                     "transaction.version": self.engine.coordinators.transaction_config.transaction_version}
         return {"error_code": UNSUPPORTED_VERSION if request.unsupported_version is not None else 0,
                 "api_keys": keys,
                 "supported_features": [{"name": f, "min_version": 0, "max_version": v} for f, v in supported.items()],
