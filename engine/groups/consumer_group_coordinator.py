@@ -77,8 +77,9 @@ class ConsumerGroupCoordinator:
         self.settings = settings
         self.groups: dict[str, ConsumerGroup] = {}
         self._notify: dict[tuple[str, str], Callable[[], None]] = {}  # (group, member) -> its `notify`, if in process
-        # (group, the member leaving, now, the members' notify callbacks): makes the group a classic one (the classic
-        # coordinator's; None: groups never downgrade)
+        # (group, the member leaving or None for a static replacement, now, the members' notify callbacks, whether to
+        # rebalance, the classic generation): makes the group a classic one (the classic coordinator's; None: groups
+        # never downgrade)
         self.on_downgrade: Callable[[ConsumerGroup, str | None, int, dict, bool, int], None] | None = None
 
     # --- records ----------------------------------------------------------------------------------
