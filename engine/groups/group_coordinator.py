@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from typing import Callable, NamedTuple, Protocol
+from typing import Callable, Protocol
 
 from engine.common.closing import DeferringLock
 from engine.common.errors import (
@@ -61,6 +61,7 @@ from engine.groups.group_metadata import (
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
+    GroupDescription,
     GroupMetadata,
     JoinResult,
     MemberMetadata,
@@ -111,17 +112,6 @@ class GroupLog:
         for p in range(count):
             lg = self._internal.internal_partition(offsets.TOPIC, p).log
             yield from ((p, b) for _, b in lg.batches(lg.log_start_offset, lg.high_watermark))
-
-
-class GroupDescription(NamedTuple):
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    generation: int
-    leader: str | None
-    members: list[dict]  # member_id, group_instance_id, client_id, client_host, assignment [TopicPartition],
-    # metadata and assignment_bytes (the member's subscription and assignment as DescribeGroups sends them)
 
 
 class GroupCoordinator:

@@ -94,6 +94,19 @@ class JoinResult(NamedTuple):
     skip_assignment: bool = False  # a static leader rejoining a stable group keeps the current assignment
 
 
+class GroupDescription(NamedTuple):
+    """DescribeGroups' view of a group (a classic group, or a consumer group described the classic way)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    leader: str | None
+    members: list[dict]  # member_id, group_instance_id, client_id, client_host, assignment [TopicPartition],
+    # metadata and assignment_bytes (the member's subscription and assignment as DescribeGroups sends them)
+
+
 class MemberRecord(NamedTuple):
     """One member as the group record stores it."""
 
