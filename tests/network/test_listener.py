@@ -311,12 +311,14 @@ def test_librdkafka_group_rebalances_between_two_members_and_commits(served):
     everything = {(p, o) for p in range(4) for o in range(len(_records(eng, "g", p)))}
     of_mine = {(p, o) for p, o in everything if p in mine}
     # (the first to join may read any partition before the second is given its share: a record read before a
-    # revocation is read again after it, nothing was committed)
-    assert _read_until({first: got}, lambda: of_mine <= set(got))
+    # revocation is read again after it, nothing was committed; so `got` may hold all of its share before it has
+    # read anything since the split, and the commit waits for its positions to reach its partitions' ends)
+    ends = {p: len(_records(eng, "g", p)) for p in mine}
+    assert _read_until({first: got}, lambda: of_mine <= set(got) and ends == {
+        tp.partition: tp.offset for tp in first.position(first.assignment())})
     first.commit(asynchronous=False)
     committed = eng.committed_offsets("grp", [("g", p) for p in mine])
-    assert {tp.partition: om.offset for tp, om in committed.items()} == \
-        {p: len(_records(eng, "g", p)) for p in mine}
+    assert {tp.partition: om.offset for tp, om in committed.items()} == ends
     first.close()  # LeaveGroup: the other member takes every partition, from the committed offsets for first's
     rest: list = []
     assert _read_until({second: rest}, lambda: len(second.assignment()) == 4 and everything - of_mine <= set(rest))
