@@ -6,6 +6,10 @@ phase's dirty pages:
 - produce: 2 N keyed records into the new topic (murmur2 spreads them: the first use of most partitions, which loads
   each), then one record to each partition, each timed to the end of `flush()`;
 - close: the engine's `close()` after that;
+- the file system's floor of create and of close: the directories and files that phase left in one partition's
+  directory, made for every partition by a plain loop of os.mkdir/os.open/os.write (same names, same sizes) and
+  synced as the engine syncs them (segments.fs.FileSystem.sync_paths: one syncfs where the file system honours it,
+  else an fsync of each); what any engine writing Kafka's files pays for them on that disk, without its own work;
 - clean open: `engine.open()` of the closed directory, and the process's RSS then (idle: no partition used);
 - consume: one record from each partition (assign all, poll until N records are read);
 - after kill -9: a process appends to one partition and is killed; then `engine.open()` and the first read of one
@@ -67,7 +71,11 @@ def timed(call):
 WRITE = PRELUDE + """
 e = engine.open(path, max_partitions=max(n + 100, 20_000))
 out = {}
+def files():  # (name, size) of what partition 0's directory holds
+    d = os.path.join(path, "many-0")
+    return sorted((f, os.path.getsize(os.path.join(d, f))) for f in os.listdir(d))
 out["create"], _ = timed(lambda: e.create_topic("many", n))
+created = files()
 keys = [b"k%d" % i for i in range(2 * n)]
 def produce(count, partitioned):
     with e.producer() as p:
@@ -76,7 +84,33 @@ def produce(count, partitioned):
         p.flush()
 out["produce 2N keyed"], _ = timed(lambda: produce(2 * n, False))  # (the first use of most partitions)
 out["produce one to each"], _ = timed(lambda: produce(n, True))
+made = files()
 out["close"], _ = timed(e.close)
+out["layout"] = {"create": created, "close": sorted(set(files()) - set(made))}
+print(json.dumps(out))
+"""
+
+FLOOR = PRELUDE + """
+from segments.fs import FileSystem
+layout = json.loads(sys.argv[3])
+def make(names, new_directories):
+    paths = []
+    for i in range(n):
+        directory = os.path.join(path, f"floor-{i}")
+        if new_directories:
+            os.mkdir(directory)
+            paths.append(directory)
+        for name, size in names:
+            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, b"x" * size)
+            finally:
+                os.close(fd)
+            paths.append(os.path.join(directory, name))
+    FileSystem().sync_paths(paths, path)
+out = {}
+out["create: the file system's floor"], _ = timed(lambda: make(layout["create"], True))
+out["close: the file system's floor"], _ = timed(lambda: make(layout["close"], False))
 print(json.dumps(out))
 """
 
@@ -122,10 +156,10 @@ print(json.dumps(out))
 """
 
 
-def phase(code: str, path: str, n: int, killed: bool = False, cwd: str = ROOT) -> dict:
-    """Run one phase's `code` (WRITE, OPEN, KILLED, AFTER_KILL) on `n` partitions at `path` in a fresh interpreter
-    whose kafkalog is the checkout `cwd`'s; its figures."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path, str(n)], cwd=cwd,
+def phase(code: str, path: str, n: int, killed: bool = False, cwd: str = ROOT, *extra: str) -> dict:
+    """Run one phase's `code` (WRITE, OPEN, KILLED, AFTER_KILL, FLOOR) on `n` partitions at `path` in a fresh
+    interpreter whose kafkalog is the checkout `cwd`'s; its figures."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path, str(n), *extra], cwd=cwd,
                           capture_output=True, text=True, timeout=3600)
     if killed:
         if done.returncode != -signal.SIGKILL:
@@ -180,6 +214,9 @@ def _point(n: int, scratch: str, broker: bool) -> dict:
     load of it)."""
     path = tempfile.mkdtemp(dir=scratch)
     got = {**phase(WRITE, path, n), **phase(OPEN, path, n)}
+    floor = tempfile.mkdtemp(dir=scratch)
+    got.update(phase(FLOOR, floor, n, False, ROOT, json.dumps(got.pop("layout"))))
+    shutil.rmtree(floor)
     home = os.environ.get("KAFKA_HOME")
     if home:
         got["Kafka broker loading the same logs"] = _broker_load(home, n, path, scratch) if broker else None
@@ -230,7 +267,8 @@ def _filesystem(path: str) -> str:
     return f"{best[1]} at {best[0] or '?'}"
 
 
-PHASES = ["create", "produce 2N keyed", "produce one to each", "close", "clean open",
+PHASES = ["create", "create: the file system's floor", "produce 2N keyed", "produce one to each", "close",
+          "close: the file system's floor", "clean open",
           "Kafka broker loading the same logs", "idle RSS MiB", "consume one from each", "open after kill -9",
           "first read after kill -9"]
 

@@ -114,15 +114,16 @@ def test_kafkas_java_consumer_in_a_consumer_protocol_group_and_its_dump_of_the_g
         assert eng.groups.describe_consumer_group("java848").state == "Empty"  # it left (epoch -1)
         ours = _consumer_group_records(eng, "java848")
         subscribed = records.metadata_hash({"kip848": (eng.admin.topic_id_of("kip848"), 3)})
-    # every kind but Kafka 4.0's partition metadata (4), which Kafka 4.1's metadata hash in the epoch record replaced:
-    # the member's join carries the topic's, its leaving 0 (no topic is subscribed then)
-    assert {r.kind for r in ours} == set(records.KINDS) - {records.PARTITION_METADATA}
+    # every kind but Kafka 4.0's partition metadata (4), which Kafka 4.1's metadata hash in the epoch record replaced
+    # (the member's join carries the topic's, its leaving 0: no topic is subscribed then), and the resolved regular
+    # expression (16), which a subscription by name does not make
+    assert {r.kind for r in ours} == set(records.KINDS) - {records.PARTITION_METADATA, records.REGULAR_EXPRESSION}
     assert [r.value["metadata_hash"] for r in ours if r.kind == records.GROUP_EPOCH] == [subscribed, 0]
     _kafka_dumps_the_same(run_class, data, "java848", ours)
 
 
 def _consumer_group_records(eng, group_id: str) -> list:
-    """The consumer group records (keys 3 to 8) kafkalog wrote to `group_id`'s `__consumer_offsets` partition."""
+    """The consumer group records (keys 3 to 8, and 16) kafkalog wrote to `group_id`'s `__consumer_offsets` partition."""
     from engine.groups import consumer_group_records as records
     from engine.groups import offsets
 
