@@ -85,9 +85,9 @@ def produce(count, partitioned):
         p.flush()
 out["produce 2N keyed"], _ = timed(lambda: produce(2 * n, False))  # (the first use of most partitions)
 out["produce one to each"], _ = timed(lambda: produce(n, True))
-made = files()
+made = {name for name, _ in files()}
 out["close"], _ = timed(e.close)
-out["layout"] = {"create": created, "close": sorted(set(files()) - set(made))}
+out["layout"] = {"create": created, "close": [(name, size) for name, size in files() if name not in made]}
 print(json.dumps(out))
 """
 
