@@ -53,18 +53,21 @@ class Writer:
         self.out += _INTS[bits].pack(value)
         return self
 
+    def _compact_data(self, data) -> "Writer":
+        """Compact string or bytes: the compact length, then the bytes (None: null)."""
+        self._compact(None if data is None else len(data)).out += data or b""
+        return self
+
     def string(self, value: str | None) -> "Writer":
         if self.flexible:
-            data = None if value is None else value.encode()
-            self._compact(None if data is None else len(data)).out += data or b""
-            return self
+            return self._compact_data(None if value is None else value.encode())
         self.out += encoded_string(value)
         return self
 
     def bytes(self, value) -> "Writer":
-        """int32 length + the bytes (None: a null value, length -1); no flexible record written here has bytes."""
+        """The bytes after their length: int32 (-1: null), or compact when flexible (0: null)."""
         if self.flexible:
-            raise NotImplementedError("compact bytes: no flexible record kafkalog writes through Writer has them")
+            return self._compact_data(None if value is None else bytes(value))
         self.out += encoded_bytes(value)
         return self
 
