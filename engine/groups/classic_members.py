@@ -206,10 +206,7 @@ def downgrade_due(g: ConsumerGroup, leaving: str) -> bool:
 
 def tombstones(g: ConsumerGroup) -> list[Record]:
     """Every record of the consumer group `g` made a tombstone."""
-    out = [r for mid in g.members for r in consumer_group.remove_records(g, mid)]
-    out += [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved)]
-    return out + [Record(rec.TARGET_EPOCH, g.group_id, "", None), Record(rec.PARTITION_METADATA, g.group_id, "", None),
-                  Record(rec.GROUP_EPOCH, g.group_id, "", None)]
+    return [r for mid in g.members for r in consumer_group.remove_records(g, mid)] + consumer_group.group_tombstones(g)
 
 
 def downgrade(g: ConsumerGroup, leaving: str | None, now: int, topics: TopicsView, generation: int) -> GroupMetadata:

@@ -520,7 +520,12 @@ def _resolved_records(g: ConsumerGroup, matched: dict[str, frozenset[str]], now:
     now): one for an expression whose match changed, a tombstone for one no member uses any more."""
     out = [Record(rec.REGULAR_EXPRESSION, g.group_id, r, {"topics": sorted(ts), "version": 0, "timestamp": now})
            for r, ts in sorted(matched.items()) if g.resolved.get(r) != ts]
-    return out + [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved) if r not in matched]
+    return out + _unused_expressions(g, matched)
+
+
+def _unused_expressions(g: ConsumerGroup, matched: dict[str, frozenset[str]]) -> list[Record]:
+    """Tombstones of the expressions the group has records of that no member uses now (not in `matched`)."""
+    return [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved) if r not in matched]
 
 
 def _without_partition_metadata(g: ConsumerGroup) -> list[Record]:
@@ -545,11 +550,18 @@ def remove_records(g: ConsumerGroup, member_id: str) -> list[Record]:
             Record(rec.MEMBER_METADATA, g.group_id, member_id, None)]
 
 
+def group_tombstones(g: ConsumerGroup) -> list[Record]:
+    """The tombstones of the group's own records (its expressions', its target epoch, its partition metadata, its
+    epoch), written after its members' when the group goes."""
+    return _unused_expressions(g, {}) + [Record(kind, g.group_id, "", None)
+                                         for kind in (rec.TARGET_EPOCH, rec.PARTITION_METADATA, rec.GROUP_EPOCH)]
+
+
 def fence(g: ConsumerGroup, member_id: str, topics: TopicsView) -> list[Record]:
     """The records of a member leaving (or being removed): its tombstones, the subscriptions without it, a new epoch."""
     records = remove_records(g, member_id)
     metadata, matched = resolve((x for mid, x in g.members.items() if mid != member_id), topics)
-    records += [Record(rec.REGULAR_EXPRESSION, g.group_id, r, None) for r in sorted(g.resolved) if r not in matched]
+    records += _unused_expressions(g, matched)
     records.append(Record(rec.GROUP_EPOCH, g.group_id, "", {"epoch": g.epoch + 1,
                                                            "metadata_hash": rec.metadata_hash(metadata)}))
     return records

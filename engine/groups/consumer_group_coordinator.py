@@ -195,9 +195,7 @@ class ConsumerGroupCoordinator:
         becomes a classic group (`on_downgrade`, the classic coordinator's, writes it) and True; else False."""
         if self.on_downgrade is None or not classic_members.downgrade_due(g, leaving):
             return False
-        notifies = {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
-                    if (g.group_id, mid) in self._notify}
-        self.on_downgrade(g, leaving, now, notifies, True, g.epoch)
+        self.on_downgrade(g, leaving, now, self._take_notifies(g), True, g.epoch)
         return True
 
     def drop(self, g: ConsumerGroup, rows_after: Sequence[tuple[bytes, bytes | None]], now: int) -> None:
@@ -237,9 +235,12 @@ class ConsumerGroupCoordinator:
         if self.on_downgrade is None or any(x.classic is None for x in g.members.values()):
             return
         changed = (replaced.topic_names, replaced.topic_regex) != (joined.topic_names, joined.topic_regex)
-        notifies = {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
-                    if (g.group_id, mid) in self._notify}
-        self.on_downgrade(g, None, now, notifies, changed, epoch)
+        self.on_downgrade(g, None, now, self._take_notifies(g), changed, epoch)
+
+    def _take_notifies(self, g: ConsumerGroup) -> dict[str, Callable[[], None]]:
+        """The in-process members' notify callbacks of `g`, handed over (to the classic group it becomes)."""
+        return {mid: self._notify.pop((g.group_id, mid)) for mid in list(g.members)
+                if (g.group_id, mid) in self._notify}
 
     def classic_sync(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                      protocol_type: str | None, protocol_name: str | None, now: int) -> bytes:
@@ -319,10 +320,7 @@ class ConsumerGroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return
-        self._write(g, [*(rec.Record(rec.REGULAR_EXPRESSION, group_id, r, None) for r in sorted(g.resolved)),
-                        rec.Record(rec.TARGET_EPOCH, group_id, "", None),
-                        rec.Record(rec.PARTITION_METADATA, group_id, "", None),
-                        rec.Record(rec.GROUP_EPOCH, group_id, "", None)], now)
+        self._write(g, consumer_group.group_tombstones(g), now)
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         """The topic names the group's members subscribe to (their names and what their expressions match)."""
