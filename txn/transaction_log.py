@@ -14,7 +14,7 @@ Pure functions over bytes; thread-safe.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.common.errors import CorruptRecordError
 from engine.record.schema import Reader, Writer, partition_for
@@ -51,8 +51,9 @@ class TxnLogValue:
     partitions: dict[str, list[int]] | None  # None: a null array (Kafka writes it for Empty)
     last_update_ms: int
     start_ms: int
-    tagged: dict[int, bytes] = field(default_factory=dict)  # version 1's tagged fields, kept as read
-    client_transaction_version: int = 0  # tag 2 of version 1
+    # tag 2 of version 1; its other tagged fields (PreviousProducerId, NextProducerId, NextProducerEpoch: Kafka's
+    # for its retries, which this coordinator keeps in memory) are read past
+    client_transaction_version: int = 0
 
 
 def value_version(transaction_version: int) -> int:
@@ -121,7 +122,7 @@ def decode_value(data) -> TxnLogValue:
         tv.end()
     else:
         client_tv = 0
-    return TxnLogValue(pid, epoch, timeout, state, parts, last, start, tagged, client_tv)
+    return TxnLogValue(pid, epoch, timeout, state, parts, last, start, client_tv)
 
 
 def describe_value(v: TxnLogValue | None) -> str:
